@@ -1,0 +1,296 @@
+//! The three chained line formats and the check of one stored line.
+//!
+//! A journal, a spine and the audit chain are files of canonical JSON lines in
+//! which each row carries its sequence number, the digest of the row before it
+//! and its own digest. They differ in their schema, their domain tag, and in
+//! whether the digest is a plain hash or an HMAC. `check_line` is the per-row
+//! half of verification: it needs only the line (and the audit key), so rows
+//! can be checked in parallel; the linking half is in `verify`.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use crate::digest::{
+    AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, SPINE_TAG, tagged_hmac, tagged_sha256,
+};
+use crate::scan::{Member, ValueKind, scan_object};
+
+/// The current version of every chained format.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Which chained format a file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainFormat {
+    /// `tasks/<task>/journal.jsonl`: `{at, body, event_hash, kind, prev_hash, seq, task_id, v}`.
+    Journal,
+    /// `tasks/<task>/spine.jsonl`: `{decision, decision_hash, entry_hash, kind, prev_hash, sealed_at, seq, v}`.
+    Spine,
+    /// `audit/audit.jsonl`: `{at, body, kind, mac, prev_mac, seq, v}`.
+    Audit,
+}
+
+#[derive(Clone, Copy)]
+enum FieldType {
+    Text,
+    Digest,
+    Unsigned,
+    Any,
+}
+
+impl ChainFormat {
+    /// The member that holds the row's own digest.
+    pub fn digest_key(self) -> &'static str {
+        match self {
+            Self::Journal => "event_hash",
+            Self::Spine => "entry_hash",
+            Self::Audit => "mac",
+        }
+    }
+
+    /// The member that holds the previous row's digest.
+    pub fn prev_key(self) -> &'static str {
+        match self {
+            Self::Journal | Self::Spine => "prev_hash",
+            Self::Audit => "prev_mac",
+        }
+    }
+
+    fn schema(self) -> &'static [(&'static str, FieldType)] {
+        use FieldType::*;
+        match self {
+            Self::Journal => &[
+                ("at", Text),
+                ("body", Any),
+                ("event_hash", Digest),
+                ("kind", Text),
+                ("prev_hash", Digest),
+                ("seq", Unsigned),
+                ("task_id", Text),
+                ("v", Unsigned),
+            ],
+            Self::Spine => &[
+                ("decision", Any),
+                ("decision_hash", Digest),
+                ("entry_hash", Digest),
+                ("kind", Text),
+                ("prev_hash", Digest),
+                ("sealed_at", Unsigned),
+                ("seq", Unsigned),
+                ("v", Unsigned),
+            ],
+            Self::Audit => &[
+                ("at", Text),
+                ("body", Any),
+                ("kind", Text),
+                ("mac", Digest),
+                ("prev_mac", Digest),
+                ("seq", Unsigned),
+                ("v", Unsigned),
+            ],
+        }
+    }
+
+    /// The stable name of a verification failure in this format.
+    pub fn reason_name(self, reason: Reason) -> &'static str {
+        match (reason, self) {
+            (Reason::MalformedRow, _) => "malformed_row",
+            (Reason::NotCanonical, _) => "not_canonical",
+            (Reason::UnsupportedVersion, _) => "unsupported_version",
+            (Reason::SeqGap, _) => "seq_gap",
+            (Reason::PrevLinkBreak, Self::Audit) => "prev_mac_break",
+            (Reason::PrevLinkBreak, _) => "prev_hash_break",
+            (Reason::DigestMismatch, Self::Journal) => "event_hash_mismatch",
+            (Reason::DigestMismatch, Self::Spine) => "entry_hash_mismatch",
+            (Reason::DigestMismatch, Self::Audit) => "mac_mismatch",
+            (Reason::DecisionHashMismatch, _) => "decision_hash_mismatch",
+            (Reason::ForeignTask, _) => "foreign_task",
+            (Reason::TornTail, _) => "torn_tail",
+        }
+    }
+}
+
+/// Why a row, or the chain at a row, does not verify. Checked in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Not a whole JSON object, or a member is missing, unknown, repeated or
+    /// of the wrong type.
+    MalformedRow,
+    /// Well-formed, but not its own canonical encoding.
+    NotCanonical,
+    /// A format version this build does not read.
+    UnsupportedVersion,
+    /// `seq` is not one more than the previous row's.
+    SeqGap,
+    /// The previous-digest member does not name the previous row.
+    PrevLinkBreak,
+    /// The row's own digest (hash or MAC) does not match its bytes.
+    DigestMismatch,
+    /// A spine row's `decision_hash` does not match its decision.
+    DecisionHashMismatch,
+    /// A journal row names another task.
+    ForeignTask,
+    /// The final line was cut short by a crash (not a chain failure).
+    TornTail,
+}
+
+/// What the per-row check learned from one line.
+#[derive(Debug, Clone)]
+pub enum LineCheck<'a> {
+    /// Not one whole JSON object: the tolerant reader discards it.
+    NotObject,
+    /// A JSON object that breaks the format before any linking is checked.
+    Fault(Reason),
+    /// A well-formed, canonical row of the current version.
+    Row(CheckedRow<'a>),
+}
+
+/// The linking facts of one row, with the results of its self-checks.
+#[derive(Debug, Clone)]
+pub struct CheckedRow<'a> {
+    pub seq: u64,
+    pub prev: Digest,
+    pub digest: Digest,
+    /// The stored digest matches the one computed over the stored bytes.
+    pub digest_ok: bool,
+    /// For spine rows, the stored `decision_hash` matches the decision.
+    pub decision_ok: bool,
+    pub kind: Cow<'a, str>,
+    pub task_id: Option<Cow<'a, str>>,
+    /// Span of `body` (journal, audit) or `decision` (spine) in the line.
+    pub payload: Range<usize>,
+}
+
+/// Checks one stored line (without its newline) of `format`.
+///
+/// The digest is recomputed over the stored bytes with the digest member cut
+/// out: because the line is canonical JCS, those bytes are exactly the JCS of
+/// the row without its digest, so nothing is re-encoded.
+pub fn check_line<'a>(
+    format: ChainFormat,
+    key: Option<&AuditKey>,
+    line: &'a [u8],
+) -> LineCheck<'a> {
+    let Some(scanned) = scan_object(line) else {
+        return LineCheck::NotObject;
+    };
+    let Some(fields) = match_schema(format, &scanned.members) else {
+        return LineCheck::Fault(Reason::MalformedRow);
+    };
+    if !scanned.canonical {
+        return LineCheck::Fault(Reason::NotCanonical);
+    }
+    let version = unsigned(fields[format.schema().len() - 1]);
+    if version != FORMAT_VERSION {
+        return LineCheck::Fault(Reason::UnsupportedVersion);
+    }
+    let member = |name: &str| {
+        let index = format
+            .schema()
+            .iter()
+            .position(|(field, _)| *field == name)
+            .expect("schema names the field");
+        fields[index]
+    };
+    let digest_member = member(format.digest_key());
+    let digest = digest_of(digest_member);
+    // The digest member is never first, so a comma precedes its key.
+    let cut_start = digest_member.key_start - 1;
+    let cut_end = digest_member.value.end;
+    let parts: [&[u8]; 2] = [&line[..cut_start], &line[cut_end..]];
+    let computed = match format {
+        ChainFormat::Journal => tagged_sha256(JOURNAL_TAG, &parts),
+        ChainFormat::Spine => tagged_sha256(SPINE_TAG, &parts),
+        ChainFormat::Audit => match key {
+            Some(key) => tagged_hmac(key, AUDIT_TAG, &parts),
+            None => Digest::ZERO,
+        },
+    };
+    let digest_ok = key.is_some() || format != ChainFormat::Audit;
+    let payload = match format {
+        ChainFormat::Spine => member("decision").value.clone(),
+        ChainFormat::Journal | ChainFormat::Audit => member("body").value.clone(),
+    };
+    let decision_ok = match format {
+        ChainFormat::Spine => {
+            tagged_sha256(DECISION_TAG, &[&line[payload.clone()]])
+                == digest_of(member("decision_hash"))
+        }
+        ChainFormat::Journal | ChainFormat::Audit => true,
+    };
+    LineCheck::Row(CheckedRow {
+        seq: unsigned(member("seq")),
+        prev: digest_of(member(format.prev_key())),
+        digest,
+        digest_ok: digest_ok && computed == digest,
+        decision_ok,
+        kind: text(member("kind")),
+        task_id: match format {
+            ChainFormat::Journal => Some(text(member("task_id"))),
+            ChainFormat::Spine | ChainFormat::Audit => None,
+        },
+        payload,
+    })
+}
+
+/// Orders the members by the schema, or `None` when one is missing, unknown,
+/// repeated or of the wrong type. Order in the line is not checked here: a
+/// misordered line is well-formed but not canonical.
+fn match_schema<'m, 'a>(
+    format: ChainFormat,
+    members: &'m [Member<'a>],
+) -> Option<Vec<&'m Member<'a>>> {
+    let schema = format.schema();
+    if members.len() != schema.len() {
+        return None;
+    }
+    let mut slots: Vec<Option<&Member<'a>>> = Vec::with_capacity(schema.len());
+    slots.resize(schema.len(), None);
+    for (position, member) in members.iter().enumerate() {
+        // A canonical line holds the members in schema order: try that first.
+        let index = if schema[position].0 == member.key {
+            position
+        } else {
+            schema.iter().position(|(name, _)| *name == member.key)?
+        };
+        if slots[index].is_some() {
+            return None;
+        }
+        let fits = match (schema[index].1, &member.kind) {
+            (FieldType::Any, _) => true,
+            (FieldType::Text, ValueKind::Str(_)) => true,
+            (FieldType::Digest, ValueKind::Str(text)) => {
+                Digest::from_hex(text.as_bytes()).is_some()
+            }
+            (FieldType::Unsigned, ValueKind::Unsigned(_)) => true,
+            _ => false,
+        };
+        if !fits {
+            return None;
+        }
+        slots[index] = Some(member);
+    }
+    slots.into_iter().collect()
+}
+
+fn unsigned(member: &Member<'_>) -> u64 {
+    match member.kind {
+        ValueKind::Unsigned(value) => value,
+        _ => unreachable!("schema checked the type"),
+    }
+}
+
+fn text<'a>(member: &Member<'a>) -> Cow<'a, str> {
+    match &member.kind {
+        ValueKind::Str(text) => text.clone(),
+        _ => unreachable!("schema checked the type"),
+    }
+}
+
+fn digest_of(member: &Member<'_>) -> Digest {
+    match &member.kind {
+        ValueKind::Str(text) => {
+            Digest::from_hex(text.as_bytes()).expect("schema checked the digest")
+        }
+        _ => unreachable!("schema checked the type"),
+    }
+}

@@ -1,0 +1,130 @@
+//! Task ids: a strict pattern, refused rather than sanitised, because an id
+//! names a directory and two ids must never share a journal.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Longest accepted task id, in bytes.
+pub const TASK_ID_MAX_LEN: usize = 64;
+
+/// A task id matching `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(String);
+
+/// Why a string is not a task id.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskIdError {
+    #[error("task id is empty; use letters, digits, '.', '_' or '-'")]
+    Empty,
+    #[error("task id is {len} bytes long; the limit is {TASK_ID_MAX_LEN}")]
+    TooLong { len: usize },
+    #[error("task id {id:?} must start with a letter or digit")]
+    BadFirst { id: String },
+    #[error(
+        "task id {id:?} contains {found:?}; only letters, digits, '.', '_' and '-' are allowed"
+    )]
+    BadChar { id: String, found: char },
+}
+
+impl TaskId {
+    /// Accepts `raw` only if it matches the pattern exactly.
+    pub fn parse(raw: &str) -> Result<Self, TaskIdError> {
+        let Some(first) = raw.chars().next() else {
+            return Err(TaskIdError::Empty);
+        };
+        if raw.len() > TASK_ID_MAX_LEN {
+            return Err(TaskIdError::TooLong { len: raw.len() });
+        }
+        if !first.is_ascii_alphanumeric() {
+            return Err(TaskIdError::BadFirst { id: raw.to_owned() });
+        }
+        if let Some(found) = raw
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(TaskIdError::BadChar {
+                id: raw.to_owned(),
+                found,
+            });
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for TaskId {
+    type Err = TaskIdError;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        Self::parse(raw)
+    }
+}
+
+impl Serialize for TaskId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_pattern() {
+        for ok in [
+            "a",
+            "A9",
+            "add-greeting",
+            "x.y_z-1",
+            "0",
+            &"a".repeat(64),
+            "a..b",
+        ] {
+            assert_eq!(TaskId::parse(ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn refuses_everything_else() {
+        assert_eq!(TaskId::parse(""), Err(TaskIdError::Empty));
+        assert_eq!(
+            TaskId::parse(&"a".repeat(65)),
+            Err(TaskIdError::TooLong { len: 65 })
+        );
+        for bad in ["../x", ".x", "-x", "_x", ".."] {
+            assert!(
+                matches!(TaskId::parse(bad), Err(TaskIdError::BadFirst { .. })),
+                "{bad}"
+            );
+        }
+        for bad in ["a/b", "a b", "a\\b", "a\0", "é", "aé", "a\n", "a:b"] {
+            assert!(TaskId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn deserialising_applies_the_pattern() {
+        assert!(serde_json::from_str::<TaskId>("\"../x\"").is_err());
+        assert_eq!(
+            serde_json::from_str::<TaskId>("\"ok-1\"").unwrap().as_str(),
+            "ok-1"
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! Pure decisions and record formats of reprise.
+//!
+//! Nothing in this crate touches the file system, spawns a process, reads the
+//! clock or draws randomness: times, nonces and keys come in as arguments, so
+//! every function here is deterministic and can be tested exhaustively.
+
+#![forbid(unsafe_code)]
+
+pub mod canonical;
+pub mod chain;
+pub mod digest;
+mod id;
+pub mod record;
+mod scan;
+pub mod verify;
+
+pub use id::{TASK_ID_MAX_LEN, TaskId, TaskIdError};
