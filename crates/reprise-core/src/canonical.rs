@@ -25,8 +25,44 @@ pub enum EncodeError {
 pub fn to_canonical_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, EncodeError> {
     let tree =
         serde_json::to_value(value).map_err(|err| EncodeError::Serialize(err.to_string()))?;
-    check_numbers(&tree, &mut String::from("$"))?;
-    serde_json_canonicalizer::to_vec(&tree).map_err(|err| EncodeError::Serialize(err.to_string()))
+    value_to_canonical_vec(&tree, "$")
+}
+
+/// Encodes a JSON value as canonical JCS bytes without copying it first;
+/// `path` names the value in an error.
+pub fn value_to_canonical_vec(value: &Value, path: &str) -> Result<Vec<u8>, EncodeError> {
+    check_numbers(value, &mut String::from(path))?;
+    serde_json_canonicalizer::to_vec(value).map_err(|err| EncodeError::Serialize(err.to_string()))
+}
+
+/// Writes an object whose members are already encoded, in the order given.
+/// The caller passes plain ASCII keys in JCS order (for ASCII, byte order);
+/// records are assembled this way so their bodies are encoded only once.
+pub fn assemble_object(members: &[(&str, &[u8])]) -> Vec<u8> {
+    debug_assert!(
+        members
+            .windows(2)
+            .all(|pair| pair[0].0.is_ascii() && pair[0].0 < pair[1].0),
+        "members must come in JCS order"
+    );
+    let len = members
+        .iter()
+        .map(|(key, value)| key.len() + value.len() + 4)
+        .sum::<usize>()
+        + 2;
+    let mut out = Vec::with_capacity(len);
+    out.push(b'{');
+    for (index, (key, value)) in members.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(value);
+    }
+    out.push(b'}');
+    out
 }
 
 /// Walks `value` and refuses the first number outside the record rule.

@@ -5,10 +5,12 @@
 //! for display goes through serde; verification never does (see `chain`).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::TaskId;
-use crate::canonical::{EncodeError, to_canonical_vec};
+use crate::canonical::{
+    EncodeError, MAX_SAFE_INTEGER, assemble_object, to_canonical_vec, value_to_canonical_vec,
+};
 use crate::chain::FORMAT_VERSION;
 use crate::digest::{
     AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, SPINE_TAG, tagged_hmac, tagged_sha256,
@@ -39,19 +41,38 @@ fn next_link(previous: Option<Head>) -> (u64, Digest) {
     }
 }
 
-fn finish(
-    mut row: Map<String, Value>,
-    digest_key: &str,
-    digest: Digest,
+fn quoted(text: &str) -> Result<Vec<u8>, EncodeError> {
+    to_canonical_vec(text)
+}
+
+fn quoted_hex(digest: Digest) -> Vec<u8> {
+    format!("\"{}\"", digest.to_hex()).into_bytes()
+}
+
+/// Hashes the row without its digest member, then writes the row with it.
+/// `members` are in JCS order and `digest_key` goes at `digest_index`.
+fn seal_row(
+    members: &mut Vec<(&str, Vec<u8>)>,
+    digest_key: &'static str,
+    digest_index: usize,
+    digest: impl FnOnce(&[u8]) -> Digest,
     seq: u64,
-) -> Result<EncodedRow, EncodeError> {
-    row.insert(digest_key.into(), Value::String(digest.to_hex()));
-    let mut line = to_canonical_vec(&row)?;
+) -> EncodedRow {
+    let view = |members: &[(&str, Vec<u8>)]| -> Vec<u8> {
+        let borrowed: Vec<(&str, &[u8])> = members
+            .iter()
+            .map(|(key, value)| (*key, value.as_slice()))
+            .collect();
+        assemble_object(&borrowed)
+    };
+    let digest = digest(&view(members));
+    members.insert(digest_index, (digest_key, quoted_hex(digest)));
+    let mut line = view(members);
     line.push(b'\n');
-    Ok(EncodedRow {
+    EncodedRow {
         line,
         head: Head { seq, digest },
-    })
+    }
 }
 
 /// Encodes the next task journal row after `previous`.
@@ -63,16 +84,23 @@ pub fn encode_journal_row(
     body: &Value,
 ) -> Result<EncodedRow, EncodeError> {
     let (seq, prev_hash) = next_link(previous);
-    let mut row = Map::new();
-    row.insert("v".into(), FORMAT_VERSION.into());
-    row.insert("seq".into(), seq.into());
-    row.insert("kind".into(), kind.into());
-    row.insert("task_id".into(), task_id.as_str().into());
-    row.insert("at".into(), at.into());
-    row.insert("body".into(), body.clone());
-    row.insert("prev_hash".into(), prev_hash.to_hex().into());
-    let digest = tagged_sha256(JOURNAL_TAG, &[&to_canonical_vec(&row)?]);
-    finish(row, "event_hash", digest, seq)
+    let mut members = vec![
+        ("at", quoted(at)?),
+        ("body", value_to_canonical_vec(body, "$.body")?),
+        ("kind", quoted(kind)?),
+        ("prev_hash", quoted_hex(prev_hash)),
+        ("seq", seq.to_string().into_bytes()),
+        ("task_id", quoted(task_id.as_str())?),
+        ("v", FORMAT_VERSION.to_string().into_bytes()),
+    ];
+    check_safe(seq, "$.seq")?;
+    Ok(seal_row(
+        &mut members,
+        "event_hash",
+        2,
+        |bytes| tagged_sha256(JOURNAL_TAG, &[bytes]),
+        seq,
+    ))
 }
 
 /// Encodes the next audit row after `previous`, keyed by `key`.
@@ -84,20 +112,30 @@ pub fn encode_audit_row(
     body: &Value,
 ) -> Result<EncodedRow, EncodeError> {
     let (seq, prev_mac) = next_link(previous);
-    let mut row = Map::new();
-    row.insert("v".into(), FORMAT_VERSION.into());
-    row.insert("seq".into(), seq.into());
-    row.insert("kind".into(), kind.into());
-    row.insert("at".into(), at.into());
-    row.insert("body".into(), body.clone());
-    row.insert("prev_mac".into(), prev_mac.to_hex().into());
-    let mac = tagged_hmac(key, AUDIT_TAG, &[&to_canonical_vec(&row)?]);
-    finish(row, "mac", mac, seq)
+    let mut members = vec![
+        ("at", quoted(at)?),
+        ("body", value_to_canonical_vec(body, "$.body")?),
+        ("kind", quoted(kind)?),
+        ("prev_mac", quoted_hex(prev_mac)),
+        ("seq", seq.to_string().into_bytes()),
+        ("v", FORMAT_VERSION.to_string().into_bytes()),
+    ];
+    check_safe(seq, "$.seq")?;
+    Ok(seal_row(
+        &mut members,
+        "mac",
+        3,
+        |bytes| tagged_hmac(key, AUDIT_TAG, &[bytes]),
+        seq,
+    ))
 }
 
 /// The hash that names a decision: SHA-256 over its canonical bytes.
 pub fn decision_hash(decision: &Value) -> Result<Digest, EncodeError> {
-    Ok(tagged_sha256(DECISION_TAG, &[&to_canonical_vec(decision)?]))
+    Ok(tagged_sha256(
+        DECISION_TAG,
+        &[&value_to_canonical_vec(decision, "$")?],
+    ))
 }
 
 /// Encodes the next spine row after `previous`. `sealed_at` is the `seq` of
@@ -110,19 +148,37 @@ pub fn encode_spine_row(
     sealed_at: u64,
 ) -> Result<EncodedRow, EncodeError> {
     let (seq, prev_hash) = next_link(previous);
-    let mut row = Map::new();
-    row.insert("v".into(), FORMAT_VERSION.into());
-    row.insert("seq".into(), seq.into());
-    row.insert("kind".into(), kind.into());
-    row.insert("decision".into(), decision.clone());
-    row.insert(
-        "decision_hash".into(),
-        decision_hash(decision)?.to_hex().into(),
-    );
-    row.insert("sealed_at".into(), sealed_at.into());
-    row.insert("prev_hash".into(), prev_hash.to_hex().into());
-    let digest = tagged_sha256(SPINE_TAG, &[&to_canonical_vec(&row)?]);
-    finish(row, "entry_hash", digest, seq)
+    let decision_bytes = value_to_canonical_vec(decision, "$.decision")?;
+    let decision_hash = tagged_sha256(DECISION_TAG, &[&decision_bytes]);
+    let mut members = vec![
+        ("decision", decision_bytes),
+        ("decision_hash", quoted_hex(decision_hash)),
+        ("kind", quoted(kind)?),
+        ("prev_hash", quoted_hex(prev_hash)),
+        ("sealed_at", sealed_at.to_string().into_bytes()),
+        ("seq", seq.to_string().into_bytes()),
+        ("v", FORMAT_VERSION.to_string().into_bytes()),
+    ];
+    check_safe(seq, "$.seq")?;
+    check_safe(sealed_at, "$.sealed_at")?;
+    Ok(seal_row(
+        &mut members,
+        "entry_hash",
+        2,
+        |bytes| tagged_sha256(SPINE_TAG, &[bytes]),
+        seq,
+    ))
+}
+
+fn check_safe(value: u64, path: &str) -> Result<(), EncodeError> {
+    if value <= MAX_SAFE_INTEGER {
+        Ok(())
+    } else {
+        Err(EncodeError::UnsafeInteger {
+            path: path.to_owned(),
+            value: value.to_string(),
+        })
+    }
 }
 
 /// A task journal row as read back for display.

@@ -1,1 +1,21 @@
-//! placeholder
+//! The reprise state directory and everything written in it.
+//!
+//! Effects live here: files, locks, fsync. The formats and the decisions about
+//! them live in `reprise-core`; this crate reads and writes bytes and hands
+//! them to the core to judge.
+
+#![forbid(unsafe_code)]
+
+pub mod audit;
+mod chainfile;
+pub mod error;
+mod fsutil;
+pub mod io;
+pub mod journal;
+pub mod key;
+pub mod repair;
+pub mod state;
+pub mod workspace;
+
+pub use chainfile::{ChainFile, read_chain};
+pub use error::{Result, StoreError};

@@ -1,0 +1,77 @@
+//! Command-line grammar. Parsing only: values are resolved in `settings` and
+//! interpreted by the commands.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run coding-agent tasks, check them with gates, and recover provably.
+#[derive(Debug, Parser)]
+#[command(name = "reprise", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// The state directory to use (default: `.reprise` here or in a parent;
+    /// also REPRISE_STATE_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create the state directory (and the audit key if there is none).
+    Init,
+    /// Read or verify a task's journal.
+    #[command(subcommand)]
+    Journal(JournalCommand),
+    /// Verify the audit chain.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Repair damage a crash left behind.
+    #[command(subcommand)]
+    Replay(ReplayCommand),
+    /// Hash a working tree.
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum JournalCommand {
+    /// Print a task's journal rows.
+    Show { task: String },
+    /// Verify a task's journal chain, coverage and seals.
+    Verify { task: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Verify the HMAC audit chain.
+    Verify,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ReplayCommand {
+    /// Cut a torn final line off a task's journal (and nothing else).
+    Repair { task: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkspaceCommand {
+    /// Hash every file not ignored by the tree's .gitignore rules.
+    Hash {
+        /// The tree to hash (default: the current directory).
+        dir: Option<PathBuf>,
+        /// Walker threads (default: one per core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+    },
+}

@@ -1,0 +1,54 @@
+//! `reprise init`: the state directory, the audit key, and the audit chain's
+//! first row.
+
+use reprise_store::StoreError;
+use reprise_store::audit::AuditLog;
+use reprise_store::key::{check_key, load_or_create_key};
+use reprise_store::state::{StateDir, now_rfc3339};
+use serde_json::json;
+
+use crate::error::CliError;
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
+    let target = settings.init_target();
+    let key_path = settings.key_path()?;
+    // Refuse a bad key before anything is written.
+    let key_existed = check_key(key_path)?;
+    let audit_path = target.join("audit").join("audit.jsonl");
+    if !key_existed && audit_path.metadata().is_ok_and(|meta| meta.len() > 0) {
+        // A new key could not verify the chain that is already there.
+        return Err(StoreError::KeyMissing {
+            path: key_path.to_path_buf(),
+        }
+        .into());
+    }
+    let (state, created) = StateDir::create(&target)?;
+    let key = load_or_create_key(key_path)?;
+    let mut audit = AuditLog::open(&state, key)?;
+    if created {
+        audit.append("state.init", &now_rfc3339(), &json!({"layout": 1}))?;
+    }
+    let text = format!(
+        "{} reprise state at {}\naudit key: {} ({})\n",
+        if created {
+            "initialised"
+        } else {
+            "found existing"
+        },
+        state.root().display(),
+        key_path.display(),
+        if key_existed { "existing" } else { "created" },
+    );
+    Ok(Outcome {
+        json: json!({
+            "state_dir": state.root(),
+            "created": created,
+            "audit_key": key_path,
+            "key_created": !key_existed,
+        }),
+        text,
+        ok: true,
+    })
+}

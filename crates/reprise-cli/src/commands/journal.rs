@@ -1,0 +1,194 @@
+//! `reprise journal show|verify TASK`.
+
+use std::fmt::Write;
+
+use reprise_core::TaskId;
+use reprise_core::chain::ChainFormat;
+use reprise_core::record::JournalRow;
+use reprise_core::verify::{ChainReport, Coverage, Identity};
+use reprise_store::StoreError;
+use reprise_store::journal::verify_journal;
+use reprise_store::key::load_key;
+use serde_json::{Value, json};
+
+use crate::error::CliError;
+use crate::output::{Outcome, short};
+use crate::settings::Settings;
+
+pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+    let task = TaskId::parse(task)?;
+    let state = settings.state()?;
+    let path = state.journal_path(&task);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NoJournal {
+                task: task.to_string(),
+                path,
+            }
+            .into());
+        }
+        Err(source) => return Err(StoreError::Io { path, source }.into()),
+    };
+    let mut rows = Vec::new();
+    let mut discarded = Vec::new();
+    let mut text = String::new();
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|&byte| byte == b'\n').collect();
+    for (index, line) in lines.iter().enumerate() {
+        let whole = line.ends_with(b"\n");
+        match serde_json::from_slice::<Value>(line) {
+            Ok(value @ Value::Object(_)) if whole => {
+                match serde_json::from_value::<JournalRow>(value.clone()) {
+                    Ok(row) => {
+                        let body = serde_json::to_string(&row.body).unwrap_or_default();
+                        let _ = writeln!(
+                            text,
+                            "{:>5}  {}  {:<24} {}",
+                            row.seq,
+                            row.at,
+                            row.kind,
+                            clip(&body, 96)
+                        );
+                    }
+                    Err(_) => {
+                        let _ = writeln!(text, "{index:>5}  (row does not fit the journal format)");
+                    }
+                }
+                rows.push(value);
+            }
+            _ => {
+                discarded.push(index);
+                let _ = writeln!(text, "{index:>5}  (discarded: not a whole row)");
+            }
+        }
+    }
+    if rows.is_empty() && discarded.is_empty() {
+        text.push_str("(empty journal)\n");
+    }
+    Ok(Outcome {
+        json: json!({"task_id": task.as_str(), "rows": rows, "discarded_lines": discarded}),
+        text,
+        ok: true,
+    })
+}
+
+fn clip(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(limit - 1).collect();
+    format!("{kept}…")
+}
+
+/// The `{first_bad_row, reason}` pair of a chain report.
+pub(crate) fn problem_json(format: ChainFormat, report: &ChainReport) -> (Value, Value) {
+    match report.first_problem() {
+        Some(fault) => (json!(fault.row), json!(format.reason_name(fault.reason))),
+        None => (Value::Null, Value::Null),
+    }
+}
+
+fn chain_json(format: ChainFormat, report: &ChainReport) -> Value {
+    let (first_bad_row, reason) = problem_json(format, report);
+    json!({
+        "ok": report.first_problem().is_none(),
+        "rows": report.rows,
+        "first_bad_row": first_bad_row,
+        "reason": reason,
+    })
+}
+
+pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+    let task = TaskId::parse(task)?;
+    let state = settings.state()?;
+    let key_path = settings.key_path()?.to_path_buf();
+    let verification = verify_journal(&state, &task, || load_key(&key_path))?;
+    let chain = &verification.chain;
+    let (first_bad_row, reason) = problem_json(ChainFormat::Journal, chain);
+    let ok = verification.ok();
+    let head = chain
+        .head
+        .map(|head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}));
+    let json = json!({
+        "task_id": task.as_str(),
+        "ok": ok,
+        "rows": chain.rows,
+        "head": head,
+        "first_bad_row": first_bad_row,
+        "reason": reason,
+        "discarded_lines": chain.discarded_lines,
+        "coverage": chain.coverage(),
+        "identity": verification.identity,
+        "sealed_through": verification.sealed_through,
+        "unsealed_rows": verification.unsealed_rows,
+        "spine": verification.spine.as_ref().map(|spine| chain_json(ChainFormat::Spine, spine)),
+        "audit": verification.audit.as_ref().map(|audit| chain_json(ChainFormat::Audit, &audit.report)),
+    });
+
+    let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
+    let _ = write!(text, "  rows: {}", chain.rows);
+    if let Some(head) = chain.head {
+        let _ = write!(
+            text,
+            ", head: seq {} {}",
+            head.seq,
+            short(&head.digest.to_hex())
+        );
+    }
+    text.push('\n');
+    match chain.first_problem() {
+        Some(fault) => {
+            let _ = writeln!(
+                text,
+                "  chain: broken at row {} ({})",
+                fault.row,
+                ChainFormat::Journal.reason_name(fault.reason)
+            );
+        }
+        None => text.push_str("  chain: intact\n"),
+    }
+    let coverage = match chain.coverage() {
+        Coverage::Complete => "complete".to_owned(),
+        Coverage::Partial => format!("partial (discarded lines {:?})", chain.discarded_lines),
+    };
+    let _ = writeln!(text, "  coverage: {coverage}");
+    let identity = match (verification.identity, verification.sealed_through) {
+        (Identity::Verified, Some(sealed)) if verification.unsealed_rows > 0 => format!(
+            "verified through seq {sealed}; {} rows after it are not sealed yet",
+            verification.unsealed_rows
+        ),
+        (Identity::Verified, Some(sealed)) => format!("verified (sealed at seq {sealed})"),
+        (Identity::Mismatched, _) => {
+            "MISMATCHED: a seal names a row this journal does not hold".to_owned()
+        }
+        _ => "unverifiable (not sealed yet: the task has not finished)".to_owned(),
+    };
+    let _ = writeln!(text, "  identity: {identity}");
+    if let Some(spine) = &verification.spine
+        && let Some(fault) = spine.first_problem()
+    {
+        let _ = writeln!(
+            text,
+            "  spine: broken at row {} ({})",
+            fault.row,
+            ChainFormat::Spine.reason_name(fault.reason)
+        );
+    }
+    if let Some(audit) = &verification.audit
+        && let Some(fault) = audit.report.first_problem()
+    {
+        let _ = writeln!(
+            text,
+            "  audit chain: broken at row {} ({}); seals after it are not trusted",
+            fault.row,
+            ChainFormat::Audit.reason_name(fault.reason)
+        );
+    }
+    if chain.torn_tail.is_some() && chain.fault.is_none() {
+        let _ = writeln!(
+            text,
+            "  the last line was torn by a crash: run `reprise replay repair {task}`"
+        );
+    }
+    Ok(Outcome { json, text, ok })
+}

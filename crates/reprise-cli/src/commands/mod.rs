@@ -1,0 +1,28 @@
+//! One file per command. Each takes resolved settings and returns an
+//! `Outcome`; printing happens here, once.
+
+mod audit;
+mod init;
+mod journal;
+mod replay;
+mod workspace;
+
+use crate::cli::{AuditCommand, Command, JournalCommand, ReplayCommand, WorkspaceCommand};
+use crate::error::CliError;
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
+    let outcome = match command {
+        Command::Init => init::run(settings)?,
+        Command::Journal(JournalCommand::Show { task }) => journal::show(settings, &task)?,
+        Command::Journal(JournalCommand::Verify { task }) => journal::verify(settings, &task)?,
+        Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,
+        Command::Replay(ReplayCommand::Repair { task }) => replay::repair(settings, &task)?,
+        Command::Workspace(WorkspaceCommand::Hash { dir, threads }) => {
+            workspace::hash(settings, dir.as_deref(), threads)?
+        }
+    };
+    outcome.print(settings.json);
+    Ok(outcome)
+}

@@ -1,0 +1,67 @@
+//! Resolved settings: flags and environment folded into the values commands
+//! use, so no command reads raw flags or the environment itself.
+
+use std::path::{Path, PathBuf};
+
+use reprise_store::key::key_path;
+use reprise_store::state::{STATE_DIR_NAME, StateDir};
+
+use crate::cli::GlobalArgs;
+use crate::error::CliError;
+
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) json: bool,
+    /// An explicit state directory (flag, then REPRISE_STATE_DIR).
+    pub(crate) state_dir: Option<PathBuf>,
+    pub(crate) cwd: PathBuf,
+    /// Where the audit key lives, or why it cannot be placed.
+    pub(crate) key_path: Result<PathBuf, String>,
+}
+
+impl Settings {
+    pub(crate) fn from_env(global: &GlobalArgs, env: impl Fn(&str) -> Option<String>) -> Self {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let state_dir = global.state_dir.clone().or_else(|| {
+            env("REPRISE_STATE_DIR")
+                .filter(|value| !value.is_empty())
+                .map(PathBuf::from)
+        });
+        let state_dir = state_dir.map(|dir| absolute(&cwd, &dir));
+        Self {
+            json: global.json,
+            state_dir,
+            key_path: key_path(&env).map_err(|err| err.to_string()),
+            cwd,
+        }
+    }
+
+    /// The existing state directory this invocation works on.
+    pub(crate) fn state(&self) -> Result<StateDir, CliError> {
+        Ok(match &self.state_dir {
+            Some(dir) => StateDir::open(dir)?,
+            None => StateDir::discover(&self.cwd)?,
+        })
+    }
+
+    /// Where `init` creates the state directory.
+    pub(crate) fn init_target(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| self.cwd.join(STATE_DIR_NAME))
+    }
+
+    pub(crate) fn key_path(&self) -> Result<&Path, CliError> {
+        self.key_path
+            .as_deref()
+            .map_err(|message| CliError::usage(message.clone()))
+    }
+}
+
+fn absolute(cwd: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    }
+}

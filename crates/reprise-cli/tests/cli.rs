@@ -1,0 +1,405 @@
+//! The `reprise` binary as a user runs it: a temp directory, a cleared
+//! environment, and checks of stdout, stderr and the exit code.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use reprise_core::TaskId;
+use reprise_store::journal::Journal;
+use reprise_store::state::StateDir;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_reprise");
+
+struct Env {
+    temp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let temp = tempfile::tempdir().unwrap();
+        fs::create_dir(temp.path().join("home")).unwrap();
+        fs::create_dir(temp.path().join("project")).unwrap();
+        Self { temp }
+    }
+
+    fn project(&self) -> PathBuf {
+        self.temp.path().join("project")
+    }
+
+    fn key_path(&self) -> PathBuf {
+        self.temp.path().join("home/.local/state/reprise/audit.key")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("HOME", self.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .output()
+            .unwrap()
+    }
+
+    fn init(&self) {
+        let output = self.run(&["init"]);
+        assert_success(&output);
+    }
+
+    fn state(&self) -> StateDir {
+        StateDir::open(&self.project().join(".reprise")).unwrap()
+    }
+
+    fn journal(&self, task: &str, rows: u64) -> PathBuf {
+        let state = self.state();
+        let id = TaskId::parse(task).unwrap();
+        let mut journal = Journal::open(&state, &id).unwrap();
+        for n in 0..rows {
+            journal
+                .append("step", "2026-01-01T00:00:00.000Z", &json!({"n": n}))
+                .unwrap();
+        }
+        state.journal_path(&id)
+    }
+
+    /// Every path and its bytes under the temp directory.
+    fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut entries = Vec::new();
+        snapshot_into(self.temp.path(), &mut entries);
+        entries.sort();
+        entries
+    }
+}
+
+fn snapshot_into(dir: &Path, entries: &mut Vec<(PathBuf, Vec<u8>)>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            entries.push((path.clone(), Vec::new()));
+            snapshot_into(&path, entries);
+        } else {
+            entries.push((path.clone(), fs::read(&path).unwrap()));
+        }
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| panic!("{err}: {}", stdout(output)))
+}
+
+fn assert_success(output: &Output) {
+    assert!(
+        output.status.success(),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// A user error: exit 2, one line on stderr, nothing on stdout.
+fn assert_one_line_error(output: &Output, code: i32, needle: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stderr: {}",
+        stderr(output)
+    );
+    let err = stderr(output);
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(needle), "{err:?} does not mention {needle:?}");
+    assert!(stdout(output).is_empty(), "{}", stdout(output));
+}
+
+#[test]
+fn init_creates_the_state_and_a_private_key_once() {
+    let env = Env::new();
+    let output = env.run(&["init", "--json"]);
+    assert_success(&output);
+    let report = json_of(&output);
+    assert_eq!(report["created"], true);
+    assert_eq!(report["key_created"], true);
+    assert!(env.project().join(".reprise/layout.json").is_file());
+    assert_eq!(
+        fs::metadata(env.key_path()).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let before = env.snapshot();
+    let again = env.run(&["init", "--json"]);
+    assert_success(&again);
+    assert_eq!(json_of(&again)["created"], false);
+    assert_eq!(env.snapshot(), before, "a second init writes nothing");
+    let audit = env.run(&["audit", "verify", "--json"]);
+    assert_success(&audit);
+    assert_eq!(json_of(&audit)["rows"], 1);
+}
+
+#[test]
+fn a_loose_key_stops_init_before_anything_is_written() {
+    let env = Env::new();
+    let key = env.key_path();
+    fs::create_dir_all(key.parent().unwrap()).unwrap();
+    fs::set_permissions(key.parent().unwrap(), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(&key, [7u8; 32]).unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+    let before = env.snapshot();
+    let output = env.run(&["init"]);
+    assert_one_line_error(&output, 2, "chmod 600");
+    assert_eq!(env.snapshot(), before);
+    assert!(!env.project().join(".reprise").exists());
+}
+
+#[test]
+fn unsafe_task_ids_are_refused_and_nothing_changes() {
+    let env = Env::new();
+    env.init();
+    env.journal("good", 2);
+    let before = env.snapshot();
+    let too_long = "a".repeat(65);
+    for bad in ["../x", "", too_long.as_str(), "a/b", ".hidden"] {
+        for command in [
+            &["journal", "verify"][..],
+            &["journal", "show"],
+            &["replay", "repair"],
+        ] {
+            let mut args = command.to_vec();
+            args.push(bad);
+            let output = env.run(&args);
+            assert_one_line_error(&output, 2, "task id");
+        }
+    }
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn a_missing_state_directory_is_one_line() {
+    let env = Env::new();
+    for args in [
+        &["journal", "verify", "t"][..],
+        &["audit", "verify"],
+        &["replay", "repair", "t"],
+    ] {
+        let output = env.run(args);
+        assert_one_line_error(&output, 2, "reprise init");
+    }
+    assert!(!env.project().join(".reprise").exists());
+}
+
+#[test]
+fn bad_flags_are_one_line_usage_errors() {
+    let env = Env::new();
+    let output = env.run(&["journal", "verify", "t", "--frobnicate"]);
+    assert_one_line_error(&output, 2, "--frobnicate");
+    let output = env.run(&["workspace", "hash", "--threads", "many"]);
+    assert_one_line_error(&output, 2, "many");
+}
+
+#[test]
+fn journal_verify_reports_ok_and_tampering() {
+    let env = Env::new();
+    env.init();
+    let path = env.journal("t1", 10);
+    let output = env.run(&["journal", "verify", "t1", "--json"]);
+    assert_success(&output);
+    let report = json_of(&output);
+    for key in [
+        "task_id",
+        "ok",
+        "rows",
+        "head",
+        "first_bad_row",
+        "reason",
+        "discarded_lines",
+        "coverage",
+        "identity",
+    ] {
+        assert!(report.get(key).is_some(), "missing {key} in {report}");
+    }
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["rows"], 10);
+    assert_eq!(report["head"]["seq"], 9);
+    assert_eq!(report["first_bad_row"], Value::Null);
+    assert_eq!(report["reason"], Value::Null);
+    assert_eq!(report["coverage"], "complete");
+    assert_eq!(report["identity"], "unverifiable");
+    let text = env.run(&["journal", "verify", "t1"]);
+    assert_success(&text);
+    assert!(
+        stdout(&text).starts_with("journal t1: ok\n"),
+        "{}",
+        stdout(&text)
+    );
+
+    let mut bytes = fs::read(&path).unwrap();
+    let lines: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i)
+        .collect();
+    // Flip a digit inside row 4's body.
+    let row4 = &bytes[lines[3] + 1..lines[4]];
+    let offset = lines[3] + 1 + row4.windows(5).position(|w| w == b"\"n\":4").unwrap() + 4;
+    bytes[offset] = b'5';
+    fs::write(&path, &bytes).unwrap();
+    let output = env.run(&["journal", "verify", "t1", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report = json_of(&output);
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["first_bad_row"], 4);
+    assert_eq!(report["reason"], "event_hash_mismatch");
+    let text = env.run(&["journal", "verify", "t1"]);
+    assert_eq!(text.status.code(), Some(1));
+    assert!(
+        stdout(&text).contains("broken at row 4 (event_hash_mismatch)"),
+        "{}",
+        stdout(&text)
+    );
+}
+
+#[test]
+fn journal_verify_of_a_missing_journal_is_bad_input() {
+    let env = Env::new();
+    env.init();
+    let output = env.run(&["journal", "verify", "nobody"]);
+    assert_one_line_error(&output, 2, "no journal for task nobody");
+}
+
+#[test]
+fn journal_show_lists_rows() {
+    let env = Env::new();
+    env.init();
+    env.journal("shown", 3);
+    let output = env.run(&["journal", "show", "shown", "--json"]);
+    assert_success(&output);
+    let report = json_of(&output);
+    assert_eq!(report["rows"].as_array().unwrap().len(), 3);
+    assert_eq!(report["rows"][2]["body"]["n"], 2);
+    let text = stdout(&env.run(&["journal", "show", "shown"]));
+    assert_eq!(text.lines().count(), 3);
+    assert!(text.lines().next().unwrap().contains("step"), "{text}");
+}
+
+#[test]
+fn audit_verify_finds_a_flipped_byte() {
+    let env = Env::new();
+    env.init();
+    let output = env.run(&["audit", "verify", "--json"]);
+    assert_success(&output);
+    assert_eq!(
+        json_of(&output),
+        json!({"ok": true, "rows": 1, "first_bad_row": null, "reason": null,
+        "head": json_of(&output)["head"].clone()})
+    );
+    let path = env.project().join(".reprise/audit/audit.jsonl");
+    let mut bytes = fs::read(&path).unwrap();
+    let position = bytes.windows(6).position(|w| w == b"layout").unwrap();
+    bytes[position] = b'L';
+    fs::write(&path, &bytes).unwrap();
+    let output = env.run(&["audit", "verify", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let report = json_of(&output);
+    assert_eq!(
+        (report["ok"].clone(), report["first_bad_row"].clone()),
+        (json!(false), json!(0))
+    );
+    assert_eq!(report["reason"], "mac_mismatch");
+}
+
+#[test]
+fn replay_repair_cuts_a_torn_tail_then_is_a_no_op() {
+    let env = Env::new();
+    env.init();
+    let path = env.journal("crashy", 4);
+    let clean = fs::read(&path).unwrap();
+    let verify_before = json_of(&env.run(&["journal", "verify", "crashy", "--json"]));
+    fs::write(&path, [&clean[..], b"{\"at\":\"2026-01-01T00:0"].concat()).unwrap();
+
+    let torn = env.run(&["journal", "verify", "crashy", "--json"]);
+    assert_eq!(torn.status.code(), Some(1));
+    let report = json_of(&torn);
+    assert_eq!(
+        (report["coverage"].clone(), report["reason"].clone()),
+        (json!("partial"), json!("torn_tail"))
+    );
+    assert_eq!(report["discarded_lines"], json!([4]));
+
+    let output = env.run(&["replay", "repair", "crashy", "--json"]);
+    assert_success(&output);
+    let repaired = json_of(&output);
+    assert_eq!(repaired["repaired"], true);
+    assert_eq!(repaired["removed_bytes"], 22);
+    assert_eq!(repaired["rows"], 4);
+    assert_eq!(repaired["head"], verify_before["head"]);
+    assert!(
+        repaired["backup"]
+            .as_str()
+            .unwrap()
+            .ends_with("journal.jsonl.broken")
+    );
+    assert_eq!(fs::read(&path).unwrap(), clean);
+
+    let again = env.run(&["replay", "repair", "crashy", "--json"]);
+    assert_success(&again);
+    assert_eq!(json_of(&again)["repaired"], false);
+    assert_success(&env.run(&["journal", "verify", "crashy"]));
+    // The repair itself is on the audit chain.
+    let audit = env.run(&["audit", "verify", "--json"]);
+    assert_eq!(json_of(&audit)["rows"], 2);
+}
+
+#[test]
+fn replay_repair_refuses_corruption() {
+    let env = Env::new();
+    env.init();
+    let path = env.journal("bad", 4);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[3] = b'!';
+    bytes.extend_from_slice(b"{\"torn");
+    fs::write(&path, &bytes).unwrap();
+    let before = env.snapshot();
+    let output = env.run(&["replay", "repair", "bad", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(json_of(&output)["refused"], "corruption");
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn workspace_hash_prints_hash_files_and_bytes() {
+    let env = Env::new();
+    let tree = env.project().join("tree");
+    fs::create_dir_all(tree.join("src")).unwrap();
+    fs::write(tree.join("src/main.rs"), "fn main() {}\n").unwrap();
+    fs::write(tree.join("README"), "hello\n").unwrap();
+    let output = env.run(&["workspace", "hash", "tree", "--json"]);
+    assert_success(&output);
+    let report = json_of(&output);
+    assert_eq!(report["files"], 2);
+    assert_eq!(report["bytes"], 19);
+    assert_eq!(report["hash"].as_str().unwrap().len(), 64);
+    let same = json_of(&env.run(&[
+        "workspace",
+        "hash",
+        tree.to_str().unwrap(),
+        "--json",
+        "--threads",
+        "1",
+    ]));
+    assert_eq!(same, report);
+    fs::write(tree.join("README"), "hello!\n").unwrap();
+    let changed = json_of(&env.run(&["workspace", "hash", "tree", "--json"]));
+    assert_ne!(changed["hash"], report["hash"]);
+    let missing = env.run(&["workspace", "hash", "nowhere"]);
+    assert_one_line_error(&missing, 2, "nowhere");
+}

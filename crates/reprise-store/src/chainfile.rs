@@ -1,0 +1,244 @@
+//! One appender and one reader for every chained file (journals, spines, the
+//! audit chain).
+//!
+//! An append takes an exclusive `flock`, writes the whole line with one
+//! `write` on an `O_APPEND` descriptor and `fdatasync`s before it returns, so
+//! a crash can tear at most the final line. The head `(seq, digest)` is cached
+//! with the file length it was read at: an append costs O(1) in the length of
+//! the chain, and a change of length (another writer) makes it re-read only the
+//! last line. A failed write is undone by truncating back; a failed sync
+//! poisons the handle, because whether the row reached the disk is unknown.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use reprise_core::chain::{ChainFormat, CheckedRow, LineCheck, check_line};
+use reprise_core::digest::AuditKey;
+use reprise_core::record::{EncodedRow, Head};
+use reprise_core::verify::{ChainReport, ChainVerifier};
+use rustix::fs::{FlockOperation, flock};
+
+use crate::error::{IoContext, Result, StoreError};
+use crate::fsutil::{create_dir_all_durable, sync_dir};
+use crate::io::{IoSeam, RealIo};
+
+/// Bytes read per chunk when verifying.
+const READ_CHUNK: usize = 8 << 20;
+/// Bytes read per step when looking backwards for the last line.
+const TAIL_STEP: u64 = 64 << 10;
+
+/// An open chained file that rows can be appended to.
+#[derive(Debug)]
+pub struct ChainFile {
+    path: PathBuf,
+    format: ChainFormat,
+    /// The task every journal row must name (for the torn-tail message too).
+    task: Option<String>,
+    key: Option<AuditKey>,
+    file: File,
+    io: Arc<dyn IoSeam>,
+    /// The head and the file length it was read at.
+    cached: Option<(u64, Option<Head>)>,
+    poisoned: bool,
+}
+
+/// Holds the exclusive lock on a chained file until dropped.
+pub(crate) struct LockGuard<'a>(&'a File);
+
+impl<'a> LockGuard<'a> {
+    pub(crate) fn take(file: &'a File, path: &Path) -> Result<Self> {
+        flock(file, FlockOperation::LockExclusive)
+            .map_err(std::io::Error::from)
+            .at(path)?;
+        Ok(Self(file))
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        // Closing the descriptor would release it too; unlocking now lets
+        // other writers in as soon as the append is durable.
+        let _ = flock(self.0, FlockOperation::Unlock);
+    }
+}
+
+impl ChainFile {
+    /// Opens (creating if needed) the chained file at `path`.
+    pub fn open(
+        path: &Path,
+        format: ChainFormat,
+        task: Option<&str>,
+        key: Option<AuditKey>,
+        io: Arc<dyn IoSeam>,
+    ) -> Result<Self> {
+        let dir = path.parent().expect("chained files live in a directory");
+        create_dir_all_durable(dir, 0o755)?;
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+            .open(path)
+            .at(path)?;
+        if !existed {
+            sync_dir(dir)?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            format,
+            task: task.map(str::to_owned),
+            key,
+            file,
+            io,
+            cached: None,
+            poisoned: false,
+        })
+    }
+
+    /// Opens with the real operating system behind it.
+    pub fn open_real(
+        path: &Path,
+        format: ChainFormat,
+        task: Option<&str>,
+        key: Option<AuditKey>,
+    ) -> Result<Self> {
+        Self::open(path, format, task, key, Arc::new(RealIo))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends the row `encode` builds on top of the current head, durably.
+    /// Returns the new head once the row is on disk.
+    pub fn append(
+        &mut self,
+        encode: impl FnOnce(Option<Head>) -> Result<EncodedRow>,
+    ) -> Result<Head> {
+        if self.poisoned {
+            return Err(StoreError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let _lock = LockGuard::take(&self.file, &self.path)?;
+        let len = self.file.metadata().at(&self.path)?.len();
+        let head = match self.cached {
+            Some((cached_len, head)) if cached_len == len => head,
+            _ => self.read_head(len)?,
+        };
+        let row = encode(head)?;
+        let written = match self.io.write(&self.file, &row.line) {
+            Ok(written) if written == row.line.len() => written,
+            outcome => {
+                // Nothing was acknowledged: take the partial line back out so
+                // the next append does not build on a torn tail. If even that
+                // fails, the tail stays torn and `replay repair` removes it.
+                self.cached = None;
+                if self.io.set_len(&self.file, len).is_err() {
+                    self.poisoned = true;
+                }
+                let source = match outcome {
+                    Err(err) => err,
+                    Ok(_) => std::io::Error::new(std::io::ErrorKind::WriteZero, "short write"),
+                };
+                return Err(source).at(&self.path);
+            }
+        };
+        if let Err(err) = self.io.sync_data(&self.file) {
+            // After a failed fsync the kernel may have dropped the dirty pages
+            // and cleared the error: never retry and acknowledge.
+            self.poisoned = true;
+            self.cached = None;
+            return Err(err).at(&self.path);
+        }
+        self.cached = Some((len + written as u64, Some(row.head)));
+        Ok(row.head)
+    }
+
+    /// Reads the last line to find the head; refuses a torn or damaged end.
+    fn read_head(&self, len: u64) -> Result<Option<Head>> {
+        if len == 0 {
+            return Ok(None);
+        }
+        let torn = || StoreError::TornTail {
+            path: self.path.clone(),
+            task: self.task.clone().unwrap_or_default(),
+        };
+        let mut last_byte = [0u8; 1];
+        self.file
+            .read_exact_at(&mut last_byte, len - 1)
+            .at(&self.path)?;
+        if last_byte[0] != b'\n' {
+            return Err(torn());
+        }
+        // Walk back from the final newline to the one before it.
+        let mut start = len - 1;
+        let mut line: Vec<u8> = Vec::new();
+        while start > 0 {
+            let step = TAIL_STEP.min(start);
+            let mut chunk = vec![0u8; step as usize];
+            self.file
+                .read_exact_at(&mut chunk, start - step)
+                .at(&self.path)?;
+            start -= step;
+            let found = memchr::memrchr(b'\n', &chunk);
+            if let Some(newline) = found {
+                chunk.drain(..=newline);
+            }
+            chunk.extend_from_slice(&line);
+            line = chunk;
+            if found.is_some() {
+                break;
+            }
+        }
+        let line = line.as_slice();
+        match check_line(self.format, self.key.as_ref(), line) {
+            LineCheck::Row(row) if row.digest_ok && row.decision_ok => Ok(Some(Head {
+                seq: row.seq,
+                digest: row.digest,
+            })),
+            LineCheck::NotObject if line.last() == Some(&0) => Err(torn()),
+            _ => Err(StoreError::DamagedTail {
+                path: self.path.clone(),
+            }),
+        }
+    }
+}
+
+/// Reads the chained file at `path` through the verifier, in chunks, calling
+/// `observe` on each row of the verified prefix.
+pub fn read_chain(
+    path: &Path,
+    format: ChainFormat,
+    key: Option<&AuditKey>,
+    task: Option<&str>,
+    watch: &[u64],
+    mut observe: impl FnMut(&CheckedRow<'_>, &[u8]),
+) -> Result<ChainReport> {
+    let mut file = File::open(path).at(path)?;
+    let mut verifier = ChainVerifier::new(format, key, task);
+    for &seq in watch {
+        verifier.watch(seq);
+    }
+    let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK * 2);
+    loop {
+        // `read_to_end` fills spare capacity without zeroing it first.
+        let read = (&mut file)
+            .take(READ_CHUNK as u64)
+            .read_to_end(&mut buffer)
+            .at(path)?;
+        if read == 0 {
+            break;
+        }
+        if let Some(last) = memchr::memrchr(b'\n', &buffer) {
+            verifier.feed_observed(&buffer[..=last], &mut observe);
+            buffer.drain(..=last);
+        }
+    }
+    Ok(verifier.finish(&buffer))
+}

@@ -1,0 +1,93 @@
+//! The store's one error type. Integrity failures are their own variants so
+//! callers can tell a damaged file from a missing one without parsing text.
+
+use std::io;
+use std::path::PathBuf;
+
+use reprise_core::canonical::EncodeError;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What went wrong in the state directory. Messages are one lowercase line
+/// that names the path and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "no reprise state directory found from {start}; run `reprise init` or pass --state-dir"
+    )]
+    NoStateDir { start: PathBuf },
+    #[error(
+        "{path} is not a reprise state directory (no layout.json); run `reprise init` there or pass another --state-dir"
+    )]
+    NotAStateDir { path: PathBuf },
+    #[error(
+        "{path} has layout version {found}; this reprise reads version {supported}: upgrade reprise"
+    )]
+    UnsupportedLayout {
+        path: PathBuf,
+        found: u64,
+        supported: u64,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "audit key {path} is readable or writable by others (mode {mode:o}); run `chmod 600 {path}`"
+    )]
+    KeyPermissions { path: PathBuf, mode: u32 },
+    #[error(
+        "directory {path} of the audit key is writable by others (mode {mode:o}); run `chmod 700 {path}`"
+    )]
+    KeyDirPermissions { path: PathBuf, mode: u32 },
+    #[error(
+        "audit key {path} holds {len} bytes, not 32; restore the key file or move it aside and run `reprise init`"
+    )]
+    KeyLength { path: PathBuf, len: u64 },
+    #[error(
+        "audit key {path} does not exist; restore it, or run `reprise init` to create a new one"
+    )]
+    KeyMissing { path: PathBuf },
+    #[error(
+        "no home directory to keep the audit key in; set REPRISE_AUDIT_KEY_FILE or XDG_STATE_HOME"
+    )]
+    NoKeyHome,
+    #[error("cannot draw random bytes for the audit key: {0}")]
+    Random(String),
+    #[error("{path} ends in a torn line; run `reprise replay repair {task}`")]
+    TornTail { path: PathBuf, task: String },
+    #[error(
+        "the last row of {path} does not verify; nothing was appended: inspect it with `reprise journal verify` or `reprise audit verify`"
+    )]
+    DamagedTail { path: PathBuf },
+    #[error(
+        "cannot seal {path}: {reason} at row {row}; run `reprise journal verify` to inspect it"
+    )]
+    Unsealable {
+        path: PathBuf,
+        row: u64,
+        reason: &'static str,
+    },
+    #[error("{path} has an earlier failed write; reopen it to continue")]
+    Poisoned { path: PathBuf },
+    #[error("no journal for task {task} at {path}")]
+    NoJournal { task: String, path: PathBuf },
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// Attaches the path to an I/O error.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn at(self, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|source| StoreError::Io {
+            path: path.into(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,62 @@
+//! File-system helpers with the fsync discipline: a created file or renamed
+//! file is durable only once its directory is synced too.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use crate::error::{IoContext, Result};
+
+/// Syncs a directory so entries created or renamed in it survive a crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|handle| handle.sync_all()).at(dir)
+}
+
+/// Creates `dir` and any missing parents, syncing each parent that gained an
+/// entry. `mode` applies to the directories created.
+pub(crate) fn create_dir_all_durable(dir: &Path, mode: u32) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        create_dir_all_durable(parent, mode)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(err) => return Err(err).at(dir),
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode)).at(dir)?;
+    if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Publishes `bytes` at `path`: temp file, fsync, rename, directory fsync.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = path
+        .parent()
+        .expect("an atomic write targets a file in a directory");
+    let name = path
+        .file_name()
+        .expect("an atomic write targets a named file");
+    let temp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&temp)
+        .at(&temp)?;
+    file.write_all(bytes).at(&temp)?;
+    file.sync_all().at(&temp)?;
+    drop(file);
+    fs::rename(&temp, path).at(path)?;
+    sync_dir(dir)
+}

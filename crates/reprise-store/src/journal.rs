@@ -1,0 +1,178 @@
+//! Task journals and spines: appending rows, and verifying a journal against
+//! the seals the audit chain holds for it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use reprise_core::TaskId;
+use reprise_core::chain::ChainFormat;
+use reprise_core::digest::AuditKey;
+use reprise_core::record::{Head, encode_journal_row, encode_spine_row};
+use reprise_core::verify::{ChainReport, Identity, identity};
+use serde_json::Value;
+
+use crate::audit::{AuditSummary, read_audit};
+use crate::chainfile::{ChainFile, read_chain};
+use crate::error::{Result, StoreError};
+use crate::io::{IoSeam, RealIo};
+use crate::state::StateDir;
+
+/// A task's journal, open for appending.
+#[derive(Debug)]
+pub struct Journal {
+    task: TaskId,
+    file: ChainFile,
+}
+
+impl Journal {
+    pub fn open(state: &StateDir, task: &TaskId) -> Result<Self> {
+        Self::open_with(state, task, Arc::new(RealIo))
+    }
+
+    /// Opens through a given I/O seam (tests inject faults here).
+    pub fn open_with(state: &StateDir, task: &TaskId, io: Arc<dyn IoSeam>) -> Result<Self> {
+        let file = ChainFile::open(
+            &state.journal_path(task),
+            ChainFormat::Journal,
+            Some(task.as_str()),
+            None,
+            io,
+        )?;
+        Ok(Self {
+            task: task.clone(),
+            file,
+        })
+    }
+
+    /// Appends one row durably and returns the new head.
+    pub fn append(&mut self, kind: &str, at: &str, body: &Value) -> Result<Head> {
+        let task = &self.task;
+        self.file
+            .append(|previous| Ok(encode_journal_row(previous, task, kind, at, body)?))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+}
+
+/// A task's spine of sealed decisions, open for appending.
+#[derive(Debug)]
+pub struct Spine {
+    file: ChainFile,
+}
+
+impl Spine {
+    pub fn open(state: &StateDir, task: &TaskId) -> Result<Self> {
+        let file = ChainFile::open(
+            &state.spine_path(task),
+            ChainFormat::Spine,
+            Some(task.as_str()),
+            None,
+            Arc::new(RealIo),
+        )?;
+        Ok(Self { file })
+    }
+
+    /// Seals `decision`, recorded by journal row `sealed_at`.
+    pub fn append(&mut self, kind: &str, decision: &Value, sealed_at: u64) -> Result<Head> {
+        self.file
+            .append(|previous| Ok(encode_spine_row(previous, kind, decision, sealed_at)?))
+    }
+}
+
+/// Everything `journal verify` reports about one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalVerification {
+    pub task: TaskId,
+    pub chain: ChainReport,
+    pub identity: Identity,
+    /// The highest sealed row, if any seal exists.
+    pub sealed_through: Option<u64>,
+    /// Rows after the last seal.
+    pub unsealed_rows: u64,
+    /// The spine's own chain, when the task has one.
+    pub spine: Option<ChainReport>,
+    /// The audit chain that supplied the seals.
+    pub audit: Option<AuditSummary>,
+}
+
+impl JournalVerification {
+    /// Chain verifies, coverage complete, identity not mismatched, and the
+    /// spine and audit chain (where present) verify too.
+    pub fn ok(&self) -> bool {
+        self.chain.first_problem().is_none()
+            && self.identity != Identity::Mismatched
+            && self
+                .spine
+                .as_ref()
+                .is_none_or(|spine| spine.first_problem().is_none())
+            && self
+                .audit
+                .as_ref()
+                .is_none_or(|audit| audit.report.first_problem().is_none())
+    }
+}
+
+/// Verifies a task's journal, its spine, and its seals. `key` is needed only
+/// when the state directory has an audit chain; it is loaded lazily.
+pub fn verify_journal(
+    state: &StateDir,
+    task: &TaskId,
+    key: impl FnOnce() -> Result<AuditKey>,
+) -> Result<JournalVerification> {
+    let path = state.journal_path(task);
+    if !path.is_file() {
+        return Err(StoreError::NoJournal {
+            task: task.to_string(),
+            path,
+        });
+    }
+    let audit = if state.audit_path().is_file() {
+        Some(read_audit(state, &key()?)?)
+    } else {
+        None
+    };
+    let seals: Vec<Head> = audit
+        .as_ref()
+        .map(|audit| audit.seals_of(task))
+        .unwrap_or_default();
+    let watch: Vec<u64> = seals.iter().map(|seal| seal.seq).collect();
+    let chain = read_chain(
+        &path,
+        ChainFormat::Journal,
+        None,
+        Some(task.as_str()),
+        &watch,
+        |_, _| {},
+    )?;
+    let spine_path = state.spine_path(task);
+    let spine = if spine_path.is_file() {
+        Some(read_chain(
+            &spine_path,
+            ChainFormat::Spine,
+            None,
+            None,
+            &[],
+            |_, _| {},
+        )?)
+    } else {
+        None
+    };
+    let sealed_through = seals.iter().map(|seal| seal.seq).max();
+    let last_seq = chain.head.map(|head| head.seq);
+    let unsealed_rows = match (last_seq, sealed_through) {
+        (Some(last), Some(sealed)) => last.saturating_sub(sealed),
+        (Some(last), None) => last + 1,
+        (None, _) => 0,
+    };
+    Ok(JournalVerification {
+        task: task.clone(),
+        identity: identity(&seals, &chain.watched),
+        chain,
+        sealed_through,
+        unsealed_rows,
+        spine,
+        audit,
+    })
+}

@@ -1,0 +1,529 @@
+//! The store through its files: appends under injected faults, torn tails
+//! and their repair, seals and identity, the audit key's permissions.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use reprise_core::TaskId;
+use reprise_core::chain::{ChainFormat, Reason};
+use reprise_core::digest::AuditKey;
+use reprise_core::record::Head;
+use reprise_core::verify::{Fault as ChainFault, Identity, verify_bytes};
+use reprise_store::StoreError;
+use reprise_store::audit::{AuditLog, read_audit, seal_journal};
+use reprise_store::io::{Fault, FaultyIo, Operation};
+use reprise_store::journal::{Journal, Spine, verify_journal};
+use reprise_store::key::{check_key, key_path, load_key, load_or_create_key};
+use reprise_store::repair::{Refusal, RepairOutcome, repair_journal};
+use reprise_store::state::StateDir;
+use serde_json::json;
+
+const AT: &str = "2026-01-01T00:00:00.000Z";
+const ENOSPC: i32 = 28;
+const EIO: i32 = 5;
+
+struct Setup {
+    _temp: tempfile::TempDir,
+    state: StateDir,
+    key: AuditKey,
+}
+
+fn setup() -> Setup {
+    let temp = tempfile::tempdir().unwrap();
+    let key_dir = temp.path().join("keys");
+    fs::create_dir(&key_dir).unwrap();
+    fs::set_permissions(&key_dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let key = load_or_create_key(&key_dir.join("audit.key")).unwrap();
+    let (state, created) = StateDir::create(&temp.path().join(".reprise")).unwrap();
+    assert!(created);
+    AuditLog::open(&state, key.clone())
+        .unwrap()
+        .append("state.init", AT, &json!({}))
+        .unwrap();
+    Setup {
+        _temp: temp,
+        state,
+        key,
+    }
+}
+
+fn task(name: &str) -> TaskId {
+    TaskId::parse(name).unwrap()
+}
+
+fn append_rows(journal: &mut Journal, range: std::ops::Range<u64>) -> Vec<Head> {
+    range
+        .map(|n| journal.append("step", AT, &json!({"n": n})).unwrap())
+        .collect()
+}
+
+fn journal_report(setup: &Setup, name: &str) -> reprise_core::verify::ChainReport {
+    let bytes = fs::read(setup.state.journal_path(&task(name))).unwrap();
+    verify_bytes(ChainFormat::Journal, None, Some(name), &bytes)
+}
+
+// ---- fault injection -----------------------------------------------------
+
+fn fault_cases(line_len: usize) -> Vec<(Operation, Fault)> {
+    let mut cases = vec![
+        (Operation::Write, Fault::Errno(ENOSPC)),
+        (Operation::Write, Fault::Errno(EIO)),
+        (Operation::SyncData, Fault::Errno(EIO)),
+        (Operation::SyncData, Fault::Errno(ENOSPC)),
+    ];
+    for short in [0, 1, line_len / 2, line_len - 1] {
+        cases.push((Operation::Write, Fault::Short(short)));
+        cases.push((Operation::Write, Fault::ShortThenErrno(short, ENOSPC)));
+    }
+    cases
+}
+
+#[test]
+fn no_acknowledged_row_is_lost_under_any_single_fault() {
+    let line_len = 200; // about the length of the rows below
+    for (operation, fault) in fault_cases(line_len) {
+        for at in 0..4u64 {
+            for truncate_fails in [false, true] {
+                let setup = setup();
+                let id = task("faulty");
+                let mut plan = vec![(operation, at, fault)];
+                if truncate_fails {
+                    plan.push((Operation::SetLen, 0, Fault::Errno(EIO)));
+                }
+                let mut journal =
+                    Journal::open_with(&setup.state, &id, Arc::new(FaultyIo::new(plan))).unwrap();
+                let mut acked = Vec::new();
+                let mut failed = false;
+                for n in 0..6u64 {
+                    match journal.append("step", AT, &json!({"n": n, "pad": "x".repeat(60)})) {
+                        Ok(head) => acked.push(head),
+                        Err(_) => {
+                            failed = true;
+                            // Reopen, as a caller must after a failure, and go on.
+                            journal = Journal::open(&setup.state, &id).unwrap();
+                        }
+                    }
+                }
+                let case = format!(
+                    "{operation:?} {fault:?} at call {at}, truncate fails: {truncate_fails}"
+                );
+                assert!(failed, "{case}: the fault never fired");
+                let mut report = journal_report(&setup, "faulty");
+                if report.torn_tail.is_some() {
+                    // Only a failed clean-up may leave a torn tail, and
+                    // repair then removes exactly that.
+                    assert!(
+                        truncate_fails,
+                        "{case}: torn tail without a failed truncate"
+                    );
+                    let outcome =
+                        repair_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+                    assert!(
+                        matches!(outcome, RepairOutcome::Repaired { .. }),
+                        "{case}: {outcome:?}"
+                    );
+                    report = journal_report(&setup, "faulty");
+                }
+                assert_eq!(report.first_problem(), None, "{case}");
+                let bytes = fs::read(setup.state.journal_path(&id)).unwrap();
+                for head in &acked {
+                    let report = verify_bytes(ChainFormat::Journal, None, Some("faulty"), &bytes);
+                    assert!(report.rows > head.seq, "{case}: seq {} lost", head.seq);
+                }
+                // Every acknowledged head is in the file with its hash.
+                let mut verifier =
+                    reprise_core::verify::ChainVerifier::new(ChainFormat::Journal, None, None);
+                for head in &acked {
+                    verifier.watch(head.seq);
+                }
+                let (lines, tail) = reprise_core::verify::split_tail(&bytes);
+                verifier.feed(lines);
+                let watched = verifier.finish(tail).watched;
+                for head in &acked {
+                    assert_eq!(
+                        watched[&head.seq],
+                        Some(head.digest),
+                        "{case}: seq {} changed",
+                        head.seq
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failed_sync_poisons_the_handle() {
+    let setup = setup();
+    let id = task("poisoned");
+    let io = Arc::new(FaultyIo::new(vec![(
+        Operation::SyncData,
+        1,
+        Fault::Errno(EIO),
+    )]));
+    let mut journal = Journal::open_with(&setup.state, &id, io).unwrap();
+    journal.append("step", AT, &json!({})).unwrap();
+    assert!(journal.append("step", AT, &json!({})).is_err());
+    let err = journal.append("step", AT, &json!({})).unwrap_err();
+    assert!(matches!(err, StoreError::Poisoned { .. }), "{err}");
+    // A fresh handle re-reads the head and carries on from what is on disk.
+    let mut reopened = Journal::open(&setup.state, &id).unwrap();
+    let head = reopened.append("step", AT, &json!({})).unwrap();
+    assert_eq!(head.seq, 2);
+    assert_eq!(journal_report(&setup, "poisoned").first_problem(), None);
+}
+
+#[test]
+fn two_handles_share_one_chain() {
+    let setup = setup();
+    let id = task("shared");
+    let mut first = Journal::open(&setup.state, &id).unwrap();
+    let mut second = Journal::open(&setup.state, &id).unwrap();
+    first.append("a", AT, &json!({})).unwrap();
+    second.append("b", AT, &json!({})).unwrap();
+    // `first` cached its head at the old length: it must notice and re-read.
+    let head = first.append("c", AT, &json!({})).unwrap();
+    assert_eq!(head.seq, 2);
+    let report = journal_report(&setup, "shared");
+    assert_eq!((report.rows, report.first_problem()), (3, None));
+}
+
+// ---- torn tails and repair -----------------------------------------------
+
+fn write_journal(setup: &Setup, name: &str, rows: u64) -> Vec<Head> {
+    let mut journal = Journal::open(&setup.state, &task(name)).unwrap();
+    append_rows(&mut journal, 0..rows)
+}
+
+#[test]
+fn repair_cuts_exactly_the_torn_tail_and_is_idempotent() {
+    let setup = setup();
+    let id = task("torn");
+    let heads = write_journal(&setup, "torn", 5);
+    let path = setup.state.journal_path(&id);
+    let clean = fs::read(&path).unwrap();
+    // The line the crashed append was writing.
+    let mut spare = Journal::open(&setup.state, &task("spare")).unwrap();
+    append_rows(&mut spare, 0..6);
+    let spare_bytes = fs::read(setup.state.journal_path(&task("spare"))).unwrap();
+    let last_line = spare_bytes
+        .split_inclusive(|&b| b == b'\n')
+        .next_back()
+        .unwrap()
+        .to_vec();
+
+    let mut torn_images: Vec<Vec<u8>> = (1..last_line.len())
+        .map(|cut| last_line[..cut].to_vec())
+        .collect();
+    torn_images.push(vec![0; 4096]);
+    torn_images.push([&last_line[..40], &[0u8; 100][..]].concat());
+    torn_images.push([&[0u8; 64][..], b"\n"].concat());
+    for torn in torn_images {
+        fs::write(&path, [&clean[..], &torn[..]].concat()).unwrap();
+        // An append onto a torn tail is refused.
+        let err = Journal::open(&setup.state, &id)
+            .unwrap()
+            .append("step", AT, &json!({}))
+            .unwrap_err();
+        assert!(matches!(err, StoreError::TornTail { .. }), "{err}");
+        let outcome = repair_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+        let RepairOutcome::Repaired {
+            removed_bytes,
+            rows,
+            head,
+            backup,
+        } = outcome
+        else {
+            panic!("not repaired: {outcome:?}");
+        };
+        assert_eq!(removed_bytes, torn.len() as u64);
+        assert_eq!((rows, head), (5, Some(heads[4])));
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            clean,
+            "the head before the torn append is restored byte for byte"
+        );
+        assert_eq!(
+            fs::read(&backup).unwrap(),
+            torn,
+            "the removed bytes are kept"
+        );
+        fs::remove_file(&backup).unwrap();
+        // Twice is a no-op.
+        let again = repair_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+        assert_eq!(
+            again,
+            RepairOutcome::NoOp {
+                rows: 5,
+                head: Some(heads[4])
+            }
+        );
+    }
+    // The repaired journal takes appends again.
+    let head = Journal::open(&setup.state, &id)
+        .unwrap()
+        .append("step", AT, &json!({}))
+        .unwrap();
+    assert_eq!(head.seq, 5);
+}
+
+#[test]
+fn repair_refuses_damage_before_the_end_and_leaves_the_file_alone() {
+    let setup = setup();
+    let id = task("corrupt");
+    write_journal(&setup, "corrupt", 6);
+    let path = setup.state.journal_path(&id);
+    let mut bytes = fs::read(&path).unwrap();
+    let second_line = bytes.iter().position(|&b| b == b'\n').unwrap() + 10;
+    bytes[second_line] = b'#';
+    bytes.extend_from_slice(b"{\"torn");
+    fs::write(&path, &bytes).unwrap();
+    let outcome = repair_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+    assert!(
+        matches!(
+            outcome,
+            RepairOutcome::Refused {
+                refusal: Refusal::Corruption { row: 1, .. },
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), bytes);
+    assert!(!path.with_extension("jsonl.broken").exists());
+}
+
+#[test]
+fn repair_refuses_a_cut_that_breaks_a_seal() {
+    let setup = setup();
+    let id = task("sealed");
+    write_journal(&setup, "sealed", 4);
+    seal_journal(
+        &setup.state,
+        &mut AuditLog::open(&setup.state, setup.key.clone()).unwrap(),
+        &id,
+        AT,
+    )
+    .unwrap();
+    let path = setup.state.journal_path(&id);
+    let bytes = fs::read(&path).unwrap();
+    // Tear the sealed last row itself: cutting it would lose a sealed row.
+    let torn = &bytes[..bytes.len() - 20];
+    fs::write(&path, torn).unwrap();
+    let outcome = repair_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+    assert!(
+        matches!(
+            outcome,
+            RepairOutcome::Refused {
+                refusal: Refusal::SealMismatch,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), torn);
+}
+
+// ---- seals, identity, spine ------------------------------------------------
+
+#[test]
+fn seals_make_identity_verified_and_a_cut_tail_mismatched() {
+    let setup = setup();
+    let id = task("identity");
+    write_journal(&setup, "identity", 5);
+    let key = || Ok(setup.key.clone());
+    let live = verify_journal(&setup.state, &id, key).unwrap();
+    assert_eq!((live.identity, live.ok()), (Identity::Unverifiable, true));
+
+    let mut audit = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    let seal = seal_journal(&setup.state, &mut audit, &id, AT).unwrap();
+    assert_eq!(seal.seq, 4);
+    let sealed = verify_journal(&setup.state, &id, key).unwrap();
+    assert_eq!(
+        (sealed.identity, sealed.sealed_through, sealed.ok()),
+        (Identity::Verified, Some(4), true)
+    );
+
+    // A later run continues the journal: the sealed prefix still verifies.
+    let mut journal = Journal::open(&setup.state, &id).unwrap();
+    append_rows(&mut journal, 5..8);
+    let continued = verify_journal(&setup.state, &id, key).unwrap();
+    assert_eq!(
+        (continued.identity, continued.unsealed_rows, continued.ok()),
+        (Identity::Verified, 3, true)
+    );
+
+    // Cutting rows off the end, sealed row included, is caught by the seal.
+    let path = setup.state.journal_path(&id);
+    let bytes = fs::read(&path).unwrap();
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+    fs::write(&path, lines[..4].concat()).unwrap();
+    let cut = verify_journal(&setup.state, &id, key).unwrap();
+    assert_eq!(
+        cut.chain.first_problem(),
+        None,
+        "the chain alone cannot see a cut tail"
+    );
+    assert_eq!((cut.identity, cut.ok()), (Identity::Mismatched, false));
+}
+
+#[test]
+fn a_broken_audit_chain_fails_journal_verification() {
+    let setup = setup();
+    let id = task("audited");
+    write_journal(&setup, "audited", 3);
+    let mut audit = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    seal_journal(&setup.state, &mut audit, &id, AT).unwrap();
+    let audit_path = setup.state.audit_path();
+    let mut bytes = fs::read(&audit_path).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 1;
+    fs::write(&audit_path, &bytes).unwrap();
+    let verification = verify_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+    assert!(!verification.ok());
+    let summary = read_audit(&setup.state, &setup.key).unwrap();
+    assert_eq!(summary.report.first_problem().map(|f| f.row), Some(1));
+}
+
+#[test]
+fn sealing_refuses_a_broken_journal() {
+    let setup = setup();
+    let id = task("broken");
+    write_journal(&setup, "broken", 3);
+    let path = setup.state.journal_path(&id);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[5] ^= 1;
+    fs::write(&path, &bytes).unwrap();
+    let mut audit = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    let err = seal_journal(&setup.state, &mut audit, &id, AT).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Unsealable { row: 0, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn spine_rows_chain_and_verify() {
+    let setup = setup();
+    let id = task("spined");
+    write_journal(&setup, "spined", 2);
+    let mut spine = Spine::open(&setup.state, &id).unwrap();
+    let decision = json!({"task_id": "spined", "mode": "warm"});
+    spine.append("retry.decision", &decision, 1).unwrap();
+    spine.append("retry.decision", &decision, 1).unwrap();
+    let verification = verify_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+    let spine_report = verification.spine.unwrap();
+    assert_eq!((spine_report.rows, spine_report.first_problem()), (2, None));
+    let path = setup.state.spine_path(&id);
+    let mut bytes = fs::read(&path).unwrap();
+    let position = bytes.windows(4).position(|w| w == b"warm").unwrap();
+    bytes[position] = b'W';
+    fs::write(&path, &bytes).unwrap();
+    let verification = verify_journal(&setup.state, &id, || Ok(setup.key.clone())).unwrap();
+    assert!(
+        !verification.ok(),
+        "a broken spine fails the task's verification"
+    );
+    assert_eq!(verification.chain.first_problem(), None);
+    assert_eq!(
+        verification.spine.unwrap().first_problem(),
+        Some(ChainFault {
+            row: 0,
+            reason: Reason::DigestMismatch
+        })
+    );
+}
+
+// ---- the audit key -------------------------------------------------------
+
+fn mode_of(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_new_key_is_private_and_loose_keys_are_refused() {
+    let temp = tempfile::tempdir().unwrap();
+    let path = temp.path().join("state/reprise/audit.key");
+    let key = load_or_create_key(&path).unwrap();
+    assert_eq!(mode_of(&path), 0o600);
+    assert_eq!(mode_of(path.parent().unwrap()), 0o700);
+    assert_eq!(load_key(&path).unwrap(), key);
+
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let err = load_key(&path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::KeyPermissions { mode: 0o644, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("chmod 600"), "{err}");
+    assert!(
+        load_or_create_key(&path).is_err(),
+        "a loose key is never replaced silently"
+    );
+
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(path.parent().unwrap(), fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(matches!(
+        check_key(&path),
+        Err(StoreError::KeyDirPermissions { .. })
+    ));
+    fs::set_permissions(path.parent().unwrap(), fs::Permissions::from_mode(0o700)).unwrap();
+
+    fs::write(&path, b"short").unwrap();
+    assert!(matches!(
+        load_key(&path),
+        Err(StoreError::KeyLength { len: 5, .. })
+    ));
+    fs::remove_file(&path).unwrap();
+    assert!(matches!(
+        load_key(&path),
+        Err(StoreError::KeyMissing { .. })
+    ));
+}
+
+#[test]
+fn the_key_lives_outside_the_state_directory() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    assert_eq!(
+        key_path(env(&[("REPRISE_AUDIT_KEY_FILE", "/k/key"), ("HOME", "/h")])).unwrap(),
+        Path::new("/k/key")
+    );
+    assert_eq!(
+        key_path(env(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")])).unwrap(),
+        Path::new("/x/reprise/audit.key")
+    );
+    assert_eq!(
+        key_path(env(&[("HOME", "/h")])).unwrap(),
+        Path::new("/h/.local/state/reprise/audit.key")
+    );
+    assert!(matches!(key_path(env(&[])), Err(StoreError::NoKeyHome)));
+}
+
+#[test]
+fn state_directories_are_found_upwards_and_versions_checked() {
+    let setup = setup();
+    let project = setup.state.root().parent().unwrap();
+    let nested = project.join("a/b");
+    fs::create_dir_all(&nested).unwrap();
+    assert_eq!(StateDir::discover(&nested).unwrap(), setup.state);
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        StateDir::discover(elsewhere.path()),
+        Err(StoreError::NoStateDir { .. })
+    ));
+    fs::write(setup.state.root().join("layout.json"), br#"{"v":2}"#).unwrap();
+    let err = StateDir::open(setup.state.root()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnsupportedLayout { found: 2, .. }),
+        "{err}"
+    );
+}

@@ -1,0 +1,74 @@
+//! Builds fixtures and runs the raw reference loops for the benchmark script.
+//!
+//! Usage:
+//!   reprise-fixture journal STATE_DIR TASK ROWS   a journal of ROWS rows, written
+//!                                                 in bulk (no per-row fsync)
+//!   reprise-fixture append STATE_DIR TASK N       N durable appends through reprise
+//!   reprise-fixture raw-append FILE N             N times write(2) + fdatasync(2) of
+//!                                                 a line of the same length
+//! The two append modes print the elapsed microseconds per append.
+
+#![forbid(unsafe_code)]
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use reprise_core::TaskId;
+use reprise_core::record::encode_journal_row;
+use reprise_store::journal::Journal;
+use reprise_store::state::StateDir;
+use reprise_testkit::{FIXED_AT, sample_body};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut stdout = std::io::stdout().lock();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["journal", state_dir, task, rows] => {
+            let state = StateDir::open(state_dir.as_ref())?;
+            let task = TaskId::parse(task)?;
+            reprise_testkit::write_journal_bulk(&state.journal_path(&task), &task, rows.parse()?)?;
+        }
+        ["append", state_dir, task, count] => {
+            let state = StateDir::open(state_dir.as_ref())?;
+            let task = TaskId::parse(task)?;
+            let count: u64 = count.parse()?;
+            let mut journal = Journal::open(&state, &task)?;
+            let start = Instant::now();
+            for seq in 0..count {
+                journal.append("task.checkpoint", FIXED_AT, &sample_body(seq))?;
+            }
+            writeln!(
+                stdout,
+                "{:.1}",
+                start.elapsed().as_secs_f64() * 1e6 / count as f64
+            )?;
+        }
+        ["raw-append", file, count] => {
+            let count: u64 = count.parse()?;
+            let task = TaskId::parse("raw")?;
+            let line =
+                encode_journal_row(None, &task, "task.checkpoint", FIXED_AT, &sample_body(0))?.line;
+            let mut out = OpenOptions::new().create(true).append(true).open(file)?;
+            let start = Instant::now();
+            for _ in 0..count {
+                let written = out.write(&line)?;
+                assert_eq!(written, line.len(), "short write");
+                out.sync_data()?;
+            }
+            writeln!(
+                stdout,
+                "{:.1}",
+                start.elapsed().as_secs_f64() * 1e6 / count as f64
+            )?;
+        }
+        _ => bail!("usage: reprise-fixture journal|append STATE_DIR TASK N, or raw-append FILE N"),
+    }
+    Ok(())
+}
