@@ -10,7 +10,9 @@ pub mod canonical;
 pub mod chain;
 pub mod digest;
 mod id;
+pub mod plan;
 pub mod record;
+pub mod retry;
 mod scan;
 pub mod verify;
 
