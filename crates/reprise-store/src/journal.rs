@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::audit::{AuditSummary, read_audit};
 use crate::chainfile::{ChainFile, read_chain};
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::io::{IoSeam, RealIo};
 use crate::state::StateDir;
 
@@ -121,13 +121,7 @@ pub fn verify_journal(
     task: &TaskId,
     key: impl FnOnce() -> Result<AuditKey>,
 ) -> Result<JournalVerification> {
-    let path = state.journal_path(task);
-    if !path.is_file() {
-        return Err(StoreError::NoJournal {
-            task: task.to_string(),
-            path,
-        });
-    }
+    let path = state.existing_journal_path(task)?;
     let audit = if state.audit_path().is_file() {
         Some(read_audit(state, &key()?)?)
     } else {

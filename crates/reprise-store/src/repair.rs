@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::audit::{AuditLog, read_audit};
 use crate::chainfile::LockGuard;
-use crate::error::{IoContext, Result, StoreError};
+use crate::error::{IoContext, Result};
 use crate::fsutil::write_atomic;
 use crate::state::{StateDir, now_rfc3339};
 
@@ -54,13 +54,7 @@ pub fn repair_journal(
     task: &TaskId,
     key: impl FnOnce() -> Result<AuditKey>,
 ) -> Result<RepairOutcome> {
-    let path = state.journal_path(task);
-    if !path.is_file() {
-        return Err(StoreError::NoJournal {
-            task: task.to_string(),
-            path,
-        });
-    }
+    let path = state.existing_journal_path(task)?;
     let key = if state.audit_path().is_file() {
         Some(key()?)
     } else {

@@ -107,6 +107,19 @@ impl StateDir {
         self.task_dir(task).join("journal.jsonl")
     }
 
+    /// The journal's path, or `NoJournal` when the task has none.
+    pub fn existing_journal_path(&self, task: &TaskId) -> Result<PathBuf> {
+        let path = self.journal_path(task);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(StoreError::NoJournal {
+                task: task.to_string(),
+                path,
+            })
+        }
+    }
+
     pub fn spine_path(&self, task: &TaskId) -> PathBuf {
         self.task_dir(task).join("spine.jsonl")
     }

@@ -18,18 +18,8 @@ use crate::settings::Settings;
 pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let task = TaskId::parse(task)?;
     let state = settings.state()?;
-    let path = state.journal_path(&task);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreError::NoJournal {
-                task: task.to_string(),
-                path,
-            }
-            .into());
-        }
-        Err(source) => return Err(StoreError::Io { path, source }.into()),
-    };
+    let path = state.existing_journal_path(&task)?;
+    let bytes = std::fs::read(&path).map_err(|source| StoreError::Io { path, source })?;
     let mut rows = Vec::new();
     let mut discarded = Vec::new();
     let mut text = String::new();

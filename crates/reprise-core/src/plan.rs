@@ -1,1 +1,0 @@
-//! Plans: being written (run-engine issue).

@@ -1,0 +1,30 @@
+//! Plans: the YAML file that says which tasks to run, with which agent, checked
+//! by which gates, retried how, and within what budget.
+//!
+//! [`parse_plan`] takes the text and the file's name (the caller reads the
+//! file) and validates the whole plan before it returns: YAML syntax, every key
+//! and value, ids, dependencies, agents and budgets. Nothing runs on a plan with
+//! any error, and the error names the file, line, column and key path. What
+//! comes back is resolved: typed values, with defaults applied to every task and
+//! money in micro-dollars, so the engine never looks at YAML again.
+
+mod duration;
+mod error;
+mod graph;
+mod model;
+mod money;
+mod parse;
+mod reader;
+#[cfg(test)]
+mod tests;
+mod yaml;
+
+pub use duration::{DurationError, format_duration, parse_duration};
+pub use error::{PlanError, PlanErrorKind};
+pub use model::{
+    AgentKind, AgentSettings, Criterion, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
+    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, PLAN_VERSION, Plan,
+    RetryPolicy, Sandbox, SimStep, Task, TaskAgent,
+};
+pub use money::{MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, format_micro_usd, parse_micro_usd};
+pub use parse::parse_plan;

@@ -1,0 +1,333 @@
+//! The resolved plan: typed values with every default applied, which is all the
+//! scheduler and the adapters need to know about a plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use regex::Regex;
+
+use crate::TaskId;
+
+/// The plan format version this reprise reads.
+pub const PLAN_VERSION: u64 = 1;
+
+/// Wall-clock limit of one attempt when neither the task nor `defaults` set `timeout`.
+pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// Wall-clock limit of a `run` gate without its own `timeout`.
+pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Retries after the first attempt when neither the task nor `defaults` set `max_retries`.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+
+/// The largest accepted `max_retries`.
+pub const MAX_MAX_RETRIES: u32 = 100;
+
+/// A validated plan: every task resolved, dependencies known to form no cycle.
+///
+/// Only [`crate::plan::parse_plan`] builds one, so its invariants hold: task ids
+/// are unique, every dependency names a task of the plan, and no task budget
+/// exceeds the run's pool.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub(super) name: String,
+    pub(super) seats: u32,
+    pub(super) budget_micro_usd: Option<u64>,
+    pub(super) retry_budget: Option<String>,
+    pub(super) agents: BTreeMap<AgentKind, AgentSettings>,
+    pub(super) tasks: Vec<Task>,
+}
+
+impl Plan {
+    /// The plan's `name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many tasks may run at once (`seats`, at least 1).
+    pub fn seats(&self) -> u32 {
+        self.seats
+    }
+
+    /// The run's budget pool in micro-dollars; `None` is unlimited.
+    pub fn budget_micro_usd(&self) -> Option<u64> {
+        self.budget_micro_usd
+    }
+
+    /// The `retry_budget` spec, verbatim (it is parsed where it is consumed).
+    pub fn retry_budget(&self) -> Option<&str> {
+        self.retry_budget.as_deref()
+    }
+
+    /// The `agents` settings for one adapter, if the plan gives any.
+    pub fn agent_settings(&self, kind: AgentKind) -> Option<&AgentSettings> {
+        self.agents.get(&kind)
+    }
+
+    /// The tasks in plan order.
+    pub fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+
+    /// The task with this id.
+    pub fn task(&self, id: &TaskId) -> Option<&Task> {
+        self.tasks.iter().find(|task| &task.id == id)
+    }
+
+    /// Every task after the tasks it depends on; among tasks whose dependencies
+    /// are all placed, the one earliest in the plan comes first.
+    pub fn dependency_order(&self) -> Vec<&Task> {
+        let position: BTreeMap<&TaskId, usize> = self
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(index, task)| (&task.id, index))
+            .collect();
+        let mut unplaced_dependencies: Vec<usize> = self
+            .tasks
+            .iter()
+            .map(|task| task.depends_on.len())
+            .collect();
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); self.tasks.len()];
+        for (index, task) in self.tasks.iter().enumerate() {
+            for dependency in &task.depends_on {
+                // parse_plan guarantees every dependency is a task of the plan.
+                if let Some(&from) = position.get(dependency) {
+                    dependents[from].push(index);
+                }
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..self.tasks.len())
+            .filter(|&index| unplaced_dependencies[index] == 0)
+            .collect();
+        let mut order = Vec::with_capacity(self.tasks.len());
+        while let Some(index) = ready.pop_first() {
+            order.push(&self.tasks[index]);
+            for &dependent in &dependents[index] {
+                unplaced_dependencies[dependent] -= 1;
+                if unplaced_dependencies[dependent] == 0 {
+                    ready.insert(dependent);
+                }
+            }
+        }
+        debug_assert_eq!(order.len(), self.tasks.len(), "a plan has no cycles");
+        order
+    }
+}
+
+/// One task, with the plan's defaults applied.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The task's id, unique in the plan.
+    pub id: TaskId,
+    /// The base prompt sent on a fresh session.
+    pub prompt: String,
+    /// The agent that runs each attempt, with its agent-specific settings.
+    pub agent: TaskAgent,
+    /// The retry mode asked for; the retry decision may downgrade it.
+    pub retry_policy: RetryPolicy,
+    /// Retries after the first attempt (0..=100).
+    pub max_retries: u32,
+    /// Wall-clock limit of one attempt.
+    pub timeout: Duration,
+    /// Whether every retry starts a fresh session, whatever the policy.
+    pub agent_restart_between_retries: bool,
+    /// The task's envelope out of the run's pool; `None` reserves nothing.
+    pub budget_micro_usd: Option<u64>,
+    /// Where the task runs.
+    pub sandbox: Sandbox,
+    /// Tasks that must pass before this one starts, in plan order of mention.
+    pub depends_on: Vec<TaskId>,
+    /// Checks of each attempt, in plan order.
+    pub gates: Vec<Gate>,
+}
+
+/// The agent CLIs reprise drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AgentKind {
+    /// Claude Code.
+    Claude,
+    /// Codex CLI.
+    Codex,
+    /// Gemini CLI.
+    Gemini,
+    /// Any command; the prompt goes on stdin.
+    Command,
+    /// The built-in scripted agent.
+    Sim,
+}
+
+impl AgentKind {
+    /// Every agent kind, in the order the plan documentation lists them.
+    pub const ALL: [AgentKind; 5] = [
+        AgentKind::Claude,
+        AgentKind::Codex,
+        AgentKind::Gemini,
+        AgentKind::Command,
+        AgentKind::Sim,
+    ];
+
+    /// The name used in plans and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+            AgentKind::Gemini => "gemini",
+            AgentKind::Command => "command",
+            AgentKind::Sim => "sim",
+        }
+    }
+}
+
+impl fmt::Display for AgentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A task's agent with the settings only that agent takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskAgent {
+    /// Claude Code.
+    Claude,
+    /// Codex CLI.
+    Codex,
+    /// Gemini CLI.
+    Gemini,
+    /// A command run as given, never through a shell unless `argv` names one.
+    Command {
+        /// Program and arguments; never empty.
+        argv: Vec<String>,
+    },
+    /// The built-in scripted agent.
+    Sim {
+        /// One step per attempt, the last one repeating; never empty.
+        script: Vec<SimStep>,
+    },
+}
+
+impl TaskAgent {
+    /// Which adapter runs the task.
+    pub fn kind(&self) -> AgentKind {
+        match self {
+            TaskAgent::Claude => AgentKind::Claude,
+            TaskAgent::Codex => AgentKind::Codex,
+            TaskAgent::Gemini => AgentKind::Gemini,
+            TaskAgent::Command { .. } => AgentKind::Command,
+            TaskAgent::Sim { .. } => AgentKind::Sim,
+        }
+    }
+}
+
+/// Per-adapter settings from the plan's `agents` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentSettings {
+    /// Path of the agent's binary, overriding the default lookup.
+    pub bin: Option<String>,
+}
+
+/// One attempt of the `sim` agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimStep {
+    /// What the agent replies.
+    pub reply: String,
+    /// Files written into the workspace: relative path (no `..`) to content.
+    pub write: BTreeMap<String, String>,
+    /// The agent's exit code.
+    pub exit_code: u8,
+    /// The cost the agent reports for the attempt.
+    pub cost_micro_usd: u64,
+    /// How long the attempt takes.
+    pub delay: Duration,
+}
+
+/// The retry mode a task asks for (DESIGN.md section 5): the same type the
+/// retry decision takes, so a policy can never name a mode the decision lacks.
+pub use crate::retry::RetryMode as RetryPolicy;
+
+/// Where a task runs (DESIGN.md section 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sandbox {
+    /// Its own git worktree when the project is a git repository, else in place.
+    Worktree,
+    /// In place, in the project directory.
+    None,
+}
+
+impl Sandbox {
+    /// The name used in plans and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sandbox::Worktree => "worktree",
+            Sandbox::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How much of a failed gate a retry prompt may show (DESIGN.md section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Disclose {
+    /// The gate's name and its output.
+    Output,
+    /// Only that a check did not accept the attempt.
+    Verdict,
+}
+
+impl Disclose {
+    /// The name used in plans and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disclose::Output => "output",
+            Disclose::Verdict => "verdict",
+        }
+    }
+}
+
+impl fmt::Display for Disclose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A check of an attempt.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    /// Unique within the task; same pattern as a task id.
+    pub name: String,
+    /// What the gate checks.
+    pub check: GateCheck,
+    /// What a retry prompt may show of a failure.
+    pub disclose: Disclose,
+    /// The retry-budget criterion this gate is graded on (DESIGN.md section 10).
+    pub criterion: Option<Criterion>,
+}
+
+/// The two kinds of gate.
+#[derive(Debug, Clone)]
+pub enum GateCheck {
+    /// A shell command that passes when it exits 0.
+    Run {
+        /// The command line, run by a shell.
+        command: String,
+        /// Wall-clock limit of the command.
+        timeout: Duration,
+    },
+    /// A regex that passes when it matches the agent's reply.
+    ResultMatches(Regex),
+}
+
+/// A gate's retry-budget criterion and the levels it can run at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Criterion {
+    /// Matches `[A-Za-z_][A-Za-z0-9_-]*`.
+    pub name: String,
+    /// The levels as written in the plan; never empty.
+    pub levels: Vec<i64>,
+}

@@ -1,0 +1,809 @@
+//! Reading a plan: YAML text to a validated [`Plan`], key by key.
+//!
+//! The reader walks the node tree once, checking keys and values as it goes
+//! (in a fixed order: the version first, then each mapping's keys, then its
+//! values), then checks what needs the whole plan: that dependencies name
+//! tasks of the plan and form no cycle. The first problem found is returned,
+//! located at the key or value that has it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use regex::Regex;
+
+use crate::TaskId;
+
+use super::error::{PlanError, PlanErrorKind};
+use super::graph::find_cycle;
+use super::model::{
+    AgentKind, AgentSettings, Criterion, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
+    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, PLAN_VERSION, Plan,
+    RetryPolicy, Sandbox, SimStep, Task, TaskAgent,
+};
+use super::reader::{Fields, Reader, Result, item_path};
+use super::yaml::{self, Entry, Kind, Mark, Node};
+
+const ROOT_KEYS: &[&str] = &[
+    "version",
+    "name",
+    "seats",
+    "budget_usd",
+    "retry_budget",
+    "agents",
+    "defaults",
+    "tasks",
+];
+const AGENT_SETTINGS_KEYS: &[&str] = &["bin"];
+const DEFAULTS_KEYS: &[&str] = &[
+    "agent",
+    "retry_policy",
+    "max_retries",
+    "timeout",
+    "agent_restart_between_retries",
+    "budget_usd",
+    "sandbox",
+];
+const TASK_KEYS: &[&str] = &[
+    "id",
+    "prompt",
+    "agent",
+    "retry_policy",
+    "max_retries",
+    "timeout",
+    "agent_restart_between_retries",
+    "budget_usd",
+    "sandbox",
+    "depends_on",
+    "command",
+    "sim",
+    "gates",
+];
+const SIM_STEP_KEYS: &[&str] = &["reply", "write", "exit_code", "cost_usd", "delay"];
+const GATE_KEYS: &[&str] = &[
+    "name",
+    "run",
+    "result_matches",
+    "disclose",
+    "timeout",
+    "criterion",
+    "levels",
+];
+
+// Names and values in the same order; a test checks them against `as_str`.
+const AGENT_NAMES: &[&str] = &["claude", "codex", "gemini", "command", "sim"];
+const RETRY_POLICY_NAMES: &[&str] = &["warm", "fork", "cold"];
+const RETRY_POLICIES: [RetryPolicy; 3] = [RetryPolicy::Warm, RetryPolicy::Fork, RetryPolicy::Cold];
+const SANDBOX_NAMES: &[&str] = &["worktree", "none"];
+const SANDBOXES: [Sandbox; 2] = [Sandbox::Worktree, Sandbox::None];
+const DISCLOSE_NAMES: &[&str] = &["output", "verdict"];
+const DISCLOSES: [Disclose; 2] = [Disclose::Output, Disclose::Verdict];
+
+/// Reads and validates a whole plan; `file` is only used to name the plan in errors.
+///
+/// Nothing is returned unless every check passes, so a caller that gets a
+/// [`Plan`] may run it.
+pub fn parse_plan(text: &str, file: &str) -> Result<Plan, PlanError> {
+    let root = yaml::load(text).map_err(|error| {
+        PlanError::new(
+            file,
+            &error.mark,
+            "",
+            PlanErrorKind::Syntax {
+                message: error.message,
+            },
+        )
+    })?;
+    Reader { text, file }.plan(&root)
+}
+
+/// The task settings `defaults` may give and a task may override; `None` is unset.
+#[derive(Default)]
+struct Settings {
+    agent: Option<AgentKind>,
+    retry_policy: Option<RetryPolicy>,
+    max_retries: Option<u32>,
+    timeout: Option<Duration>,
+    agent_restart_between_retries: Option<bool>,
+    budget_micro_usd: Option<u64>,
+    sandbox: Option<Sandbox>,
+}
+
+/// A `depends_on` entry, kept with its position until every id is known.
+struct Dependency {
+    id: TaskId,
+    mark: Mark,
+    path: String,
+}
+
+impl Reader<'_> {
+    fn plan(&self, root: &Node) -> Result<Plan> {
+        let entries = match &root.kind {
+            Kind::Map(entries) => entries,
+            Kind::Null => return Err(self.error(&root.mark, "", PlanErrorKind::EmptyDocument)),
+            _ => return Err(self.wrong_type(root, "", "a mapping of plan keys")),
+        };
+        // The version says how to read everything else, so it goes first: a
+        // newer plan's new keys must not be reported as unknown.
+        self.version(root, entries)?;
+        let fields = self.fields(root, "", ROOT_KEYS)?;
+        let name = self.non_empty_string(
+            self.required(&fields, "name", "add name: with the plan's name")?,
+            "name",
+        )?;
+        let seats = match fields.get("seats") {
+            Some(node) => self.integer(node, "seats", 1, u32::MAX)?,
+            None => 1,
+        };
+        let budget_micro_usd = match fields.get("budget_usd") {
+            Some(node) => Some(self.money(node, "budget_usd")?),
+            None => None,
+        };
+        let retry_budget = match fields.get("retry_budget") {
+            Some(node) => Some(self.non_empty_string(node, "retry_budget")?),
+            None => None,
+        };
+        let agents = match fields.get("agents") {
+            Some(node) => self.agents(node, "agents")?,
+            None => BTreeMap::new(),
+        };
+        let defaults = match fields.get("defaults") {
+            Some(node) => {
+                let defaults = self.fields(node, "defaults", DEFAULTS_KEYS)?;
+                self.settings(&defaults, budget_micro_usd)?
+            }
+            None => Settings::default(),
+        };
+        let tasks_node = self.required(&fields, "tasks", "add tasks: with at least one task")?;
+        let tasks = self.tasks(tasks_node, &defaults, budget_micro_usd)?;
+        Ok(Plan {
+            name,
+            seats,
+            budget_micro_usd,
+            retry_budget,
+            agents,
+            tasks,
+        })
+    }
+
+    fn version(&self, root: &Node, entries: &[Entry]) -> Result<()> {
+        let Some(entry) = entries.iter().find(|entry| entry.key == "version") else {
+            return Err(self.error(
+                &root.mark,
+                "version",
+                PlanErrorKind::MissingKey {
+                    hint: "add \"version: 1\" at the top of the plan",
+                },
+            ));
+        };
+        let node = &entry.value;
+        let supported = i128::from(PLAN_VERSION);
+        match node.kind {
+            Kind::Int(found) if found == supported => Ok(()),
+            Kind::Int(found) if found > supported => Err(self.error(
+                &node.mark,
+                "version",
+                PlanErrorKind::NewerVersion {
+                    found: u64::try_from(found).unwrap_or(u64::MAX),
+                },
+            )),
+            Kind::Int(found) => Err(self.error(
+                &node.mark,
+                "version",
+                PlanErrorKind::UnsupportedVersion {
+                    found: found.to_string(),
+                },
+            )),
+            _ => Err(self.wrong_type(node, "version", "the integer 1")),
+        }
+    }
+
+    fn agents(&self, node: &Node, path: &str) -> Result<BTreeMap<AgentKind, AgentSettings>> {
+        let fields = self.fields(node, path, AGENT_NAMES)?;
+        let mut agents = BTreeMap::new();
+        for entry in fields.entries {
+            let Some(index) = AGENT_NAMES.iter().position(|name| *name == entry.key) else {
+                continue; // fields() refused unknown keys already.
+            };
+            let agent_path = fields.path_of(&entry.key);
+            let settings = self.fields(&entry.value, &agent_path, AGENT_SETTINGS_KEYS)?;
+            let bin = match settings.get("bin") {
+                Some(bin) => Some(self.non_empty_string(bin, &settings.path_of("bin"))?),
+                None => None,
+            };
+            agents.insert(AgentKind::ALL[index], AgentSettings { bin });
+        }
+        Ok(agents)
+    }
+
+    /// The keys `defaults` and tasks share; a budget is checked against the pool.
+    fn settings(&self, fields: &Fields<'_>, pool_micro_usd: Option<u64>) -> Result<Settings> {
+        let mut settings = Settings::default();
+        if let Some(node) = fields.get("agent") {
+            let path = fields.path_of("agent");
+            settings.agent =
+                Some(self.choice(node, &path, "agent", AGENT_NAMES, &AgentKind::ALL)?);
+        }
+        if let Some(node) = fields.get("retry_policy") {
+            let path = fields.path_of("retry_policy");
+            settings.retry_policy = Some(self.choice(
+                node,
+                &path,
+                "retry policy",
+                RETRY_POLICY_NAMES,
+                &RETRY_POLICIES,
+            )?);
+        }
+        if let Some(node) = fields.get("max_retries") {
+            let path = fields.path_of("max_retries");
+            settings.max_retries = Some(self.integer(node, &path, 0, MAX_MAX_RETRIES)?);
+        }
+        if let Some(node) = fields.get("timeout") {
+            let path = fields.path_of("timeout");
+            settings.timeout = Some(self.duration(node, &path, false)?);
+        }
+        if let Some(node) = fields.get("agent_restart_between_retries") {
+            let path = fields.path_of("agent_restart_between_retries");
+            settings.agent_restart_between_retries = Some(self.boolean(node, &path)?);
+        }
+        if let Some(node) = fields.get("budget_usd") {
+            let path = fields.path_of("budget_usd");
+            let budget_micro_usd = self.money(node, &path)?;
+            if let Some(pool_micro_usd) = pool_micro_usd
+                && budget_micro_usd > pool_micro_usd
+            {
+                return Err(self.error(
+                    &node.mark,
+                    &path,
+                    PlanErrorKind::BudgetAbovePool {
+                        budget_micro_usd,
+                        pool_micro_usd,
+                    },
+                ));
+            }
+            settings.budget_micro_usd = Some(budget_micro_usd);
+        }
+        if let Some(node) = fields.get("sandbox") {
+            let path = fields.path_of("sandbox");
+            settings.sandbox =
+                Some(self.choice(node, &path, "sandbox", SANDBOX_NAMES, &SANDBOXES)?);
+        }
+        Ok(settings)
+    }
+
+    fn tasks(
+        &self,
+        node: &Node,
+        defaults: &Settings,
+        pool_micro_usd: Option<u64>,
+    ) -> Result<Vec<Task>> {
+        let path = "tasks";
+        let items = self.seq(node, path, "a list of tasks")?;
+        if items.is_empty() {
+            return Err(self.error(&node.mark, path, PlanErrorKind::NoTasks));
+        }
+        let mut tasks = Vec::with_capacity(items.len());
+        let mut dependencies = Vec::with_capacity(items.len());
+        let mut index_of: BTreeMap<TaskId, usize> = BTreeMap::new();
+        for (index, item) in items.iter().enumerate() {
+            let task_path = item_path(path, index);
+            let (task, task_dependencies) =
+                self.task(item, &task_path, defaults, pool_micro_usd, &index_of)?;
+            index_of.insert(task.id.clone(), index);
+            tasks.push(task);
+            dependencies.push(task_dependencies);
+        }
+        for dependency in dependencies.iter().flatten() {
+            if !index_of.contains_key(&dependency.id) {
+                return Err(self.error(
+                    &dependency.mark,
+                    &dependency.path,
+                    PlanErrorKind::UnknownDependency {
+                        id: dependency.id.clone(),
+                    },
+                ));
+            }
+        }
+        let edges: Vec<Vec<usize>> = dependencies
+            .iter()
+            .map(|task_dependencies| {
+                task_dependencies
+                    .iter()
+                    .filter_map(|dependency| index_of.get(&dependency.id).copied())
+                    .collect()
+            })
+            .collect();
+        if let Some(cycle) = find_cycle(&edges) {
+            let closing = &dependencies[cycle.task][cycle.entry];
+            return Err(self.error(
+                &closing.mark,
+                &closing.path,
+                PlanErrorKind::Cycle {
+                    ids: cycle
+                        .tasks
+                        .iter()
+                        .map(|&index| tasks[index].id.clone())
+                        .collect(),
+                },
+            ));
+        }
+        Ok(tasks)
+    }
+
+    fn task(
+        &self,
+        node: &Node,
+        path: &str,
+        defaults: &Settings,
+        pool_micro_usd: Option<u64>,
+        earlier_ids: &BTreeMap<TaskId, usize>,
+    ) -> Result<(Task, Vec<Dependency>)> {
+        let fields = self.fields(node, path, TASK_KEYS)?;
+        let id_node = self.required(&fields, "id", "add id: with the task's id")?;
+        let id = self.task_id(id_node, &fields.path_of("id"))?;
+        if let Some(&first) = earlier_ids.get(&id) {
+            return Err(self.error(
+                &id_node.mark,
+                &fields.path_of("id"),
+                PlanErrorKind::DuplicateTaskId { id, first },
+            ));
+        }
+        let prompt = self.non_empty_string(
+            self.required(
+                &fields,
+                "prompt",
+                "add prompt: with what the agent should do",
+            )?,
+            &fields.path_of("prompt"),
+        )?;
+        let settings = self.settings(&fields, pool_micro_usd)?;
+        let agent = self.task_agent(&fields, settings.agent.or(defaults.agent))?;
+        let mut dependencies: Vec<Dependency> = Vec::new();
+        if let Some(node) = fields.get("depends_on") {
+            let list_path = fields.path_of("depends_on");
+            for (index, item) in self
+                .seq(node, &list_path, "a list of task ids")?
+                .iter()
+                .enumerate()
+            {
+                let entry_path = item_path(&list_path, index);
+                let dependency = self.task_id(item, &entry_path)?;
+                let problem = if dependency == id {
+                    Some(PlanErrorKind::SelfDependency {
+                        id: dependency.clone(),
+                    })
+                } else if dependencies.iter().any(|earlier| earlier.id == dependency) {
+                    Some(PlanErrorKind::DuplicateDependency {
+                        id: dependency.clone(),
+                    })
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    return Err(self.error(&item.mark, &entry_path, problem));
+                }
+                dependencies.push(Dependency {
+                    id: dependency,
+                    mark: item.mark.clone(),
+                    path: entry_path,
+                });
+            }
+        }
+        let gates = match fields.get("gates") {
+            Some(node) => self.gates(node, &fields.path_of("gates"))?,
+            None => Vec::new(),
+        };
+        let task = Task {
+            id,
+            prompt,
+            agent,
+            retry_policy: settings
+                .retry_policy
+                .or(defaults.retry_policy)
+                .unwrap_or(RetryPolicy::Warm),
+            max_retries: settings
+                .max_retries
+                .or(defaults.max_retries)
+                .unwrap_or(DEFAULT_MAX_RETRIES),
+            timeout: settings
+                .timeout
+                .or(defaults.timeout)
+                .unwrap_or(DEFAULT_TASK_TIMEOUT),
+            agent_restart_between_retries: settings
+                .agent_restart_between_retries
+                .or(defaults.agent_restart_between_retries)
+                .unwrap_or(false),
+            budget_micro_usd: settings.budget_micro_usd.or(defaults.budget_micro_usd),
+            sandbox: settings
+                .sandbox
+                .or(defaults.sandbox)
+                .unwrap_or(Sandbox::Worktree),
+            depends_on: dependencies
+                .iter()
+                .map(|dependency| dependency.id.clone())
+                .collect(),
+            gates,
+        };
+        Ok((task, dependencies))
+    }
+
+    /// The task's agent with its agent-only keys: `command` exactly for
+    /// `command`, `sim` only for `sim`.
+    fn task_agent(&self, fields: &Fields<'_>, kind: Option<AgentKind>) -> Result<TaskAgent> {
+        let Some(kind) = kind else {
+            return Err(self.error(
+                fields.mark,
+                &fields.path_of("agent"),
+                PlanErrorKind::MissingKey {
+                    hint: "set agent (claude, codex, gemini, command or sim) here or in defaults.agent",
+                },
+            ));
+        };
+        let command = fields.get("command");
+        let sim = fields.get("sim");
+        if kind != AgentKind::Command
+            && let Some(node) = command
+        {
+            return Err(self.error(
+                &node.mark,
+                &fields.path_of("command"),
+                PlanErrorKind::CommandNotAllowed { agent: kind },
+            ));
+        }
+        if kind != AgentKind::Sim
+            && let Some(node) = sim
+        {
+            return Err(self.error(
+                &node.mark,
+                &fields.path_of("sim"),
+                PlanErrorKind::SimNotAllowed { agent: kind },
+            ));
+        }
+        Ok(match kind {
+            AgentKind::Claude => TaskAgent::Claude,
+            AgentKind::Codex => TaskAgent::Codex,
+            AgentKind::Gemini => TaskAgent::Gemini,
+            AgentKind::Command => {
+                let Some(node) = command else {
+                    return Err(self.error(
+                        fields.mark,
+                        &fields.path_of("command"),
+                        PlanErrorKind::CommandMissing,
+                    ));
+                };
+                TaskAgent::Command {
+                    argv: self.argv(node, &fields.path_of("command"))?,
+                }
+            }
+            AgentKind::Sim => TaskAgent::Sim {
+                script: match sim {
+                    Some(node) => self.sim_script(node, &fields.path_of("sim"))?,
+                    None => vec![SimStep::default()],
+                },
+            },
+        })
+    }
+
+    fn argv(&self, node: &Node, path: &str) -> Result<Vec<String>> {
+        let items = self.seq(node, path, "a list of strings (program, then arguments)")?;
+        let Some(program) = items.first() else {
+            return Err(self.error(&node.mark, path, PlanErrorKind::EmptyValue));
+        };
+        let program_path = item_path(path, 0);
+        self.non_empty_string(program, &program_path)?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| self.string(item, &item_path(path, index)))
+            .collect()
+    }
+
+    fn sim_script(&self, node: &Node, path: &str) -> Result<Vec<SimStep>> {
+        let items = self.seq(node, path, "a list of sim steps")?;
+        if items.is_empty() {
+            return Err(self.error(&node.mark, path, PlanErrorKind::EmptySimScript));
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| self.sim_step(item, &item_path(path, index)))
+            .collect()
+    }
+
+    fn sim_step(&self, node: &Node, path: &str) -> Result<SimStep> {
+        let fields = self.fields(node, path, SIM_STEP_KEYS)?;
+        let mut step = SimStep::default();
+        if let Some(node) = fields.get("reply") {
+            step.reply = self.string(node, &fields.path_of("reply"))?;
+        }
+        if let Some(node) = fields.get("write") {
+            step.write = self.sim_writes(node, &fields.path_of("write"))?;
+        }
+        if let Some(node) = fields.get("exit_code") {
+            step.exit_code = self.integer(node, &fields.path_of("exit_code"), 0, u8::MAX)?;
+        }
+        if let Some(node) = fields.get("cost_usd") {
+            step.cost_micro_usd = self.money(node, &fields.path_of("cost_usd"))?;
+        }
+        if let Some(node) = fields.get("delay") {
+            step.delay = self.duration(node, &fields.path_of("delay"), true)?;
+        }
+        Ok(step)
+    }
+
+    fn sim_writes(&self, node: &Node, path: &str) -> Result<BTreeMap<String, String>> {
+        let Kind::Map(entries) = &node.kind else {
+            return Err(self.wrong_type(node, path, "a mapping of relative path to content"));
+        };
+        let mut writes = BTreeMap::new();
+        for (index, entry) in entries.iter().enumerate() {
+            let entry_path = format!("{path}[{:?}]", entry.key);
+            if let Err(reason) = check_relative_path(&entry.key) {
+                return Err(self.error(
+                    &entry.key_mark,
+                    &entry_path,
+                    PlanErrorKind::InvalidWritePath {
+                        path: entry.key.clone(),
+                        reason,
+                    },
+                ));
+            }
+            if let Some(first) = entries[..index]
+                .iter()
+                .find(|earlier| earlier.key == entry.key)
+            {
+                return Err(self.error(
+                    &entry.key_mark,
+                    &entry_path,
+                    PlanErrorKind::DuplicateKey {
+                        key: entry.key.clone(),
+                        first_line: first.key_mark.line,
+                    },
+                ));
+            }
+            let content = self.string(&entry.value, &entry_path)?;
+            writes.insert(entry.key.clone(), content);
+        }
+        Ok(writes)
+    }
+
+    fn gates(&self, node: &Node, path: &str) -> Result<Vec<Gate>> {
+        let items = self.seq(node, path, "a list of gates")?;
+        let mut gates: Vec<Gate> = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let gate = self.gate(item, &item_path(path, index), &gates)?;
+            gates.push(gate);
+        }
+        Ok(gates)
+    }
+
+    fn gate(&self, node: &Node, path: &str, earlier: &[Gate]) -> Result<Gate> {
+        let fields = self.fields(node, path, GATE_KEYS)?;
+        let name_path = fields.path_of("name");
+        let name_node = self.required(&fields, "name", "add name: with the gate's name")?;
+        let name = self.string(name_node, &name_path)?;
+        if TaskId::parse(&name).is_err() {
+            return Err(self.error(
+                &name_node.mark,
+                &name_path,
+                PlanErrorKind::InvalidGateName { name },
+            ));
+        }
+        if let Some(first) = earlier.iter().position(|gate| gate.name == name) {
+            return Err(self.error(
+                &name_node.mark,
+                &name_path,
+                PlanErrorKind::DuplicateGateName { name, first },
+            ));
+        }
+        let timeout = fields.get("timeout");
+        let check = match (fields.get("run"), fields.get("result_matches")) {
+            (Some(_), Some(pattern)) => {
+                return Err(self.error(&pattern.mark, path, PlanErrorKind::GateHasBothChecks));
+            }
+            (None, None) => {
+                return Err(self.error(fields.mark, path, PlanErrorKind::GateHasNoCheck));
+            }
+            (Some(command), None) => GateCheck::Run {
+                command: self.non_empty_string(command, &fields.path_of("run"))?,
+                timeout: match timeout {
+                    Some(node) => self.duration(node, &fields.path_of("timeout"), false)?,
+                    None => DEFAULT_GATE_TIMEOUT,
+                },
+            },
+            (None, Some(pattern)) => {
+                if let Some(node) = timeout {
+                    return Err(self.error(
+                        &node.mark,
+                        &fields.path_of("timeout"),
+                        PlanErrorKind::TimeoutWithoutRun,
+                    ));
+                }
+                let pattern_path = fields.path_of("result_matches");
+                let text = self.non_empty_string(pattern, &pattern_path)?;
+                let regex = Regex::new(&text).map_err(|error| {
+                    self.error(
+                        &pattern.mark,
+                        &pattern_path,
+                        PlanErrorKind::InvalidRegex {
+                            message: regex_message(&error),
+                        },
+                    )
+                })?;
+                GateCheck::ResultMatches(regex)
+            }
+        };
+        let disclose = match fields.get("disclose") {
+            Some(node) => self.choice(
+                node,
+                &fields.path_of("disclose"),
+                "disclose",
+                DISCLOSE_NAMES,
+                &DISCLOSES,
+            )?,
+            None => match check {
+                GateCheck::Run { .. } => Disclose::Output,
+                GateCheck::ResultMatches(_) => Disclose::Verdict,
+            },
+        };
+        let criterion = self.criterion(&fields)?;
+        Ok(Gate {
+            name,
+            check,
+            disclose,
+            criterion,
+        })
+    }
+
+    fn criterion(&self, fields: &Fields<'_>) -> Result<Option<Criterion>> {
+        let (name_node, levels_node) = match (fields.get("criterion"), fields.get("levels")) {
+            (None, None) => return Ok(None),
+            (Some(node), None) => {
+                return Err(self.error(
+                    &node.mark,
+                    &fields.path_of("criterion"),
+                    PlanErrorKind::CriterionWithoutLevels,
+                ));
+            }
+            (None, Some(node)) => {
+                return Err(self.error(
+                    &node.mark,
+                    &fields.path_of("levels"),
+                    PlanErrorKind::LevelsWithoutCriterion,
+                ));
+            }
+            (Some(name), Some(levels)) => (name, levels),
+        };
+        let name_path = fields.path_of("criterion");
+        let name = self.string(name_node, &name_path)?;
+        if !is_criterion_name(&name) {
+            return Err(self.error(
+                &name_node.mark,
+                &name_path,
+                PlanErrorKind::InvalidCriterionName { name },
+            ));
+        }
+        let levels_path = fields.path_of("levels");
+        let items = self.seq(levels_node, &levels_path, "a list of integers")?;
+        if items.is_empty() {
+            return Err(self.error(&levels_node.mark, &levels_path, PlanErrorKind::EmptyValue));
+        }
+        let levels = items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                self.integer(item, &item_path(&levels_path, index), i64::MIN, i64::MAX)
+            })
+            .collect::<Result<Vec<i64>>>()?;
+        Ok(Some(Criterion { name, levels }))
+    }
+}
+
+/// Why a `write` path could escape or miss the workspace, if it could.
+fn check_relative_path(path: &str) -> Result<(), &'static str> {
+    let bytes = path.as_bytes();
+    if path.is_empty() {
+        Err("is empty")
+    } else if path.starts_with('/')
+        || (bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':')
+    {
+        Err("is absolute")
+    } else if path.contains('\\') {
+        Err("contains a backslash; separate directories with '/'")
+    } else if path.contains('\0') {
+        Err("contains a nul character")
+    } else if path.split('/').any(|component| component == "..") {
+        Err("has a \"..\" component")
+    } else if path.ends_with('/')
+        || path
+            .split('/')
+            .all(|component| matches!(component, "" | "."))
+    {
+        Err("names a directory, not a file")
+    } else {
+        Ok(())
+    }
+}
+
+/// `[A-Za-z_][A-Za-z0-9_-]*`.
+fn is_criterion_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+}
+
+/// The regex crate's error on one line: its multi-line syntax report is
+/// reduced to the line that says what is wrong.
+fn regex_message(error: &regex::Error) -> String {
+    let full = error.to_string();
+    full.lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("error: "))
+        .map(str::to_owned)
+        .unwrap_or_else(|| full.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_choice_tables_match_the_enums() {
+        let agents: Vec<_> = AgentKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        assert_eq!(agents, AGENT_NAMES);
+        let policies: Vec<_> = RETRY_POLICIES
+            .iter()
+            .map(|policy| policy.as_str())
+            .collect();
+        assert_eq!(policies, RETRY_POLICY_NAMES);
+        let sandboxes: Vec<_> = SANDBOXES.iter().map(|sandbox| sandbox.as_str()).collect();
+        assert_eq!(sandboxes, SANDBOX_NAMES);
+        let discloses: Vec<_> = DISCLOSES.iter().map(|disclose| disclose.as_str()).collect();
+        assert_eq!(discloses, DISCLOSE_NAMES);
+    }
+
+    #[test]
+    fn plan_write_paths_stay_inside_the_workspace() {
+        for ok in [
+            "a.txt", "src/a.rs", "./a", "a/./b", ".hidden", "a..b", "..a",
+        ] {
+            assert_eq!(check_relative_path(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/x",
+            "../x",
+            "a/../../x",
+            "..",
+            "a/..",
+            "C:x",
+            "a\\b",
+            "a\0",
+            "dir/",
+            ".",
+            "./",
+        ] {
+            assert!(check_relative_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn plan_criterion_names_follow_the_pattern() {
+        for ok in ["coverage", "_x", "a-b_c9", "Z"] {
+            assert!(is_criterion_name(ok), "{ok}");
+        }
+        for bad in ["", "9a", "-a", "a b", "a.b", "é"] {
+            assert!(!is_criterion_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn plan_regex_errors_fit_on_one_line() {
+        // Built at run time: clippy rightly refuses an invalid literal pattern.
+        let pattern = ["(", "unclosed"].concat();
+        let error = Regex::new(&pattern).unwrap_err();
+        let message = regex_message(&error);
+        assert_eq!(message, "unclosed group");
+    }
+}

@@ -1,0 +1,1010 @@
+//! Whole-plan tests: a full plan resolved to its typed values, and a table of
+//! bad plans, each pinned to the line, key path and message of its error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::{TaskId, TaskIdError};
+
+const FULL: &str = r#"version: 1
+name: quickstart
+seats: 2
+budget_usd: "5.00"
+retry_budget: "2 retries, degrade: coverage"
+agents:
+  claude: { bin: /opt/claude/bin/claude }
+  sim: {}
+defaults:
+  agent: sim
+  retry_policy: fork
+  max_retries: 3
+  timeout: 20m
+  sandbox: none
+tasks:
+  - id: add-greeting
+    prompt: "Create greeting.txt containing hello"
+    budget_usd: "1.00"
+    sim:
+      - reply: "I wrote it"
+        write: { greeting.txt: "hi\n", sub/dir/b.txt: "" }
+        exit_code: 1
+        cost_usd: "0.01"
+        delay: 500ms
+      - reply: DONE
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: verdict, timeout: 1m }
+      - { name: answer, result_matches: "^DONE" }
+      - name: coverage
+        run: "check --level {{ level }}"
+        criterion: coverage
+        levels: [90, 80, 70]
+  - id: review
+    prompt: Review it
+    agent: command
+    command: ["sh", "-c", "echo hi"]
+    retry_policy: cold
+    max_retries: 0
+    timeout: 1h30m
+    agent_restart_between_retries: true
+    budget_usd: "1.5"
+    sandbox: worktree
+    depends_on: [add-greeting]
+  - id: plain
+    prompt: Defaults only
+"#;
+
+fn id(text: &str) -> TaskId {
+    TaskId::parse(text).unwrap()
+}
+
+#[test]
+fn plan_full_plan_resolves_to_typed_values() {
+    let plan = parse_plan(FULL, "plan.yaml").unwrap();
+    assert_eq!(plan.name(), "quickstart");
+    assert_eq!(plan.seats(), 2);
+    assert_eq!(plan.budget_micro_usd(), Some(5_000_000));
+    assert_eq!(plan.retry_budget(), Some("2 retries, degrade: coverage"));
+    assert_eq!(
+        plan.agent_settings(AgentKind::Claude),
+        Some(&AgentSettings {
+            bin: Some("/opt/claude/bin/claude".into())
+        })
+    );
+    assert_eq!(
+        plan.agent_settings(AgentKind::Sim),
+        Some(&AgentSettings::default())
+    );
+    assert_eq!(plan.agent_settings(AgentKind::Codex), None);
+    assert_eq!(plan.tasks().len(), 3);
+
+    let greeting = &plan.tasks()[0];
+    assert_eq!(greeting.id, id("add-greeting"));
+    assert_eq!(greeting.prompt, "Create greeting.txt containing hello");
+    // From defaults.
+    assert_eq!(greeting.retry_policy, RetryPolicy::Fork);
+    assert_eq!(greeting.max_retries, 3);
+    assert_eq!(greeting.timeout, Duration::from_secs(20 * 60));
+    assert_eq!(greeting.sandbox, Sandbox::None);
+    // Built in.
+    assert!(!greeting.agent_restart_between_retries);
+    assert!(greeting.depends_on.is_empty());
+    // Its own.
+    assert_eq!(greeting.budget_micro_usd, Some(1_000_000));
+    let TaskAgent::Sim { script } = &greeting.agent else {
+        panic!("expected the sim agent, got {:?}", greeting.agent)
+    };
+    assert_eq!(
+        script,
+        &[
+            SimStep {
+                reply: "I wrote it".into(),
+                write: BTreeMap::from([
+                    ("greeting.txt".to_owned(), "hi\n".to_owned()),
+                    ("sub/dir/b.txt".to_owned(), String::new()),
+                ]),
+                exit_code: 1,
+                cost_micro_usd: 10_000,
+                delay: Duration::from_millis(500),
+            },
+            SimStep {
+                reply: "DONE".into(),
+                ..SimStep::default()
+            },
+        ]
+    );
+    assert_eq!(greeting.gates.len(), 3);
+    let content = &greeting.gates[0];
+    assert_eq!(content.name, "content");
+    assert_eq!(content.disclose, Disclose::Verdict);
+    assert!(content.criterion.is_none());
+    match &content.check {
+        GateCheck::Run { command, timeout } => {
+            assert_eq!(command, "grep -qx hello greeting.txt");
+            assert_eq!(*timeout, Duration::from_secs(60));
+        }
+        other => panic!("expected a run gate, got {other:?}"),
+    }
+    let answer = &greeting.gates[1];
+    assert_eq!(answer.name, "answer");
+    assert_eq!(answer.disclose, Disclose::Verdict);
+    match &answer.check {
+        GateCheck::ResultMatches(regex) => {
+            assert_eq!(regex.as_str(), "^DONE");
+            assert!(regex.is_match("DONE, all good"));
+            assert!(!regex.is_match("not DONE"));
+        }
+        other => panic!("expected a result_matches gate, got {other:?}"),
+    }
+    let coverage = &greeting.gates[2];
+    assert_eq!(coverage.disclose, Disclose::Output);
+    assert_eq!(
+        coverage.criterion,
+        Some(Criterion {
+            name: "coverage".into(),
+            levels: vec![90, 80, 70]
+        })
+    );
+    match &coverage.check {
+        GateCheck::Run { command, timeout } => {
+            assert_eq!(command, "check --level {{ level }}");
+            assert_eq!(*timeout, DEFAULT_GATE_TIMEOUT);
+        }
+        other => panic!("expected a run gate, got {other:?}"),
+    }
+
+    let review = &plan.tasks()[1];
+    assert_eq!(review.id, id("review"));
+    assert_eq!(
+        review.agent,
+        TaskAgent::Command {
+            argv: vec!["sh".into(), "-c".into(), "echo hi".into()]
+        }
+    );
+    assert_eq!(review.agent.kind(), AgentKind::Command);
+    assert_eq!(review.retry_policy, RetryPolicy::Cold);
+    assert_eq!(review.max_retries, 0);
+    assert_eq!(review.timeout, Duration::from_secs(90 * 60));
+    assert!(review.agent_restart_between_retries);
+    assert_eq!(review.budget_micro_usd, Some(1_500_000));
+    assert_eq!(review.sandbox, Sandbox::Worktree);
+    assert_eq!(review.depends_on, [id("add-greeting")]);
+    assert!(review.gates.is_empty());
+
+    let plain = &plan.tasks()[2];
+    assert_eq!(
+        plain.agent,
+        TaskAgent::Sim {
+            script: vec![SimStep::default()]
+        }
+    );
+    assert_eq!(plain.retry_policy, RetryPolicy::Fork);
+    assert_eq!(plain.max_retries, 3);
+    assert_eq!(plain.budget_micro_usd, None);
+    assert_eq!(plain.sandbox, Sandbox::None);
+}
+
+#[test]
+fn plan_builtin_defaults_apply_without_a_defaults_section() {
+    let text =
+        "version: 1\nname: minimal\ntasks:\n  - id: only\n    prompt: do it\n    agent: claude\n";
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    assert_eq!(plan.seats(), 1);
+    assert_eq!(plan.budget_micro_usd(), None);
+    assert_eq!(plan.retry_budget(), None);
+    assert_eq!(plan.agent_settings(AgentKind::Claude), None);
+    let task = &plan.tasks()[0];
+    assert_eq!(task.agent, TaskAgent::Claude);
+    assert_eq!(task.retry_policy, RetryPolicy::Warm);
+    assert_eq!(task.max_retries, DEFAULT_MAX_RETRIES);
+    assert_eq!(task.max_retries, 2);
+    assert_eq!(task.timeout, DEFAULT_TASK_TIMEOUT);
+    assert_eq!(task.timeout, Duration::from_secs(600));
+    assert!(!task.agent_restart_between_retries);
+    assert_eq!(task.budget_micro_usd, None);
+    assert_eq!(task.sandbox, Sandbox::Worktree);
+    assert!(task.depends_on.is_empty());
+    assert!(task.gates.is_empty());
+    assert_eq!(
+        plan.task(&id("only")).map(|task| &task.prompt),
+        Some(&"do it".to_owned())
+    );
+    assert!(plan.task(&id("other")).is_none());
+}
+
+#[test]
+fn plan_dependency_order_is_topological_with_ties_in_plan_order() {
+    let text = r#"version: 1
+name: order
+defaults: { agent: sim }
+tasks:
+  - { id: c, prompt: p, depends_on: [b] }
+  - { id: a, prompt: p }
+  - { id: b, prompt: p, depends_on: [a] }
+  - { id: d, prompt: p }
+  - { id: e, prompt: p, depends_on: [d, c] }
+"#;
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    let order: Vec<&str> = plan
+        .dependency_order()
+        .iter()
+        .map(|task| task.id.as_str())
+        .collect();
+    assert_eq!(order, ["a", "b", "c", "d", "e"]);
+}
+
+#[test]
+fn plan_dependency_order_keeps_plan_order_without_dependencies() {
+    let text = "version: 1\nname: flat\ndefaults: { agent: sim }\ntasks:\n  - { id: z, prompt: p }\n  - { id: y, prompt: p }\n  - { id: x, prompt: p }\n";
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    let order: Vec<&str> = plan
+        .dependency_order()
+        .iter()
+        .map(|task| task.id.as_str())
+        .collect();
+    assert_eq!(order, ["z", "y", "x"]);
+}
+
+/// One bad plan: its error's line, key path and a distinctive part of its message.
+struct Bad {
+    what: &'static str,
+    text: String,
+    line: u64,
+    path: &'static str,
+    message: &'static str,
+}
+
+fn bad(
+    what: &'static str,
+    text: &str,
+    line: u64,
+    path: &'static str,
+    message: &'static str,
+) -> Bad {
+    Bad {
+        what,
+        text: text.to_owned(),
+        line,
+        path,
+        message,
+    }
+}
+
+/// Lines 1 to 6 of most cases: a valid plan with one sim task `a`.
+const HEAD: &str = "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n";
+
+fn with_head(rest: &str) -> String {
+    format!("{HEAD}{rest}")
+}
+
+fn bad_plans() -> Vec<Bad> {
+    let long_id = "a".repeat(65);
+    vec![
+        // ---- keys ----
+        bad(
+            "unknown key at the top level",
+            "version: 1\nname: t\ncolour: red\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            3,
+            "",
+            "unknown key \"colour\" (expected one of version, name, seats, budget_usd, retry_budget, agents, defaults, tasks)",
+        ),
+        bad(
+            "unknown key in a task",
+            &with_head("    retries: 3\n"),
+            7,
+            "tasks[0]",
+            "unknown key \"retries\" (expected one of id, prompt, agent,",
+        ),
+        bad(
+            "unknown key in a gate",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
+            ),
+            10,
+            "tasks[0].gates[0]",
+            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels)",
+        ),
+        bad(
+            "unknown key in defaults",
+            "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
+            5,
+            "defaults",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox)",
+        ),
+        bad(
+            "id in defaults",
+            "version: 1\nname: t\ndefaults:\n  id: x\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "defaults",
+            "unknown key \"id\"",
+        ),
+        bad(
+            "unknown key in a sim step",
+            &with_head("    sim:\n      - reply: hi\n        stdout: x\n"),
+            9,
+            "tasks[0].sim[0]",
+            "unknown key \"stdout\" (expected one of reply, write, exit_code, cost_usd, delay)",
+        ),
+        bad(
+            "unknown agent in agents",
+            "version: 1\nname: t\nagents:\n  clade: { bin: /x }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "agents",
+            "unknown key \"clade\" (expected one of claude, codex, gemini, command, sim)",
+        ),
+        bad(
+            "key given twice",
+            &with_head("    prompt: again\n"),
+            7,
+            "tasks[0].prompt",
+            "key \"prompt\" is given twice (first on line 5)",
+        ),
+        bad(
+            "missing prompt",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    agent: sim\n",
+            4,
+            "tasks[0].prompt",
+            "required key is missing; add prompt:",
+        ),
+        bad(
+            "missing agent and no default",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n",
+            4,
+            "tasks[0].agent",
+            "set agent (claude, codex, gemini, command or sim) here or in defaults.agent",
+        ),
+        // ---- version ----
+        bad(
+            "version 2, with keys this reprise does not know",
+            "version: 2\nname: t\nfuture_key: 1\ntasks: []\n",
+            1,
+            "version",
+            "2 is newer than the plan version this reprise reads (1); this plan needs a newer reprise",
+        ),
+        bad(
+            "version 0",
+            "version: 0\nname: t\ntasks: []\n",
+            1,
+            "version",
+            "0 is not a plan version; write \"version: 1\"",
+        ),
+        bad(
+            "missing version",
+            "name: t\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            1,
+            "version",
+            "required key is missing; add \"version: 1\"",
+        ),
+        bad(
+            "version as a string",
+            "version: \"1\"\nname: t\ntasks: []\n",
+            1,
+            "version",
+            "expected the integer 1, found the string \"1\"",
+        ),
+        // ---- dependencies ----
+        bad(
+            "cycle of two",
+            "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",
+            10,
+            "tasks[1].depends_on[0]",
+            "\"b\" -> \"a\" -> \"b\" is a cycle; remove one of these dependencies",
+        ),
+        bad(
+            "cycle of three",
+            "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [c]\n  - id: c\n    prompt: p\n    depends_on:\n      - a\n",
+            14,
+            "tasks[2].depends_on[0]",
+            "\"c\" -> \"a\" -> \"b\" -> \"c\" is a cycle",
+        ),
+        bad(
+            "self-dependency",
+            &with_head("    depends_on: [a]\n"),
+            7,
+            "tasks[0].depends_on[0]",
+            "task \"a\" depends on itself",
+        ),
+        bad(
+            "unknown dependency",
+            &with_head("    depends_on: [build]\n"),
+            7,
+            "tasks[0].depends_on[0]",
+            "\"build\" is not the id of any task in this plan",
+        ),
+        bad(
+            "dependency listed twice",
+            "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - { id: a, prompt: p }\n  - id: b\n    prompt: p\n    depends_on: [a, a]\n",
+            8,
+            "tasks[1].depends_on[1]",
+            "\"a\" is listed twice",
+        ),
+        // ---- ids and names ----
+        bad(
+            "duplicate task id",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n  - id: a\n    prompt: q\n    agent: sim\n",
+            7,
+            "tasks[1].id",
+            "\"a\" is already the id of tasks[0]",
+        ),
+        bad(
+            "task id with a path",
+            "version: 1\nname: t\ntasks:\n  - id: ../x\n    prompt: p\n    agent: sim\n",
+            4,
+            "tasks[0].id",
+            "task id \"../x\" must start with a letter or digit",
+        ),
+        bad(
+            "empty task id",
+            "version: 1\nname: t\ntasks:\n  - id: \"\"\n    prompt: p\n    agent: sim\n",
+            4,
+            "tasks[0].id",
+            "task id is empty",
+        ),
+        bad(
+            "task id of 65 bytes",
+            &format!(
+                "version: 1\nname: t\ntasks:\n  - id: {long_id}\n    prompt: p\n    agent: sim\n"
+            ),
+            4,
+            "tasks[0].id",
+            "task id is 65 bytes long; the limit is 64",
+        ),
+        bad(
+            "task id that is a number",
+            "version: 1\nname: t\ntasks:\n  - id: 7\n    prompt: p\n    agent: sim\n",
+            4,
+            "tasks[0].id",
+            "expected a string, found the number 7; put the value in quotes",
+        ),
+        bad(
+            "duplicate gate name",
+            &with_head(
+                "    gates:\n      - { name: g, run: \"true\" }\n      - { name: g, run: \"false\" }\n",
+            ),
+            9,
+            "tasks[0].gates[1].name",
+            "\"g\" is already the name of gates[0]",
+        ),
+        bad(
+            "gate name with a space",
+            &with_head("    gates:\n      - { name: \"my gate\", run: \"true\" }\n"),
+            8,
+            "tasks[0].gates[0].name",
+            "gate name \"my gate\" is not valid",
+        ),
+        // ---- gates ----
+        bad(
+            "gate with run and result_matches",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        result_matches: ok\n",
+            ),
+            10,
+            "tasks[0].gates[0]",
+            "a gate has run or result_matches, not both",
+        ),
+        bad(
+            "gate with neither run nor result_matches",
+            &with_head("    gates:\n      - name: g\n        disclose: output\n"),
+            8,
+            "tasks[0].gates[0]",
+            "a gate needs run (a shell command) or result_matches (a regex)",
+        ),
+        bad(
+            "invalid regex",
+            &with_head("    gates:\n      - name: g\n        result_matches: \"(unclosed\"\n"),
+            9,
+            "tasks[0].gates[0].result_matches",
+            "invalid regex: unclosed group",
+        ),
+        bad(
+            "timeout on a result_matches gate",
+            &with_head(
+                "    gates:\n      - name: g\n        result_matches: ok\n        timeout: 1m\n",
+            ),
+            10,
+            "tasks[0].gates[0].timeout",
+            "timeout applies only to run gates",
+        ),
+        bad(
+            "unknown disclose",
+            &with_head("    gates:\n      - { name: g, run: \"true\", disclose: all }\n"),
+            8,
+            "tasks[0].gates[0].disclose",
+            "unknown disclose \"all\" (expected one of output, verdict)",
+        ),
+        bad(
+            "criterion without levels",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        criterion: coverage\n",
+            ),
+            10,
+            "tasks[0].gates[0].criterion",
+            "criterion needs levels",
+        ),
+        bad(
+            "levels without criterion",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        levels: [1, 2]\n",
+            ),
+            10,
+            "tasks[0].gates[0].levels",
+            "levels needs a criterion",
+        ),
+        bad(
+            "criterion with a bad name",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        criterion: 9lives\n        levels: [1]\n",
+            ),
+            10,
+            "tasks[0].gates[0].criterion",
+            "criterion \"9lives\" is not valid",
+        ),
+        bad(
+            "empty levels",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        criterion: c\n        levels: []\n",
+            ),
+            11,
+            "tasks[0].gates[0].levels",
+            "must not be empty",
+        ),
+        // ---- durations ----
+        bad(
+            "duration without a unit, unquoted",
+            &with_head("    timeout: 10\n"),
+            7,
+            "tasks[0].timeout",
+            "10 is a number; write a duration as a string with a unit, like \"10m\"",
+        ),
+        bad(
+            "duration without a unit, quoted",
+            &with_head("    timeout: \"10\"\n"),
+            7,
+            "tasks[0].timeout",
+            "\"10\" is not a duration: a number has no unit",
+        ),
+        bad(
+            "fractional duration",
+            &with_head("    timeout: 1.5m\n"),
+            7,
+            "tasks[0].timeout",
+            "\"1.5m\" is not a duration: '.' is not allowed",
+        ),
+        bad(
+            "negative duration",
+            &with_head("    timeout: -1s\n"),
+            7,
+            "tasks[0].timeout",
+            "\"-1s\" is not a duration: '-' is not allowed",
+        ),
+        bad(
+            "duration with a space",
+            &with_head("    timeout: 10 m\n"),
+            7,
+            "tasks[0].timeout",
+            "\"10 m\" is not a duration: ' ' is not allowed",
+        ),
+        bad(
+            "empty duration",
+            &with_head("    timeout: \"\"\n"),
+            7,
+            "tasks[0].timeout",
+            "\"\" is not a duration: it is empty",
+        ),
+        bad(
+            "zero timeout",
+            &with_head("    timeout: 0s\n"),
+            7,
+            "tasks[0].timeout",
+            "\"0s\" is zero; use a duration greater than zero",
+        ),
+        bad(
+            "zero gate timeout",
+            &with_head("    gates:\n      - { name: g, run: \"true\", timeout: 0ms }\n"),
+            8,
+            "tasks[0].gates[0].timeout",
+            "\"0ms\" is zero",
+        ),
+        bad(
+            "unknown duration unit in a sim delay",
+            &with_head("    sim:\n      - delay: 3d\n"),
+            8,
+            "tasks[0].sim[0].delay",
+            "unknown unit \"d\"; use ms, s, m or h",
+        ),
+        // ---- money ----
+        bad(
+            "pool budget as a float",
+            "version: 1\nname: t\nbudget_usd: 5.00\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            3,
+            "budget_usd",
+            "5.00 is a number; write money as a quoted decimal string like \"5.00\"",
+        ),
+        bad(
+            "task budget as an integer",
+            &with_head("    budget_usd: 5\n"),
+            7,
+            "tasks[0].budget_usd",
+            "5 is a number; write money as a quoted decimal string",
+        ),
+        bad(
+            "money with seven decimals",
+            &with_head("    budget_usd: \"0.0000001\"\n"),
+            7,
+            "tasks[0].budget_usd",
+            "\"0.0000001\" is not an amount of money: it has 7 decimal places; use at most 6",
+        ),
+        bad(
+            "negative money",
+            &with_head("    budget_usd: \"-1.00\"\n"),
+            7,
+            "tasks[0].budget_usd",
+            "\"-1.00\" is not an amount of money: it has a sign",
+        ),
+        bad(
+            "money that is not a number",
+            &with_head("    budget_usd: abc\n"),
+            7,
+            "tasks[0].budget_usd",
+            "\"abc\" is not an amount of money: 'a' is not allowed",
+        ),
+        bad(
+            "money with an exponent",
+            &with_head("    budget_usd: \"1e3\"\n"),
+            7,
+            "tasks[0].budget_usd",
+            "it has an exponent",
+        ),
+        bad(
+            "sim cost as a float",
+            &with_head("    sim:\n      - cost_usd: 0.01\n"),
+            8,
+            "tasks[0].sim[0].cost_usd",
+            "0.01 is a number",
+        ),
+        bad(
+            "task budget above the pool",
+            "version: 1\nname: t\nbudget_usd: \"1.00\"\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n    budget_usd: \"1.5\"\n",
+            8,
+            "tasks[0].budget_usd",
+            "1.50 is more than the run's budget_usd of 1.00; lower it or raise the run's budget",
+        ),
+        bad(
+            "default budget above the pool",
+            "version: 1\nname: t\nbudget_usd: \"1\"\ndefaults:\n  budget_usd: \"2\"\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            5,
+            "defaults.budget_usd",
+            "2.00 is more than the run's budget_usd of 1.00",
+        ),
+        // ---- agents ----
+        bad(
+            "unknown agent",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: clade\n",
+            6,
+            "tasks[0].agent",
+            "unknown agent \"clade\" (expected one of claude, codex, gemini, command, sim)",
+        ),
+        bad(
+            "unknown default agent",
+            "version: 1\nname: t\ndefaults: { agent: gpt }\ntasks:\n  - { id: a, prompt: p }\n",
+            3,
+            "defaults.agent",
+            "unknown agent \"gpt\"",
+        ),
+        bad(
+            "agent command without command",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: command\n",
+            4,
+            "tasks[0].command",
+            "agent command needs the command to run",
+        ),
+        bad(
+            "agent command from defaults without command",
+            "version: 1\nname: t\ndefaults: { agent: command }\ntasks:\n  - id: a\n    prompt: p\n",
+            5,
+            "tasks[0].command",
+            "agent command needs the command to run",
+        ),
+        bad(
+            "command on a sim task",
+            &with_head("    command: [\"sh\", \"-c\", \"true\"]\n"),
+            7,
+            "tasks[0].command",
+            "command is only for agent command, and this task's agent is sim; remove it",
+        ),
+        bad(
+            "sim on a claude task",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: claude\n    sim:\n      - reply: hi\n",
+            8,
+            "tasks[0].sim",
+            "sim is only for agent sim, and this task's agent is claude",
+        ),
+        bad(
+            "empty command",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: command\n    command: []\n",
+            7,
+            "tasks[0].command",
+            "must not be empty",
+        ),
+        bad(
+            "command as one string",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: command\n    command: echo hi\n",
+            7,
+            "tasks[0].command",
+            "expected a list of strings (program, then arguments), found the string \"echo hi\"",
+        ),
+        bad(
+            "empty sim script",
+            &with_head("    sim: []\n"),
+            7,
+            "tasks[0].sim",
+            "the sim script has no steps",
+        ),
+        bad(
+            "sim writing outside the workspace",
+            &with_head("    sim:\n      - write: { ../x: boom }\n"),
+            8,
+            "tasks[0].sim[0].write[\"../x\"]",
+            "sim write path \"../x\" has a \"..\" component",
+        ),
+        bad(
+            "sim writing an absolute path",
+            &with_head("    sim:\n      - write:\n          /etc/x: boom\n"),
+            9,
+            "tasks[0].sim[0].write[\"/etc/x\"]",
+            "sim write path \"/etc/x\" is absolute",
+        ),
+        bad(
+            "sim exit code out of range",
+            &with_head("    sim:\n      - exit_code: 256\n"),
+            8,
+            "tasks[0].sim[0].exit_code",
+            "256 is out of range; use an integer from 0 to 255",
+        ),
+        // ---- other values ----
+        bad(
+            "max_retries above 100",
+            &with_head("    max_retries: 101\n"),
+            7,
+            "tasks[0].max_retries",
+            "101 is out of range; use an integer from 0 to 100",
+        ),
+        bad(
+            "zero seats",
+            "version: 1\nname: t\nseats: 0\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            3,
+            "seats",
+            "0 is out of range; use an integer from 1 to",
+        ),
+        bad(
+            "yes is not a boolean",
+            &with_head("    agent_restart_between_retries: yes\n"),
+            7,
+            "tasks[0].agent_restart_between_retries",
+            "expected true or false, found the string \"yes\"",
+        ),
+        bad(
+            "prompt as a number",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: 42\n    agent: sim\n",
+            5,
+            "tasks[0].prompt",
+            "expected a string, found the number 42; put the value in quotes",
+        ),
+        bad(
+            "blank prompt",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: \"  \"\n    agent: sim\n",
+            5,
+            "tasks[0].prompt",
+            "must not be empty",
+        ),
+        bad(
+            "unknown retry policy",
+            &with_head("    retry_policy: hot\n"),
+            7,
+            "tasks[0].retry_policy",
+            "unknown retry policy \"hot\" (expected one of warm, fork, cold)",
+        ),
+        bad(
+            "unknown sandbox",
+            &with_head("    sandbox: docker\n"),
+            7,
+            "tasks[0].sandbox",
+            "unknown sandbox \"docker\" (expected one of worktree, none)",
+        ),
+        // ---- document ----
+        bad(
+            "empty tasks list",
+            "version: 1\nname: t\ntasks: []\n",
+            3,
+            "tasks",
+            "the plan has no tasks",
+        ),
+        bad(
+            "missing tasks",
+            "version: 1\nname: t\n",
+            1,
+            "tasks",
+            "required key is missing; add tasks:",
+        ),
+        bad(
+            "empty name",
+            "version: 1\nname: \"\"\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            2,
+            "name",
+            "must not be empty",
+        ),
+        bad(
+            "tasks as a mapping",
+            "version: 1\nname: t\ntasks:\n  a: { prompt: p }\n",
+            4,
+            "tasks",
+            "expected a list of tasks, found a mapping",
+        ),
+        bad(
+            "yaml syntax error",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: \"unclosed\n    agent: sim\n",
+            5,
+            "",
+            "invalid yaml: ",
+        ),
+        bad("empty document", "", 1, "", "the plan is empty"),
+        bad(
+            "document that is a list",
+            "- version: 1\n",
+            1,
+            "",
+            "expected a mapping of plan keys, found a list",
+        ),
+    ]
+}
+
+#[test]
+fn plan_bad_plans_fail_at_the_offending_line_and_key() {
+    let cases = bad_plans();
+    assert!(cases.len() >= 25);
+    let mut failures = Vec::new();
+    for case in &cases {
+        let error = match parse_plan(&case.text, "plan.yaml") {
+            Ok(_) => {
+                failures.push(format!("{}: parsed without error", case.what));
+                continue;
+            }
+            Err(error) => error,
+        };
+        let display = error.to_string();
+        let location = match error.column() {
+            Some(column) => format!("plan.yaml:{}:{column}: ", case.line),
+            None => format!("plan.yaml:{}: ", case.line),
+        };
+        let path = if case.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", case.path)
+        };
+        let problems = [
+            (error.line() != case.line).then(|| format!("line {} != {}", error.line(), case.line)),
+            (error.path() != case.path)
+                .then(|| format!("path {:?} != {:?}", error.path(), case.path)),
+            (!display.contains(case.message)).then(|| format!("message lacks {:?}", case.message)),
+            (!display.starts_with(&format!("{location}{path}"))).then(|| "bad prefix".to_owned()),
+            display
+                .contains('\n')
+                .then(|| "more than one line".to_owned()),
+            display[location.len() + path.len()..]
+                .starts_with(|c: char| c.is_uppercase())
+                .then(|| "message starts in uppercase".to_owned()),
+            (error.file() != "plan.yaml").then(|| "file name lost".to_owned()),
+        ];
+        for problem in problems.into_iter().flatten() {
+            failures.push(format!("{}: {problem}\n    got: {display}", case.what));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn plan_error_lines_read_as_documented() {
+    let cases: &[(&str, &str)] = &[
+        (
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
+            ),
+            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels)",
+        ),
+        (
+            "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",
+            "plan.yaml:10:18: tasks[1].depends_on[0]: \"b\" -> \"a\" -> \"b\" is a cycle; remove one of these dependencies",
+        ),
+        (
+            &with_head("    budget_usd: 5.00\n"),
+            "plan.yaml:7:17: tasks[0].budget_usd: 5.00 is a number; write money as a quoted decimal string like \"5.00\"",
+        ),
+        (
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n  - id: a\n    prompt: q\n    agent: sim\n",
+            "plan.yaml:7:9: tasks[1].id: \"a\" is already the id of tasks[0]; give each task its own id",
+        ),
+        (
+            "version: 3\n",
+            "plan.yaml:1:10: version: 3 is newer than the plan version this reprise reads (1); this plan needs a newer reprise",
+        ),
+    ];
+    for (text, expected) in cases {
+        let error = parse_plan(text, "plan.yaml").unwrap_err();
+        assert_eq!(error.to_string(), *expected);
+    }
+}
+
+#[test]
+fn plan_error_kinds_are_typed() {
+    let error = parse_plan("version: 2\n", "p.yaml").unwrap_err();
+    assert_eq!(error.kind(), &PlanErrorKind::NewerVersion { found: 2 });
+    let error = parse_plan(
+        "version: 1\nname: t\ntasks:\n  - { id: ../x, prompt: p, agent: sim }\n",
+        "p.yaml",
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.kind(),
+        &PlanErrorKind::InvalidTaskId {
+            reason: TaskIdError::BadFirst { id: "../x".into() }
+        }
+    );
+    assert_eq!(error.column(), Some(11));
+}
+
+#[test]
+fn plan_errors_name_the_given_file() {
+    let error = parse_plan("", "plans/nightly.yaml").unwrap_err();
+    assert_eq!(error.file(), "plans/nightly.yaml");
+    assert!(error.to_string().starts_with("plans/nightly.yaml:1:1: "));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Damaged plans never panic the parser, and every error is one located line.
+    #[test]
+    fn plan_damaged_plans_fail_cleanly(
+        start in 0..FULL.len(),
+        removed in 0usize..12,
+        inserted in "[ -~\n]{0,3}",
+    ) {
+        let end = (start + removed).min(FULL.len());
+        let text = format!("{}{inserted}{}", &FULL[..start], &FULL[end..]);
+        if let Err(error) = parse_plan(&text, "plan.yaml") {
+            let display = error.to_string();
+            prop_assert!(!display.contains('\n'), "{}", display);
+            prop_assert!(display.starts_with("plan.yaml:"), "{}", display);
+            let lines = u64::try_from(text.lines().count()).unwrap();
+            prop_assert!(error.line() >= 1 && error.line() <= lines + 1, "{} in\n{}", display, text);
+        }
+    }
+}
+
+#[test]
+fn plan_windows_line_endings_read_the_same() {
+    let error = parse_plan(
+        &with_head("    timeout: 1.5m\n").replace('\n', "\r\n"),
+        "plan.yaml",
+    )
+    .unwrap_err();
+    assert_eq!((error.line(), error.column()), (7, Some(14)));
+    assert_eq!(error.path(), "tasks[0].timeout");
+    let plan = parse_plan(&FULL.replace('\n', "\r\n"), "plan.yaml").unwrap();
+    assert_eq!(plan.tasks().len(), 3);
+}
+
+#[test]
+fn plan_anchors_and_merge_keys_resolve() {
+    let text = "version: 1\nname: t\ntasks:\n  - &base\n    id: a\n    prompt: shared\n    agent: sim\n    budget_usd: 2.5\n  - <<: *base\n    id: b\n";
+    let error = parse_plan(text, "plan.yaml").unwrap_err();
+    // The first use of the bad value is reported where it is written.
+    assert_eq!((error.line(), error.path()), (8, "tasks[0].budget_usd"));
+    assert!(error.to_string().contains("2.5 is a number"), "{error}");
+    let plan = parse_plan(&text.replace("2.5", "\"2.5\""), "plan.yaml").unwrap();
+    let b = &plan.tasks()[1];
+    assert_eq!((b.id.as_str(), b.prompt.as_str()), ("b", "shared"));
+    assert_eq!(b.budget_micro_usd, Some(2_500_000));
+}
