@@ -73,5 +73,8 @@ pub(crate) enum WorkspaceCommand {
         /// Walker threads (default: one per core).
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Re-read every file instead of trusting the stat cache.
+        #[arg(long)]
+        no_cache: bool,
     },
 }

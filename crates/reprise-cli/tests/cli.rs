@@ -403,3 +403,34 @@ fn workspace_hash_prints_hash_files_and_bytes() {
     let missing = env.run(&["workspace", "hash", "nowhere"]);
     assert_one_line_error(&missing, 2, "nowhere");
 }
+
+#[test]
+fn workspace_hash_uses_a_stat_cache_in_the_state_directory() {
+    let env = Env::new();
+    env.init();
+    for n in 0..20 {
+        fs::write(
+            env.project().join(format!("f{n}.txt")),
+            format!("file {n}\n"),
+        )
+        .unwrap();
+    }
+    let uncached = json_of(&env.run(&["workspace", "hash", "--json", "--no-cache"]));
+    let cache_dir = env.project().join(".reprise/cache/workspace");
+    assert!(!cache_dir.exists(), "--no-cache writes no cache");
+    let cold = json_of(&env.run(&["workspace", "hash", "--json"]));
+    let warm = json_of(&env.run(&["workspace", "hash", "--json"]));
+    assert_eq!(cold, uncached);
+    assert_eq!(warm, uncached);
+    assert!(
+        cache_dir.read_dir().unwrap().next().is_some(),
+        "a cache was written"
+    );
+    fs::write(env.project().join("f3.txt"), "changed\n").unwrap();
+    let changed = json_of(&env.run(&["workspace", "hash", "--json"]));
+    assert_ne!(changed["hash"], uncached["hash"]);
+    assert_eq!(
+        changed,
+        json_of(&env.run(&["workspace", "hash", "--json", "--no-cache"]))
+    );
+}

@@ -11,6 +11,7 @@ pub mod chain;
 pub mod digest;
 mod id;
 pub mod plan;
+pub mod prompt;
 pub mod record;
 pub mod retry;
 mod scan;

@@ -264,6 +264,18 @@ impl DecisionRecord {
         }
     }
 
+    /// The second record, when the session this decision would resume turns
+    /// out to be gone: cold, for `session_unavailable`, with no instruction.
+    pub fn session_unavailable(&self) -> Self {
+        Self {
+            retry_mode: RetryMode::Cold,
+            downgrade_reason: Some(DowngradeReason::SessionUnavailable),
+            template_id: None,
+            instruction_hash: None,
+            ..self.clone()
+        }
+    }
+
     /// The record as a JSON value (its canonical bytes are what is hashed).
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("decision records serialise")
@@ -526,6 +538,24 @@ mod tests {
 
     // Computed independently: sha256 of "reprise/decision/v1\n" and the bytes above.
     const GOLDEN_WARM: &str = "0d75a6c4b1ea759800f547169b198194f82f380c66e738976bf9031100e83611";
+
+    #[test]
+    fn the_fallback_record_is_cold_and_says_why() {
+        let warm = sample_record(RetryMode::Warm);
+        let fallback = warm.session_unavailable();
+        assert_eq!(fallback.retry_mode, RetryMode::Cold);
+        assert_eq!(fallback.requested_mode, RetryMode::Warm);
+        assert_eq!(
+            fallback.downgrade_reason,
+            Some(DowngradeReason::SessionUnavailable)
+        );
+        assert_eq!(
+            (fallback.template_id.clone(), fallback.instruction_hash),
+            (None, None)
+        );
+        assert_eq!(fallback.checkpoint_session_id, warm.checkpoint_session_id);
+        assert_ne!(fallback.hash().unwrap(), warm.hash().unwrap());
+    }
 
     #[test]
     fn metadata_carries_the_retry_keys() {

@@ -35,7 +35,7 @@ pub(crate) fn create_dir_all_durable(dir: &Path, mode: u32) -> Result<()> {
 }
 
 /// Publishes `bytes` at `path`: temp file, fsync, rename, directory fsync.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let dir = path
         .parent()
         .expect("an atomic write targets a file in a directory");

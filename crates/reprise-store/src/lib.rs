@@ -19,3 +19,4 @@ pub mod workspace;
 
 pub use chainfile::{ChainFile, read_chain};
 pub use error::{Result, StoreError};
+pub use fsutil::write_atomic;

@@ -127,6 +127,39 @@ impl StateDir {
     pub fn audit_path(&self) -> PathBuf {
         self.root.join("audit").join("audit.jsonl")
     }
+
+    /// `runs/`, one directory per run.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    /// `runs/<run>/state.json`.
+    pub fn run_state_path(&self, run_id: &str) -> PathBuf {
+        self.runs_dir().join(run_id).join("state.json")
+    }
+
+    /// `worktrees/<task>`: the task's sandbox when the project is a git repository.
+    pub fn worktree_dir(&self, task: &TaskId) -> PathBuf {
+        self.root.join("worktrees").join(task.as_str())
+    }
+
+    /// `sessions/<adapter>/`: preserved copies of native transcripts.
+    pub fn sessions_dir(&self, adapter: &str) -> PathBuf {
+        self.root.join("sessions").join(adapter)
+    }
+
+    /// `sim/`: the built-in sim agent's own session store.
+    pub fn sim_store(&self) -> PathBuf {
+        self.root.join("sim")
+    }
+
+    /// `cache/workspace/<task>.bin`: the workspace hash's stat cache for a task.
+    pub fn workspace_cache_path(&self, name: &str) -> PathBuf {
+        self.root
+            .join("cache")
+            .join("workspace")
+            .join(format!("{name}.bin"))
+    }
 }
 
 /// The current time as an RFC 3339 UTC string with milliseconds.

@@ -19,9 +19,11 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Journal(JournalCommand::Verify { task }) => journal::verify(settings, &task)?,
         Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,
         Command::Replay(ReplayCommand::Repair { task }) => replay::repair(settings, &task)?,
-        Command::Workspace(WorkspaceCommand::Hash { dir, threads }) => {
-            workspace::hash(settings, dir.as_deref(), threads)?
-        }
+        Command::Workspace(WorkspaceCommand::Hash {
+            dir,
+            threads,
+            no_cache,
+        }) => workspace::hash(settings, dir.as_deref(), threads, no_cache)?,
     };
     outcome.print(settings.json);
     Ok(outcome)

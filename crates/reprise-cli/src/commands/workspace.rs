@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use reprise_store::workspace::hash_workspace;
+use reprise_core::digest::tagged_sha256;
+use reprise_store::state::StateDir;
+use reprise_store::workspace::{hash_workspace, hash_workspace_cached};
 use serde_json::json;
 
 use crate::error::CliError;
@@ -13,13 +15,31 @@ pub(crate) fn hash(
     settings: &Settings,
     dir: Option<&Path>,
     threads: usize,
+    no_cache: bool,
 ) -> Result<Outcome, CliError> {
     let root = match dir {
         Some(dir) if dir.is_absolute() => dir.to_path_buf(),
         Some(dir) => settings.cwd.join(dir),
         None => settings.cwd.clone(),
     };
-    let hashed = hash_workspace(&root, threads)?;
+    // With a state directory at hand, unchanged files are not re-read: their
+    // digests come from a stat cache kept there (never from inside the tree).
+    let state = match &settings.state_dir {
+        Some(dir) => StateDir::open(dir).ok(),
+        None => StateDir::discover(&root).ok(),
+    };
+    let hashed = match state.filter(|_| !no_cache) {
+        Some(state) => {
+            let canonical = root.canonicalize().unwrap_or_else(|_| root.clone());
+            let name = tagged_sha256(
+                b"reprise/workspace-cache-name/v1\n",
+                &[canonical.as_os_str().as_encoded_bytes()],
+            )
+            .to_hex();
+            hash_workspace_cached(&root, threads, &state.workspace_cache_path(&name[..32]))?
+        }
+        None => hash_workspace(&root, threads)?,
+    };
     let hash = hashed.hash.to_hex();
     Ok(Outcome {
         text: format!("{hash}  ({} files, {} bytes)\n", hashed.files, hashed.bytes),
