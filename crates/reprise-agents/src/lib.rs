@@ -1,7 +1,29 @@
-//! Adapters that drive agent CLIs (Claude Code, Codex, Gemini, any command,
-//! and the built-in `sim` agent). Each adapter will pair a pure invocation
-//! builder and output parser with a process driver; see DESIGN.md section 11.
-//! The run engine (a later issue) is the first consumer; until then this crate
-//! holds nothing.
+//! Adapters that drive agent CLIs (Claude Code, Codex, Gemini, any command)
+//! and the built-in `sim` agent, for the run engine.
+//!
+//! Each adapter declares its resume strategy (the retry capability derives
+//! from it alone) and turns an [`AttemptRequest`] into an [`AttemptReport`]:
+//! a reply, or an infrastructure failure of a named [`InfraKind`]. The CLI
+//! adapters pair a pure invocation builder and a pure output parser with one
+//! process driver (own process group, wall-clock timeout, cancel, always
+//! reaped); see DESIGN.md section 11 and each module's table of arguments.
+//! Nothing here prints: the engine records, the CLI renders.
 
 #![forbid(unsafe_code)]
+
+mod claude;
+mod codex;
+mod command;
+mod gemini;
+mod outcome;
+mod process;
+mod request;
+mod sim;
+
+pub use claude::ClaudeAdapter;
+pub use codex::CodexAdapter;
+pub use command::CommandAdapter;
+pub use gemini::GeminiAdapter;
+pub use outcome::{AttemptOutcome, AttemptReport, InfraKind};
+pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode};
+pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};

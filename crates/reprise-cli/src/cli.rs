@@ -30,6 +30,25 @@ pub(crate) struct GlobalArgs {
 pub(crate) enum Command {
     /// Create the state directory (and the audit key if there is none).
     Init,
+    /// Run a plan: every task through its agent, gates, and checkpointed retries.
+    Run {
+        /// The plan file (YAML).
+        plan: PathBuf,
+        /// Tasks running at once (overrides the plan's `seats`).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        seats: Option<u32>,
+    },
+    /// Show a run's tasks and attempts (default: the latest run).
+    Status {
+        /// A run id (`R-...`).
+        run: Option<String>,
+    },
+    /// List or show tasks of the latest run.
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// Show a task's retry lineage: every decision and how it was sealed.
+    #[command(subcommand)]
+    Lineage(LineageCommand),
     /// Read or verify a task's journal.
     #[command(subcommand)]
     Journal(JournalCommand),
@@ -42,6 +61,20 @@ pub(crate) enum Command {
     /// Hash a working tree.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TaskCommand {
+    /// List the tasks of the latest run.
+    List,
+    /// Show one task: state, attempts and its retry metadata.
+    Show { task: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LineageCommand {
+    /// Show a task's retry decisions, from its journal and spine.
+    Show { task: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,5 +1,25 @@
-//! The run loop: plan loading, scheduling with seats and budget envelopes,
-//! sandboxes, gates, attempts and retries (DESIGN.md sections 5 to 10).
-//! Built by the run-engine issue; until then this crate holds nothing.
+//! The run loop: plans in, attempts through agents, gates on their work, and
+//! checkpointed retries decided by `reprise_core::retry::decide`, each
+//! decision recorded in the task journal, its spine and the audit chain.
+//!
+//! The engine never prints: it reports progress as `Event`s to a sink the CLI
+//! provides, and writes the run's state to `runs/<run>/state.json`.
 
 #![forbid(unsafe_code)]
+
+mod error;
+mod events;
+mod gates;
+mod records;
+mod run;
+mod sandbox;
+mod state;
+mod task;
+
+pub use error::{EngineError, Result};
+pub use events::{Event, EventSink};
+pub use records::{DecisionRow, read_decisions};
+pub use run::{RunOptions, load_plan, new_run_id, run_plan};
+pub use state::{
+    AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, latest_run, load_run,
+};

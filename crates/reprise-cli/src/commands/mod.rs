@@ -4,10 +4,16 @@
 mod audit;
 mod init;
 mod journal;
+mod lineage;
 mod replay;
+mod run;
+mod status;
 mod workspace;
 
-use crate::cli::{AuditCommand, Command, JournalCommand, ReplayCommand, WorkspaceCommand};
+use crate::cli::{
+    AuditCommand, Command, JournalCommand, LineageCommand, ReplayCommand, TaskCommand,
+    WorkspaceCommand,
+};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
@@ -15,6 +21,11 @@ use crate::settings::Settings;
 pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
     let outcome = match command {
         Command::Init => init::run(settings)?,
+        Command::Run { plan, seats } => run::run(settings, &plan, seats)?,
+        Command::Status { run } => status::status(settings, run.as_deref())?,
+        Command::Task(TaskCommand::List) => status::list(settings)?,
+        Command::Task(TaskCommand::Show { task }) => status::show(settings, &task)?,
+        Command::Lineage(LineageCommand::Show { task }) => lineage::show(settings, &task)?,
         Command::Journal(JournalCommand::Show { task }) => journal::show(settings, &task)?,
         Command::Journal(JournalCommand::Verify { task }) => journal::verify(settings, &task)?,
         Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,

@@ -1,0 +1,662 @@
+//! The `claude` adapter (Claude Code): a pure invocation builder, a pure
+//! parser of its `--output-format json` result object, and where it keeps
+//! session transcripts.
+//!
+//! Checked against `@anthropic-ai/claude-code` 2.1.197 offline, with a local
+//! server answering the Messages API (success, 401, 403, 429, 500, 529, an
+//! exceeded `--max-budget-usd`, an unknown and a reused session id); the
+//! recorded outputs are the test vectors in `testdata/claude/`.
+//!
+//! The invocation, for a prompt P:
+//!
+//! | mode | arguments |
+//! |---|---|
+//! | new | `-p --output-format json --permission-mode acceptEdits --session-id <uuid> -- P` |
+//! | warm | `-p --output-format json --permission-mode acceptEdits --resume <id> -- P` |
+//! | fork | `-p --output-format json --permission-mode acceptEdits --resume <id> --fork-session --session-id <uuid> -- P` |
+//!
+//! plus `--max-budget-usd <usd>` before `--` when the attempt has a budget.
+//! The prompt goes last, after `--`, because `-p` is a flag and the prompt a
+//! positional: a prompt that starts with `-` would otherwise be read as an
+//! option. `acceptEdits` lets Write and Edit run headless (the bypass modes
+//! are refused as root). Stdin is `/dev/null`.
+
+use std::path::{Path, PathBuf};
+
+use reprise_core::retry::ResumeStrategy;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::outcome::{
+    AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, kind_for_http_status,
+    kind_from_error_text, one_line, parse_usd_micro, stderr_summary,
+};
+use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
+use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, with_chosen_session_ids};
+
+const SPEC: CliSpec = CliSpec {
+    name: "claude",
+    bin_env: "REPRISE_CLAUDE_BIN",
+};
+
+/// Claude Code's session-gone message (stderr, exit 1).
+const NO_CONVERSATION: &str = "No conversation found with session ID";
+
+/// Drives Claude Code headless; resumes and forks its native sessions.
+#[derive(Debug, Default)]
+pub struct ClaudeAdapter {
+    versions: VersionCache,
+}
+
+impl ClaudeAdapter {
+    /// A claude adapter; the binary comes from each request.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Adapter for ClaudeAdapter {
+    fn name(&self) -> &'static str {
+        SPEC.name
+    }
+
+    fn strategy(&self) -> ResumeStrategy {
+        ResumeStrategy::NativeForkable
+    }
+
+    fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
+        let request = with_chosen_session_ids(request);
+        run_cli(SPEC, &self.versions, &request, cancel, invocation, parse)
+    }
+
+    /// `<root>/projects/<cwd, each character but ASCII letters and digits
+    /// made '-'>/<id>.jsonl`, where the root is `config_home`, else
+    /// `$CLAUDE_CONFIG_DIR`, else `$HOME/.claude`, and the cwd is the real
+    /// path (symlinks resolved, as the CLI's own `process.cwd()` sees it).
+    /// The path is returned whether or not the file exists, so a lost
+    /// transcript can be restored to it.
+    ///
+    /// Claude shortens project directory names beyond 200 characters with a
+    /// hash suffix; for those the directory is discovered (one whose name
+    /// starts with the first 200 characters and holds the transcript), and
+    /// `None` is returned if there is none.
+    fn transcript_path(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+        config_home: Option<&Path>,
+    ) -> Option<PathBuf> {
+        if session_id.is_empty()
+            || !session_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return None;
+        }
+        let root = match config_home {
+            Some(home) => home.to_path_buf(),
+            None => match std::env::var_os("CLAUDE_CONFIG_DIR").filter(|v| !v.is_empty()) {
+                Some(dir) => PathBuf::from(dir),
+                None => PathBuf::from(std::env::var_os("HOME")?).join(".claude"),
+            },
+        };
+        let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+        let projects = root.join("projects");
+        let file_name = format!("{session_id}.jsonl");
+        let name = project_dir_name(&cwd);
+        if name.len() <= PROJECT_NAME_MAX {
+            return Some(projects.join(name).join(file_name));
+        }
+        let prefix = &name[..PROJECT_NAME_MAX];
+        std::fs::read_dir(&projects)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
+            .map(|entry| entry.path().join(&file_name))
+            .find(|path| path.is_file())
+    }
+}
+
+/// Longest project directory name Claude Code uses unshortened.
+const PROJECT_NAME_MAX: usize = 200;
+
+/// The directory name Claude Code gives a project: every character other
+/// than an ASCII letter or digit becomes `-` (one per UTF-16 unit, as the
+/// CLI's JavaScript replace counts them). Observed: `/tmp/clis/w.x_y z` ->
+/// `-tmp-clis-w-x-y-z`.
+pub(crate) fn project_dir_name(cwd: &Path) -> String {
+    cwd.to_string_lossy()
+        .chars()
+        .flat_map(|c| {
+            let (keep, units) = if c.is_ascii_alphanumeric() {
+                (Some(c), 1)
+            } else {
+                (None, c.len_utf16())
+            };
+            std::iter::repeat_n(keep.unwrap_or('-'), units)
+        })
+        .collect()
+}
+
+/// Builds the claude command line for `request` (ids already chosen).
+pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocation {
+    let mut args: Vec<String> = [
+        "-p",
+        "--output-format",
+        "json",
+        "--permission-mode",
+        "acceptEdits",
+    ]
+    .map(String::from)
+    .to_vec();
+    let session_id = match &request.session {
+        SessionMode::New { session_id } => {
+            if let Some(id) = session_id {
+                args.extend(["--session-id".into(), id.clone()]);
+            }
+            session_id.clone()
+        }
+        SessionMode::Resume { session_id } => {
+            args.extend(["--resume".into(), session_id.clone()]);
+            Some(session_id.clone())
+        }
+        SessionMode::Fork {
+            from,
+            new_session_id,
+        } => {
+            args.extend(["--resume".into(), from.clone(), "--fork-session".into()]);
+            if let Some(id) = new_session_id {
+                args.extend(["--session-id".into(), id.clone()]);
+            }
+            new_session_id.clone()
+        }
+    };
+    if let Some(budget) = request.budget_micro_usd {
+        args.extend(["--max-budget-usd".into(), format_micro_usd(budget)]);
+    }
+    args.extend(["--".into(), request.prompt.clone()]);
+    let mut env = request.env.clone();
+    if let Some(home) = &request.config_home {
+        env.push((
+            "CLAUDE_CONFIG_DIR".into(),
+            home.to_string_lossy().into_owned(),
+        ));
+    }
+    Invocation {
+        program,
+        prompt_arg: Some(args.len() - 1),
+        args,
+        env,
+        stdin: Stdin::Null,
+        session_id,
+    }
+}
+
+/// The fields of Claude Code's result object that classification reads.
+#[derive(Debug, Deserialize)]
+struct ResultObject<'a> {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    subtype: Option<String>,
+    is_error: Option<bool>,
+    result: Option<String>,
+    session_id: Option<String>,
+    /// Kept as the raw JSON text so the amount is read exactly.
+    #[serde(borrow)]
+    total_cost_usd: Option<&'a RawValue>,
+    terminal_reason: Option<String>,
+    api_error_status: Option<serde_json::Value>,
+    #[serde(default)]
+    errors: Vec<serde_json::Value>,
+}
+
+fn result_object(stdout: &str) -> Option<ResultObject<'_>> {
+    let is_result = |object: &ResultObject<'_>| object.kind.as_deref() == Some("result");
+    if let Ok(object) = serde_json::from_str::<ResultObject<'_>>(stdout.trim())
+        && is_result(&object)
+    {
+        return Some(object);
+    }
+    stdout
+        .lines()
+        .rev()
+        .filter(|line| line.trim_start().starts_with('{'))
+        .filter_map(|line| serde_json::from_str::<ResultObject<'_>>(line.trim()).ok())
+        .find(is_result)
+}
+
+/// Classifies one finished `claude -p --output-format json` run.
+///
+/// By `is_error`, `api_error_status`, `terminal_reason` and the exit code;
+/// the subtype alone never makes a success (Claude reports API failures as
+/// subtype `success` with `is_error: true`).
+pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
+    let Some(object) = result_object(stdout) else {
+        let said = if stderr.trim().is_empty() {
+            one_line(stdout, 300)
+        } else {
+            stderr_summary(stderr)
+        };
+        if stderr.contains(NO_CONVERSATION) || stdout.contains(NO_CONVERSATION) {
+            return Parsed::infra(InfraKind::SessionUnavailable, format!("claude: {said}"));
+        }
+        return Parsed::infra(
+            InfraKind::ApiError,
+            format!("claude exited {exit_code} without a result object: {said}"),
+        );
+    };
+    let cost_micro_usd = object
+        .total_cost_usd
+        .and_then(|raw| parse_usd_micro(raw.get()));
+    let session_id = object.session_id.clone().filter(|id| !id.is_empty());
+    let subtype = object.subtype.as_deref().unwrap_or("");
+    let reply = object.result.clone().unwrap_or_default();
+    let is_error = object.is_error.unwrap_or(subtype.starts_with("error"));
+    let outcome = if is_error {
+        classify_error(exit_code, &object, stderr)
+    } else {
+        AttemptOutcome::Replied { exit_code, reply }
+    };
+    Parsed {
+        outcome,
+        session_id,
+        cost_micro_usd,
+    }
+}
+
+fn classify_error(exit_code: i32, object: &ResultObject<'_>, stderr: &str) -> AttemptOutcome {
+    let subtype = object.subtype.as_deref().unwrap_or("");
+    let terminal_reason = object.terminal_reason.as_deref().unwrap_or("");
+    let errors: Vec<String> = object
+        .errors
+        .iter()
+        .map(|error| match error {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    let message = match object.result.as_deref() {
+        Some(text) if !text.trim().is_empty() => text.to_string(),
+        _ if !errors.is_empty() => errors.join("; "),
+        _ => stderr_summary(stderr),
+    };
+    let detail = |what: &str| one_line(&format!("claude {what}: {message}"), 300);
+    if let Some(status) = object
+        .api_error_status
+        .as_ref()
+        .and_then(serde_json::Value::as_u64)
+    {
+        return crate::outcome::infra(
+            kind_for_http_status(status),
+            detail(&format!("api error {status}")),
+        );
+    }
+    if message.contains(NO_CONVERSATION) || stderr.contains(NO_CONVERSATION) {
+        return crate::outcome::infra(InfraKind::SessionUnavailable, detail("session unavailable"));
+    }
+    if subtype == "error_max_budget_usd" {
+        return crate::outcome::infra(InfraKind::BudgetExhausted, detail("stopped at its budget"));
+    }
+    // The agent worked until the turn limit: a verdict on the work, for the
+    // gates to judge, not an infrastructure failure.
+    if terminal_reason == "max_turns" || subtype == "error_max_turns" {
+        return AttemptOutcome::Replied {
+            exit_code,
+            reply: object.result.clone().unwrap_or_default(),
+        };
+    }
+    let kind = kind_from_error_text(&message).unwrap_or(InfraKind::ApiError);
+    let reason = match (subtype, terminal_reason) {
+        ("", "") => "reported an error".to_string(),
+        (subtype, "") => format!("reported an error ({subtype})"),
+        ("", reason) => format!("reported an error (terminal_reason {reason})"),
+        (subtype, reason) => format!("reported an error ({subtype}, terminal_reason {reason})"),
+    };
+    crate::outcome::infra(kind, detail(&reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::tests::request;
+
+    const U1: &str = "11111111-1111-4111-8111-111111111111";
+    const U2: &str = "22222222-2222-4222-8222-222222222222";
+
+    fn argv(session: SessionMode) -> Vec<String> {
+        let request = request(session, Path::new("/work/sandbox"));
+        invocation(&request, PathBuf::from("/usr/bin/claude")).args
+    }
+
+    #[test]
+    fn invocations_match_the_golden_vectors() {
+        let prompt = "Create greeting.txt containing hello";
+        assert_eq!(
+            argv(SessionMode::New {
+                session_id: Some(U1.into())
+            }),
+            [
+                "-p",
+                "--output-format",
+                "json",
+                "--permission-mode",
+                "acceptEdits",
+                "--session-id",
+                U1,
+                "--",
+                prompt
+            ]
+        );
+        assert_eq!(
+            argv(SessionMode::Resume {
+                session_id: U1.into()
+            }),
+            [
+                "-p",
+                "--output-format",
+                "json",
+                "--permission-mode",
+                "acceptEdits",
+                "--resume",
+                U1,
+                "--",
+                prompt
+            ]
+        );
+        assert_eq!(
+            argv(SessionMode::Fork {
+                from: U1.into(),
+                new_session_id: Some(U2.into())
+            }),
+            [
+                "-p",
+                "--output-format",
+                "json",
+                "--permission-mode",
+                "acceptEdits",
+                "--resume",
+                U1,
+                "--fork-session",
+                "--session-id",
+                U2,
+                "--",
+                prompt
+            ]
+        );
+    }
+
+    #[test]
+    fn invocation_carries_stdin_env_budget_and_the_expected_session() {
+        let mut request = request(
+            SessionMode::Fork {
+                from: U1.into(),
+                new_session_id: Some(U2.into()),
+            },
+            Path::new("/work/sandbox"),
+        );
+        request.prompt = "-starts with a dash".into();
+        request.budget_micro_usd = Some(1_250_000);
+        request.config_home = Some(PathBuf::from("/homes/claude"));
+        request.env = vec![("ANTHROPIC_BASE_URL".into(), "http://127.0.0.1:1".into())];
+        let built = invocation(&request, PathBuf::from("/usr/bin/claude"));
+        assert_eq!(built.stdin, Stdin::Null);
+        assert_eq!(built.session_id.as_deref(), Some(U2));
+        assert_eq!(
+            built.args[built.args.len() - 4..],
+            ["--max-budget-usd", "1.25", "--", "-starts with a dash"]
+        );
+        assert_eq!(
+            built.env,
+            [
+                (
+                    "ANTHROPIC_BASE_URL".to_string(),
+                    "http://127.0.0.1:1".to_string()
+                ),
+                ("CLAUDE_CONFIG_DIR".to_string(), "/homes/claude".to_string())
+            ]
+        );
+        assert_eq!(
+            built
+                .logged_argv(&request.prompt)
+                .last()
+                .map(String::as_str),
+            Some("<prompt>")
+        );
+        let resume = invocation(
+            &crate::request::tests::request(
+                SessionMode::Resume {
+                    session_id: U1.into(),
+                },
+                Path::new("/w"),
+            ),
+            PathBuf::from("claude"),
+        );
+        assert_eq!(resume.session_id.as_deref(), Some(U1));
+    }
+
+    fn fixture(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/claude")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn infra_kind(parsed: &Parsed) -> InfraKind {
+        match &parsed.outcome {
+            AttemptOutcome::Infra { kind, .. } => *kind,
+            other => panic!("expected infra, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_recorded_success_is_a_reply_with_exact_cost() {
+        let parsed = parse(0, &fixture("success.json"), "");
+        assert_eq!(
+            parsed.outcome,
+            AttemptOutcome::Replied {
+                exit_code: 0,
+                reply: "DONE: created greeting.txt".into()
+            }
+        );
+        assert_eq!(
+            parsed.session_id.as_deref(),
+            Some("33333333-3333-4333-8333-333333333333")
+        );
+        // total_cost_usd 0.007595
+        assert_eq!(parsed.cost_micro_usd, Some(7_595));
+    }
+
+    #[test]
+    fn cost_is_read_from_the_decimal_text_and_rounded_half_up() {
+        for (cost, micro) in [
+            ("0.0123456", 12_346),
+            ("0.0123454", 12_345),
+            ("1e-7", 0),
+            ("0.0000015", 2),
+        ] {
+            let stdout = format!(
+                r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s","total_cost_usd":{cost}}}"#
+            );
+            assert_eq!(parse(0, &stdout, "").cost_micro_usd, Some(micro), "{cost}");
+        }
+        let no_cost = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","total_cost_usd":null}"#;
+        assert_eq!(parse(0, no_cost, "").cost_micro_usd, None);
+    }
+
+    #[test]
+    fn recorded_api_errors_are_infra_despite_subtype_success() {
+        let cases = [
+            ("http_401.json", InfraKind::AuthFailed),
+            ("http_403.json", InfraKind::AuthFailed),
+            ("http_429.json", InfraKind::RateLimited),
+            ("http_529.json", InfraKind::Overloaded),
+            ("http_500.json", InfraKind::ApiError),
+        ];
+        for (name, kind) in cases {
+            let stdout = fixture(name);
+            assert!(stdout.contains(r#""subtype":"success""#), "{name}");
+            let parsed = parse(1, &stdout, "");
+            assert_eq!(infra_kind(&parsed), kind, "{name}");
+            assert!(parsed.session_id.is_some(), "{name}");
+            assert_eq!(parsed.cost_micro_usd, Some(0), "{name}");
+        }
+        let AttemptOutcome::Infra { detail, .. } = parse(1, &fixture("http_401.json"), "").outcome
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            detail,
+            "claude api error 401: Failed to authenticate. API Error: 401 scripted 401"
+        );
+    }
+
+    #[test]
+    fn is_error_with_subtype_success_and_no_status_is_infra() {
+        let stdout = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"result":"API Error: Connection error.","session_id":"s","total_cost_usd":0,"terminal_reason":"completed"}"#;
+        assert_eq!(infra_kind(&parse(1, stdout, "")), InfraKind::Network);
+        let stdout = r#"{"type":"result","subtype":"success","is_error":true,"result":"something odd","terminal_reason":"model_error"}"#;
+        let parsed = parse(0, stdout, "");
+        assert_eq!(
+            parsed.outcome,
+            AttemptOutcome::Infra {
+                kind: InfraKind::ApiError,
+                detail:
+                    "claude reported an error (success, terminal_reason model_error): something odd"
+                        .into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_exceeded_budget_is_budget_exhausted() {
+        let parsed = parse(1, &fixture("max_budget.json"), "");
+        assert_eq!(infra_kind(&parsed), InfraKind::BudgetExhausted);
+        assert_eq!(parsed.cost_micro_usd, Some(7_595));
+    }
+
+    #[test]
+    fn the_turn_limit_is_a_reply_for_the_gates() {
+        let stdout = r#"{"type":"result","subtype":"error_max_turns","is_error":true,"session_id":"s","total_cost_usd":0.5,"terminal_reason":"max_turns","errors":["Reached maximum number of turns (3)"]}"#;
+        assert_eq!(
+            parse(1, stdout, "").outcome,
+            AttemptOutcome::Replied {
+                exit_code: 1,
+                reply: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn an_unknown_session_is_session_unavailable() {
+        let parsed = parse(1, "", &fixture("unknown_session.stderr"));
+        assert_eq!(
+            parsed.outcome,
+            AttemptOutcome::Infra {
+                kind: InfraKind::SessionUnavailable,
+                detail: "claude: No conversation found with session ID: 22222222-2222-4222-8222-222222222222".into()
+            }
+        );
+    }
+
+    #[test]
+    fn garbage_and_refusals_without_a_result_object_are_api_errors() {
+        let parsed = parse(1, "", &fixture("session_in_use.stderr"));
+        assert_eq!(
+            parsed.outcome,
+            AttemptOutcome::Infra {
+                kind: InfraKind::ApiError,
+                detail: "claude exited 1 without a result object: Error: Session ID 11111111-1111-4111-8111-111111111500 is already in use.".into()
+            }
+        );
+        for stdout in [
+            "",
+            "not json at all",
+            r#"{"type":"assistant","result":"x"}"#,
+            "{\"type\":\"result\",\"result\":",
+        ] {
+            assert_eq!(
+                infra_kind(&parse(0, stdout, "")),
+                InfraKind::ApiError,
+                "{stdout:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_result_line_after_other_output_is_found() {
+        let stdout = "some banner\n{\"type\":\"system\"}\n{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"hi\",\"session_id\":\"abc\"}\n";
+        let parsed = parse(0, stdout, "");
+        assert_eq!(
+            parsed.outcome,
+            AttemptOutcome::Replied {
+                exit_code: 0,
+                reply: "hi".into()
+            }
+        );
+        assert_eq!(parsed.session_id.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn project_directory_names_follow_the_cli() {
+        assert_eq!(project_dir_name(Path::new("/tmp/clis/w1")), "-tmp-clis-w1");
+        assert_eq!(
+            project_dir_name(Path::new("/tmp/clis/w.x_y z")),
+            "-tmp-clis-w-x-y-z"
+        );
+        assert_eq!(project_dir_name(Path::new("/a/é/😀")), "-a-----");
+    }
+
+    #[test]
+    fn transcript_path_uses_the_config_home_and_the_real_cwd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cwd = dir.path().join("sand.box");
+        std::fs::create_dir(&cwd).expect("mkdir");
+        let home = dir.path().join("home");
+        let adapter = ClaudeAdapter::new();
+        let path = adapter
+            .transcript_path(U1, &cwd, Some(&home))
+            .expect("a path");
+        let real = cwd.canonicalize().expect("canonical");
+        assert_eq!(
+            path,
+            home.join("projects")
+                .join(project_dir_name(&real))
+                .join(format!("{U1}.jsonl"))
+        );
+        assert!(
+            path.to_string_lossy()
+                .ends_with(&format!("-sand-box/{U1}.jsonl"))
+        );
+        assert_eq!(adapter.transcript_path("../x", &cwd, Some(&home)), None);
+    }
+
+    #[test]
+    fn long_project_names_are_discovered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        let cwd = PathBuf::from(format!("/{}", "a".repeat(250)));
+        let name = project_dir_name(&cwd);
+        let adapter = ClaudeAdapter::new();
+        assert_eq!(adapter.transcript_path(U1, &cwd, Some(&home)), None);
+        let shortened = home
+            .join("projects")
+            .join(format!("{}-1x2y3z", &name[..200]));
+        std::fs::create_dir_all(&shortened).expect("mkdir");
+        std::fs::write(shortened.join(format!("{U1}.jsonl")), "{}\n").expect("write");
+        assert_eq!(
+            adapter.transcript_path(U1, &cwd, Some(&home)),
+            Some(shortened.join(format!("{U1}.jsonl")))
+        );
+    }
+
+    #[test]
+    fn the_strategy_is_fork() {
+        let adapter = ClaudeAdapter::new();
+        assert_eq!(adapter.name(), "claude");
+        assert_eq!(adapter.strategy(), ResumeStrategy::NativeForkable);
+        assert_eq!(
+            adapter.strategy().capability(),
+            reprise_core::retry::Capability::Fork
+        );
+    }
+}

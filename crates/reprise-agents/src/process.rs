@@ -1,0 +1,840 @@
+//! The process driver every CLI adapter shares: binary resolution, the
+//! cached `--version` probe, and running one invocation with a wall-clock
+//! timeout and a cancel token.
+//!
+//! A child runs in its own process group so that on timeout or cancel the
+//! whole group (the agent and anything it started) gets SIGTERM, then SIGKILL
+//! after a grace period. The leader is watched with `waitid(WNOWAIT)`, which
+//! leaves it a zombie: its pid, and so the group id, cannot be reused before
+//! the final SIGKILL to the group, and only then is it reaped. Every path
+//! through `run_process` reaps the child.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
+
+use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, enforce_budget, infra};
+use crate::request::{AttemptRequest, CancelToken};
+
+/// How much of each output stream is kept; the rest is counted, not stored.
+pub(crate) const OUTPUT_CAP_BYTES: usize = 16 << 20;
+/// How often the driver looks at the child, the clock and the cancel token.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Time between SIGTERM and SIGKILL to the group.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+/// How long output is still drained after the child is reaped, in case a
+/// process that left the group holds the pipes open.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// Bound on `<bin> --version`.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the child reads on stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stdin {
+    /// `/dev/null`: some CLIs wait forever on an open stdin.
+    Null,
+    /// This text, written on a pipe that is then closed.
+    Text(String),
+}
+
+/// One process to run: what a pure invocation builder produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Invocation {
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<String>,
+    /// Added to the inherited environment; later entries win.
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) stdin: Stdin,
+    /// The argument that ends with the prompt, elided in logged argv.
+    pub(crate) prompt_arg: Option<usize>,
+    /// The session the attempt runs in, when known before it starts.
+    pub(crate) session_id: Option<String>,
+}
+
+impl Invocation {
+    /// Program and arguments with the prompt replaced by `<prompt>`.
+    pub(crate) fn logged_argv(&self, prompt: &str) -> Vec<String> {
+        let mut argv = Vec::with_capacity(self.args.len() + 1);
+        argv.push(self.program.to_string_lossy().into_owned());
+        for (index, arg) in self.args.iter().enumerate() {
+            match arg.strip_suffix(prompt) {
+                Some(head) if self.prompt_arg == Some(index) => {
+                    argv.push(format!("{head}<prompt>"));
+                }
+                _ => argv.push(arg.clone()),
+            }
+        }
+        argv
+    }
+}
+
+/// Why the driver stopped watching the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    Exited,
+    TimedOut,
+    Cancelled,
+}
+
+/// A reaped child and what it printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finished {
+    pub(crate) end: End,
+    /// The exit code, or 128 + the signal that ended it (the shell's
+    /// convention); -1 if the status could not be read.
+    pub(crate) exit_code: i32,
+    /// At most `OUTPUT_CAP_BYTES` of stdout.
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    /// Bytes the child wrote, kept or not.
+    pub(crate) stdout_bytes: u64,
+    pub(crate) stderr_bytes: u64,
+    pub(crate) elapsed: Duration,
+}
+
+/// Runs `invocation` in `cwd` until it exits, `timeout` passes or `cancel`
+/// fires; the child and its process group are always gone on return.
+///
+/// Errors only when the process could not be spawned.
+pub(crate) fn run_process(
+    invocation: &Invocation,
+    cwd: &Path,
+    timeout: Duration,
+    cancel: &CancelToken,
+) -> io::Result<Finished> {
+    let started = Instant::now();
+    let mut command = Command::new(&invocation.program);
+    command
+        .args(&invocation.args)
+        .envs(invocation.env.iter().map(|(key, value)| (key, value)))
+        .current_dir(cwd)
+        .stdin(match invocation.stdin {
+            Stdin::Null => Stdio::null(),
+            Stdin::Text(_) => Stdio::piped(),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = command.spawn()?;
+    let pid = Pid::from_child(&child);
+
+    // Written on its own thread: a child that does not read stdin must not
+    // block the driver. The thread ends when the pipe's reader is gone.
+    if let (Some(mut pipe), Stdin::Text(text)) = (child.stdin.take(), &invocation.stdin) {
+        let text = text.clone();
+        thread::spawn(move || {
+            let _ = pipe.write_all(text.as_bytes());
+        });
+    }
+    let (done_sender, done) = mpsc::channel();
+    let stdout = Capture::start(child.stdout.take(), done_sender.clone());
+    let stderr = Capture::start(child.stderr.take(), done_sender);
+
+    let deadline = started.checked_add(timeout);
+    let end = loop {
+        if leader_exited(pid) {
+            break End::Exited;
+        }
+        if cancel.is_cancelled() {
+            break End::Cancelled;
+        }
+        let now = Instant::now();
+        match deadline {
+            Some(deadline) if now >= deadline => break End::TimedOut,
+            Some(deadline) => thread::sleep((deadline - now).min(POLL_INTERVAL)),
+            None => thread::sleep(POLL_INTERVAL),
+        }
+    };
+    if end != End::Exited {
+        let _ = kill_process_group(pid, Signal::TERM);
+        let grace_over = Instant::now() + TERM_GRACE;
+        while !leader_exited(pid) && Instant::now() < grace_over {
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+    // The leader is a zombie here (or about to be killed), so the group id is
+    // still ours: nothing the agent left behind in its group survives.
+    let _ = kill_process_group(pid, Signal::KILL);
+    let exit_code = match child.wait() {
+        Ok(status) => status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        Err(_) => -1,
+    };
+    let elapsed = started.elapsed();
+
+    let drain_over = Instant::now() + DRAIN_GRACE;
+    for _ in 0..2 {
+        if done
+            .recv_timeout(drain_over.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let (stdout, stdout_bytes) = stdout.take();
+    let (stderr, stderr_bytes) = stderr.take();
+    Ok(Finished {
+        end,
+        exit_code,
+        stdout,
+        stderr,
+        stdout_bytes,
+        stderr_bytes,
+        elapsed,
+    })
+}
+
+/// Whether the child has exited, without reaping it.
+fn leader_exited(pid: Pid) -> bool {
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    match waitid(WaitId::Pid(pid), options) {
+        Ok(status) => status.is_some(),
+        // Not our child any more (cannot happen unless someone else reaped
+        // it): stop watching rather than spin.
+        Err(_) => true,
+    }
+}
+
+/// One output stream, drained on its own thread into a capped buffer.
+#[derive(Debug)]
+struct Capture {
+    shared: Arc<Mutex<Captured>>,
+}
+
+#[derive(Debug, Default)]
+struct Captured {
+    kept: Vec<u8>,
+    total: u64,
+}
+
+impl Capture {
+    fn start(pipe: Option<impl Read + Send + 'static>, done: Sender<()>) -> Self {
+        let shared = Arc::new(Mutex::new(Captured::default()));
+        let Some(mut pipe) = pipe else {
+            let _ = done.send(());
+            return Self { shared };
+        };
+        let writer = Arc::clone(&shared);
+        thread::spawn(move || {
+            let mut buffer = vec![0u8; 64 * 1024];
+            loop {
+                match pipe.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(read) => {
+                        let mut captured = writer.lock().unwrap_or_else(PoisonError::into_inner);
+                        captured.total += read as u64;
+                        let room = OUTPUT_CAP_BYTES.saturating_sub(captured.kept.len());
+                        captured.kept.extend_from_slice(&buffer[..read.min(room)]);
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = done.send(());
+        });
+        Self { shared }
+    }
+
+    fn take(&self) -> (Vec<u8>, u64) {
+        let mut captured = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        (std::mem::take(&mut captured.kept), captured.total)
+    }
+}
+
+/// Finds `candidate` as the child would: a path with a slash is taken as is
+/// (relative to `cwd`), a bare name is looked up on `path_var`. Only an
+/// existing executable file counts.
+pub(crate) fn find_executable(
+    candidate: &Path,
+    cwd: &Path,
+    path_var: Option<&OsStr>,
+) -> Option<PathBuf> {
+    if candidate.as_os_str().is_empty() {
+        return None;
+    }
+    if candidate.components().count() > 1 || candidate.is_absolute() {
+        let path = cwd.join(candidate);
+        return is_executable_file(&path).then_some(path);
+    }
+    std::env::split_paths(path_var?)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(candidate))
+        .find(|path| is_executable_file(path))
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    path.metadata()
+        .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// The `PATH` the child will see: the request's own, else the inherited one.
+pub(crate) fn child_path_var(extra_env: &[(String, String)]) -> Option<OsString> {
+    extra_env
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "PATH")
+        .map(|(_, value)| OsString::from(value))
+        .or_else(|| std::env::var_os("PATH"))
+}
+
+/// Which binary an agent CLI adapter runs and how the user overrides it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CliSpec {
+    /// Adapter name, also the binary's default name on `PATH`.
+    pub(crate) name: &'static str,
+    /// The environment variable that overrides the binary.
+    pub(crate) bin_env: &'static str,
+}
+
+/// Resolves the binary: the plan's `bin`, else `$<bin_env>`, else the bare
+/// name on `PATH`. The error is the one-line detail naming what is missing
+/// and how to fix it.
+pub(crate) fn resolve_cli_binary(
+    spec: CliSpec,
+    bin: Option<&Path>,
+    env_value: Option<OsString>,
+    cwd: &Path,
+    path_var: Option<&OsStr>,
+) -> Result<PathBuf, String> {
+    let name = spec.name;
+    let env_var = spec.bin_env;
+    if let Some(bin) = bin {
+        return find_executable(bin, cwd, path_var).ok_or_else(|| {
+            format!(
+                "{name} binary '{}' (the plan's bin) is not an executable file; fix the plan's bin key",
+                bin.display()
+            )
+        });
+    }
+    if let Some(value) = env_value.filter(|value| !value.is_empty()) {
+        let candidate = PathBuf::from(value);
+        return find_executable(&candidate, cwd, path_var).ok_or_else(|| {
+            format!(
+                "{name} binary '{}' from {env_var} is not an executable file; fix or unset {env_var}",
+                candidate.display()
+            )
+        });
+    }
+    find_executable(Path::new(name), cwd, path_var).ok_or_else(|| {
+        format!("{name} binary '{name}' is not on PATH; install it or set {env_var} to its path")
+    })
+}
+
+/// `<bin> --version`, probed once per binary and remembered.
+///
+/// Keyed by the resolved program because a plan may point tasks of one
+/// adapter at different binaries. A probe cut short by cancellation is not
+/// remembered.
+#[derive(Debug, Default)]
+pub(crate) struct VersionCache {
+    versions: Mutex<HashMap<PathBuf, Option<String>>>,
+}
+
+impl VersionCache {
+    pub(crate) fn version(
+        &self,
+        program: &Path,
+        env: &[(String, String)],
+        cwd: &Path,
+        cancel: &CancelToken,
+    ) -> Option<String> {
+        if let Some(known) = self.lock().get(program) {
+            return known.clone();
+        }
+        let probed = probe_version(program, env, cwd, cancel);
+        if !cancel.is_cancelled() {
+            self.lock().insert(program.to_path_buf(), probed.clone());
+        }
+        probed
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Option<String>>> {
+        self.versions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn probe_version(
+    program: &Path,
+    env: &[(String, String)],
+    cwd: &Path,
+    cancel: &CancelToken,
+) -> Option<String> {
+    let invocation = Invocation {
+        program: program.to_path_buf(),
+        args: vec!["--version".into()],
+        env: env.to_vec(),
+        stdin: Stdin::Null,
+        prompt_arg: None,
+        session_id: None,
+    };
+    let finished = run_process(&invocation, cwd, VERSION_TIMEOUT, cancel).ok()?;
+    if finished.end != End::Exited || finished.exit_code != 0 {
+        return None;
+    }
+    String::from_utf8_lossy(&finished.stdout)
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .map(|line| crate::outcome::one_line(line, 200))
+}
+
+/// Checks made before anything is spawned: a cancelled run starts nothing,
+/// and a missing working directory is named rather than reported as a
+/// confusing spawn error.
+pub(crate) fn preflight(request: &AttemptRequest, cancel: &CancelToken) -> Option<AttemptOutcome> {
+    if cancel.is_cancelled() {
+        return Some(infra(
+            InfraKind::Cancelled,
+            "cancelled before the attempt started",
+        ));
+    }
+    if !request.cwd.is_dir() {
+        return Some(infra(
+            InfraKind::SpawnFailed,
+            format!(
+                "working directory '{}' does not exist; recreate the sandbox",
+                request.cwd.display()
+            ),
+        ));
+    }
+    None
+}
+
+/// Human form of a timeout for details (`200ms`, `600s`).
+pub(crate) fn describe_duration(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
+/// Runs one attempt of an agent CLI: resolve the binary, probe its version,
+/// run the invocation, parse what it printed. Shared by `claude`, `codex` and
+/// `gemini`, which differ only in their pure builder and parser.
+pub(crate) fn run_cli(
+    spec: CliSpec,
+    versions: &VersionCache,
+    request: &AttemptRequest,
+    cancel: &CancelToken,
+    build: impl Fn(&AttemptRequest, PathBuf) -> Invocation,
+    parse: impl Fn(i32, &str, &str) -> Parsed,
+) -> AttemptReport {
+    let path_var = child_path_var(&request.env);
+    let resolved = resolve_cli_binary(
+        spec,
+        request.bin.as_deref(),
+        std::env::var_os(spec.bin_env),
+        &request.cwd,
+        path_var.as_deref(),
+    );
+    let program = match &resolved {
+        Ok(program) => program.clone(),
+        Err(_) => request
+            .bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(spec.name)),
+    };
+    let invocation = build(request, program);
+    let mut report = AttemptReport {
+        outcome: infra(InfraKind::SpawnFailed, "not started"),
+        session_id: invocation.session_id.clone(),
+        cost_micro_usd: None,
+        adapter: spec.name,
+        cli_version: None,
+        cwd: request.cwd.clone(),
+        config_home: request.config_home.clone(),
+        argv: invocation.logged_argv(&request.prompt),
+        elapsed: Duration::ZERO,
+    };
+    if let Err(detail) = resolved {
+        report.outcome = infra(InfraKind::MissingBinary, detail);
+        return report;
+    }
+    if let Some(outcome) = preflight(request, cancel) {
+        report.outcome = outcome;
+        return report;
+    }
+    report.cli_version =
+        versions.version(&invocation.program, &invocation.env, &request.cwd, cancel);
+    let finished = match run_process(&invocation, &request.cwd, request.timeout, cancel) {
+        Ok(finished) => finished,
+        Err(error) => {
+            report.outcome = infra(
+                InfraKind::SpawnFailed,
+                format!(
+                    "could not start {} ('{}'): {error}",
+                    spec.name,
+                    invocation.program.display()
+                ),
+            );
+            return report;
+        }
+    };
+    report.elapsed = finished.elapsed;
+    let stdout = String::from_utf8_lossy(&finished.stdout);
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    // Parsed even after a timeout: a partial transcript still names the
+    // session and what was spent.
+    let parsed = parse(finished.exit_code, &stdout, &stderr);
+    if parsed.session_id.is_some() {
+        report.session_id = parsed.session_id;
+    }
+    report.cost_micro_usd = parsed.cost_micro_usd;
+    report.outcome = match finished.end {
+        End::Exited => enforce_budget(
+            parsed.outcome,
+            parsed.cost_micro_usd,
+            request.budget_micro_usd,
+        ),
+        End::TimedOut => infra(
+            InfraKind::Timeout,
+            format!(
+                "{} did not finish within {}; its process group was killed",
+                spec.name,
+                describe_duration(request.timeout)
+            ),
+        ),
+        End::Cancelled => infra(
+            InfraKind::Cancelled,
+            format!("cancelled; the {} process group was killed", spec.name),
+        ),
+    };
+    report
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Whether `pid` names a live process (a zombie is not live).
+    pub(crate) fn process_is_live(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => {
+                let state = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next());
+                !matches!(state, Some('Z' | 'X') | None)
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Waits (boundedly) for a killed process that is not our child to die;
+    /// its new parent reaps it on its own schedule.
+    pub(crate) fn eventually_dead(pid: u32) -> bool {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < give_up {
+            if !process_is_live(pid) {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn shell(script: &str, stdin: Stdin) -> Invocation {
+        Invocation {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            env: vec![("REPRISE_TEST_VAR".into(), "from-env".into())],
+            stdin,
+            prompt_arg: None,
+            session_id: None,
+        }
+    }
+
+    fn run_shell(script: &str, timeout: Duration) -> Finished {
+        run_process(
+            &shell(script, Stdin::Null),
+            Path::new("/"),
+            timeout,
+            &CancelToken::new(),
+        )
+        .expect("spawn /bin/sh")
+    }
+
+    fn pids(stdout: &[u8]) -> Vec<u32> {
+        String::from_utf8_lossy(stdout)
+            .split_whitespace()
+            .map(|word| word.parse().expect("a pid"))
+            .collect()
+    }
+
+    #[test]
+    fn a_fast_child_is_captured() {
+        let finished = run_shell(
+            "echo out; echo err >&2; echo \"$REPRISE_TEST_VAR\"; pwd",
+            Duration::from_secs(30),
+        );
+        assert_eq!(finished.end, End::Exited);
+        assert_eq!(finished.exit_code, 0);
+        assert_eq!(finished.stdout, b"out\nfrom-env\n/\n");
+        assert_eq!(finished.stderr, b"err\n");
+        assert_eq!(finished.stdout_bytes, 15);
+    }
+
+    #[test]
+    fn exit_codes_and_signals_are_reported() {
+        assert_eq!(run_shell("exit 3", Duration::from_secs(30)).exit_code, 3);
+        assert_eq!(
+            run_shell("kill -9 $$", Duration::from_secs(30)).exit_code,
+            128 + 9
+        );
+    }
+
+    #[test]
+    fn a_timed_out_child_is_killed_and_reaped() {
+        let finished = run_shell("echo $$; exec sleep 60", Duration::from_millis(200));
+        assert_eq!(finished.end, End::TimedOut);
+        assert!(finished.elapsed < Duration::from_secs(30), "{finished:?}");
+        let [pid] = pids(&finished.stdout)[..] else {
+            panic!("expected one pid: {finished:?}")
+        };
+        // Reaped, not a zombie: the pid is gone altogether.
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "child {pid} still exists"
+        );
+    }
+
+    #[test]
+    fn the_whole_group_is_killed_on_timeout() {
+        let finished = run_shell("sleep 60 & echo $!; sleep 60", Duration::from_millis(300));
+        assert_eq!(finished.end, End::TimedOut);
+        let [grandchild] = pids(&finished.stdout)[..] else {
+            panic!("expected one pid: {finished:?}")
+        };
+        assert!(
+            eventually_dead(grandchild),
+            "grandchild {grandchild} survived"
+        );
+    }
+
+    #[test]
+    fn leftovers_in_the_group_are_killed_when_the_leader_exits() {
+        let finished = run_shell("sleep 60 & echo $!", Duration::from_secs(30));
+        assert_eq!(finished.end, End::Exited);
+        let [grandchild] = pids(&finished.stdout)[..] else {
+            panic!("expected one pid: {finished:?}")
+        };
+        assert!(
+            eventually_dead(grandchild),
+            "grandchild {grandchild} survived"
+        );
+    }
+
+    #[test]
+    fn a_child_that_ignores_sigterm_gets_sigkill() {
+        let finished = run_shell(
+            "trap '' TERM; echo $$; sleep 60; sleep 60",
+            Duration::from_millis(200),
+        );
+        assert_eq!(finished.end, End::TimedOut);
+        assert_eq!(finished.exit_code, 128 + 9);
+        let [pid] = pids(&finished.stdout)[..] else {
+            panic!("expected one pid: {finished:?}")
+        };
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn cancel_stops_a_running_child() {
+        let cancel = CancelToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(200));
+                cancel.cancel();
+            })
+        };
+        let finished = run_process(
+            &shell("echo $$; exec sleep 60", Stdin::Null),
+            Path::new("/"),
+            Duration::from_secs(120),
+            &cancel,
+        )
+        .expect("spawn");
+        canceller.join().expect("canceller");
+        assert_eq!(finished.end, End::Cancelled);
+        assert!(finished.elapsed < Duration::from_secs(30));
+        let [pid] = pids(&finished.stdout)[..] else {
+            panic!("expected one pid: {finished:?}")
+        };
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn stdin_text_reaches_the_child_and_null_stdin_is_empty() {
+        let finished = run_process(
+            &shell("cat", Stdin::Text("hello\nworld".into())),
+            Path::new("/"),
+            Duration::from_secs(30),
+            &CancelToken::new(),
+        )
+        .expect("spawn");
+        assert_eq!(finished.stdout, b"hello\nworld");
+        let finished = run_shell("cat; echo end", Duration::from_secs(30));
+        assert_eq!(finished.stdout, b"end\n");
+    }
+
+    #[test]
+    fn a_child_that_never_reads_stdin_does_not_block_the_driver() {
+        let big = "x".repeat(1 << 20);
+        let finished = run_process(
+            &shell("echo done", Stdin::Text(big)),
+            Path::new("/"),
+            Duration::from_secs(30),
+            &CancelToken::new(),
+        )
+        .expect("spawn");
+        assert_eq!(finished.end, End::Exited);
+        assert_eq!(finished.stdout, b"done\n");
+    }
+
+    #[test]
+    fn output_beyond_the_cap_is_counted_not_kept() {
+        let finished = run_shell(
+            "head -c 17825792 /dev/zero; echo tail >&2",
+            Duration::from_secs(60),
+        );
+        assert_eq!(finished.stdout.len(), OUTPUT_CAP_BYTES);
+        assert_eq!(finished.stdout_bytes, 17_825_792);
+        assert_eq!(finished.stderr, b"tail\n");
+    }
+
+    #[test]
+    fn spawning_a_missing_program_is_an_error() {
+        let invocation = Invocation {
+            program: PathBuf::from("/nonexistent/agent"),
+            ..shell("", Stdin::Null)
+        };
+        assert!(
+            run_process(
+                &invocation,
+                Path::new("/"),
+                Duration::from_secs(5),
+                &CancelToken::new()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn binaries_resolve_by_override_then_env_then_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let make = |name: &str, mode: u32| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            path
+        };
+        let on_path = make("claude", 0o755);
+        let other = make("other-claude", 0o755);
+        let not_executable = make("plain", 0o644);
+        let path_var = OsString::from(format!("/nonexistent:{}", dir.path().display()));
+        let spec = CliSpec {
+            name: "claude",
+            bin_env: "REPRISE_CLAUDE_BIN",
+        };
+        let resolve = |bin: Option<&Path>, env: Option<&str>| {
+            resolve_cli_binary(
+                spec,
+                bin,
+                env.map(OsString::from),
+                dir.path(),
+                Some(&path_var),
+            )
+        };
+        assert_eq!(resolve(None, None), Ok(on_path.clone()));
+        assert_eq!(resolve(None, Some("")), Ok(on_path));
+        assert_eq!(
+            resolve(None, Some(other.to_str().unwrap())),
+            Ok(other.clone())
+        );
+        assert_eq!(
+            resolve(Some(&other), Some("/nonexistent")),
+            Ok(other.clone())
+        );
+        assert_eq!(
+            resolve(Some(Path::new("./other-claude")), None),
+            Ok(dir.path().join("./other-claude"))
+        );
+        assert_eq!(
+            resolve(Some(&not_executable), None),
+            Err(format!(
+                "claude binary '{}' (the plan's bin) is not an executable file; fix the plan's bin key",
+                not_executable.display()
+            ))
+        );
+        assert_eq!(
+            resolve(None, Some("/nonexistent/claude")),
+            Err("claude binary '/nonexistent/claude' from REPRISE_CLAUDE_BIN is not an executable file; fix or unset REPRISE_CLAUDE_BIN".into())
+        );
+        assert_eq!(
+            resolve_cli_binary(spec, None, None, dir.path(), Some(OsStr::new("/nonexistent"))),
+            Err("claude binary 'claude' is not on PATH; install it or set REPRISE_CLAUDE_BIN to its path".into())
+        );
+        // A directory named like the binary is not a binary.
+        assert_eq!(
+            find_executable(Path::new("sub"), dir.path(), Some(dir.path().as_os_str())),
+            None
+        );
+    }
+
+    #[test]
+    fn logged_argv_elides_only_the_prompt_argument() {
+        let invocation = Invocation {
+            program: PathBuf::from("gemini"),
+            args: vec!["json".into(), "--prompt=json".into()],
+            env: Vec::new(),
+            stdin: Stdin::Null,
+            prompt_arg: Some(1),
+            session_id: None,
+        };
+        assert_eq!(
+            invocation.logged_argv("json"),
+            ["gemini", "json", "--prompt=<prompt>"]
+        );
+    }
+
+    #[test]
+    fn versions_are_probed_once_per_binary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let counter = dir.path().join("count");
+        let bin = dir.path().join("fake");
+        std::fs::write(
+            &bin,
+            format!(
+                "#!/bin/sh\necho probe >> '{}'\necho '  fake 1.2.3'\necho more\n",
+                counter.display()
+            ),
+        )
+        .expect("write");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let cache = VersionCache::default();
+        let cancel = CancelToken::new();
+        for _ in 0..3 {
+            assert_eq!(
+                cache.version(&bin, &[], dir.path(), &cancel),
+                Some("fake 1.2.3".into())
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&counter).expect("count"), "probe\n");
+        assert_eq!(
+            cache.version(Path::new("/bin/false"), &[], dir.path(), &cancel),
+            None
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! What the engine hands an adapter: the attempt request, the session mode,
+//! the cancel token, and the `Adapter` trait that turns a request into a
+//! report.
+//!
+//! The engine decides everything that is a decision (mode, prompt, timeout,
+//! budget); an adapter only carries it out, so these types are plain data.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use reprise_core::TaskId;
+use reprise_core::retry::ResumeStrategy;
+
+use crate::outcome::AttemptReport;
+
+/// How this attempt talks to the agent's session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionMode {
+    /// A fresh session. `session_id` is the id to use when the CLI lets us
+    /// choose it in advance; adapters that can choose pick a UUID v4 when none
+    /// is given.
+    New { session_id: Option<String> },
+    /// Resume `session_id` (warm).
+    Resume { session_id: String },
+    /// Branch a new session off `from` (fork); `new_session_id` when the CLI
+    /// lets us choose it.
+    Fork {
+        from: String,
+        new_session_id: Option<String>,
+    },
+}
+
+/// One attempt of one task, fully resolved by the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRequest {
+    /// The task this attempt belongs to.
+    pub task_id: TaskId,
+    /// The attempt number, 1-based.
+    pub attempt: u32,
+    /// Exactly the text to send; the engine builds it.
+    pub prompt: String,
+    /// New, warm (resume) or fork.
+    pub session: SessionMode,
+    /// The sandbox. A resumed session always runs in its original cwd.
+    pub cwd: PathBuf,
+    /// Wall clock; on expiry the whole process group is killed and reaped.
+    pub timeout: Duration,
+    /// Extra environment for the child only (on top of the inherited one).
+    pub env: Vec<(String, String)>,
+    /// Binary override (the plan key); else `REPRISE_<NAME>_BIN`; else the
+    /// bare name on `PATH` (the child's `PATH` when `env` sets one). A
+    /// relative path with a slash is taken from `cwd`. The `command` adapter
+    /// ignores it: its argv names the program.
+    pub bin: Option<PathBuf>,
+    /// The CLI's home for the child (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`,
+    /// `GEMINI_CLI_HOME`), when set.
+    pub config_home: Option<PathBuf>,
+    /// Spend beyond this stops the attempt (the sim, and CLIs that report
+    /// cost).
+    pub budget_micro_usd: Option<u64>,
+}
+
+/// Shared cancellation flag (Ctrl-C); cheap to clone, all clones see one flag.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A token that is not cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels every attempt watching this token (or a clone of it).
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `cancel` has been called on this token or a clone.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The code that drives one agent CLI.
+///
+/// Implementations never panic on agent misbehaviour: whatever the agent
+/// does ends as an [`AttemptReport`].
+pub trait Adapter: Send + Sync + fmt::Debug {
+    /// The adapter's name as written in plans (`claude`, `sim`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The declared resume strategy; the retry capability derives from it
+    /// alone (`strategy().capability()`).
+    fn strategy(&self) -> ResumeStrategy;
+
+    /// Runs one attempt to completion (or timeout/cancel). Never panics on
+    /// agent misbehaviour.
+    fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport;
+
+    /// Where the CLI keeps the transcript of `session_id` started in `cwd`,
+    /// if it has one on disk, so the engine can copy it aside after each
+    /// attempt and restore it before a warm resume.
+    fn transcript_path(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+        config_home: Option<&Path>,
+    ) -> Option<PathBuf>;
+}
+
+/// The request with every session id the CLI lets us choose filled in with a
+/// fresh UUID v4, so the id is known (and reported) even if the attempt dies
+/// before the CLI prints anything.
+pub(crate) fn with_chosen_session_ids(request: &AttemptRequest) -> AttemptRequest {
+    let fresh = || Some(uuid::Uuid::new_v4().to_string());
+    let session = match &request.session {
+        SessionMode::New { session_id } => SessionMode::New {
+            session_id: session_id.clone().or_else(fresh),
+        },
+        SessionMode::Resume { session_id } => SessionMode::Resume {
+            session_id: session_id.clone(),
+        },
+        SessionMode::Fork {
+            from,
+            new_session_id,
+        } => SessionMode::Fork {
+            from: from.clone(),
+            new_session_id: new_session_id.clone().or_else(fresh),
+        },
+    };
+    AttemptRequest {
+        session,
+        ..request.clone()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A request with test defaults; tests override fields with struct update.
+    pub(crate) fn request(session: SessionMode, cwd: &Path) -> AttemptRequest {
+        AttemptRequest {
+            task_id: TaskId::parse("add-greeting").expect("task id"),
+            attempt: 1,
+            prompt: "Create greeting.txt containing hello".into(),
+            session,
+            cwd: cwd.to_path_buf(),
+            timeout: Duration::from_secs(30),
+            env: Vec::new(),
+            bin: None,
+            config_home: None,
+            budget_micro_usd: None,
+        }
+    }
+
+    #[test]
+    fn chosen_ids_fill_only_what_is_missing() {
+        let cwd = Path::new("/work");
+        let given = with_chosen_session_ids(&request(
+            SessionMode::New {
+                session_id: Some("given".into()),
+            },
+            cwd,
+        ));
+        assert_eq!(
+            given.session,
+            SessionMode::New {
+                session_id: Some("given".into())
+            }
+        );
+        let SessionMode::New {
+            session_id: Some(chosen),
+        } = with_chosen_session_ids(&request(SessionMode::New { session_id: None }, cwd)).session
+        else {
+            panic!("no id chosen")
+        };
+        let parsed = uuid::Uuid::parse_str(&chosen).expect("a uuid");
+        assert_eq!(parsed.get_version_num(), 4);
+        let SessionMode::Fork {
+            from,
+            new_session_id: Some(new_id),
+        } = with_chosen_session_ids(&request(
+            SessionMode::Fork {
+                from: "old".into(),
+                new_session_id: None,
+            },
+            cwd,
+        ))
+        .session
+        else {
+            panic!("no fork id chosen")
+        };
+        assert_eq!(from, "old");
+        assert_ne!(new_id, chosen);
+        let resume = SessionMode::Resume {
+            session_id: "same".into(),
+        };
+        assert_eq!(
+            with_chosen_session_ids(&request(resume.clone(), cwd)).session,
+            resume
+        );
+    }
+
+    #[test]
+    fn cancel_tokens_share_one_flag() {
+        let token = CancelToken::new();
+        let clone = token.clone();
+        assert!(!clone.is_cancelled());
+        token.cancel();
+        assert!(clone.is_cancelled());
+        assert!(!CancelToken::default().is_cancelled());
+    }
+}

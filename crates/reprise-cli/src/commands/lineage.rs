@@ -1,0 +1,88 @@
+//! `reprise lineage show TASK`: every retry decision of a task, from its
+//! journal, with the spine that seals them verified alongside.
+
+use std::fmt::Write as _;
+
+use reprise_core::TaskId;
+use reprise_core::chain::ChainFormat;
+use reprise_engine::read_decisions;
+use reprise_store::read_chain;
+use serde_json::json;
+
+use crate::error::CliError;
+use crate::output::{Outcome, short};
+use crate::settings::Settings;
+
+pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+    let id = TaskId::parse(task)?;
+    let state = settings.state()?;
+    let decisions = read_decisions(&state, &id).map_err(|err| CliError::usage(err.to_string()))?;
+    let spine_path = state.spine_path(&id);
+    let spine = if spine_path.is_file() {
+        Some(read_chain(
+            &spine_path,
+            ChainFormat::Spine,
+            None,
+            None,
+            &[],
+            |_, _| {},
+        )?)
+    } else {
+        None
+    };
+    let spine_ok = spine
+        .as_ref()
+        .is_none_or(|report| report.first_problem().is_none());
+    let sealed = spine.as_ref().map_or(0, |report| report.rows);
+    let mut text = format!(
+        "lineage of {id}: {} decisions, {sealed} sealed in the spine ({})\n",
+        decisions.len(),
+        if spine_ok {
+            "spine intact"
+        } else {
+            "SPINE BROKEN"
+        }
+    );
+    let mut rows = Vec::new();
+    for row in &decisions {
+        let Some(record) = &row.record else {
+            let _ = writeln!(text, "  seq {}: unreadable decision", row.seq);
+            continue;
+        };
+        let reason = record
+            .downgrade_reason
+            .map(|reason| reason.as_str())
+            .unwrap_or("-");
+        let _ = writeln!(
+            text,
+            "  attempt {}: {} (requested {}, downgrade {reason}); checkpoint session {}; workspace {}; decision {} (journal seq {})",
+            row.attempt
+                .map_or_else(|| "?".to_owned(), |n| n.to_string()),
+            record.retry_mode,
+            record.requested_mode,
+            record.checkpoint_session_id.as_deref().unwrap_or("-"),
+            match record.workspace_match {
+                Some(true) => "unchanged",
+                Some(false) => "changed",
+                None => "-",
+            },
+            row.decision_hash
+                .map(|hash| short(&hash.to_hex()).to_owned())
+                .unwrap_or_default(),
+            row.seq,
+        );
+        rows.push(json!({
+            "seq": row.seq,
+            "at": row.at,
+            "run_id": row.run_id,
+            "attempt": row.attempt,
+            "decision": record,
+            "decision_hash": row.decision_hash,
+        }));
+    }
+    Ok(Outcome {
+        json: json!({"task_id": id.as_str(), "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok}),
+        text,
+        ok: spine_ok,
+    })
+}

@@ -1,0 +1,181 @@
+//! `reprise status [RUN]`, `reprise task list`, `reprise task show TASK`:
+//! read back `runs/<run>/state.json`.
+
+use std::fmt::Write as _;
+
+use reprise_core::TaskId;
+use reprise_core::plan::format_micro_usd;
+use reprise_engine::{AttemptSummary, RunState, latest_run, load_run};
+use serde_json::json;
+
+use crate::commands::run::run_json;
+use crate::error::CliError;
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+fn engine_error(err: reprise_engine::EngineError) -> CliError {
+    CliError::usage(err.to_string())
+}
+
+pub(crate) fn money(micro_usd: u64) -> String {
+    format!("${}", format_micro_usd(micro_usd))
+}
+
+/// One attempt, as the live output and `status` show it.
+pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
+    let mut line = format!("attempt {} ({}): ", attempt.n, attempt.mode);
+    match (&attempt.outcome, &attempt.infra_kind) {
+        (reprise_engine::Outcome::Infra, Some(kind)) => {
+            line.push_str(&format!("infrastructure failure ({kind})"));
+        }
+        (outcome, _) => line.push_str(match outcome {
+            reprise_engine::Outcome::Passed => "passed",
+            reprise_engine::Outcome::Judged => "not accepted",
+            reprise_engine::Outcome::Infra => "infrastructure failure",
+        }),
+    }
+    if !attempt.gates.is_empty() {
+        let gates: Vec<String> = attempt
+            .gates
+            .iter()
+            .map(|gate| {
+                let mark = if gate.could_not_run {
+                    "could not run"
+                } else if gate.passed {
+                    "ok"
+                } else {
+                    "failed"
+                };
+                format!("{} {mark}", gate.name)
+            })
+            .collect();
+        line.push_str(&format!("; gates: {}", gates.join(", ")));
+    }
+    if let Some(session) = &attempt.session_id {
+        line.push_str(&format!("; session {session}"));
+    }
+    match attempt.cost_micro_usd {
+        Some(cost) => line.push_str(&format!("; cost {}", money(cost))),
+        None => line.push_str("; cost unknown"),
+    }
+    line
+}
+
+fn load(settings: &Settings, run: Option<&str>) -> Result<RunState, CliError> {
+    let state = settings.state()?;
+    match run {
+        Some(run) => load_run(&state, run),
+        None => latest_run(&state),
+    }
+    .map_err(engine_error)
+}
+
+pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
+    let run = load(settings, run)?;
+    let mut text = format!(
+        "run {} ({}): {}\n",
+        run.run_id,
+        run.plan_name,
+        match run.ok {
+            Some(true) => "ok",
+            Some(false) => "FAILED",
+            None => "running (or stopped before it finished)",
+        }
+    );
+    for task in &run.tasks {
+        let _ = writeln!(
+            text,
+            "  {}: {}{}",
+            task.task_id,
+            task.state.as_str(),
+            task.reason
+                .as_ref()
+                .map(|reason| format!(" ({reason})"))
+                .unwrap_or_default()
+        );
+        for attempt in &task.attempts {
+            let _ = writeln!(text, "    {}", attempt_line(attempt));
+        }
+    }
+    Ok(Outcome {
+        json: run_json(&run),
+        text,
+        ok: true,
+    })
+}
+
+pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
+    let run = load(settings, None)?;
+    let mut text = String::new();
+    for task in &run.tasks {
+        let _ = writeln!(
+            text,
+            "{:<24} {:<9} {} attempts  spent {}",
+            task.task_id.as_str(),
+            task.state.as_str(),
+            task.attempts.len(),
+            money(task.spent_micro_usd)
+        );
+    }
+    let tasks: Vec<_> = run
+        .tasks
+        .iter()
+        .map(|task| json!({"task_id": task.task_id.as_str(), "state": task.state, "attempts": task.attempts.len(),
+                           "spent_micro_usd": task.spent_micro_usd}))
+        .collect();
+    Ok(Outcome {
+        json: json!({"run_id": run.run_id, "tasks": tasks}),
+        text,
+        ok: true,
+    })
+}
+
+pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+    let id = TaskId::parse(task)?;
+    let run = load(settings, None)?;
+    let record = run.task(&id).ok_or_else(|| {
+        CliError::usage(format!(
+            "task {id} is not in the latest run {}; `reprise task list` lists its tasks",
+            run.run_id
+        ))
+    })?;
+    let mut text = format!(
+        "task {} ({}): {}\n",
+        id,
+        record.agent,
+        record.state.as_str()
+    );
+    if let Some(reason) = &record.reason {
+        let _ = writeln!(text, "  reason: {reason}");
+    }
+    let _ = writeln!(
+        text,
+        "  run: {}  spent: {}",
+        run.run_id,
+        money(record.spent_micro_usd)
+    );
+    for attempt in &record.attempts {
+        let _ = writeln!(text, "  {}", attempt_line(attempt));
+    }
+    for (key, value) in &record.metadata {
+        let value = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned);
+        let value = value.replace('\n', "\\n");
+        let _ = writeln!(text, "  {key}: {value}");
+    }
+    Ok(Outcome {
+        json: json!({
+            "task_id": id.as_str(),
+            "run_id": run.run_id,
+            "agent": record.agent,
+            "state": record.state,
+            "reason": record.reason,
+            "spent_micro_usd": record.spent_micro_usd,
+            "attempts": record.attempts,
+            "metadata": record.metadata,
+        }),
+        text,
+        ok: true,
+    })
+}

@@ -1,0 +1,35 @@
+//! The engine's error type: what stops a run before or outside a task. A
+//! task's own failure is not an error; it is a task state.
+
+use std::path::PathBuf;
+
+use reprise_core::plan::PlanError;
+use reprise_store::StoreError;
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot read plan {path}: {source}")]
+    ReadPlan {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Encode(#[from] reprise_core::canonical::EncodeError),
+    #[error(transparent)]
+    Workspace(#[from] reprise_store::workspace::WorkspaceError),
+    #[error("cannot create the sandbox for task {task}: {detail}")]
+    Sandbox { task: String, detail: String },
+    #[error("run {run} not found under {dir}; `reprise status` lists the latest run")]
+    NoRun { run: String, dir: PathBuf },
+    #[error("no run has been recorded in {dir} yet; start one with `reprise run PLAN`")]
+    NoRuns { dir: PathBuf },
+    #[error("run state {path} is unreadable: {detail}")]
+    BadRunState { path: PathBuf, detail: String },
+}

@@ -1,0 +1,130 @@
+//! What the engine writes into a task's chains, and reads back from them:
+//! checkpoints after attempts, and each retry decision in three places
+//! (journal row, spine seal, audit row), in that order.
+
+use reprise_core::TaskId;
+use reprise_core::chain::ChainFormat;
+use reprise_core::digest::Digest;
+use reprise_core::record::JournalRow;
+use reprise_core::retry::{Checkpoint, DecisionRecord};
+use reprise_store::audit::AuditLog;
+use reprise_store::journal::{Journal, Spine};
+use reprise_store::read_chain;
+use reprise_store::state::{StateDir, now_rfc3339};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::Result;
+
+/// Journal row kind written after every attempt.
+pub(crate) const CHECKPOINT_KIND: &str = "task.checkpoint";
+/// Journal (and spine) row kind of a retry decision.
+pub(crate) const DECISION_KIND: &str = "retry.decision";
+/// Audit row kind binding a decision to its journal and spine rows.
+pub(crate) const AUDIT_DECISION_KIND: &str = "retry.checkpoint_decision";
+
+#[derive(Deserialize)]
+struct CheckpointBody {
+    session_id: Option<String>,
+    workspace_hash: Digest,
+}
+
+/// What a retry may trust from the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Trusted {
+    pub(crate) chain_verified: bool,
+    /// The latest checkpoint; always `None` when the chain did not verify.
+    pub(crate) checkpoint: Option<Checkpoint>,
+}
+
+/// Verifies the task's whole journal and finds its latest checkpoint. Any
+/// verification failure means there is no checkpoint to trust.
+pub(crate) fn trusted_checkpoint(state: &StateDir, task: &TaskId) -> Result<Trusted> {
+    let mut latest = None;
+    let report = read_chain(
+        &state.journal_path(task),
+        ChainFormat::Journal,
+        None,
+        Some(task.as_str()),
+        &[],
+        |row, line| {
+            if row.kind == CHECKPOINT_KIND
+                && let Ok(body) =
+                    serde_json::from_slice::<CheckpointBody>(&line[row.payload.clone()])
+            {
+                latest = Some(Checkpoint {
+                    session_id: body.session_id,
+                    workspace_hash: body.workspace_hash,
+                    event_hash: row.digest,
+                });
+            }
+        },
+    )?;
+    let chain_verified = report.first_problem().is_none();
+    Ok(Trusted {
+        chain_verified,
+        checkpoint: if chain_verified { latest } else { None },
+    })
+}
+
+/// Records a decision: journal row, then spine seal (at that row's seq), then
+/// the audit row binding both. Returns the decision hash.
+pub(crate) fn record_decision(
+    journal: &mut Journal,
+    spine: &mut Spine,
+    audit: &mut AuditLog,
+    run_id: &str,
+    next_attempt: u32,
+    record: &DecisionRecord,
+) -> Result<Digest> {
+    let decision_hash = record.hash()?;
+    let decision = record.to_value();
+    let journal_head = journal.append(
+        DECISION_KIND,
+        &now_rfc3339(),
+        &json!({
+            "run_id": run_id,
+            "attempt": next_attempt,
+            "decision": decision,
+            "decision_hash": decision_hash,
+        }),
+    )?;
+    let spine_head = spine.append(DECISION_KIND, &decision, journal_head.seq)?;
+    audit.append(
+        AUDIT_DECISION_KIND,
+        &now_rfc3339(),
+        &record.audit_body(journal_head.digest, spine_head.digest)?,
+    )?;
+    Ok(decision_hash)
+}
+
+/// A retry decision as read back from a journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRow {
+    pub seq: u64,
+    pub at: String,
+    pub run_id: Option<String>,
+    pub attempt: Option<u64>,
+    pub record: Option<DecisionRecord>,
+    pub decision_hash: Option<Digest>,
+}
+
+/// The retry decisions in a task's journal, in order.
+pub fn read_decisions(state: &StateDir, task: &TaskId) -> Result<Vec<DecisionRow>> {
+    let path = state.existing_journal_path(task)?;
+    let bytes =
+        std::fs::read(&path).map_err(|source| reprise_store::StoreError::Io { path, source })?;
+    Ok(bytes
+        .split(|&byte| byte == b'\n')
+        .filter_map(|line| serde_json::from_slice::<JournalRow>(line).ok())
+        .filter(|row| row.kind == DECISION_KIND)
+        .map(|row| DecisionRow {
+            seq: row.seq,
+            at: row.at,
+            run_id: row.body["run_id"].as_str().map(str::to_owned),
+            attempt: row.body["attempt"].as_u64(),
+            record: serde_json::from_value(row.body["decision"].clone()).ok(),
+            decision_hash: serde_json::from_value(row.body["decision_hash"].clone()).ok(),
+        })
+        .collect())
+}

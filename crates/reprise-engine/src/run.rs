@@ -1,0 +1,296 @@
+//! The coordinator: schedules a plan's tasks in dependency order onto seats,
+//! reserves each task's budget envelope from the run's pool (returning the
+//! unspent headroom when it ends), runs each task on its own thread, and
+//! keeps `runs/<run>/state.json` current.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use reprise_agents::{
+    Adapter, CancelToken, ClaudeAdapter, CodexAdapter, CommandAdapter, GeminiAdapter, SimAdapter,
+    SimStep,
+};
+use reprise_core::TaskId;
+use reprise_core::digest::AuditKey;
+use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
+use reprise_store::state::{StateDir, now_rfc3339};
+
+use crate::error::{EngineError, Result};
+use crate::events::{Event, EventSink, Message};
+use crate::state::{RunState, TaskRecord, TaskStatus};
+use crate::task::{TaskResult, TaskRun};
+
+/// What a run needs besides the plan.
+#[derive(Debug)]
+pub struct RunOptions {
+    pub run_id: String,
+    /// The plan file, as given (recorded in the run state).
+    pub plan_path: PathBuf,
+    /// The project the tasks work on: the sandboxes' origin.
+    pub project: PathBuf,
+    /// Overrides the plan's `seats`.
+    pub seats: Option<u32>,
+    pub key: AuditKey,
+}
+
+/// A new run id: `R-` and a ULID, so ids sort by start time.
+pub fn new_run_id() -> String {
+    format!("R-{}", ulid::Ulid::new())
+}
+
+/// Reads and validates a plan file. Nothing is written.
+pub fn load_plan(path: &Path) -> Result<Plan> {
+    let text = std::fs::read_to_string(path).map_err(|source| EngineError::ReadPlan {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path.display().to_string();
+    Ok(reprise_core::plan::parse_plan(&text, &name)?)
+}
+
+/// The binary a plan names for an adapter (`agents: {claude: {bin: ...}}`);
+/// otherwise the adapter looks at `REPRISE_<NAME>_BIN`, then PATH.
+fn bin_for(plan: &Plan, kind: AgentKind) -> Option<PathBuf> {
+    plan.agent_settings(kind)
+        .and_then(|settings| settings.bin.clone())
+        .map(PathBuf::from)
+}
+
+fn adapter_for(task: &Task, state: &StateDir) -> Arc<dyn Adapter> {
+    match &task.agent {
+        TaskAgent::Command { argv } => Arc::new(CommandAdapter::new(argv.clone())),
+        TaskAgent::Sim { script } => {
+            let steps = script
+                .iter()
+                .map(|step| SimStep {
+                    reply: step.reply.clone(),
+                    write: step
+                        .write
+                        .iter()
+                        .map(|(path, text)| (path.clone(), text.clone()))
+                        .collect(),
+                    exit_code: i32::from(step.exit_code),
+                    cost_micro_usd: step.cost_micro_usd,
+                    delay: step.delay,
+                })
+                .collect();
+            Arc::new(SimAdapter::new(steps, state.sim_store()))
+        }
+        TaskAgent::Claude => Arc::new(ClaudeAdapter::new()),
+        TaskAgent::Codex => Arc::new(CodexAdapter::new()),
+        TaskAgent::Gemini => Arc::new(GeminiAdapter::new()),
+    }
+}
+
+/// The budget pool: what is left to reserve, if the plan set a limit.
+#[derive(Debug)]
+struct Pool {
+    remaining_micro_usd: Option<u64>,
+}
+
+impl Pool {
+    /// Reserves `task`'s envelope. `Err` when it can never fit, `Ok(None)`
+    /// when it must wait for headroom to come back.
+    fn reserve(&mut self, task: &Task, running: usize) -> Result<Option<Option<u64>>, String> {
+        match (self.remaining_micro_usd.as_mut(), task.budget_micro_usd) {
+            (Some(remaining), Some(envelope)) if *remaining >= envelope => {
+                *remaining -= envelope;
+                Ok(Some(Some(envelope)))
+            }
+            (Some(remaining), Some(envelope)) if running == 0 => Err(format!(
+                "budget_exhausted: its envelope of {} micro-dollars exceeds the {} left in the pool",
+                envelope, remaining
+            )),
+            (Some(_), Some(_)) => Ok(None),
+            (_, envelope) => Ok(Some(envelope)),
+        }
+    }
+
+    /// Returns the unspent headroom of an envelope; spend without an envelope
+    /// comes out of the pool.
+    fn settle(&mut self, envelope: Option<u64>, spent: u64) {
+        if let Some(remaining) = self.remaining_micro_usd.as_mut() {
+            match envelope {
+                Some(envelope) => *remaining += envelope.saturating_sub(spent),
+                None => *remaining = remaining.saturating_sub(spent),
+            }
+        }
+    }
+}
+
+/// Runs `plan` to the end (or until `cancel`), reporting to `sink`.
+pub fn run_plan(
+    state: &StateDir,
+    plan: &Plan,
+    options: RunOptions,
+    cancel: &CancelToken,
+    sink: &mut dyn EventSink,
+) -> Result<RunState> {
+    let seats = options.seats.unwrap_or(plan.seats()).max(1) as usize;
+    let order: Vec<&Task> = plan.dependency_order();
+    let adapters: BTreeMap<TaskId, Arc<dyn Adapter>> = order
+        .iter()
+        .map(|task| (task.id.clone(), adapter_for(task, state)))
+        .collect();
+    let mut run = RunState {
+        v: 1,
+        run_id: options.run_id.clone(),
+        plan: options.plan_path.display().to_string(),
+        plan_name: plan.name().to_owned(),
+        started_at: now_rfc3339(),
+        finished_at: None,
+        ok: None,
+        tasks: order
+            .iter()
+            .map(|task| TaskRecord {
+                task_id: task.id.clone(),
+                state: TaskStatus::Queued,
+                agent: task.agent.kind().as_str().to_owned(),
+                attempts: Vec::new(),
+                spent_micro_usd: 0,
+                reason: None,
+                metadata: BTreeMap::new(),
+            })
+            .collect(),
+    };
+    run.save(state)?;
+    sink.event(&Event::RunStarted {
+        run_id: run.run_id.clone(),
+        plan_name: run.plan_name.clone(),
+        tasks: order.len(),
+        seats: seats as u32,
+    });
+
+    let mut pool = Pool {
+        remaining_micro_usd: plan.budget_micro_usd(),
+    };
+    let mut envelopes: BTreeMap<TaskId, Option<u64>> = BTreeMap::new();
+    let (sender, receiver) = mpsc::channel::<Message>();
+    std::thread::scope(|scope| -> Result<()> {
+        let mut running = 0usize;
+        loop {
+            // Settle what can be settled without running anything.
+            for task in &order {
+                if run.task_mut(&task.id).state != TaskStatus::Queued {
+                    continue;
+                }
+                let failed_dependency = task.depends_on.iter().find(|dependency| {
+                    let status = run.task_mut(dependency).state;
+                    status.is_terminal() && status != TaskStatus::Passed
+                });
+                let reason = if let Some(dependency) = failed_dependency {
+                    Some(format!("dependency {dependency} did not pass"))
+                } else if cancel.is_cancelled() {
+                    Some("cancelled before it started".to_owned())
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
+                }
+            }
+            // Start what may start.
+            for task in &order {
+                if running >= seats {
+                    break;
+                }
+                if run.task_mut(&task.id).state != TaskStatus::Queued
+                    || !task
+                        .depends_on
+                        .iter()
+                        .all(|dependency| run.task_mut(dependency).state == TaskStatus::Passed)
+                {
+                    continue;
+                }
+                let envelope = match pool.reserve(task, running) {
+                    Ok(Some(envelope)) => envelope,
+                    Ok(None) => continue,
+                    Err(reason) => {
+                        finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
+                        continue;
+                    }
+                };
+                envelopes.insert(task.id.clone(), envelope);
+                run.task_mut(&task.id).state = TaskStatus::Running;
+                run.save(state)?;
+                running += 1;
+                let sender = sender.clone();
+                let adapter = Arc::clone(&adapters[&task.id]);
+                let key = options.key.clone();
+                let project = options.project.as_path();
+                let run_id = options.run_id.as_str();
+                scope.spawn(move || {
+                    let result = TaskRun {
+                        state,
+                        key,
+                        run_id,
+                        task,
+                        adapter: adapter.as_ref(),
+                        project,
+                        envelope_micro_usd: envelope,
+                        bin: bin_for(plan, task.agent.kind()),
+                        cancel,
+                        events: sender.clone(),
+                    }
+                    .execute();
+                    let _ = sender.send(Message::Done(task.id.clone(), result));
+                });
+            }
+            if running == 0 {
+                break;
+            }
+            match receiver.recv().expect("a running task holds a sender") {
+                Message::Event(event) => sink.event(&event),
+                Message::Done(id, result) => {
+                    running -= 1;
+                    pool.settle(
+                        envelopes.get(&id).copied().flatten(),
+                        result.spent_micro_usd,
+                    );
+                    apply(&mut run, &id, &result);
+                    finish(&mut run, sink, &id, result.status, result.reason.clone());
+                }
+            }
+            run.save(state)?;
+        }
+        Ok(())
+    })?;
+    // Events sent after the last task ended are still worth showing.
+    while let Ok(Message::Event(event)) = receiver.try_recv() {
+        sink.event(&event);
+    }
+    run.finished_at = Some(now_rfc3339());
+    run.ok = Some(
+        run.tasks
+            .iter()
+            .all(|task| task.state == TaskStatus::Passed),
+    );
+    run.save(state)?;
+    Ok(run)
+}
+
+fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {
+    let record = run.task_mut(id);
+    record.attempts = result.attempts.clone();
+    record.spent_micro_usd = result.spent_micro_usd;
+    record.metadata = result.metadata.clone();
+}
+
+fn finish(
+    run: &mut RunState,
+    sink: &mut dyn EventSink,
+    id: &TaskId,
+    status: TaskStatus,
+    reason: Option<String>,
+) {
+    let record = run.task_mut(id);
+    record.state = status;
+    record.reason = reason.clone();
+    sink.event(&Event::TaskFinished {
+        task: id.clone(),
+        status,
+        reason,
+    });
+}

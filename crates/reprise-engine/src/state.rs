@@ -1,0 +1,185 @@
+//! The run's state: a snapshot of every task and attempt, rewritten
+//! atomically (temp file, fsync, rename) at every transition, so a reader
+//! never sees half of one.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use reprise_core::TaskId;
+use reprise_store::state::StateDir;
+use reprise_store::write_atomic;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{EngineError, Result};
+
+/// A task's place in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Queued,
+    Running,
+    Passed,
+    Failed,
+    /// Not run: a dependency failed, or it can never get its envelope.
+    Blocked,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Passed => "passed",
+            Self::Failed => "failed",
+            Self::Blocked => "blocked",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running)
+    }
+}
+
+/// How an attempt ended (DESIGN.md section 7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Passed,
+    /// A verdict on the work: a gate said no, or the agent exited non-zero
+    /// with a reply.
+    Judged,
+    /// Not a verdict: the attempt could not be judged.
+    Infra,
+}
+
+/// One gate's verdict on an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateVerdict {
+    pub name: String,
+    pub passed: bool,
+    /// The gate could not run (spawn failure, timeout): not a verdict.
+    pub could_not_run: bool,
+    pub exit_code: Option<i32>,
+}
+
+/// One attempt of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptSummary {
+    pub n: u32,
+    /// `new` for the first attempt, else the retry mode it ran in.
+    pub mode: String,
+    pub session_id: Option<String>,
+    pub outcome: Outcome,
+    pub judged: bool,
+    pub infra_kind: Option<String>,
+    pub exit_code: Option<i32>,
+    pub gates: Vec<GateVerdict>,
+    pub cost_micro_usd: Option<u64>,
+    pub elapsed_ms: u64,
+}
+
+/// A task's record in a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub task_id: TaskId,
+    pub state: TaskStatus,
+    pub agent: String,
+    pub attempts: Vec<AttemptSummary>,
+    pub spent_micro_usd: u64,
+    pub reason: Option<String>,
+    /// The `retry_*` stamp of the latest retry decision.
+    pub metadata: BTreeMap<String, Value>,
+}
+
+/// The snapshot of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub v: u64,
+    pub run_id: String,
+    pub plan: String,
+    pub plan_name: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub ok: Option<bool>,
+    pub tasks: Vec<TaskRecord>,
+}
+
+impl RunState {
+    pub fn task(&self, id: &TaskId) -> Option<&TaskRecord> {
+        self.tasks.iter().find(|task| &task.task_id == id)
+    }
+
+    pub(crate) fn task_mut(&mut self, id: &TaskId) -> &mut TaskRecord {
+        self.tasks
+            .iter_mut()
+            .find(|task| &task.task_id == id)
+            .expect("every plan task has a record")
+    }
+
+    pub(crate) fn save(&self, state: &StateDir) -> Result<()> {
+        let path = state.run_state_path(&self.run_id);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|source| reprise_store::StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let mut bytes = serde_json::to_vec_pretty(self).expect("run state serialises");
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes, 0o644)?;
+        Ok(())
+    }
+}
+
+/// Reads the state of run `run_id`.
+pub fn load_run(state: &StateDir, run_id: &str) -> Result<RunState> {
+    let path = state.run_state_path(run_id);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EngineError::NoRun {
+                run: run_id.to_owned(),
+                dir: state.runs_dir(),
+            });
+        }
+        Err(source) => return Err(reprise_store::StoreError::Io { path, source }.into()),
+    };
+    serde_json::from_slice(&bytes).map_err(|err| EngineError::BadRunState {
+        path,
+        detail: err.to_string(),
+    })
+}
+
+/// The most recent run: run ids are ULIDs, so the greatest sorts last.
+pub fn latest_run(state: &StateDir) -> Result<RunState> {
+    let runs = state.runs_dir();
+    let latest = list_runs(&runs)?
+        .into_iter()
+        .max()
+        .ok_or_else(|| EngineError::NoRuns { dir: runs.clone() })?;
+    load_run(state, &latest)
+}
+
+fn list_runs(dir: &Path) -> Result<Vec<String>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(reprise_store::StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            }
+            .into());
+        }
+    };
+    Ok(entries
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.path().join("state.json").is_file())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.starts_with("R-"))
+        .collect())
+}

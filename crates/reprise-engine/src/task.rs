@@ -1,0 +1,545 @@
+//! One task's attempts: run the agent, checkpoint, judge with the gates, and
+//! when a retry is due, decide its mode from the verified journal and record
+//! the decision before acting on it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::Instant;
+
+use reprise_agents::{
+    Adapter, AttemptOutcome, AttemptReport, AttemptRequest, CancelToken, InfraKind, SessionMode,
+};
+use reprise_core::digest::AuditKey;
+use reprise_core::plan::{Disclose, Task};
+use reprise_core::prompt::{
+    CORRECTIVE_TEMPLATE_ID, FailedCheck, cold_retry_prompt, corrective_instruction,
+};
+use reprise_core::retry::{
+    Decision, DecisionInput, DecisionRecord, RetryMode, decide, failed_decision_metadata,
+    session_unavailable,
+};
+use reprise_store::audit::{AuditLog, seal_journal};
+use reprise_store::journal::{Journal, Spine};
+use reprise_store::state::{StateDir, now_rfc3339};
+use reprise_store::workspace::hash_workspace_cached;
+use reprise_store::write_atomic;
+use serde_json::{Value, json};
+
+use crate::error::Result;
+use crate::events::{Event, Message};
+use crate::gates::run_gates;
+use crate::records::{CHECKPOINT_KIND, record_decision, trusted_checkpoint};
+use crate::sandbox;
+use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
+
+/// Everything one task's run needs.
+pub(crate) struct TaskRun<'a> {
+    pub(crate) state: &'a StateDir,
+    pub(crate) key: AuditKey,
+    pub(crate) run_id: &'a str,
+    pub(crate) task: &'a Task,
+    pub(crate) adapter: &'a dyn Adapter,
+    pub(crate) project: &'a Path,
+    /// The task's budget envelope, reserved from the run's pool.
+    pub(crate) envelope_micro_usd: Option<u64>,
+    /// The agent binary the plan names, if any.
+    pub(crate) bin: Option<PathBuf>,
+    pub(crate) cancel: &'a CancelToken,
+    pub(crate) events: Sender<Message>,
+}
+
+/// How a task's run ended.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskResult {
+    pub(crate) status: TaskStatus,
+    pub(crate) reason: Option<String>,
+    pub(crate) attempts: Vec<AttemptSummary>,
+    pub(crate) spent_micro_usd: u64,
+    pub(crate) metadata: BTreeMap<String, Value>,
+}
+
+/// What the next attempt sends, and how.
+struct NextAttempt {
+    mode: &'static str,
+    session: SessionMode,
+    prompt: String,
+}
+
+impl TaskRun<'_> {
+    /// Runs the task to a terminal state. A store failure ends the task as
+    /// failed with the error as its reason; it never aborts the run.
+    pub(crate) fn execute(self) -> TaskResult {
+        let mut result = TaskResult {
+            status: TaskStatus::Running,
+            reason: None,
+            attempts: Vec::new(),
+            spent_micro_usd: 0,
+            metadata: BTreeMap::new(),
+        };
+        if let Err(err) = self.attempts(&mut result) {
+            result.status = TaskStatus::Failed;
+            result.reason = Some(err.to_string());
+        }
+        result
+    }
+
+    fn emit(&self, event: Event) {
+        // The coordinator outlives every task; a closed channel means it is
+        // shutting down and progress no longer matters.
+        let _ = self.events.send(Message::Event(event));
+    }
+
+    fn attempts(&self, result: &mut TaskResult) -> Result<()> {
+        let task = self.task;
+        let cwd = sandbox::prepare(self.state, self.project, task)?;
+        let mut journal = Journal::open(self.state, &task.id)?;
+        let mut spine = Spine::open(self.state, &task.id)?;
+        let mut audit = AuditLog::open(self.state, self.key.clone())?;
+        journal.append(
+            "task.started",
+            &now_rfc3339(),
+            &json!({
+                "run_id": self.run_id,
+                "adapter": self.adapter.name(),
+                "cwd": cwd,
+                "retry_policy": task.retry_policy,
+                "max_retries": task.max_retries,
+                "envelope_micro_usd": self.envelope_micro_usd,
+            }),
+        )?;
+        let mut next = NextAttempt {
+            mode: "new",
+            session: SessionMode::New { session_id: None },
+            prompt: task.prompt.clone(),
+        };
+        let attempts_allowed = task.max_retries + 1;
+        let mut attempt = 1;
+        // The decision the next attempt runs under, for the execution-time fallback.
+        let mut last_decision: Option<DecisionRecord> = None;
+        loop {
+            if self.cancel.is_cancelled() {
+                result.status = TaskStatus::Cancelled;
+                result.reason = Some("cancelled".into());
+                break;
+            }
+            self.emit(Event::AttemptStarted {
+                task: task.id.clone(),
+                attempt,
+                mode: next.mode.to_owned(),
+            });
+            journal.append(
+                "attempt.started",
+                &now_rfc3339(),
+                &json!({"run_id": self.run_id, "attempt": attempt, "mode": next.mode, "session": session_json(&next.session)}),
+            )?;
+            let started = Instant::now();
+            let remaining = self
+                .envelope_micro_usd
+                .map(|envelope| envelope.saturating_sub(result.spent_micro_usd));
+            let report = self.adapter.run(
+                &AttemptRequest {
+                    task_id: task.id.clone(),
+                    attempt,
+                    prompt: next.prompt.clone(),
+                    session: next.session.clone(),
+                    cwd: cwd.clone(),
+                    timeout: task.timeout,
+                    env: vec![("REPRISE_RUN_ID".into(), self.run_id.into())],
+                    bin: self.bin.clone(),
+                    config_home: None,
+                    budget_micro_usd: remaining,
+                },
+                self.cancel,
+            );
+            if let AttemptOutcome::Infra {
+                kind: InfraKind::SessionUnavailable,
+                ..
+            } = &report.outcome
+                && let Some(first) = last_decision.take()
+            {
+                // The CLI says the session is gone: a second decision, recorded,
+                // and the same attempt runs again, cold.
+                let second = first.session_unavailable();
+                record_decision(
+                    &mut journal,
+                    &mut spine,
+                    &mut audit,
+                    self.run_id,
+                    attempt,
+                    &second,
+                )?;
+                result.metadata = second.metadata(None)?;
+                self.emit(Event::Decision {
+                    task: task.id.clone(),
+                    record: Box::new(second),
+                });
+                next = self.cold(attempt);
+                continue;
+            }
+            last_decision = None;
+            result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
+            let workspace_hash = self.workspace_hash(&cwd)?;
+            if let Some(session_id) = &report.session_id {
+                self.preserve_transcript(session_id, &cwd);
+            }
+            journal.append(
+                CHECKPOINT_KIND,
+                &now_rfc3339(),
+                &json!({"run_id": self.run_id, "attempt": attempt, "session_id": report.session_id,
+                        "workspace_hash": workspace_hash}),
+            )?;
+            let summary = self.judge(attempt, next.mode, &report, &cwd, started);
+            journal.append(
+                "attempt.finished",
+                &now_rfc3339(),
+                &attempt_body(self.run_id, &summary, &report),
+            )?;
+            self.emit(Event::AttemptFinished {
+                task: task.id.clone(),
+                summary: summary.clone(),
+            });
+            result.attempts.push(summary.clone());
+
+            if summary.outcome == Outcome::Passed {
+                result.status = TaskStatus::Passed;
+                break;
+            }
+            if let AttemptOutcome::Infra { kind, detail } = &report.outcome
+                && !kind.is_transient()
+            {
+                result.status = TaskStatus::Failed;
+                result.reason = Some(format!("{}: {detail}", kind.as_str()));
+                break;
+            }
+            if attempt >= attempts_allowed {
+                result.status = TaskStatus::Failed;
+                result.reason = Some(format!("not accepted after {attempt} attempts"));
+                break;
+            }
+            if self.cancel.is_cancelled() {
+                continue;
+            }
+            next = match self.decide_retry(
+                &mut journal,
+                &mut spine,
+                &mut audit,
+                &cwd,
+                attempt + 1,
+                &summary,
+            ) {
+                Ok((next, metadata, record)) => {
+                    result.metadata = metadata;
+                    last_decision = (record.retry_mode != RetryMode::Cold).then_some(record);
+                    next
+                }
+                Err(err) => {
+                    // The decision path failed: say so, stamp cold, go on.
+                    self.emit(Event::Warning {
+                        task: Some(task.id.clone()),
+                        message: format!("retry decision failed ({err}); retrying cold"),
+                    });
+                    result.metadata = failed_decision_metadata();
+                    self.cold(attempt + 1)
+                }
+            };
+            attempt += 1;
+        }
+        journal.append(
+            "task.finished",
+            &now_rfc3339(),
+            &json!({"run_id": self.run_id, "state": result.status, "reason": result.reason,
+                    "attempts": result.attempts.len(), "spent_micro_usd": result.spent_micro_usd}),
+        )?;
+        if let Err(err) = seal_journal(self.state, &mut audit, &task.id, &now_rfc3339()) {
+            self.emit(Event::Warning {
+                task: Some(task.id.clone()),
+                message: format!("journal not sealed: {err}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn cold(&self, attempt: u32) -> NextAttempt {
+        NextAttempt {
+            mode: "cold",
+            session: SessionMode::New { session_id: None },
+            prompt: cold_retry_prompt(&self.task.prompt, attempt),
+        }
+    }
+
+    fn workspace_hash(&self, cwd: &Path) -> Result<reprise_core::digest::Digest> {
+        let cache = self.state.workspace_cache_path(self.task.id.as_str());
+        Ok(hash_workspace_cached(cwd, 0, &cache)?.hash)
+    }
+
+    /// Classifies an attempt: infrastructure, a verdict of the agent's exit,
+    /// or the gates' verdicts.
+    fn judge(
+        &self,
+        attempt: u32,
+        mode: &str,
+        report: &AttemptReport,
+        cwd: &Path,
+        started: Instant,
+    ) -> AttemptSummary {
+        let (outcome, infra_kind, exit_code, gates) = match &report.outcome {
+            AttemptOutcome::Infra { kind, .. } => (
+                Outcome::Infra,
+                Some(kind.as_str().to_owned()),
+                None,
+                Vec::new(),
+            ),
+            AttemptOutcome::Replied { exit_code, reply } if *exit_code != 0 => {
+                if reply.trim().is_empty() {
+                    (
+                        Outcome::Infra,
+                        Some("agent_exit_without_reply".to_owned()),
+                        Some(*exit_code),
+                        Vec::new(),
+                    )
+                } else {
+                    (Outcome::Judged, None, Some(*exit_code), Vec::new())
+                }
+            }
+            AttemptOutcome::Replied { exit_code, reply } => {
+                let gates = run_gates(
+                    &self.task.id,
+                    attempt,
+                    &self.task.gates,
+                    cwd,
+                    reply,
+                    self.cancel,
+                );
+                let outcome = if gates.iter().any(|gate| gate.could_not_run) {
+                    Outcome::Infra
+                } else if gates.iter().all(|gate| gate.passed) {
+                    Outcome::Passed
+                } else {
+                    Outcome::Judged
+                };
+                let kind = (outcome == Outcome::Infra).then(|| "gate_could_not_run".to_owned());
+                (outcome, kind, Some(*exit_code), gates)
+            }
+        };
+        AttemptSummary {
+            n: attempt,
+            mode: mode.to_owned(),
+            session_id: report.session_id.clone(),
+            judged: outcome == Outcome::Judged,
+            outcome,
+            infra_kind,
+            exit_code,
+            gates,
+            cost_micro_usd: report.cost_micro_usd,
+            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Decides the next attempt's mode from the verified journal, records the
+    /// decision in journal, spine and audit chain, and builds what to send.
+    fn decide_retry(
+        &self,
+        journal: &mut Journal,
+        spine: &mut Spine,
+        audit: &mut AuditLog,
+        cwd: &Path,
+        next_attempt: u32,
+        failed: &AttemptSummary,
+    ) -> Result<(NextAttempt, BTreeMap<String, Value>, DecisionRecord)> {
+        let task = self.task;
+        let trusted = trusted_checkpoint(self.state, &task.id)?;
+        let live = self.workspace_hash(cwd)?;
+        let input = DecisionInput {
+            requested: task.retry_policy,
+            capability: self.adapter.strategy().capability(),
+            checkpoint: trusted.checkpoint.as_ref(),
+            live_workspace_hash: live,
+            fresh_pinned: task.agent_restart_between_retries,
+            chain_verified: trusted.chain_verified,
+        };
+        let mut decision = decide(input);
+        let (instruction, instruction_hash) = corrective_instruction(&failed_checks(task, failed));
+        let mut record = DecisionRecord::new(
+            &task.id,
+            self.adapter.name(),
+            &input,
+            decision,
+            Some((CORRECTIVE_TEMPLATE_ID, instruction_hash)),
+        );
+        record_decision(journal, spine, audit, self.run_id, next_attempt, &record)?;
+        self.emit(Event::Decision {
+            task: task.id.clone(),
+            record: Box::new(record.clone()),
+        });
+        let session_id = record.checkpoint_session_id.clone();
+        if decision.mode != RetryMode::Cold
+            && !session_id
+                .as_deref()
+                .is_some_and(|id| self.ensure_session(id, cwd))
+        {
+            // The session cannot be resumed: a second decision, recorded.
+            decision = session_unavailable(decision);
+            record = record.session_unavailable();
+            record_decision(journal, spine, audit, self.run_id, next_attempt, &record)?;
+            self.emit(Event::Decision {
+                task: task.id.clone(),
+                record: Box::new(record.clone()),
+            });
+        }
+        let next = match (decision, session_id) {
+            (
+                Decision {
+                    mode: RetryMode::Warm,
+                    ..
+                },
+                Some(session_id),
+            ) => NextAttempt {
+                mode: "warm",
+                session: SessionMode::Resume { session_id },
+                prompt: instruction.clone(),
+            },
+            (
+                Decision {
+                    mode: RetryMode::Fork,
+                    ..
+                },
+                Some(from),
+            ) => NextAttempt {
+                mode: "fork",
+                session: SessionMode::Fork {
+                    from,
+                    new_session_id: None,
+                },
+                prompt: instruction.clone(),
+            },
+            _ => self.cold(next_attempt),
+        };
+        let sent_instruction = (next.mode != "cold").then_some(instruction.as_str());
+        let metadata = record.metadata(sent_instruction)?;
+        Ok((next, metadata, record))
+    }
+
+    fn preserved_path(&self, session_id: &str) -> PathBuf {
+        self.state
+            .sessions_dir(self.adapter.name())
+            .join(format!("{session_id}.jsonl"))
+    }
+
+    /// Copies the CLI's transcript of `session_id` aside, so it can be
+    /// restored if the CLI loses it before a warm resume.
+    fn preserve_transcript(&self, session_id: &str, cwd: &Path) {
+        let Some(native) = self.adapter.transcript_path(session_id, cwd, None) else {
+            return;
+        };
+        let copied = fs::read(&native)
+            .map_err(|err| err.to_string())
+            .and_then(|bytes| {
+                let target = self.preserved_path(session_id);
+                if let Some(dir) = target.parent() {
+                    fs::create_dir_all(dir).map_err(|err| err.to_string())?;
+                }
+                write_atomic(&target, &bytes, 0o600).map_err(|err| err.to_string())
+            });
+        if let Err(err) = copied {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!("could not preserve transcript of session {session_id}: {err}"),
+            });
+        }
+    }
+
+    /// True when `session_id` can be resumed: the CLI still has it, or its
+    /// preserved copy was put back.
+    fn ensure_session(&self, session_id: &str, cwd: &Path) -> bool {
+        let Some(native) = self.adapter.transcript_path(session_id, cwd, None) else {
+            // The adapter keeps no transcript we can see: trust the CLI.
+            return true;
+        };
+        if native.is_file() {
+            return true;
+        }
+        let preserved = self.preserved_path(session_id);
+        let Ok(bytes) = fs::read(&preserved) else {
+            return false;
+        };
+        let restored = native
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .map_err(|err| err.to_string())
+            .and_then(|()| write_atomic(&native, &bytes, 0o600).map_err(|err| err.to_string()));
+        match restored {
+            Ok(()) => {
+                self.emit(Event::Warning {
+                    task: Some(self.task.id.clone()),
+                    message: format!(
+                        "session {session_id} was gone from the agent's store; restored it"
+                    ),
+                });
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// What the corrective instruction may say about a failed attempt.
+fn failed_checks<'a>(task: &'a Task, failed: &'a AttemptSummary) -> Vec<FailedCheck<'a>> {
+    if failed.outcome == Outcome::Judged && failed.gates.is_empty() {
+        return failed
+            .exit_code
+            .map(|exit_code| vec![FailedCheck::AgentExit { exit_code }])
+            .unwrap_or_default();
+    }
+    failed
+        .gates
+        .iter()
+        .filter(|verdict| !verdict.passed)
+        .map(|verdict| match disclose_of(task, verdict) {
+            Disclose::Output => FailedCheck::Named {
+                name: &verdict.name,
+                exit_code: verdict.exit_code,
+            },
+            Disclose::Verdict => FailedCheck::Withheld,
+        })
+        .collect()
+}
+
+fn disclose_of(task: &Task, verdict: &GateVerdict) -> Disclose {
+    task.gates
+        .iter()
+        .find(|gate| gate.name == verdict.name)
+        .map_or(Disclose::Verdict, |gate| gate.disclose)
+}
+
+fn session_json(session: &SessionMode) -> Value {
+    match session {
+        SessionMode::New { session_id } => json!({"new": session_id}),
+        SessionMode::Resume { session_id } => json!({"resume": session_id}),
+        SessionMode::Fork {
+            from,
+            new_session_id,
+        } => json!({"fork": from, "new": new_session_id}),
+    }
+}
+
+fn attempt_body(run_id: &str, summary: &AttemptSummary, report: &AttemptReport) -> Value {
+    json!({
+        "run_id": run_id,
+        "attempt": summary.n,
+        "mode": summary.mode,
+        "outcome": summary.outcome,
+        "judged": summary.judged,
+        "infra_kind": summary.infra_kind,
+        "exit_code": summary.exit_code,
+        "gates": summary.gates,
+        "cost_micro_usd": summary.cost_micro_usd,
+        "session_id": summary.session_id,
+        "adapter": report.adapter,
+        "cli_version": report.cli_version,
+        "cwd": report.cwd,
+        "config_home": report.config_home,
+        "elapsed_ms": summary.elapsed_ms,
+    })
+}
