@@ -434,3 +434,242 @@ fn workspace_hash_uses_a_stat_cache_in_the_state_directory() {
         json_of(&env.run(&["workspace", "hash", "--json", "--no-cache"]))
     );
 }
+
+/// A plan with one problem, the line it is on, and what the error says.
+const BAD_PLANS: [(&str, &str, u32, &str); 8] = [
+    (
+        "unknown key",
+        "version: 1\nname: bad\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n    sim: [ { reply: x } ]\n    colour: blue\n",
+        8,
+        "unknown key \"colour\"",
+    ),
+    (
+        "cycle",
+        "version: 1\nname: bad\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n    sim: [ { reply: x } ]\n  - id: b\n    prompt: p\n    depends_on: [a]\n    sim: [ { reply: x } ]\n",
+        11,
+        "is a cycle",
+    ),
+    (
+        "unknown agent",
+        "version: 1\nname: bad\ntasks:\n  - id: a\n    prompt: p\n    agent: gpt\n",
+        6,
+        "unknown agent \"gpt\"",
+    ),
+    (
+        "duplicate task id",
+        "version: 1\nname: bad\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    sim: [ { reply: x } ]\n  - id: a\n    prompt: q\n    sim: [ { reply: y } ]\n",
+        8,
+        "already the id of tasks[0]",
+    ),
+    (
+        "malformed duration",
+        "version: 1\nname: bad\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    timeout: 10 minutes\n    sim: [ { reply: x } ]\n",
+        7,
+        "tasks[0].timeout: \"10 minutes\" is not a duration",
+    ),
+    (
+        "malformed money",
+        "version: 1\nname: bad\nbudget_usd: \"1.2.3\"\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    sim: [ { reply: x } ]\n",
+        3,
+        "budget_usd: \"1.2.3\" is not an amount of money",
+    ),
+    (
+        "invalid regex",
+        "version: 1\nname: bad\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    sim: [ { reply: x } ]\n    gates:\n      - { name: g, result_matches: \"(unclosed\" }\n",
+        9,
+        "invalid regex",
+    ),
+    (
+        "envelope above the pool",
+        "version: 1\nname: bad\nbudget_usd: \"1.00\"\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    budget_usd: \"1.50\"\n    sim: [ { reply: x } ]\n",
+        8,
+        "more than the run's budget_usd",
+    ),
+];
+
+#[test]
+fn run_refuses_bad_plans_with_one_line_and_writes_nothing() {
+    let env = Env::new();
+    for initialised in [false, true] {
+        if initialised {
+            env.init();
+        }
+        for (what, plan, line, needle) in BAD_PLANS {
+            fs::write(env.project().join("plan.yaml"), plan).unwrap();
+            let before = env.snapshot();
+            for json in [false, true] {
+                let mut args = vec!["run", "plan.yaml"];
+                if json {
+                    args.push("--json");
+                }
+                let output = env.run(&args);
+                assert_one_line_error(&output, 2, &format!("plan.yaml:{line}:"));
+                assert!(
+                    stderr(&output).contains(needle),
+                    "{what}: {}",
+                    stderr(&output)
+                );
+                assert_eq!(env.snapshot(), before, "{what}: a bad plan changed files");
+            }
+            assert_eq!(
+                env.project().join(".reprise").exists(),
+                initialised,
+                "{what}"
+            );
+        }
+    }
+}
+
+const SIM_PLAN: &str = r#"
+version: 1
+name: cli
+defaults: { agent: sim, timeout: 30s }
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" }, cost_usd: "0.01" }
+      - { reply: "DONE", write: { greeting.txt: "hello\n" }, cost_usd: "0.002" }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+"#;
+
+const FAILING_PLAN: &str = r#"
+version: 1
+name: cli-fails
+defaults: { agent: sim, timeout: 30s }
+tasks:
+  - id: stubborn
+    prompt: "Say DONE"
+    max_retries: 1
+    sim: [ { reply: "no" } ]
+    gates: [ { name: answer, result_matches: "^DONE" } ]
+"#;
+
+#[test]
+fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), SIM_PLAN).unwrap();
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+    assert!(stderr(&output).is_empty(), "{}", stderr(&output));
+    let report = json_of(&output);
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    assert!(run_id.starts_with("R-"), "{run_id}");
+    assert_eq!(report["ok"], true);
+    let tasks = report["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["task_id"], "greet");
+    assert_eq!(tasks[0]["state"], "passed");
+    let attempts = tasks[0]["attempts"].as_array().unwrap();
+    let summary: Vec<Value> = attempts
+        .iter()
+        .map(|attempt| {
+            json!([
+                attempt["n"],
+                attempt["mode"],
+                attempt["outcome"],
+                attempt["judged"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            json!([1, "new", "judged", true]),
+            json!([2, "warm", "passed", false])
+        ]
+    );
+    let session = attempts[0]["session_id"].as_str().unwrap();
+    assert_eq!(attempts[1]["session_id"], session, "warm keeps the session");
+    assert_eq!(
+        fs::read_to_string(env.project().join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
+
+    // task show: the retry metadata.
+    let output = env.run(&["task", "show", "greet", "--json"]);
+    assert_success(&output);
+    let shown = json_of(&output);
+    assert_eq!(shown["run_id"], run_id.as_str());
+    let metadata = shown["metadata"].as_object().unwrap();
+    let keys: Vec<&str> = metadata.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "retry_checkpoint_event_hash",
+            "retry_checkpoint_session_id",
+            "retry_corrective_instruction",
+            "retry_decision_hash",
+            "retry_mode",
+            "retry_requested_mode",
+        ]
+    );
+    assert_eq!(metadata["retry_mode"], "warm");
+    assert_eq!(metadata["retry_checkpoint_session_id"], session);
+
+    // lineage show: the decision, as the journal and spine hold it.
+    let output = env.run(&["lineage", "show", "greet", "--json"]);
+    assert_success(&output);
+    let lineage = json_of(&output);
+    assert_eq!(lineage["spine_rows"], 1);
+    assert_eq!(lineage["spine_ok"], true);
+    let decisions = lineage["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0]["attempt"], 2);
+    assert_eq!(decisions[0]["run_id"], run_id.as_str());
+    assert_eq!(decisions[0]["decision"]["retry_mode"], "warm");
+    assert_eq!(decisions[0]["decision"]["checkpoint_session_id"], session);
+    assert_eq!(
+        decisions[0]["decision_hash"],
+        metadata["retry_decision_hash"]
+    );
+
+    // status: the latest run, as run --json printed it.
+    let output = env.run(&["status", "--json"]);
+    assert_success(&output);
+    assert_eq!(json_of(&output), report);
+    let output = env.run(&["status", &run_id, "--json"]);
+    assert_success(&output);
+    assert_eq!(json_of(&output), report);
+
+    // Everything verifies, and the finished journal is sealed.
+    let output = env.run(&["journal", "verify", "greet", "--json"]);
+    assert_success(&output);
+    assert_eq!(json_of(&output)["identity"], "verified");
+    assert_success(&env.run(&["audit", "verify"]));
+
+    // A run with a failed task exits 1, and says so.
+    fs::write(env.project().join("fails.yaml"), FAILING_PLAN).unwrap();
+    let output = env.run(&["run", "fails.yaml", "--json"]);
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(&output));
+    let failed = json_of(&output);
+    assert_eq!(failed["ok"], false);
+    assert_eq!(failed["tasks"][0]["task_id"], "stubborn");
+    assert_eq!(failed["tasks"][0]["state"], "failed");
+    assert_eq!(failed["tasks"][0]["attempts"].as_array().unwrap().len(), 2);
+    let output = env.run(&["status", "--json"]);
+    assert_success(&output);
+    assert_eq!(json_of(&output), failed, "status shows the latest run");
+}
+
+#[test]
+fn run_prints_each_attempt_and_decision_as_it_happens() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), SIM_PLAN).unwrap();
+    let output = env.run(&["run", "plan.yaml"]);
+    assert_success(&output);
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    let position = |needle: &str| {
+        lines
+            .iter()
+            .position(|line| line.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+    };
+    let first = position("[greet] attempt 1 (new): not accepted; gates: content failed");
+    let decision = position("[greet] retry decision: warm (requested warm)");
+    let second = position("[greet] attempt 2 (warm): passed; gates: content ok");
+    assert!(first < decision && decision < second, "{text}");
+    assert!(lines.last().unwrap().starts_with("next: "), "{text}");
+}

@@ -121,6 +121,23 @@ impl<'k> ChainVerifier<'k> {
         }
     }
 
+    /// A verifier that carries on after `rows` whole rows already verified up
+    /// to `head`: the next line must be row `head.seq + 1` linking to it.
+    /// Only sound when nothing but appends happened since that verification.
+    pub fn resume(
+        format: ChainFormat,
+        key: Option<&'k AuditKey>,
+        task_id: Option<&str>,
+        head: Head,
+        rows: u64,
+    ) -> Self {
+        let mut verifier = Self::new(format, key, task_id);
+        verifier.report.head = Some(head);
+        verifier.report.rows = rows;
+        verifier.next_line = rows;
+        verifier
+    }
+
     /// Asks the verifier to record the digest of the row with `seq`.
     pub fn watch(&mut self, seq: u64) {
         self.report.watched.insert(seq, None);

@@ -600,6 +600,43 @@ fn damage_before_the_end_is_not_a_torn_tail() {
     assert_eq!(report.torn_tail, None);
 }
 
+#[test]
+fn a_resumed_verifier_sees_what_a_full_one_sees() {
+    let (bytes, rows) = journal(12);
+    let lines = rows_of(&bytes);
+    let rest: Vec<u8> = lines[7..].concat();
+    let full = fast(ChainFormat::Journal, &bytes);
+    let mut resumed = reprise_core::verify::ChainVerifier::resume(
+        ChainFormat::Journal,
+        None,
+        Some("add-greeting"),
+        rows[6].head,
+        7,
+    );
+    resumed.feed(&rest);
+    let resumed = resumed.finish(&[]);
+    assert_eq!(
+        (resumed.rows, resumed.head, resumed.fault),
+        (full.rows, full.head, full.fault)
+    );
+    // A row that does not link to the head it resumes from is caught.
+    let mut wrong = reprise_core::verify::ChainVerifier::resume(
+        ChainFormat::Journal,
+        None,
+        Some("add-greeting"),
+        rows[5].head,
+        7,
+    );
+    wrong.feed(&rest);
+    assert_eq!(
+        wrong.finish(&[]).fault,
+        Some(Fault {
+            row: 7,
+            reason: Reason::SeqGap
+        })
+    );
+}
+
 // ---- identity ------------------------------------------------------------
 
 #[test]

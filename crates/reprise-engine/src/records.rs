@@ -5,11 +5,12 @@
 use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
-use reprise_core::record::JournalRow;
+use reprise_core::record::{Head, JournalRow};
 use reprise_core::retry::{Checkpoint, DecisionRecord};
+use reprise_core::verify::ChainVerifier;
 use reprise_store::audit::AuditLog;
 use reprise_store::journal::{Journal, Spine};
-use reprise_store::read_chain;
+use reprise_store::read_chain_from;
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde::Deserialize;
 use serde_json::json;
@@ -37,17 +38,55 @@ pub(crate) struct Trusted {
     pub(crate) checkpoint: Option<Checkpoint>,
 }
 
-/// Verifies the task's whole journal and finds its latest checkpoint. Any
+/// What this process has verified of a task's journal: up to byte `end`,
+/// `rows` rows ending at `head`, with the latest checkpoint among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VerifiedPrefix {
+    end: u64,
+    rows: u64,
+    head: Head,
+    checkpoint: Option<Checkpoint>,
+}
+
+/// Verifies the task's journal and finds its latest checkpoint. Any
 /// verification failure means there is no checkpoint to trust.
-pub(crate) fn trusted_checkpoint(state: &StateDir, task: &TaskId) -> Result<Trusted> {
-    let mut latest = None;
-    let report = read_chain(
-        &state.journal_path(task),
-        ChainFormat::Journal,
-        None,
-        Some(task.as_str()),
-        &[],
-        |row, line| {
+///
+/// The first call reads the whole chain. Later calls read only what was
+/// appended since, when the journal handle saw nothing but its own appends
+/// since the previous verification (same file, and size and timestamps exactly
+/// as its last append left them); anything else is read in full again. So a
+/// retry costs the same at the thousandth attempt as at the first.
+pub(crate) fn trusted_checkpoint(
+    state: &StateDir,
+    task: &TaskId,
+    journal: &mut Journal,
+    verified: &mut Option<VerifiedPrefix>,
+) -> Result<Trusted> {
+    let resume = match verified.take() {
+        Some(prefix) if journal.only_own_appends_since_mark()? => Some(prefix),
+        _ => None,
+    };
+    journal.mark()?;
+    let (verifier, offset, mut latest) = match resume {
+        Some(prefix) => (
+            ChainVerifier::resume(
+                ChainFormat::Journal,
+                None,
+                Some(task.as_str()),
+                prefix.head,
+                prefix.rows,
+            ),
+            prefix.end,
+            prefix.checkpoint,
+        ),
+        None => (
+            ChainVerifier::new(ChainFormat::Journal, None, Some(task.as_str())),
+            0,
+            None,
+        ),
+    };
+    let (report, end) =
+        read_chain_from(&state.journal_path(task), offset, verifier, |row, line| {
             if row.kind == CHECKPOINT_KIND
                 && let Ok(body) =
                     serde_json::from_slice::<CheckpointBody>(&line[row.payload.clone()])
@@ -58,9 +97,17 @@ pub(crate) fn trusted_checkpoint(state: &StateDir, task: &TaskId) -> Result<Trus
                     event_hash: row.digest,
                 });
             }
-        },
-    )?;
+        })?;
     let chain_verified = report.first_problem().is_none();
+    *verified = match (chain_verified, report.head) {
+        (true, Some(head)) => Some(VerifiedPrefix {
+            end,
+            rows: report.rows,
+            head,
+            checkpoint: latest.clone(),
+        }),
+        _ => None,
+    };
     Ok(Trusted {
         chain_verified,
         checkpoint: if chain_verified { latest } else { None },

@@ -108,14 +108,12 @@ impl Pool {
         }
     }
 
-    /// Returns the unspent headroom of an envelope; spend without an envelope
-    /// comes out of the pool.
+    /// Returns the envelope and takes out what was spent: the unspent
+    /// headroom comes back, and spend beyond the envelope (an agent that
+    /// reports its cost only when it is done) still leaves the pool.
     fn settle(&mut self, envelope: Option<u64>, spent: u64) {
         if let Some(remaining) = self.remaining_micro_usd.as_mut() {
-            match envelope {
-                Some(envelope) => *remaining += envelope.saturating_sub(spent),
-                None => *remaining = remaining.saturating_sub(spent),
-            }
+            *remaining = (*remaining + envelope.unwrap_or(0)).saturating_sub(spent);
         }
     }
 }

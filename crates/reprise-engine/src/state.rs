@@ -80,6 +80,10 @@ pub struct AttemptSummary {
     pub gates: Vec<GateVerdict>,
     pub cost_micro_usd: Option<u64>,
     pub elapsed_ms: u64,
+    /// Time inside the agent's own run, as the process driver measured it.
+    pub agent_us: u64,
+    /// Time inside the gates' own runs.
+    pub gates_us: u64,
 }
 
 /// A task's record in a run.

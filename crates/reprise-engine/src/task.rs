@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use crate::error::Result;
 use crate::events::{Event, Message};
 use crate::gates::run_gates;
-use crate::records::{CHECKPOINT_KIND, record_decision, trusted_checkpoint};
+use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
 use crate::sandbox;
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 
@@ -58,6 +58,13 @@ pub(crate) struct TaskResult {
     pub(crate) attempts: Vec<AttemptSummary>,
     pub(crate) spent_micro_usd: u64,
     pub(crate) metadata: BTreeMap<String, Value>,
+}
+
+/// A task's three chains, open for appending.
+struct Chains<'a> {
+    journal: &'a mut Journal,
+    spine: &'a mut Spine,
+    audit: &'a mut AuditLog,
 }
 
 /// What the next attempt sends, and how.
@@ -116,6 +123,8 @@ impl TaskRun<'_> {
         };
         let attempts_allowed = task.max_retries + 1;
         let mut attempt = 1;
+        // How much of the journal this run has verified already.
+        let mut verified: Option<VerifiedPrefix> = None;
         // The decision the next attempt runs under, for the execution-time fallback.
         let mut last_decision: Option<DecisionRecord> = None;
         loop {
@@ -184,13 +193,17 @@ impl TaskRun<'_> {
             if let Some(session_id) = &report.session_id {
                 self.preserve_transcript(session_id, &cwd);
             }
-            journal.append(
+            let checkpoint_head = journal.append(
                 CHECKPOINT_KIND,
                 &now_rfc3339(),
                 &json!({"run_id": self.run_id, "attempt": attempt, "session_id": report.session_id,
                         "workspace_hash": workspace_hash}),
             )?;
             let summary = self.judge(attempt, next.mode, &report, &cwd, started);
+            // The attempt ran: the run state shows it even if its row cannot
+            // be written (a journal whose last row was tampered with refuses
+            // appends, and the task stops with that error).
+            result.attempts.push(summary.clone());
             journal.append(
                 "attempt.finished",
                 &now_rfc3339(),
@@ -200,7 +213,6 @@ impl TaskRun<'_> {
                 task: task.id.clone(),
                 summary: summary.clone(),
             });
-            result.attempts.push(summary.clone());
 
             if summary.outcome == Outcome::Passed {
                 result.status = TaskStatus::Passed;
@@ -222,11 +234,14 @@ impl TaskRun<'_> {
                 continue;
             }
             next = match self.decide_retry(
-                &mut journal,
-                &mut spine,
-                &mut audit,
+                Chains {
+                    journal: &mut journal,
+                    spine: &mut spine,
+                    audit: &mut audit,
+                },
+                &mut verified,
                 &cwd,
-                attempt + 1,
+                checkpoint_head.digest,
                 &summary,
             ) {
                 Ok((next, metadata, record)) => {
@@ -284,6 +299,7 @@ impl TaskRun<'_> {
         cwd: &Path,
         started: Instant,
     ) -> AttemptSummary {
+        let mut gates_elapsed = std::time::Duration::ZERO;
         let (outcome, infra_kind, exit_code, gates) = match &report.outcome {
             AttemptOutcome::Infra { kind, .. } => (
                 Outcome::Infra,
@@ -304,6 +320,7 @@ impl TaskRun<'_> {
                 }
             }
             AttemptOutcome::Replied { exit_code, reply } => {
+                let gates_started = Instant::now();
                 let gates = run_gates(
                     &self.task.id,
                     attempt,
@@ -320,6 +337,7 @@ impl TaskRun<'_> {
                     Outcome::Judged
                 };
                 let kind = (outcome == Outcome::Infra).then(|| "gate_could_not_run".to_owned());
+                gates_elapsed = gates_started.elapsed();
                 (outcome, kind, Some(*exit_code), gates)
             }
         };
@@ -334,30 +352,48 @@ impl TaskRun<'_> {
             gates,
             cost_micro_usd: report.cost_micro_usd,
             elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            agent_us: u64::try_from(report.elapsed.as_micros()).unwrap_or(u64::MAX),
+            gates_us: u64::try_from(gates_elapsed.as_micros()).unwrap_or(u64::MAX),
         }
     }
 
     /// Decides the next attempt's mode from the verified journal, records the
     /// decision in journal, spine and audit chain, and builds what to send.
+    /// `own_checkpoint` is the event hash of the checkpoint row written after
+    /// the `failed` attempt.
     fn decide_retry(
         &self,
-        journal: &mut Journal,
-        spine: &mut Spine,
-        audit: &mut AuditLog,
+        chains: Chains<'_>,
+        verified: &mut Option<VerifiedPrefix>,
         cwd: &Path,
-        next_attempt: u32,
+        own_checkpoint: reprise_core::digest::Digest,
         failed: &AttemptSummary,
     ) -> Result<(NextAttempt, BTreeMap<String, Value>, DecisionRecord)> {
+        let Chains {
+            journal,
+            spine,
+            audit,
+        } = chains;
         let task = self.task;
-        let trusted = trusted_checkpoint(self.state, &task.id)?;
+        let next_attempt = failed.n + 1;
+        let trusted = trusted_checkpoint(self.state, &task.id, journal, verified)?;
+        // The journal's hash chain is unkeyed: anyone who can write the file
+        // can append a checkpoint that verifies. The one to trust is the one
+        // this attempt wrote; any other latest checkpoint means the journal
+        // was written to behind the engine's back.
+        let chain_verified = trusted.chain_verified
+            && trusted
+                .checkpoint
+                .as_ref()
+                .is_some_and(|checkpoint| checkpoint.event_hash == own_checkpoint);
         let live = self.workspace_hash(cwd)?;
         let input = DecisionInput {
             requested: task.retry_policy,
             capability: self.adapter.strategy().capability(),
-            checkpoint: trusted.checkpoint.as_ref(),
+            checkpoint: trusted.checkpoint.as_ref().filter(|_| chain_verified),
             live_workspace_hash: live,
             fresh_pinned: task.agent_restart_between_retries,
-            chain_verified: trusted.chain_verified,
+            chain_verified,
         };
         let mut decision = decide(input);
         let (instruction, instruction_hash) = corrective_instruction(&failed_checks(task, failed));
@@ -541,5 +577,7 @@ fn attempt_body(run_id: &str, summary: &AttemptSummary, report: &AttemptReport) 
         "cwd": report.cwd,
         "config_home": report.config_home,
         "elapsed_ms": summary.elapsed_ms,
+        "agent_us": summary.agent_us,
+        "gates_us": summary.gates_us,
     })
 }

@@ -10,7 +10,7 @@
 //! poisons the handle, because whether the row reached the disk is unknown.
 
 use std::fs::{File, OpenOptions};
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,6 +43,40 @@ pub struct ChainFile {
     /// The head and the file length it was read at.
     cached: Option<(u64, Option<Head>)>,
     poisoned: bool,
+    /// What the file should look like if only this handle wrote since `mark`.
+    expected: Option<Fingerprint>,
+    /// Something other than this handle changed the file since `mark`.
+    foreign_change: bool,
+}
+
+/// The identity and timestamps of a file as `stat` reports them by path. A
+/// file that is replaced, truncated, rewritten or appended to changes at least
+/// one of these; ctime cannot be set back by a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Fingerprint {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.len
+    }
 }
 
 /// Holds the exclusive lock on a chained file until dropped.
@@ -97,6 +131,8 @@ impl ChainFile {
             io,
             cached: None,
             poisoned: false,
+            expected: None,
+            foreign_change: false,
         })
     }
 
@@ -114,6 +150,63 @@ impl ChainFile {
         &self.path
     }
 
+    fn stat_path(&self) -> Result<Fingerprint> {
+        Ok(Fingerprint::of(
+            &std::fs::metadata(&self.path).at(&self.path)?,
+        ))
+    }
+
+    /// Notes the file as it is now; `only_own_appends_since_mark` then tells
+    /// whether anything but this handle's appends changed it since.
+    pub fn mark(&mut self) -> Result<Fingerprint> {
+        let now = self.stat_path()?;
+        self.expected = Some(now);
+        self.foreign_change = false;
+        Ok(now)
+    }
+
+    /// True when every change to the file since `mark` was an append by this
+    /// handle, so rows verified before the mark need not be read again.
+    pub fn only_own_appends_since_mark(&self) -> Result<bool> {
+        Ok(!self.foreign_change
+            && self.expected.is_some()
+            && self.expected == Some(self.stat_path()?))
+    }
+
+    /// If the file at `path` is no longer the one this handle has open (it
+    /// was replaced, say by an editor's rename), opens the one on disk: the
+    /// journal is the file at its path, not an unlinked inode.
+    fn follow_replacement(&mut self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let ours = self.file.metadata().at(&self.path)?;
+        let on_disk = match std::fs::metadata(&self.path) {
+            Ok(meta) => meta,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                self.foreign_change = true;
+                return self.reopen();
+            }
+            Err(err) => return Err(err).at(&self.path),
+        };
+        if (ours.dev(), ours.ino()) != (on_disk.dev(), on_disk.ino()) {
+            self.foreign_change = true;
+            self.reopen()?;
+        }
+        Ok(())
+    }
+
+    fn reopen(&mut self) -> Result<()> {
+        self.file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+            .open(&self.path)
+            .at(&self.path)?;
+        self.cached = None;
+        Ok(())
+    }
+
     /// Appends the row `encode` builds on top of the current head, durably.
     /// Returns the new head once the row is on disk.
     pub fn append(
@@ -125,8 +218,13 @@ impl ChainFile {
                 path: self.path.clone(),
             });
         }
+        self.follow_replacement()?;
         let _lock = LockGuard::take(&self.file, &self.path)?;
-        let len = self.file.metadata().at(&self.path)?.len();
+        let before = Fingerprint::of(&self.file.metadata().at(&self.path)?);
+        if self.expected.is_some_and(|expected| expected != before) {
+            self.foreign_change = true;
+        }
+        let len = before.len;
         let head = match self.cached {
             Some((cached_len, head)) if cached_len == len => head,
             _ => self.read_head(len)?,
@@ -157,6 +255,9 @@ impl ChainFile {
             return Err(err).at(&self.path);
         }
         self.cached = Some((len + written as u64, Some(row.head)));
+        if self.expected.is_some() {
+            self.expected = Some(Fingerprint::of(&self.file.metadata().at(&self.path)?));
+        }
         Ok(row.head)
     }
 
@@ -218,13 +319,27 @@ pub fn read_chain(
     key: Option<&AuditKey>,
     task: Option<&str>,
     watch: &[u64],
-    mut observe: impl FnMut(&CheckedRow<'_>, &[u8]),
+    observe: impl FnMut(&CheckedRow<'_>, &[u8]),
 ) -> Result<ChainReport> {
-    let mut file = File::open(path).at(path)?;
     let mut verifier = ChainVerifier::new(format, key, task);
     for &seq in watch {
         verifier.watch(seq);
     }
+    Ok(read_chain_from(path, 0, verifier, observe)?.0)
+}
+
+/// Feeds the file from byte `offset` (the start of a line) through
+/// `verifier`. Returns the report and the offset just past the last whole
+/// line read, where a later incremental read may start.
+pub fn read_chain_from(
+    path: &Path,
+    offset: u64,
+    mut verifier: ChainVerifier<'_>,
+    mut observe: impl FnMut(&CheckedRow<'_>, &[u8]),
+) -> Result<(ChainReport, u64)> {
+    let mut file = File::open(path).at(path)?;
+    file.seek(SeekFrom::Start(offset)).at(path)?;
+    let mut consumed = offset;
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK * 2);
     loop {
         // `read_to_end` fills spare capacity without zeroing it first.
@@ -238,7 +353,8 @@ pub fn read_chain(
         if let Some(last) = memchr::memrchr(b'\n', &buffer) {
             verifier.feed_observed(&buffer[..=last], &mut observe);
             buffer.drain(..=last);
+            consumed += last as u64 + 1;
         }
     }
-    Ok(verifier.finish(&buffer))
+    Ok((verifier.finish(&buffer), consumed))
 }

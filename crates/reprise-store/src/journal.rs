@@ -54,6 +54,16 @@ impl Journal {
     pub fn path(&self) -> &Path {
         self.file.path()
     }
+
+    /// See `ChainFile::mark`.
+    pub fn mark(&mut self) -> Result<crate::Fingerprint> {
+        self.file.mark()
+    }
+
+    /// See `ChainFile::only_own_appends_since_mark`.
+    pub fn only_own_appends_since_mark(&self) -> Result<bool> {
+        self.file.only_own_appends_since_mark()
+    }
 }
 
 /// A task's spine of sealed decisions, open for appending.

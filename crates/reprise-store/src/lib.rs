@@ -17,6 +17,6 @@ pub mod repair;
 pub mod state;
 pub mod workspace;
 
-pub use chainfile::{ChainFile, read_chain};
+pub use chainfile::{ChainFile, Fingerprint, read_chain, read_chain_from};
 pub use error::{Result, StoreError};
 pub use fsutil::write_atomic;

@@ -527,3 +527,89 @@ fn state_directories_are_found_upwards_and_versions_checked() {
         "{err}"
     );
 }
+
+// ---- continuity: when earlier verification may be trusted -----------------
+
+#[test]
+fn only_own_appends_keep_continuity() {
+    let setup = setup();
+    let id = task("continuity");
+    let mut journal = Journal::open(&setup.state, &id).unwrap();
+    append_rows(&mut journal, 0..3);
+    journal.mark().unwrap();
+    append_rows(&mut journal, 3..6);
+    assert!(journal.only_own_appends_since_mark().unwrap());
+
+    // Another writer's row breaks continuity, seen at our next append.
+    let mut other = Journal::open(&setup.state, &id).unwrap();
+    other.append("step", AT, &json!({"other": true})).unwrap();
+    assert!(!journal.only_own_appends_since_mark().unwrap());
+    journal.append("step", AT, &json!({})).unwrap();
+    assert!(
+        !journal.only_own_appends_since_mark().unwrap(),
+        "an own append does not mend it"
+    );
+    journal.mark().unwrap();
+    assert!(journal.only_own_appends_since_mark().unwrap());
+
+    // A rewrite in place of the same length breaks it too.
+    let path = setup.state.journal_path(&id);
+    let bytes = fs::read(&path).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fs::write(&path, &bytes).unwrap();
+    assert!(!journal.only_own_appends_since_mark().unwrap());
+}
+
+#[test]
+fn a_replaced_journal_is_followed_not_written_behind_its_back() {
+    let setup = setup();
+    let id = task("replaced");
+    let mut journal = Journal::open(&setup.state, &id).unwrap();
+    append_rows(&mut journal, 0..3);
+    journal.mark().unwrap();
+    let path = setup.state.journal_path(&id);
+    // An editor saves by writing a new file and renaming it over the old.
+    let bytes = fs::read(&path).unwrap();
+    let temp = path.with_extension("tmp");
+    fs::write(&temp, &bytes).unwrap();
+    fs::rename(&temp, &path).unwrap();
+    let head = journal
+        .append("step", AT, &json!({"after": "replace"}))
+        .unwrap();
+    assert_eq!(head.seq, 3);
+    let report = journal_report(&setup, "replaced");
+    assert_eq!(
+        (report.rows, report.first_problem()),
+        (4, None),
+        "the row is in the file at the path"
+    );
+    assert!(!journal.only_own_appends_since_mark().unwrap());
+}
+
+#[test]
+fn reading_from_an_offset_continues_a_verification() {
+    let setup = setup();
+    let id = task("offset");
+    let heads = write_journal(&setup, "offset", 5);
+    let path = setup.state.journal_path(&id);
+    let (first, end) = reprise_store::read_chain_from(
+        &path,
+        0,
+        reprise_core::verify::ChainVerifier::new(ChainFormat::Journal, None, Some("offset")),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((first.rows, end), (5, fs::metadata(&path).unwrap().len()));
+    let mut journal = Journal::open(&setup.state, &id).unwrap();
+    append_rows(&mut journal, 5..8);
+    let resumed = reprise_core::verify::ChainVerifier::resume(
+        ChainFormat::Journal,
+        None,
+        Some("offset"),
+        heads[4],
+        5,
+    );
+    let (rest, end) = reprise_store::read_chain_from(&path, end, resumed, |_, _| {}).unwrap();
+    assert_eq!(rest, journal_report(&setup, "offset"));
+    assert_eq!(end, fs::metadata(&path).unwrap().len());
+}
