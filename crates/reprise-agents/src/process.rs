@@ -30,6 +30,8 @@ use crate::request::{AttemptRequest, CancelToken};
 pub(crate) const OUTPUT_CAP_BYTES: usize = 16 << 20;
 /// How often the driver looks at the child, the clock and the cancel token.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// The first pause while waiting for a child; doubled up to `POLL_INTERVAL`.
+const FIRST_POLL: Duration = Duration::from_micros(100);
 /// Time between SIGTERM and SIGKILL to the group.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 /// How long output is still drained after the child is reaped, in case a
@@ -141,6 +143,10 @@ pub(crate) fn run_process(
     let stderr = Capture::start(child.stderr.take(), done_sender);
 
     let deadline = started.checked_add(timeout);
+    // Poll fast at first and back off to POLL_INTERVAL: a command that exits
+    // at once (a gate, a quick agent) is seen within a fraction of a
+    // millisecond, and a long agent costs one wakeup per interval.
+    let mut pause = FIRST_POLL;
     let end = loop {
         if leader_exited(pid) {
             break End::Exited;
@@ -151,9 +157,10 @@ pub(crate) fn run_process(
         let now = Instant::now();
         match deadline {
             Some(deadline) if now >= deadline => break End::TimedOut,
-            Some(deadline) => thread::sleep((deadline - now).min(POLL_INTERVAL)),
-            None => thread::sleep(POLL_INTERVAL),
+            Some(deadline) => thread::sleep((deadline - now).min(pause)),
+            None => thread::sleep(pause),
         }
+        pause = (pause * 2).min(POLL_INTERVAL);
     };
     if end != End::Exited {
         let _ = kill_process_group(pid, Signal::TERM);

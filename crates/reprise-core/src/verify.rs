@@ -48,7 +48,7 @@ pub enum Identity {
 }
 
 /// The result of reading a chained file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChainReport {
     /// Whole rows the tolerant reader kept.
     pub rows: u64,

@@ -15,6 +15,7 @@ use reprise_agents::{
 use reprise_core::TaskId;
 use reprise_core::digest::AuditKey;
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
+use reprise_store::audit::{AuditSummary, read_audit};
 use reprise_store::state::{StateDir, now_rfc3339};
 
 use crate::error::{EngineError, Result};
@@ -153,7 +154,16 @@ pub fn run_plan(
             })
             .collect(),
     };
-    run.save(state)?;
+    // Where each task's record is: `run.tasks` follows `order`.
+    let position: BTreeMap<&TaskId, usize> = order
+        .iter()
+        .enumerate()
+        .map(|(index, task)| (&task.id, index))
+        .collect();
+    run.save(state, false)?;
+    let mut saver = Saver {
+        last: std::time::Instant::now(),
+    };
     sink.event(&Event::RunStarted {
         run_id: run.run_id.clone(),
         plan_name: run.plan_name.clone(),
@@ -161,6 +171,14 @@ pub fn run_plan(
         seats: seats as u32,
     });
 
+    // The audit chain is read once per run: each task's seal must respect the
+    // seals its journal already has, and reading the chain per task would
+    // make every task cost more than the one before.
+    let audit = if state.audit_path().is_file() {
+        read_audit(state, &options.key)?
+    } else {
+        AuditSummary::default()
+    };
     let mut pool = Pool {
         remaining_micro_usd: plan.budget_micro_usd(),
     };
@@ -171,11 +189,11 @@ pub fn run_plan(
         loop {
             // Settle what can be settled without running anything.
             for task in &order {
-                if run.task_mut(&task.id).state != TaskStatus::Queued {
+                if run.tasks[position[&task.id]].state != TaskStatus::Queued {
                     continue;
                 }
                 let failed_dependency = task.depends_on.iter().find(|dependency| {
-                    let status = run.task_mut(dependency).state;
+                    let status = run.tasks[position[dependency]].state;
                     status.is_terminal() && status != TaskStatus::Passed
                 });
                 let reason = if let Some(dependency) = failed_dependency {
@@ -194,11 +212,10 @@ pub fn run_plan(
                 if running >= seats {
                     break;
                 }
-                if run.task_mut(&task.id).state != TaskStatus::Queued
-                    || !task
-                        .depends_on
-                        .iter()
-                        .all(|dependency| run.task_mut(dependency).state == TaskStatus::Passed)
+                if run.tasks[position[&task.id]].state != TaskStatus::Queued
+                    || !task.depends_on.iter().all(|dependency| {
+                        run.tasks[position[dependency]].state == TaskStatus::Passed
+                    })
                 {
                     continue;
                 }
@@ -211,10 +228,11 @@ pub fn run_plan(
                     }
                 };
                 envelopes.insert(task.id.clone(), envelope);
-                run.task_mut(&task.id).state = TaskStatus::Running;
-                run.save(state)?;
+                run.tasks[position[&task.id]].state = TaskStatus::Running;
+                saver.maybe_save(&run, state)?;
                 running += 1;
                 let sender = sender.clone();
+                let prior_seals = audit.seals_of(&task.id);
                 let adapter = Arc::clone(&adapters[&task.id]);
                 let key = options.key.clone();
                 let project = options.project.as_path();
@@ -229,6 +247,7 @@ pub fn run_plan(
                         project,
                         envelope_micro_usd: envelope,
                         bin: bin_for(plan, task.agent.kind()),
+                        prior_seals,
                         cancel,
                         events: sender.clone(),
                     }
@@ -249,9 +268,9 @@ pub fn run_plan(
                     );
                     apply(&mut run, &id, &result);
                     finish(&mut run, sink, &id, result.status, result.reason.clone());
+                    saver.maybe_save(&run, state)?;
                 }
             }
-            run.save(state)?;
         }
         Ok(())
     })?;
@@ -265,8 +284,27 @@ pub fn run_plan(
             .iter()
             .all(|task| task.state == TaskStatus::Passed),
     );
-    run.save(state)?;
+    run.save(state, true)?;
     Ok(run)
+}
+
+/// Rewrites `state.json` at most every `SAVE_EVERY` while a run goes on: a
+/// run of a thousand short tasks must not rewrite its whole snapshot a
+/// thousand times. The last save of a run is always made, and synced.
+struct Saver {
+    last: std::time::Instant,
+}
+
+const SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Saver {
+    fn maybe_save(&mut self, run: &RunState, state: &StateDir) -> Result<()> {
+        if self.last.elapsed() >= SAVE_EVERY {
+            run.save(state, false)?;
+            self.last = std::time::Instant::now();
+        }
+        Ok(())
+    }
 }
 
 fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {

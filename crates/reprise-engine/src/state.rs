@@ -8,7 +8,7 @@ use std::path::Path;
 
 use reprise_core::TaskId;
 use reprise_store::state::StateDir;
-use reprise_store::write_atomic;
+use reprise_store::{replace_file, write_atomic};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -124,7 +124,11 @@ impl RunState {
             .expect("every plan task has a record")
     }
 
-    pub(crate) fn save(&self, state: &StateDir) -> Result<()> {
+    /// Writes the snapshot. Only a `durable` save (the last of a run) is
+    /// synced: the journals are the record, and a snapshot that lags them
+    /// after a crash is rebuilt from them, so the run does not pay two fsyncs
+    /// per transition.
+    pub(crate) fn save(&self, state: &StateDir, durable: bool) -> Result<()> {
         let path = state.run_state_path(&self.run_id);
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(|source| reprise_store::StoreError::Io {
@@ -132,9 +136,13 @@ impl RunState {
                 source,
             })?;
         }
-        let mut bytes = serde_json::to_vec_pretty(self).expect("run state serialises");
+        let mut bytes = serde_json::to_vec(self).expect("run state serialises");
         bytes.push(b'\n');
-        write_atomic(&path, &bytes, 0o644)?;
+        if durable {
+            write_atomic(&path, &bytes, 0o644)?;
+        } else {
+            replace_file(&path, &bytes, 0o644)?;
+        }
         Ok(())
     }
 }

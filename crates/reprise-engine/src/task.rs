@@ -20,7 +20,7 @@ use reprise_core::retry::{
     Decision, DecisionInput, DecisionRecord, RetryMode, decide, failed_decision_metadata,
     session_unavailable,
 };
-use reprise_store::audit::{AuditLog, seal_journal};
+use reprise_store::audit::{AuditLog, seal_journal_after};
 use reprise_store::journal::{Journal, Spine};
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::workspace::hash_workspace_cached;
@@ -46,6 +46,8 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) envelope_micro_usd: Option<u64>,
     /// The agent binary the plan names, if any.
     pub(crate) bin: Option<PathBuf>,
+    /// Seals the audit chain held for this task when the run started.
+    pub(crate) prior_seals: Vec<reprise_core::record::Head>,
     pub(crate) cancel: &'a CancelToken,
     pub(crate) events: Sender<Message>,
 }
@@ -267,7 +269,13 @@ impl TaskRun<'_> {
             &json!({"run_id": self.run_id, "state": result.status, "reason": result.reason,
                     "attempts": result.attempts.len(), "spent_micro_usd": result.spent_micro_usd}),
         )?;
-        if let Err(err) = seal_journal(self.state, &mut audit, &task.id, &now_rfc3339()) {
+        if let Err(err) = seal_journal_after(
+            self.state,
+            &mut audit,
+            &task.id,
+            &now_rfc3339(),
+            &self.prior_seals,
+        ) {
             self.emit(Event::Warning {
                 task: Some(task.id.clone()),
                 message: format!("journal not sealed: {err}"),
@@ -285,7 +293,7 @@ impl TaskRun<'_> {
     }
 
     fn workspace_hash(&self, cwd: &Path) -> Result<reprise_core::digest::Digest> {
-        let cache = self.state.workspace_cache_path(self.task.id.as_str());
+        let cache = self.state.workspace_cache_path(cwd);
         Ok(hash_workspace_cached(cwd, 0, &cache)?.hash)
     }
 

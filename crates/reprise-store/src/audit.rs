@@ -7,13 +7,12 @@ use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::AuditKey;
 use reprise_core::record::{Head, SEAL_KIND, SealBody, encode_audit_row};
-use reprise_core::verify::ChainReport;
+use reprise_core::verify::{ChainReport, Identity, identity};
 use serde_json::Value;
 
 use crate::chainfile::{ChainFile, read_chain};
 use crate::error::{Result, StoreError};
 use crate::io::{IoSeam, RealIo};
-use crate::journal::verify_journal;
 use crate::state::StateDir;
 
 /// The audit chain, open for appending.
@@ -56,17 +55,46 @@ pub fn seal_journal(
     task: &TaskId,
     at: &str,
 ) -> Result<SealBody> {
-    let key = audit.key.clone();
-    let verification = verify_journal(state, task, || Ok(key))?;
-    let path = state.journal_path(task);
-    if let Some(fault) = verification.chain.first_problem() {
+    let prior = read_audit(state, &audit.key)?.seals_of(task);
+    seal_journal_after(state, audit, task, at, &prior)
+}
+
+/// Seals `task`'s journal given the seals the audit chain already holds for
+/// it (`prior`, as `AuditSummary::seals_of` gives them). The journal must
+/// verify in full and still hold every sealed row: a new seal never papers
+/// over a cut. A run reads the audit chain once and seals each task with this.
+pub fn seal_journal_after(
+    state: &StateDir,
+    audit: &mut AuditLog,
+    task: &TaskId,
+    at: &str,
+    prior: &[Head],
+) -> Result<SealBody> {
+    let path = state.existing_journal_path(task)?;
+    let watch: Vec<u64> = prior.iter().map(|seal| seal.seq).collect();
+    let chain = read_chain(
+        &path,
+        ChainFormat::Journal,
+        None,
+        Some(task.as_str()),
+        &watch,
+        |_, _| {},
+    )?;
+    if let Some(fault) = chain.first_problem() {
         return Err(StoreError::Unsealable {
             path,
             row: fault.row,
             reason: ChainFormat::Journal.reason_name(fault.reason),
         });
     }
-    let Some(head) = verification.chain.head else {
+    if identity(prior, &chain.watched) == Identity::Mismatched {
+        return Err(StoreError::Unsealable {
+            path,
+            row: chain.head.map_or(0, |head| head.seq),
+            reason: "seal_mismatch",
+        });
+    }
+    let Some(head) = chain.head else {
         return Err(StoreError::Unsealable {
             path,
             row: 0,
@@ -84,7 +112,7 @@ pub fn seal_journal(
 }
 
 /// The audit chain's verification and the seals in its verified prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AuditSummary {
     pub report: ChainReport,
     pub seals: Vec<SealBody>,

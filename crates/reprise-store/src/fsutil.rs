@@ -60,3 +60,26 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     fs::rename(&temp, path).at(path)?;
     sync_dir(dir)
 }
+
+/// Replaces `path` with `bytes` atomically (temp file, rename) without
+/// syncing: readers never see half a file, but after a crash the previous
+/// version may come back. For snapshots whose truth is kept elsewhere.
+pub fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = path.parent().expect("a replaced file lives in a directory");
+    let name = path.file_name().expect("a replaced file is named");
+    let temp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&temp)
+        .at(&temp)?;
+    file.write_all(bytes).at(&temp)?;
+    drop(file);
+    fs::rename(&temp, path).at(path)
+}

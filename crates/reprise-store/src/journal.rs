@@ -66,28 +66,37 @@ impl Journal {
     }
 }
 
-/// A task's spine of sealed decisions, open for appending.
+/// A task's spine of sealed decisions. The file is created by the first
+/// decision, so a task that never retries has none.
 #[derive(Debug)]
 pub struct Spine {
-    file: ChainFile,
+    path: std::path::PathBuf,
+    task: TaskId,
+    file: Option<ChainFile>,
 }
 
 impl Spine {
     pub fn open(state: &StateDir, task: &TaskId) -> Result<Self> {
-        let file = ChainFile::open(
-            &state.spine_path(task),
-            ChainFormat::Spine,
-            Some(task.as_str()),
-            None,
-            Arc::new(RealIo),
-        )?;
-        Ok(Self { file })
+        Ok(Self {
+            path: state.spine_path(task),
+            task: task.clone(),
+            file: None,
+        })
     }
 
     /// Seals `decision`, recorded by journal row `sealed_at`.
     pub fn append(&mut self, kind: &str, decision: &Value, sealed_at: u64) -> Result<Head> {
-        self.file
-            .append(|previous| Ok(encode_spine_row(previous, kind, decision, sealed_at)?))
+        let file = match &mut self.file {
+            Some(file) => file,
+            empty => empty.insert(ChainFile::open(
+                &self.path,
+                ChainFormat::Spine,
+                Some(self.task.as_str()),
+                None,
+                Arc::new(RealIo),
+            )?),
+        };
+        file.append(|previous| Ok(encode_spine_row(previous, kind, decision, sealed_at)?))
     }
 }
 

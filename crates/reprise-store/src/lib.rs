@@ -19,4 +19,4 @@ pub mod workspace;
 
 pub use chainfile::{ChainFile, Fingerprint, read_chain, read_chain_from};
 pub use error::{Result, StoreError};
-pub use fsutil::write_atomic;
+pub use fsutil::{replace_file, write_atomic};

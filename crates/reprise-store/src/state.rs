@@ -153,12 +153,20 @@ impl StateDir {
         self.root.join("sim")
     }
 
-    /// `cache/workspace/<task>.bin`: the workspace hash's stat cache for a task.
-    pub fn workspace_cache_path(&self, name: &str) -> PathBuf {
+    /// `cache/workspace/<name>.bin`: the stat cache of the tree at `dir`,
+    /// named by a hash of its canonical path, so every user of one tree (the
+    /// CLI, each task in place or in its worktree) shares one cache.
+    pub fn workspace_cache_path(&self, dir: &Path) -> PathBuf {
+        let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        let name = reprise_core::digest::tagged_sha256(
+            b"reprise/workspace-cache-name/v1\n",
+            &[canonical.as_os_str().as_encoded_bytes()],
+        )
+        .to_hex();
         self.root
             .join("cache")
             .join("workspace")
-            .join(format!("{name}.bin"))
+            .join(format!("{}.bin", &name[..32]))
     }
 }
 

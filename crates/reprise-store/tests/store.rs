@@ -613,3 +613,33 @@ fn reading_from_an_offset_continues_a_verification() {
     assert_eq!(rest, journal_report(&setup, "offset"));
     assert_eq!(end, fs::metadata(&path).unwrap().len());
 }
+
+#[test]
+fn a_new_seal_never_papers_over_a_cut_sealed_row() {
+    let setup = setup();
+    let id = task("resealed");
+    write_journal(&setup, "resealed", 4);
+    let mut audit = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    seal_journal(&setup.state, &mut audit, &id, AT).unwrap();
+    // Cut the sealed last row and carry on writing: the chain is whole again.
+    let path = setup.state.journal_path(&id);
+    let bytes = fs::read(&path).unwrap();
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+    fs::write(&path, lines[..3].concat()).unwrap();
+    let mut journal = Journal::open(&setup.state, &id).unwrap();
+    for n in 0..3 {
+        journal.append("rewritten", AT, &json!({"n": n})).unwrap();
+    }
+    assert_eq!(journal_report(&setup, "resealed").first_problem(), None);
+    let err = seal_journal(&setup.state, &mut audit, &id, AT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Unsealable {
+                reason: "seal_mismatch",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -2,7 +2,6 @@
 
 use std::path::Path;
 
-use reprise_core::digest::tagged_sha256;
 use reprise_store::state::StateDir;
 use reprise_store::workspace::{hash_workspace, hash_workspace_cached};
 use serde_json::json;
@@ -29,15 +28,7 @@ pub(crate) fn hash(
         None => StateDir::discover(&root).ok(),
     };
     let hashed = match state.filter(|_| !no_cache) {
-        Some(state) => {
-            let canonical = root.canonicalize().unwrap_or_else(|_| root.clone());
-            let name = tagged_sha256(
-                b"reprise/workspace-cache-name/v1\n",
-                &[canonical.as_os_str().as_encoded_bytes()],
-            )
-            .to_hex();
-            hash_workspace_cached(&root, threads, &state.workspace_cache_path(&name[..32]))?
-        }
+        Some(state) => hash_workspace_cached(&root, threads, &state.workspace_cache_path(&root))?,
         None => hash_workspace(&root, threads)?,
     };
     let hash = hashed.hash.to_hex();
