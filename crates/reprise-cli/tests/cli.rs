@@ -626,12 +626,16 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     );
 
     // status: the latest run, as run --json printed it.
-    let output = env.run(&["status", "--json"]);
-    assert_success(&output);
-    assert_eq!(json_of(&output), report);
-    let output = env.run(&["status", &run_id, "--json"]);
-    assert_success(&output);
-    assert_eq!(json_of(&output), report);
+    // (plus the ledger's verification).
+    for args in [&["status", "--json"][..], &["status", &run_id, "--json"]] {
+        let output = env.run(args);
+        assert_success(&output);
+        let mut status = json_of(&output);
+        assert_eq!(status["ledger"]["ok"], true, "{status}");
+        assert_eq!(status["ledger"]["rows"], 2, "{status}");
+        status.as_object_mut().unwrap().remove("ledger");
+        assert_eq!(status, report);
+    }
 
     // Everything verifies, and the finished journal is sealed.
     let output = env.run(&["journal", "verify", "greet", "--json"]);
@@ -650,7 +654,9 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     assert_eq!(failed["tasks"][0]["attempts"].as_array().unwrap().len(), 2);
     let output = env.run(&["status", "--json"]);
     assert_success(&output);
-    assert_eq!(json_of(&output), failed, "status shows the latest run");
+    let mut status = json_of(&output);
+    status.as_object_mut().unwrap().remove("ledger");
+    assert_eq!(status, failed, "status shows the latest run");
 }
 
 #[test]
@@ -672,4 +678,63 @@ fn run_prints_each_attempt_and_decision_as_it_happens() {
     let second = position("[greet] attempt 2 (warm): passed; gates: content ok");
     assert!(first < decision && decision < second, "{text}");
     assert!(lines.last().unwrap().starts_with("next: "), "{text}");
+}
+
+#[test]
+fn ctrl_c_stops_the_run_reaps_the_agent_and_leaves_consistent_state() {
+    let env = Env::new();
+    env.init();
+    let project = env.project();
+    fs::write(
+        project.join("plan.yaml"),
+        r#"
+version: 1
+name: interrupted
+defaults: { agent: command, sandbox: none, timeout: 5m }
+tasks:
+  - id: slow
+    prompt: "take your time"
+    command: ["sh", "-c", "echo $$ > agent.pid; exec sleep 120"]
+"#,
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["run", "plan.yaml", "--json"])
+        .current_dir(&project)
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = project.join("agent.pid");
+    let mut waited = 0;
+    while !pid_file.is_file() || fs::read_to_string(&pid_file).unwrap().trim().is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        waited += 1;
+        assert!(waited < 1500, "the agent never started");
+    }
+    let agent_pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(&output));
+    assert!(
+        !Path::new(&format!("/proc/{agent_pid}")).exists(),
+        "the agent process {agent_pid} was left behind"
+    );
+    let report = json_of(&output);
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["tasks"][0]["state"], "cancelled");
+    // The state on disk says the same, and the journal is whole and sealed.
+    let status = json_of(&env.run(&["status", "--json"]));
+    assert_eq!(status["tasks"][0]["state"], "cancelled");
+    assert_eq!(status["ledger"]["ok"], true);
+    let verify = env.run(&["journal", "verify", "slow", "--json"]);
+    assert_success(&verify);
+    assert_eq!(json_of(&verify)["identity"], "verified");
 }

@@ -11,7 +11,8 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::digest::{
-    AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, SPINE_TAG, tagged_hmac, tagged_sha256,
+    AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, LEDGER_TAG, SPINE_TAG, tagged_hmac,
+    tagged_sha256,
 };
 use crate::scan::{Member, ValueKind, scan_object};
 
@@ -27,6 +28,8 @@ pub enum ChainFormat {
     Spine,
     /// `audit/audit.jsonl`: `{at, body, kind, mac, prev_mac, seq, v}`.
     Audit,
+    /// `ledger.jsonl`: task state transitions, `{at, body, event_hash, kind, prev_hash, seq, v}`.
+    Ledger,
 }
 
 #[derive(Clone, Copy)]
@@ -41,7 +44,7 @@ impl ChainFormat {
     /// The member that holds the row's own digest.
     pub fn digest_key(self) -> &'static str {
         match self {
-            Self::Journal => "event_hash",
+            Self::Journal | Self::Ledger => "event_hash",
             Self::Spine => "entry_hash",
             Self::Audit => "mac",
         }
@@ -50,7 +53,7 @@ impl ChainFormat {
     /// The member that holds the previous row's digest.
     pub fn prev_key(self) -> &'static str {
         match self {
-            Self::Journal | Self::Spine => "prev_hash",
+            Self::Journal | Self::Spine | Self::Ledger => "prev_hash",
             Self::Audit => "prev_mac",
         }
     }
@@ -66,6 +69,15 @@ impl ChainFormat {
                 ("prev_hash", Digest),
                 ("seq", Unsigned),
                 ("task_id", Text),
+                ("v", Unsigned),
+            ],
+            Self::Ledger => &[
+                ("at", Text),
+                ("body", Any),
+                ("event_hash", Digest),
+                ("kind", Text),
+                ("prev_hash", Digest),
+                ("seq", Unsigned),
                 ("v", Unsigned),
             ],
             Self::Spine => &[
@@ -99,7 +111,7 @@ impl ChainFormat {
             (Reason::SeqGap, _) => "seq_gap",
             (Reason::PrevLinkBreak, Self::Audit) => "prev_mac_break",
             (Reason::PrevLinkBreak, _) => "prev_hash_break",
-            (Reason::DigestMismatch, Self::Journal) => "event_hash_mismatch",
+            (Reason::DigestMismatch, Self::Journal | Self::Ledger) => "event_hash_mismatch",
             (Reason::DigestMismatch, Self::Spine) => "entry_hash_mismatch",
             (Reason::DigestMismatch, Self::Audit) => "mac_mismatch",
             (Reason::DecisionHashMismatch, _) => "decision_hash_mismatch",
@@ -199,6 +211,7 @@ pub fn check_line<'a>(
     let parts: [&[u8]; 2] = [&line[..cut_start], &line[cut_end..]];
     let computed = match format {
         ChainFormat::Journal => tagged_sha256(JOURNAL_TAG, &parts),
+        ChainFormat::Ledger => tagged_sha256(LEDGER_TAG, &parts),
         ChainFormat::Spine => tagged_sha256(SPINE_TAG, &parts),
         ChainFormat::Audit => match key {
             Some(key) => tagged_hmac(key, AUDIT_TAG, &parts),
@@ -208,14 +221,16 @@ pub fn check_line<'a>(
     let digest_ok = key.is_some() || format != ChainFormat::Audit;
     let payload = match format {
         ChainFormat::Spine => member("decision").value.clone(),
-        ChainFormat::Journal | ChainFormat::Audit => member("body").value.clone(),
+        ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => {
+            member("body").value.clone()
+        }
     };
     let decision_ok = match format {
         ChainFormat::Spine => {
             tagged_sha256(DECISION_TAG, &[&line[payload.clone()]])
                 == digest_of(member("decision_hash"))
         }
-        ChainFormat::Journal | ChainFormat::Audit => true,
+        ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => true,
     };
     LineCheck::Row(CheckedRow {
         seq: unsigned(member("seq")),
@@ -226,7 +241,7 @@ pub fn check_line<'a>(
         kind: text(member("kind")),
         task_id: match format {
             ChainFormat::Journal => Some(text(member("task_id"))),
-            ChainFormat::Spine | ChainFormat::Audit => None,
+            ChainFormat::Spine | ChainFormat::Audit | ChainFormat::Ledger => None,
         },
         payload,
     })

@@ -15,6 +15,8 @@ pub const JOURNAL_TAG: &[u8] = b"reprise/journal/v1\n";
 pub const AUDIT_TAG: &[u8] = b"reprise/audit/v1\n";
 /// Domain tag of a spine row's `entry_hash`.
 pub const SPINE_TAG: &[u8] = b"reprise/spine/v1\n";
+/// Domain tag of a ledger row's `event_hash`.
+pub const LEDGER_TAG: &[u8] = b"reprise/ledger/v1\n";
 /// Domain tag of a sealed decision's `decision_hash`.
 pub const DECISION_TAG: &[u8] = b"reprise/decision/v1\n";
 

@@ -13,7 +13,8 @@ use crate::canonical::{
 };
 use crate::chain::FORMAT_VERSION;
 use crate::digest::{
-    AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, SPINE_TAG, tagged_hmac, tagged_sha256,
+    AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, LEDGER_TAG, SPINE_TAG, tagged_hmac,
+    tagged_sha256,
 };
 
 /// Audit row kind that seals a task journal's head.
@@ -99,6 +100,32 @@ pub fn encode_journal_row(
         "event_hash",
         2,
         |bytes| tagged_sha256(JOURNAL_TAG, &[bytes]),
+        seq,
+    ))
+}
+
+/// Encodes the next ledger row (a task state transition) after `previous`.
+pub fn encode_ledger_row(
+    previous: Option<Head>,
+    kind: &str,
+    at: &str,
+    body: &Value,
+) -> Result<EncodedRow, EncodeError> {
+    let (seq, prev_hash) = next_link(previous);
+    let mut members = vec![
+        ("at", quoted(at)?),
+        ("body", value_to_canonical_vec(body, "$.body")?),
+        ("kind", quoted(kind)?),
+        ("prev_hash", quoted_hex(prev_hash)),
+        ("seq", seq.to_string().into_bytes()),
+        ("v", FORMAT_VERSION.to_string().into_bytes()),
+    ];
+    check_safe(seq, "$.seq")?;
+    Ok(seal_row(
+        &mut members,
+        "event_hash",
+        2,
+        |bytes| tagged_sha256(LEDGER_TAG, &[bytes]),
         seq,
     ))
 }
@@ -189,6 +216,19 @@ pub struct JournalRow {
     pub seq: u64,
     pub kind: String,
     pub task_id: String,
+    pub at: String,
+    pub body: Value,
+    pub prev_hash: Digest,
+    pub event_hash: Digest,
+}
+
+/// A ledger row as read back for display.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerRow {
+    pub v: u64,
+    pub seq: u64,
+    pub kind: String,
     pub at: String,
     pub body: Value,
     pub prev_hash: Digest,

@@ -8,11 +8,11 @@ use reprise_core::TaskId;
 use reprise_core::canonical::to_canonical_vec;
 use reprise_core::chain::{ChainFormat, Reason};
 use reprise_core::digest::{
-    AUDIT_TAG, AuditKey, Digest, JOURNAL_TAG, SPINE_TAG, tagged_hmac, tagged_sha256,
+    AUDIT_TAG, AuditKey, Digest, JOURNAL_TAG, LEDGER_TAG, SPINE_TAG, tagged_hmac, tagged_sha256,
 };
 use reprise_core::record::{
-    AuditRow, EncodedRow, Head, JournalRow, SpineRow, encode_audit_row, encode_journal_row,
-    encode_spine_row,
+    AuditRow, EncodedRow, Head, JournalRow, LedgerRow, SpineRow, encode_audit_row,
+    encode_journal_row, encode_ledger_row, encode_spine_row,
 };
 use reprise_core::verify::{ChainReport, Fault, Identity, identity, verify_bytes};
 use serde_json::{Value, json};
@@ -114,6 +114,27 @@ fn spine_rows_have_pinned_bytes_and_hashes() {
 }
 
 #[test]
+fn ledger_rows_have_pinned_bytes_and_hashes() {
+    let row = encode_ledger_row(
+        None,
+        "task.transition",
+        AT,
+        &json!({"task_id": "add-greeting", "from": "queued", "to": "running", "run_id": "R-1"}),
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(row.line).unwrap(),
+        concat!(
+            r#"{"at":"2026-01-01T00:00:00Z","body":{"from":"queued","run_id":"R-1","task_id":"add-greeting","to":"running"},"#,
+            r#""event_hash":"bb880efb218cd04f960d2a455d666ba5510bc673ed8642ae42148e97d9bfc0a7","#,
+            r#""kind":"task.transition","prev_hash":"0000000000000000000000000000000000000000000000000000000000000000","#,
+            r#""seq":0,"v":1}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
 fn domain_tags_keep_kinds_apart() {
     let bytes = b"{}";
     let hashes = [
@@ -181,6 +202,17 @@ fn audit(rows: u64) -> Vec<u8> {
     bytes
 }
 
+fn ledger(rows: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut head = None;
+    for seq in 0..rows {
+        let row = encode_ledger_row(head, "task.transition", AT, &body(seq)).unwrap();
+        head = Some(row.head);
+        bytes.extend_from_slice(&row.line);
+    }
+    bytes
+}
+
 fn spine(rows: u64) -> Vec<u8> {
     let mut bytes = Vec::new();
     let mut head = None;
@@ -219,6 +251,9 @@ fn slow_line(format: ChainFormat, line: &[u8]) -> SlowLine {
         }
         ChainFormat::Audit => serde_json::from_slice::<AuditRow>(line).map(|row| (row.v, row.seq)),
         ChainFormat::Spine => serde_json::from_slice::<SpineRow>(line).map(|row| (row.v, row.seq)),
+        ChainFormat::Ledger => {
+            serde_json::from_slice::<LedgerRow>(line).map(|row| (row.v, row.seq))
+        }
     };
     let Ok((version, seq)) = typed else {
         return SlowLine::Fault(Reason::MalformedRow);
@@ -236,6 +271,7 @@ fn slow_line(format: ChainFormat, line: &[u8]) -> SlowLine {
     let computed = match format {
         ChainFormat::Journal => tagged_sha256(JOURNAL_TAG, &[&bytes]),
         ChainFormat::Spine => tagged_sha256(SPINE_TAG, &[&bytes]),
+        ChainFormat::Ledger => tagged_sha256(LEDGER_TAG, &[&bytes]),
         ChainFormat::Audit => tagged_hmac(&KEY, AUDIT_TAG, &[&bytes]),
     };
     let decision_ok = format != ChainFormat::Spine
@@ -413,6 +449,11 @@ fn tamper_matrix_audit() {
 }
 
 #[test]
+fn tamper_matrix_ledger() {
+    tamper_every_byte(ChainFormat::Ledger, &ledger(20));
+}
+
+#[test]
 fn tamper_matrix_spine() {
     tamper_every_byte(ChainFormat::Spine, &spine(20));
 }
@@ -488,6 +529,7 @@ fn row_tampering_journal_audit_spine() {
     tamper_rows(ChainFormat::Journal, &journal(50).0);
     tamper_rows(ChainFormat::Audit, &audit(50));
     tamper_rows(ChainFormat::Spine, &spine(20));
+    tamper_rows(ChainFormat::Ledger, &ledger(20));
 }
 
 #[test]

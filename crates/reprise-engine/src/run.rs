@@ -16,6 +16,7 @@ use reprise_core::TaskId;
 use reprise_core::digest::AuditKey;
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
 use reprise_store::audit::{AuditSummary, read_audit};
+use reprise_store::ledger::Ledger;
 use reprise_store::state::{StateDir, now_rfc3339};
 
 use crate::error::{EngineError, Result};
@@ -179,6 +180,7 @@ pub fn run_plan(
     } else {
         AuditSummary::default()
     };
+    let mut ledger = Ledger::open(state)?;
     let mut pool = Pool {
         remaining_micro_usd: plan.budget_micro_usd(),
     };
@@ -204,6 +206,14 @@ pub fn run_plan(
                     None
                 };
                 if let Some(reason) = reason {
+                    ledger.transition(
+                        &now_rfc3339(),
+                        &run.run_id,
+                        &task.id,
+                        "queued",
+                        "blocked",
+                        Some(&reason),
+                    )?;
                     finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                 }
             }
@@ -223,12 +233,28 @@ pub fn run_plan(
                     Ok(Some(envelope)) => envelope,
                     Ok(None) => continue,
                     Err(reason) => {
+                        ledger.transition(
+                            &now_rfc3339(),
+                            &run.run_id,
+                            &task.id,
+                            "queued",
+                            "blocked",
+                            Some(&reason),
+                        )?;
                         finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                         continue;
                     }
                 };
                 envelopes.insert(task.id.clone(), envelope);
                 run.tasks[position[&task.id]].state = TaskStatus::Running;
+                ledger.transition(
+                    &now_rfc3339(),
+                    &run.run_id,
+                    &task.id,
+                    "queued",
+                    "running",
+                    None,
+                )?;
                 saver.maybe_save(&run, state)?;
                 running += 1;
                 let sender = sender.clone();
@@ -267,6 +293,14 @@ pub fn run_plan(
                         result.spent_micro_usd,
                     );
                     apply(&mut run, &id, &result);
+                    ledger.transition(
+                        &now_rfc3339(),
+                        &run.run_id,
+                        &id,
+                        "running",
+                        result.status.as_str(),
+                        result.reason.as_deref(),
+                    )?;
                     finish(&mut run, sink, &id, result.status, result.reason.clone());
                     saver.maybe_save(&run, state)?;
                 }

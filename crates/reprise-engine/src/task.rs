@@ -220,6 +220,12 @@ impl TaskRun<'_> {
                 result.status = TaskStatus::Passed;
                 break;
             }
+            if self.cancel.is_cancelled() {
+                // Ctrl-C: the child was stopped and reaped; no retry.
+                result.status = TaskStatus::Cancelled;
+                result.reason = Some("cancelled".into());
+                break;
+            }
             if let AttemptOutcome::Infra { kind, detail } = &report.outcome
                 && !kind.is_transient()
             {
@@ -231,9 +237,6 @@ impl TaskRun<'_> {
                 result.status = TaskStatus::Failed;
                 result.reason = Some(format!("not accepted after {attempt} attempts"));
                 break;
-            }
-            if self.cancel.is_cancelled() {
-                continue;
             }
             next = match self.decide_retry(
                 Chains {

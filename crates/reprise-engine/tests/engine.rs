@@ -1541,3 +1541,56 @@ fn a_checkpoint_appended_behind_the_engines_back_is_not_trusted() {
     assert_eq!(decisions[0].checkpoint_event_hash, None);
     assert_cold_metadata(mend, "warm", "journal_unverified");
 }
+
+#[test]
+fn every_task_transition_is_in_the_ledger() {
+    let world = World::new();
+    let ran = world.run(
+        r#"
+version: 1
+name: ledgered
+defaults: { agent: sim, timeout: 30s, sandbox: none, max_retries: 0 }
+tasks:
+  - id: first
+    prompt: "Say DONE"
+    sim: [ { reply: "DONE" } ]
+    gates: [ { name: answer, result_matches: "^DONE" } ]
+  - id: second
+    prompt: "Say no"
+    depends_on: [first]
+    sim: [ { reply: "no" } ]
+    gates: [ { name: answer, result_matches: "^DONE" } ]
+  - id: third
+    prompt: "Never runs"
+    depends_on: [second]
+    sim: [ { reply: "DONE" } ]
+"#,
+    );
+    let report = reprise_store::ledger::verify_ledger(&world.fixture.state)
+        .expect("ledger")
+        .expect("a ledger exists");
+    assert_eq!(report.first_problem(), None);
+    let rows: Vec<reprise_core::record::LedgerRow> = rows(&world.fixture.state.ledger_path());
+    let transitions: Vec<(String, String, String)> = rows
+        .iter()
+        .filter(|row| row.body["run_id"] == ran.state.run_id.as_str())
+        .map(|row| {
+            (
+                row.body["task_id"].as_str().unwrap().to_owned(),
+                row.body["from"].as_str().unwrap().to_owned(),
+                row.body["to"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = [
+        ("first", "queued", "running"),
+        ("first", "running", "passed"),
+        ("second", "queued", "running"),
+        ("second", "running", "failed"),
+        ("third", "queued", "blocked"),
+    ]
+    .iter()
+    .map(|(task, from, to)| (task.to_string(), from.to_string(), to.to_string()))
+    .collect();
+    assert_eq!(transitions, expected);
+}

@@ -13,6 +13,7 @@ mod fsutil;
 pub mod io;
 pub mod journal;
 pub mod key;
+pub mod ledger;
 pub mod repair;
 pub mod state;
 pub mod workspace;

@@ -128,6 +128,11 @@ impl StateDir {
         self.root.join("audit").join("audit.jsonl")
     }
 
+    /// `ledger.jsonl`: task state transitions.
+    pub fn ledger_path(&self) -> PathBuf {
+        self.root.join("ledger.jsonl")
+    }
+
     /// `runs/`, one directory per run.
     pub fn runs_dir(&self) -> PathBuf {
         self.root.join("runs")

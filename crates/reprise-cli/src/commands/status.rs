@@ -72,6 +72,7 @@ fn load(settings: &Settings, run: Option<&str>) -> Result<RunState, CliError> {
 
 pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
     let run = load(settings, run)?;
+    let ledger = reprise_store::ledger::verify_ledger(&settings.state()?)?;
     let mut text = format!(
         "run {} ({}): {}\n",
         run.run_id,
@@ -97,10 +98,38 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             let _ = writeln!(text, "    {}", attempt_line(attempt));
         }
     }
+    let ledger_ok = ledger
+        .as_ref()
+        .is_none_or(|report| report.first_problem().is_none());
+    match ledger.as_ref().and_then(|report| report.first_problem()) {
+        Some(fault) => {
+            let _ = writeln!(
+                text,
+                "ledger: BROKEN at row {} ({})",
+                fault.row,
+                reprise_core::chain::ChainFormat::Ledger.reason_name(fault.reason)
+            );
+        }
+        None => {
+            let rows = ledger.as_ref().map_or(0, |report| report.rows);
+            let _ = writeln!(text, "ledger: intact ({rows} transitions)");
+        }
+    }
+    let mut json = run_json(&run);
+    json["ledger"] = match &ledger {
+        Some(report) => {
+            let (first_bad_row, reason) = crate::commands::journal::problem_json(
+                reprise_core::chain::ChainFormat::Ledger,
+                report,
+            );
+            json!({"ok": ledger_ok, "rows": report.rows, "first_bad_row": first_bad_row, "reason": reason})
+        }
+        None => serde_json::Value::Null,
+    };
     Ok(Outcome {
-        json: run_json(&run),
+        json,
         text,
-        ok: true,
+        ok: ledger_ok,
     })
 }
 
