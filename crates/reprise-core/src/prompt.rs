@@ -31,8 +31,7 @@ pub enum FailedCheck<'a> {
 
 /// The corrective instruction for `failed`, and its hash.
 pub fn corrective_instruction(failed: &[FailedCheck<'_>]) -> (String, Digest) {
-    let mut text =
-        String::from("Your previous attempt in this session was checked and not accepted.\n");
+    let mut text = String::from("Checks did not accept your last attempt:\n");
     let mut withheld = false;
     for check in failed {
         match check {
@@ -40,26 +39,24 @@ pub fn corrective_instruction(failed: &[FailedCheck<'_>]) -> (String, Digest) {
                 name,
                 exit_code: Some(code),
             } => {
-                text.push_str(&format!(
-                    "- The check `{name}` failed (exit status {code}).\n"
-                ));
+                text.push_str(&format!("- `{name}` failed (exit status {code})\n"));
             }
             FailedCheck::Named {
                 name,
                 exit_code: None,
             } => {
-                text.push_str(&format!("- The check `{name}` failed.\n"));
+                text.push_str(&format!("- `{name}` failed\n"));
             }
             FailedCheck::AgentExit { exit_code } => {
-                text.push_str(&format!("- Your run ended with exit status {exit_code}.\n"));
+                text.push_str(&format!("- your run ended with exit status {exit_code}\n"));
             }
             FailedCheck::Withheld => withheld = true,
         }
     }
     if withheld {
-        text.push_str("- A check did not accept the attempt.\n");
+        text.push_str("- a check did not accept it\n");
     }
-    text.push_str("Fix the work in place so that it meets the original request, then reply.\n");
+    text.push_str("Fix the work in place to meet the original request, then reply.\n");
     let hash = tagged_sha256(INSTRUCTION_TAG, &[text.as_bytes()]);
     (text, hash)
 }
@@ -82,9 +79,9 @@ mod tests {
         let (text, _) = corrective_instruction(&[FailedCheck::Withheld, FailedCheck::Withheld]);
         assert_eq!(
             text,
-            "Your previous attempt in this session was checked and not accepted.\n\
-             - A check did not accept the attempt.\n\
-             Fix the work in place so that it meets the original request, then reply.\n"
+            "Checks did not accept your last attempt:\n\
+             - a check did not accept it\n\
+             Fix the work in place to meet the original request, then reply.\n"
         );
     }
 
@@ -98,13 +95,10 @@ mod tests {
             FailedCheck::Withheld,
         ]);
         assert!(
-            text.contains("- The check `content` failed (exit status 1).\n"),
+            text.contains("- `content` failed (exit status 1)\n"),
             "{text}"
         );
-        assert!(
-            text.contains("- A check did not accept the attempt.\n"),
-            "{text}"
-        );
+        assert!(text.contains("- a check did not accept it\n"), "{text}");
         assert_eq!(hash, tagged_sha256(INSTRUCTION_TAG, &[text.as_bytes()]));
         let (other, other_hash) = corrective_instruction(&[FailedCheck::Named {
             name: "lint",

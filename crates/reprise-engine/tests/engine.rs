@@ -28,8 +28,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 /// The first line of every corrective instruction.
-const INSTRUCTION_OPENING: &str =
-    "Your previous attempt in this session was checked and not accepted.";
+const INSTRUCTION_OPENING: &str = "Checks did not accept your last attempt:";
 
 /// A project, a state directory with its key, and a directory "aside" (outside
 /// both, so nothing there changes the workspace hash) for gate scripts,
@@ -440,7 +439,7 @@ fn a_warm_retry_resumes_the_same_session_with_only_the_instruction() {
         "{instruction}"
     );
     assert!(
-        instruction.contains("- The check `content` failed (exit status 1).\n"),
+        instruction.contains("- `content` failed (exit status 1)\n"),
         "{instruction}"
     );
 
