@@ -27,6 +27,7 @@ use reprise_core::retry::ResumeStrategy;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::home::{config_root, is_plain_session_id};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, kind_for_http_status,
     kind_from_error_text, one_line, parse_usd_micro, stderr_summary,
@@ -86,20 +87,10 @@ impl Adapter for ClaudeAdapter {
         cwd: &Path,
         config_home: Option<&Path>,
     ) -> Option<PathBuf> {
-        if session_id.is_empty()
-            || !session_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
+        if !is_plain_session_id(session_id) {
             return None;
         }
-        let root = match config_home {
-            Some(home) => home.to_path_buf(),
-            None => match std::env::var_os("CLAUDE_CONFIG_DIR").filter(|v| !v.is_empty()) {
-                Some(dir) => PathBuf::from(dir),
-                None => PathBuf::from(std::env::var_os("HOME")?).join(".claude"),
-            },
-        };
+        let root = config_root(config_home, "CLAUDE_CONFIG_DIR", ".claude")?;
         let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let projects = root.join("projects");
         let file_name = format!("{session_id}.jsonl");

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use reprise_core::retry::ResumeStrategy;
 use serde_json::Value;
 
+use crate::home::{config_root, is_plain_session_id};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, kind_from_error_text, one_line,
     stderr_summary,
@@ -79,20 +80,10 @@ impl Adapter for CodexAdapter {
         _cwd: &Path,
         config_home: Option<&Path>,
     ) -> Option<PathBuf> {
-        if session_id.is_empty()
-            || !session_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
+        if !is_plain_session_id(session_id) {
             return None;
         }
-        let root = match config_home {
-            Some(home) => home.to_path_buf(),
-            None => match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
-                Some(dir) => PathBuf::from(dir),
-                None => PathBuf::from(std::env::var_os("HOME")?).join(".codex"),
-            },
-        };
+        let root = config_root(config_home, "CODEX_HOME", ".codex")?;
         let suffix = format!("-{session_id}.jsonl");
         find_rollout(&root.join("sessions"), &suffix, 4)
     }

@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use reprise_core::retry::ResumeStrategy;
 use serde_json::Value;
 
+use crate::home::{config_root, is_plain_session_id};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, infra, kind_for_http_status,
     kind_from_error_text, one_line, stderr_summary,
@@ -104,21 +105,10 @@ impl Adapter for GeminiAdapter {
         _cwd: &Path,
         config_home: Option<&Path>,
     ) -> Option<PathBuf> {
-        if session_id.len() < 8
-            || !session_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
+        if session_id.len() < 8 || !is_plain_session_id(session_id) {
             return None;
         }
-        let root = match config_home {
-            Some(home) => home.to_path_buf(),
-            None => PathBuf::from(
-                std::env::var_os("GEMINI_CLI_HOME")
-                    .filter(|v| !v.is_empty())
-                    .or_else(|| std::env::var_os("HOME"))?,
-            ),
-        };
+        let root = config_root(config_home, "GEMINI_CLI_HOME", "")?;
         let suffix = format!("-{}.jsonl", &session_id[..8]);
         let mut projects: Vec<PathBuf> = std::fs::read_dir(root.join(".gemini/tmp"))
             .ok()?

@@ -15,6 +15,7 @@ mod claude;
 mod codex;
 mod command;
 mod gemini;
+mod home;
 mod outcome;
 mod process;
 mod request;

@@ -36,41 +36,30 @@ pub(crate) fn create_dir_all_durable(dir: &Path, mode: u32) -> Result<()> {
 
 /// Publishes `bytes` at `path`: temp file, fsync, rename, directory fsync.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let dir = path
-        .parent()
-        .expect("an atomic write targets a file in a directory");
-    let name = path
-        .file_name()
-        .expect("an atomic write targets a named file");
-    let temp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&temp)
-        .at(&temp)?;
-    file.write_all(bytes).at(&temp)?;
-    file.sync_all().at(&temp)?;
-    drop(file);
-    fs::rename(&temp, path).at(path)?;
-    sync_dir(dir)
+    replace(path, bytes, mode, true)
 }
 
 /// Replaces `path` with `bytes` atomically (temp file, rename) without
 /// syncing: readers never see half a file, but after a crash the previous
 /// version may come back. For snapshots whose truth is kept elsewhere.
 pub fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let dir = path.parent().expect("a replaced file lives in a directory");
-    let name = path.file_name().expect("a replaced file is named");
+    replace(path, bytes, mode, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = path
+        .parent()
+        .expect("an atomic write targets a file in a directory");
+    let name = path
+        .file_name()
+        .expect("an atomic write targets a named file");
+    // Unique per process and per write, so concurrent writers never share one.
     let temp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}.tmp-{}-{}",
         name.to_string_lossy(),
-        std::process::id()
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let mut file = OpenOptions::new()
         .write(true)
@@ -80,6 +69,13 @@ pub fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .open(&temp)
         .at(&temp)?;
     file.write_all(bytes).at(&temp)?;
+    if durable {
+        file.sync_all().at(&temp)?;
+    }
     drop(file);
-    fs::rename(&temp, path).at(path)
+    fs::rename(&temp, path).at(path)?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
 }

@@ -1,0 +1,36 @@
+//! Where the agent CLIs keep their sessions: shared by the adapters'
+//! `transcript_path`, which must find a CLI's transcript to preserve it and
+//! put it back.
+
+use std::path::PathBuf;
+
+/// True for an id that can name a transcript file: non-empty, ASCII letters,
+/// digits and '-' only, so it can never climb out of the store.
+pub(crate) fn is_plain_session_id(session_id: &str) -> bool {
+    !session_id.is_empty()
+        && session_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// A CLI's state directory: the attempt's `config_home`, else the CLI's own
+/// environment variable (`env_var`), else `$HOME/<home_dir>` (`$HOME` itself
+/// when `home_dir` is empty).
+pub(crate) fn config_root(
+    config_home: Option<&std::path::Path>,
+    env_var: &str,
+    home_dir: &str,
+) -> Option<PathBuf> {
+    if let Some(home) = config_home {
+        return Some(home.to_path_buf());
+    }
+    if let Some(dir) = std::env::var_os(env_var).filter(|value| !value.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let home = PathBuf::from(std::env::var_os("HOME")?);
+    Some(if home_dir.is_empty() {
+        home
+    } else {
+        home.join(home_dir)
+    })
+}
