@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod budget;
 pub mod canonical;
 pub mod chain;
 pub mod digest;
