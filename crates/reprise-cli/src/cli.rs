@@ -37,7 +37,14 @@ pub(crate) enum Command {
         /// Tasks running at once (overrides the plan's `seats`).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         seats: Option<u32>,
+        /// A retry budget, e.g. "3 retries, degrade: coverage>tests"
+        /// (overrides the plan's `retry_budget`).
+        #[arg(long, value_name = "SPEC")]
+        retry_budget: Option<String>,
     },
+    /// Explain a retry budget spec.
+    #[command(subcommand)]
+    Budget(BudgetCommand),
     /// Show a run's tasks and attempts (default: the latest run).
     Status {
         /// A run id (`R-...`).
@@ -61,6 +68,17 @@ pub(crate) enum Command {
     /// Hash a working tree.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BudgetCommand {
+    /// Show what each retry of SPEC would do, or why SPEC is refused.
+    Check {
+        spec: String,
+        /// Check the spec against this plan's gate criteria and their levels.
+        #[arg(long, value_name = "PLAN")]
+        plan: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

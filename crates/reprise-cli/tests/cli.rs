@@ -738,3 +738,104 @@ tasks:
     assert_success(&verify);
     assert_eq!(json_of(&verify)["identity"], "verified");
 }
+
+const GRADED: &str = r#"
+version: 1
+name: graded
+defaults: { agent: sim, sandbox: none, max_retries: 3, timeout: 30s }
+tasks:
+  - id: cover
+    prompt: "raise coverage"
+    sim: [ { reply: "one" }, { reply: "two" } ]
+    gates:
+      - { name: coverage, run: "test {{ level }} -le 70", criterion: coverage, levels: [80, 70, 60] }
+"#;
+
+#[test]
+fn a_bad_retry_budget_stops_the_run_before_anything_starts() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), GRADED).unwrap();
+    let before = env.snapshot();
+    for (spec, needle) in [
+        ("2 retries, degrade: coverage>>x", "\">\" at byte"),
+        (
+            "2 retries, degrade: coverge",
+            "unknown criterion \"coverge\"",
+        ),
+        ("two retries", "\"two\""),
+        ("2 retries, degrade: coverage>coverage", "coverage"),
+    ] {
+        let output = env.run(&["run", "plan.yaml", "--retry-budget", spec]);
+        assert_one_line_error(&output, 2, needle);
+    }
+    // The plan's own key is checked the same way.
+    fs::write(
+        env.project().join("plan.yaml"),
+        GRADED.replace(
+            "name: graded",
+            "name: graded\nretry_budget: \"1 retry, degrade: speed\"",
+        ),
+    )
+    .unwrap();
+    let before_plan_key = env.snapshot();
+    assert_one_line_error(
+        &env.run(&["run", "plan.yaml"]),
+        2,
+        "unknown criterion \"speed\"",
+    );
+    assert_eq!(env.snapshot(), before_plan_key);
+    assert!(!env.project().join(".reprise").exists());
+    assert_ne!(before, before_plan_key);
+}
+
+#[test]
+fn the_retry_budget_lowers_the_gate_level_in_a_real_run() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), GRADED).unwrap();
+    let output = env.run(&[
+        "run",
+        "plan.yaml",
+        "--retry-budget",
+        "2 retries, degrade: coverage",
+        "--json",
+    ]);
+    assert_success(&output);
+    let report = json_of(&output);
+    let attempts = report["tasks"][0]["attempts"].as_array().unwrap();
+    let levels: Vec<&Value> = attempts
+        .iter()
+        .map(|attempt| &attempt["gates"][0]["level"])
+        .collect();
+    assert_eq!(levels, [&json!(80), &json!(70)]);
+}
+
+#[test]
+fn budget_check_explains_each_retry() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), GRADED).unwrap();
+    let output = env.run(&[
+        "budget",
+        "check",
+        "2 retries, degrade: coverage",
+        "--plan",
+        "plan.yaml",
+        "--json",
+    ]);
+    assert_success(&output);
+    let report = json_of(&output);
+    assert_eq!(report["spec"], "2 retries, degrade: coverage");
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[0]["criteria"][0]["level"], 70);
+    assert_eq!(steps[1]["degradation_kind"], "past_policy");
+    let text = stdout(&env.run(&["budget", "check", "3 attempts; degrade: a>b"]));
+    assert!(
+        text.starts_with("3 retries, degrade: a>b: 3 retries authorised\n"),
+        "{text}"
+    );
+    assert_one_line_error(
+        &env.run(&["budget", "check", "3 retries, degrade: a>"]),
+        2,
+        "byte",
+    );
+}

@@ -20,6 +20,8 @@ pub enum EngineError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Budget(#[from] reprise_core::budget::BudgetError),
     #[error(transparent)]
     Encode(#[from] reprise_core::canonical::EncodeError),
     #[error(transparent)]

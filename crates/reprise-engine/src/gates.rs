@@ -1,6 +1,8 @@
 //! Gates: the checks an attempt must pass. A `run` gate is a shell command in
 //! the task's sandbox that passes with exit status 0, under its own timeout;
-//! a `result_matches` gate is a regex over the agent's reply.
+//! a `result_matches` gate is a regex over the agent's reply. A gate graded
+//! on a retry-budget criterion runs with `{{ level }}` in its command set to
+//! the level the budget allows now, and its verdict records that level.
 
 use std::path::Path;
 
@@ -12,64 +14,105 @@ use reprise_core::plan::{Gate, GateCheck};
 
 use crate::state::GateVerdict;
 
-/// Runs every gate of an attempt, in plan order.
-pub(crate) fn run_gates(
-    task: &TaskId,
-    attempt: u32,
-    gates: &[Gate],
-    cwd: &Path,
-    reply: &str,
-    cancel: &CancelToken,
-) -> Vec<GateVerdict> {
-    gates
-        .iter()
-        .map(|gate| run_gate(task, attempt, gate, cwd, reply, cancel))
-        .collect()
+/// What every gate of one attempt shares.
+pub(crate) struct GateRun<'a> {
+    pub(crate) task: &'a TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) cwd: &'a Path,
+    pub(crate) reply: &'a str,
+    pub(crate) cancel: &'a CancelToken,
+    /// Extra environment for gate commands.
+    pub(crate) env: &'a [(String, String)],
 }
 
-fn run_gate(
-    task: &TaskId,
-    attempt: u32,
-    gate: &Gate,
-    cwd: &Path,
-    reply: &str,
-    cancel: &CancelToken,
-) -> GateVerdict {
-    match &gate.check {
-        GateCheck::ResultMatches(pattern) => GateVerdict {
+impl GateRun<'_> {
+    /// Runs `gates` in plan order; `level_of` names a criterion's level now.
+    pub(crate) fn run_all(
+        &self,
+        gates: &[Gate],
+        level_of: &dyn Fn(&str) -> Option<i64>,
+    ) -> Vec<GateVerdict> {
+        gates
+            .iter()
+            .map(|gate| {
+                let level = gate
+                    .criterion
+                    .as_ref()
+                    .and_then(|criterion| level_of(&criterion.name));
+                self.run(gate, level)
+            })
+            .collect()
+    }
+
+    fn run(&self, gate: &Gate, level: Option<i64>) -> GateVerdict {
+        let verdict = |passed: bool, could_not_run: bool, exit_code: Option<i32>| GateVerdict {
             name: gate.name.clone(),
-            passed: pattern.is_match(reply),
-            could_not_run: false,
-            exit_code: None,
-        },
-        GateCheck::Run { command, timeout } => {
-            let shell = CommandAdapter::new(vec!["sh".into(), "-c".into(), command.clone()]);
-            let request = AttemptRequest {
-                task_id: task.clone(),
-                attempt,
-                prompt: String::new(),
-                session: SessionMode::New { session_id: None },
-                cwd: cwd.to_path_buf(),
-                timeout: *timeout,
-                env: vec![("REPRISE_GATE".into(), gate.name.clone())],
-                bin: None,
-                config_home: None,
-                budget_micro_usd: None,
-            };
-            match shell.run(&request, cancel).outcome {
-                AttemptOutcome::Replied { exit_code, .. } => GateVerdict {
-                    name: gate.name.clone(),
-                    passed: exit_code == 0,
-                    could_not_run: false,
-                    exit_code: Some(exit_code),
-                },
-                AttemptOutcome::Infra { .. } => GateVerdict {
-                    name: gate.name.clone(),
-                    passed: false,
-                    could_not_run: true,
-                    exit_code: None,
-                },
+            passed,
+            could_not_run,
+            exit_code,
+            level,
+        };
+        match &gate.check {
+            GateCheck::ResultMatches(pattern) => verdict(pattern.is_match(self.reply), false, None),
+            GateCheck::Run { command, timeout } => {
+                let command = with_level(command, level);
+                let shell = CommandAdapter::new(vec!["sh".into(), "-c".into(), command]);
+                let mut env = vec![("REPRISE_GATE".to_owned(), gate.name.clone())];
+                env.extend(self.env.iter().cloned());
+                if let Some(level) = level {
+                    env.push(("REPRISE_GATE_LEVEL".to_owned(), level.to_string()));
+                }
+                let request = AttemptRequest {
+                    task_id: self.task.clone(),
+                    attempt: self.attempt,
+                    prompt: String::new(),
+                    session: SessionMode::New { session_id: None },
+                    cwd: self.cwd.to_path_buf(),
+                    timeout: *timeout,
+                    env,
+                    bin: None,
+                    config_home: None,
+                    budget_micro_usd: None,
+                };
+                match shell.run(&request, self.cancel).outcome {
+                    AttemptOutcome::Replied { exit_code, .. } => {
+                        verdict(exit_code == 0, false, Some(exit_code))
+                    }
+                    AttemptOutcome::Infra { .. } => verdict(false, true, None),
+                }
             }
         }
+    }
+}
+
+/// The gate's command with `{{ level }}` (or `{{level}}`) replaced.
+fn with_level(command: &str, level: Option<i64>) -> String {
+    let Some(level) = level else {
+        return command.to_owned();
+    };
+    let level = level.to_string();
+    command
+        .replace("{{ level }}", &level)
+        .replace("{{level}}", &level)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_level_is_put_into_the_command() {
+        assert_eq!(
+            with_level("check --min {{ level }}", Some(70)),
+            "check --min 70"
+        );
+        assert_eq!(
+            with_level("check --min {{level}}", Some(-1)),
+            "check --min -1"
+        );
+        assert_eq!(
+            with_level("check --min {{ level }}", None),
+            "check --min {{ level }}"
+        );
     }
 }

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod budget;
 mod error;
 mod events;
 mod gates;
@@ -16,6 +17,7 @@ mod sandbox;
 mod state;
 mod task;
 
+pub use budget::{plan_criteria, resolve_budget};
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink};
 pub use records::{DecisionRow, read_decisions};

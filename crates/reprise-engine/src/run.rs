@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub project: PathBuf,
     /// Overrides the plan's `seats`.
     pub seats: Option<u32>,
+    /// The validated retry budget (`resolve_budget`), if the run has one.
+    pub retry_budget: Option<reprise_core::budget::BudgetSpec>,
     pub key: AuditKey,
 }
 
@@ -180,6 +182,11 @@ pub fn run_plan(
     } else {
         AuditSummary::default()
     };
+    let criteria = crate::budget::plan_criteria(plan);
+    let budget = options
+        .retry_budget
+        .as_ref()
+        .map(|spec| (spec, criteria.as_slice()));
     let mut ledger = Ledger::open(state)?;
     let mut pool = Pool {
         remaining_micro_usd: plan.budget_micro_usd(),
@@ -274,6 +281,7 @@ pub fn run_plan(
                         envelope_micro_usd: envelope,
                         bin: bin_for(plan, task.agent.kind()),
                         prior_seals,
+                        budget,
                         cancel,
                         events: sender.clone(),
                     }

@@ -64,6 +64,8 @@ pub struct GateVerdict {
     /// The gate could not run (spawn failure, timeout): not a verdict.
     pub could_not_run: bool,
     pub exit_code: Option<i32>,
+    /// The retry-budget level the gate ran at, for a gate graded on a criterion.
+    pub level: Option<i64>,
 }
 
 /// One attempt of a task.

@@ -11,6 +11,7 @@ use std::time::Instant;
 use reprise_agents::{
     Adapter, AttemptOutcome, AttemptReport, AttemptRequest, CancelToken, InfraKind, SessionMode,
 };
+use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
 use reprise_core::digest::AuditKey;
 use reprise_core::plan::{Disclose, Task};
 use reprise_core::prompt::{
@@ -29,10 +30,13 @@ use serde_json::{Value, json};
 
 use crate::error::Result;
 use crate::events::{Event, Message};
-use crate::gates::run_gates;
+use crate::gates::GateRun;
 use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
 use crate::sandbox;
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
+
+/// A criterion's name and the levels its gates can run at, highest first.
+pub(crate) type CriterionLadder = (String, Vec<i64>);
 
 /// Everything one task's run needs.
 pub(crate) struct TaskRun<'a> {
@@ -48,6 +52,9 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) bin: Option<PathBuf>,
     /// Seals the audit chain held for this task when the run started.
     pub(crate) prior_seals: Vec<reprise_core::record::Head>,
+    /// The run's retry budget, if any, with the plan's criteria ladders:
+    /// each task consumes its own copy.
+    pub(crate) budget: Option<(&'a BudgetSpec, &'a [CriterionLadder])>,
     pub(crate) cancel: &'a CancelToken,
     pub(crate) events: Sender<Message>,
 }
@@ -124,6 +131,16 @@ impl TaskRun<'_> {
             prompt: task.prompt.clone(),
         };
         let attempts_allowed = task.max_retries + 1;
+        // The budget is validated before the run starts; building it again
+        // here cannot fail unless the plan changed under us.
+        let mut budget = match self.budget {
+            Some((spec, criteria)) => Some(RetryBudget::new(spec, criteria)?),
+            None => None,
+        };
+        let mut env = vec![("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned())];
+        if let Some((spec, _)) = self.budget {
+            env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
+        }
         let mut attempt = 1;
         // How much of the journal this run has verified already.
         let mut verified: Option<VerifiedPrefix> = None;
@@ -157,7 +174,7 @@ impl TaskRun<'_> {
                     session: next.session.clone(),
                     cwd: cwd.clone(),
                     timeout: task.timeout,
-                    env: vec![("REPRISE_RUN_ID".into(), self.run_id.into())],
+                    env: env.clone(),
                     bin: self.bin.clone(),
                     config_home: None,
                     budget_micro_usd: remaining,
@@ -201,7 +218,19 @@ impl TaskRun<'_> {
                 &json!({"run_id": self.run_id, "attempt": attempt, "session_id": report.session_id,
                         "workspace_hash": workspace_hash}),
             )?;
-            let summary = self.judge(attempt, next.mode, &report, &cwd, started);
+            let level_of = |criterion: &str| match &budget {
+                Some(budget) => budget.level(criterion),
+                None => self.budget_free_level(criterion),
+            };
+            let gate_run = GateRun {
+                task: &task.id,
+                attempt,
+                cwd: &cwd,
+                reply: "",
+                cancel: self.cancel,
+                env: &env,
+            };
+            let summary = self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
             // The attempt ran: the run state shows it even if its row cannot
             // be written (a journal whose last row was tampered with refuses
             // appends, and the task stops with that error).
@@ -237,6 +266,27 @@ impl TaskRun<'_> {
                 result.status = TaskStatus::Failed;
                 result.reason = Some(format!("not accepted after {attempt} attempts"));
                 break;
+            }
+            if let Some(budget) = budget.as_mut() {
+                // The budget bounds retries together with max_retries: the
+                // smaller wins. Each consumption is on the record.
+                match budget.consume() {
+                    Ok(decision) if decision.should_retry => {
+                        journal.append(
+                            "retry.budget",
+                            &now_rfc3339(),
+                            &json!({"run_id": self.run_id, "attempt": attempt + 1, "decision": decision}),
+                        )?;
+                    }
+                    _ => {
+                        result.status = TaskStatus::Failed;
+                        result.reason = Some(format!(
+                            "not accepted after {attempt} attempts; the retry budget ({}) is spent",
+                            budget.spec()
+                        ));
+                        break;
+                    }
+                }
             }
             next = match self.decide_retry(
                 Chains {
@@ -287,6 +337,16 @@ impl TaskRun<'_> {
         Ok(())
     }
 
+    /// Without a retry budget a graded gate runs at its first (strictest) level.
+    fn budget_free_level(&self, criterion: &str) -> Option<i64> {
+        self.task
+            .gates
+            .iter()
+            .filter_map(|gate| gate.criterion.as_ref())
+            .find(|declared| declared.name == criterion)
+            .and_then(|declared| crate::budget::first_level(&declared.levels))
+    }
+
     fn cold(&self, attempt: u32) -> NextAttempt {
         NextAttempt {
             mode: "cold",
@@ -307,7 +367,8 @@ impl TaskRun<'_> {
         attempt: u32,
         mode: &str,
         report: &AttemptReport,
-        cwd: &Path,
+        gate_run: &GateRun<'_>,
+        level_of: &dyn Fn(&str) -> Option<i64>,
         started: Instant,
     ) -> AttemptSummary {
         let mut gates_elapsed = std::time::Duration::ZERO;
@@ -332,14 +393,7 @@ impl TaskRun<'_> {
             }
             AttemptOutcome::Replied { exit_code, reply } => {
                 let gates_started = Instant::now();
-                let gates = run_gates(
-                    &self.task.id,
-                    attempt,
-                    &self.task.gates,
-                    cwd,
-                    reply,
-                    self.cancel,
-                );
+                let gates = GateRun { reply, ..*gate_run }.run_all(&self.task.gates, level_of);
                 let outcome = if gates.iter().any(|gate| gate.could_not_run) {
                     Outcome::Infra
                 } else if gates.iter().all(|gate| gate.passed) {

@@ -19,7 +19,7 @@ use reprise_core::retry::{Capability, DecisionRecord, DowngradeReason, RetryMode
 use reprise_core::verify::{Coverage, Identity};
 use reprise_engine::{
     AttemptSummary, Event, EventSink, Outcome, RunOptions, RunState, TaskRecord, TaskStatus,
-    load_run, new_run_id, read_decisions, run_plan,
+    load_run, new_run_id, read_decisions, resolve_budget, run_plan,
 };
 use reprise_store::audit::read_audit;
 use reprise_store::journal::verify_journal;
@@ -117,6 +117,19 @@ impl World {
     }
 
     fn run_with_seats(&self, plan: &str, seats: Option<u32>) -> Ran {
+        self.run_with(plan, seats, None)
+    }
+
+    fn run_with_budget(&self, plan: &str, budget: Option<reprise_core::budget::BudgetSpec>) -> Ran {
+        self.run_with(plan, None, budget)
+    }
+
+    fn run_with(
+        &self,
+        plan: &str,
+        seats: Option<u32>,
+        retry_budget: Option<reprise_core::budget::BudgetSpec>,
+    ) -> Ran {
         let plan =
             parse_plan(&self.expand(plan), "plan.yaml").unwrap_or_else(|err| panic!("{err}"));
         let mut recorder = Recorder::default();
@@ -128,6 +141,7 @@ impl World {
                 plan_path: PathBuf::from("plan.yaml"),
                 project: self.project.clone(),
                 seats,
+                retry_budget,
                 key: self.fixture.key.clone(),
             },
             &CancelToken::new(),
@@ -1592,4 +1606,124 @@ tasks:
     .map(|(task, from, to)| (task.to_string(), from.to_string(), to.to_string()))
     .collect();
     assert_eq!(transitions, expected);
+}
+
+/// Runs `plan` with the retry budget `spec`, validated as `reprise run` does.
+fn run_with_budget(world: &World, plan: &str, spec: &str) -> Ran {
+    let parsed = parse_plan(&world.expand(plan), "plan.yaml").expect("plan");
+    let budget = resolve_budget(&parsed, Some(spec)).expect("budget");
+    world.run_with_budget(plan, budget)
+}
+
+fn gate_levels(record: &TaskRecord) -> Vec<Option<i64>> {
+    record
+        .attempts
+        .iter()
+        .map(|attempt| attempt.gates[0].level)
+        .collect()
+}
+
+const GRADED_PLAN: &str = r#"
+version: 1
+name: graded
+defaults: { agent: sim, timeout: 30s, sandbox: none, max_retries: 3 }
+tasks:
+  - id: cover
+    prompt: "Raise the coverage"
+    sim: [ { reply: "one" }, { reply: "two" }, { reply: "three" }, { reply: "four" } ]
+    gates:
+      - { name: coverage, run: "test {{ level }} -le @BAR@", criterion: coverage, levels: [80, 70, 60] }
+"#;
+
+#[test]
+fn a_coverage_gate_passes_once_the_budget_lowers_its_level() {
+    let world = World::new();
+    let ran = run_with_budget(
+        &world,
+        &GRADED_PLAN.replace("@BAR@", "70"),
+        "2 retries, degrade: coverage",
+    );
+    let cover = task(&ran, "cover");
+    assert_eq!(cover.state, TaskStatus::Passed);
+    assert_eq!(gate_levels(cover), [Some(80), Some(70)]);
+    // The consumption is in the journal, before the retry it governs.
+    let journal = world.journal("cover");
+    let kinds: Vec<&str> = journal.iter().map(|row| row.kind.as_str()).collect();
+    let budget_at = kinds
+        .iter()
+        .position(|kind| *kind == "retry.budget")
+        .expect("a retry.budget row");
+    let decision_at = kinds
+        .iter()
+        .position(|kind| *kind == "retry.decision")
+        .expect("a decision");
+    assert!(budget_at < decision_at, "{kinds:?}");
+    let row = &journal[budget_at].body;
+    assert_eq!(row["attempt"], 2);
+    assert_eq!(row["decision"]["degraded_criterion"], "coverage");
+    assert_eq!(row["decision"]["degradation_kind"], "lowered");
+    assert_eq!(row["decision"]["criteria"][0]["level"], 70);
+    world.assert_verified("cover");
+}
+
+#[test]
+fn past_the_policy_retries_hold_the_floor_and_the_budget_bounds_retries() {
+    let world = World::new();
+    // The gate never passes; max_retries is 3, the budget 2: the smaller wins.
+    let ran = run_with_budget(
+        &world,
+        &GRADED_PLAN.replace("@BAR@", "50"),
+        "2 retries, degrade: coverage",
+    );
+    let cover = task(&ran, "cover");
+    assert_eq!(cover.state, TaskStatus::Failed);
+    assert_eq!(gate_levels(cover), [Some(80), Some(70), Some(70)]);
+    assert!(
+        cover
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("retry budget"),
+        "{:?}",
+        cover.reason
+    );
+    let journal = world.journal("cover");
+    let rows: Vec<&Value> = journal
+        .iter()
+        .filter(|row| row.kind == "retry.budget")
+        .map(|row| &row.body)
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["decision"]["degradation_kind"], "past_policy");
+    assert_eq!(rows[1]["decision"]["criteria"][0]["level"], 70);
+}
+
+#[test]
+fn without_a_budget_graded_gates_run_at_their_first_level_and_children_see_the_spec() {
+    let world = World::new();
+    let plain = world.run(&GRADED_PLAN.replace("@BAR@", "80"));
+    assert_eq!(gate_levels(task(&plain, "cover")), [Some(80)]);
+
+    let world = World::new();
+    let seen = world.aside.join("spec-seen");
+    let plan = format!(
+        r#"
+version: 1
+name: exported
+defaults: {{ agent: command, sandbox: none, max_retries: 1, timeout: 30s }}
+tasks:
+  - id: envy
+    prompt: "p"
+    command: ["sh", "-c", "printf '%s' \"$REPRISE_RETRY_BUDGET_SPEC\" > '{seen}'; echo done"]
+    gates:
+      - {{ name: strict, run: "test {{{{ level }}}} -le 1", criterion: strictness, levels: [2, 1] }}
+"#,
+        seen = seen.display()
+    );
+    let ran = run_with_budget(&world, &plan, "1 retry ; DEGRADE:strictness");
+    assert_eq!(task(&ran, "envy").state, TaskStatus::Passed);
+    assert_eq!(
+        fs::read_to_string(&seen).unwrap(),
+        "1 retry, degrade: strictness"
+    );
 }

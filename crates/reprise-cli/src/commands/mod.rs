@@ -2,6 +2,7 @@
 //! `Outcome`; printing happens here, once.
 
 mod audit;
+mod budget;
 mod init;
 mod journal;
 mod lineage;
@@ -11,8 +12,8 @@ mod status;
 mod workspace;
 
 use crate::cli::{
-    AuditCommand, Command, JournalCommand, LineageCommand, ReplayCommand, TaskCommand,
-    WorkspaceCommand,
+    AuditCommand, BudgetCommand, Command, JournalCommand, LineageCommand, ReplayCommand,
+    TaskCommand, WorkspaceCommand,
 };
 use crate::error::CliError;
 use crate::output::Outcome;
@@ -21,7 +22,14 @@ use crate::settings::Settings;
 pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
     let outcome = match command {
         Command::Init => init::run(settings)?,
-        Command::Run { plan, seats } => run::run(settings, &plan, seats)?,
+        Command::Run {
+            plan,
+            seats,
+            retry_budget,
+        } => run::run(settings, &plan, seats, retry_budget.as_deref())?,
+        Command::Budget(BudgetCommand::Check { spec, plan }) => {
+            budget::check(settings, &spec, plan.as_deref())?
+        }
         Command::Status { run } => status::status(settings, run.as_deref())?,
         Command::Task(TaskCommand::List) => status::list(settings)?,
         Command::Task(TaskCommand::Show { task }) => status::show(settings, &task)?,

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use reprise_agents::CancelToken;
-use reprise_engine::{Event, EventSink, RunOptions, RunState, load_plan, new_run_id, run_plan};
+use reprise_engine::{
+    Event, EventSink, RunOptions, RunState, load_plan, new_run_id, resolve_budget, run_plan,
+};
 use reprise_store::audit::AuditLog;
 use reprise_store::key::{check_key, load_key, load_or_create_key};
 use reprise_store::state::{StateDir, now_rfc3339};
@@ -85,6 +87,7 @@ pub(crate) fn run(
     settings: &Settings,
     plan_path: &std::path::Path,
     seats: Option<u32>,
+    retry_budget: Option<&str>,
 ) -> Result<Outcome, CliError> {
     let plan_path = if plan_path.is_absolute() {
         plan_path.to_path_buf()
@@ -93,6 +96,9 @@ pub(crate) fn run(
     };
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    // So does a retry budget that the plan's gates cannot honour.
+    let retry_budget =
+        resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
     let key_path = settings.key_path()?;
     let (state, key) = match settings.state() {
         Ok(state) => (state, load_key(key_path)?),
@@ -126,6 +132,7 @@ pub(crate) fn run(
         plan_path,
         project,
         seats,
+        retry_budget,
         key,
     };
     let run = if settings.json {

@@ -46,7 +46,10 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
                 } else {
                     "failed"
                 };
-                format!("{} {mark}", gate.name)
+                match gate.level {
+                    Some(level) => format!("{}@{level} {mark}", gate.name),
+                    None => format!("{} {mark}", gate.name),
+                }
             })
             .collect();
         line.push_str(&format!("; gates: {}", gates.join(", ")));
