@@ -166,6 +166,8 @@ pub enum PlanErrorKind {
     CriterionWithoutLevels,
     #[error("levels needs a criterion; add criterion: NAME or remove levels")]
     LevelsWithoutCriterion,
+    #[error("levels must go strictly down, strictest first, like [80, 70, 60]; reorder them")]
+    LevelsNotDescending,
     #[error(
         "criterion {name:?} is not valid; use a letter or '_' followed by letters, digits, '_' or '-'"
     )]

@@ -694,6 +694,14 @@ impl Reader<'_> {
                 self.integer(item, &item_path(&levels_path, index), i64::MIN, i64::MAX)
             })
             .collect::<Result<Vec<i64>>>()?;
+        // A retry budget steps down this ladder one rung at a time.
+        if levels.windows(2).any(|pair| pair[0] <= pair[1]) {
+            return Err(self.error(
+                &levels_node.mark,
+                &levels_path,
+                PlanErrorKind::LevelsNotDescending,
+            ));
+        }
         Ok(Some(Criterion { name, levels }))
     }
 }

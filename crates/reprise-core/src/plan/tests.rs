@@ -550,6 +550,24 @@ fn bad_plans() -> Vec<Bad> {
             "tasks[0].gates[0].levels",
             "must not be empty",
         ),
+        bad(
+            "levels that go up",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        criterion: c\n        levels: [60, 80]\n",
+            ),
+            11,
+            "tasks[0].gates[0].levels",
+            "levels must go strictly down",
+        ),
+        bad(
+            "levels that repeat",
+            &with_head(
+                "    gates:\n      - name: g\n        run: \"true\"\n        criterion: c\n        levels: [80, 80]\n",
+            ),
+            11,
+            "tasks[0].gates[0].levels",
+            "levels must go strictly down",
+        ),
         // ---- durations ----
         bad(
             "duration without a unit, unquoted",
