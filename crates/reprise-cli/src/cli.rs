@@ -32,8 +32,14 @@ pub(crate) enum Command {
     Init,
     /// Run a plan: every task through its agent, gates, and checkpointed retries.
     Run {
-        /// The plan file (YAML).
-        plan: PathBuf,
+        /// The plan file (YAML). Not needed with --retry-failed, which
+        /// re-reads the run's own plan.
+        #[arg(required_unless_present = "retry_failed")]
+        plan: Option<PathBuf>,
+        /// Start a new leg of finished run RUN: its failed tasks run again,
+        /// each judged one starting cold with its kept reply quoted once.
+        #[arg(long, value_name = "RUN")]
+        retry_failed: Option<String>,
         /// Tasks running at once (overrides the plan's `seats`).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         seats: Option<u32>,

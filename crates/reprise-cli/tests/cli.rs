@@ -839,3 +839,104 @@ fn budget_check_explains_each_retry() {
         "byte",
     );
 }
+
+#[test]
+fn retry_failed_starts_a_new_leg_that_quotes_each_judged_reply_once() {
+    let env = Env::new();
+    env.init();
+    let project = env.project();
+    let aside = env.temp.path().join("aside");
+    fs::create_dir(&aside).unwrap();
+    // Leg one: `judged` replies LEG-ONE and its gate says no; `broken` times
+    // out (infrastructure); `fine` passes.
+    let plan = |leg: &str| {
+        format!(
+            r#"
+version: 1
+name: legs
+defaults: {{ agent: command, sandbox: none, max_retries: 0, timeout: 2s }}
+tasks:
+  - id: judged
+    prompt: "Say DONE"
+    command: ["sh", "-c", "cat > '{aside}/judged-'$REPRISE_RUN_ID; echo {leg}"]
+    gates: [ {{ name: answer, result_matches: "^DONE" }} ]
+  - id: broken
+    prompt: "Be quick"
+    command: ["sh", "-c", "cat > '{aside}/broken-'$REPRISE_RUN_ID; [ {leg} = DONE ] || sleep 10; echo DONE"]
+  - id: fine
+    prompt: "Say DONE"
+    command: ["sh", "-c", "echo DONE"]
+    gates: [ {{ name: answer, result_matches: "^DONE" }} ]
+"#,
+            aside = aside.display()
+        )
+    };
+    fs::write(project.join("plan.yaml"), plan("LEG-ONE")).unwrap();
+    let first = env.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(first.status.code(), Some(1));
+    let first = json_of(&first);
+    let run_one = first["run_id"].as_str().unwrap().to_owned();
+    let kept = project.join(format!(".reprise/runs/{run_one}/failed/judged.out"));
+    assert_eq!(fs::read_to_string(&kept).unwrap(), "LEG-ONE");
+    assert_eq!(
+        fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(
+        !project
+            .join(format!(".reprise/runs/{run_one}/failed/broken.out"))
+            .exists()
+    );
+    let state: Value = serde_json::from_slice(
+        &fs::read(project.join(format!(".reprise/runs/{run_one}/state.json"))).unwrap(),
+    )
+    .unwrap();
+    let judged_of = |id: &str| {
+        state["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["task_id"] == id)
+            .unwrap()["judged"]
+            .clone()
+    };
+    assert_eq!(
+        (judged_of("judged"), judged_of("broken")),
+        (json!(true), json!(false))
+    );
+
+    // Leg two, in another process: the plan now lets both pass.
+    fs::write(project.join("plan.yaml"), plan("DONE")).unwrap();
+    let second = env.run(&["run", "--retry-failed", &run_one, "--json"]);
+    assert_success(&second);
+    let second = json_of(&second);
+    let run_two = second["run_id"].as_str().unwrap().to_owned();
+    let judged_prompt = fs::read_to_string(aside.join(format!("judged-{run_two}"))).unwrap();
+    assert!(judged_prompt.starts_with("Say DONE\n"), "{judged_prompt}");
+    assert_eq!(
+        judged_prompt.matches("<<<QUOTE ").count(),
+        1,
+        "{judged_prompt}"
+    );
+    assert!(judged_prompt.contains("LEG-ONE"), "{judged_prompt}");
+    assert!(
+        !judged_prompt.contains("^DONE"),
+        "the predicate is never handed over"
+    );
+    let broken_prompt = fs::read_to_string(aside.join(format!("broken-{run_two}"))).unwrap();
+    assert_eq!(
+        broken_prompt, "Be quick",
+        "an infra failure re-runs with the plain base prompt"
+    );
+    let tasks = second["tasks"].as_array().unwrap();
+    let fine = tasks.iter().find(|t| t["task_id"] == "fine").unwrap();
+    assert_eq!(fine["state"], "passed");
+    assert!(
+        fine["attempts"].as_array().unwrap().is_empty(),
+        "what passed is not run again"
+    );
+    let judged = tasks.iter().find(|t| t["task_id"] == "judged").unwrap();
+    assert_eq!(judged["attempts"][0]["mode"], "cold");
+    // The pass retired the kept reply.
+    assert!(!kept.exists());
+}

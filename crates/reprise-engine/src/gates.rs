@@ -45,17 +45,25 @@ impl GateRun<'_> {
     }
 
     fn run(&self, gate: &Gate, level: Option<i64>) -> GateVerdict {
-        let verdict = |passed: bool, could_not_run: bool, exit_code: Option<i32>| GateVerdict {
+        let verdict = |passed: bool,
+                       could_not_run: bool,
+                       exit_code: Option<i32>,
+                       output: String| GateVerdict {
             name: gate.name.clone(),
             passed,
             could_not_run,
             exit_code,
             level,
+            output,
         };
         match &gate.check {
-            GateCheck::ResultMatches(pattern) => verdict(pattern.is_match(self.reply), false, None),
+            GateCheck::ResultMatches(pattern) => {
+                verdict(pattern.is_match(self.reply), false, None, String::new())
+            }
             GateCheck::Run { command, timeout } => {
-                let command = with_level(command, level);
+                // The gate's output is what a developer would read: stdout and
+                // stderr together, in order.
+                let command = format!("exec 2>&1\n{}", with_level(command, level));
                 let shell = CommandAdapter::new(vec!["sh".into(), "-c".into(), command]);
                 let mut env = vec![("REPRISE_GATE".to_owned(), gate.name.clone())];
                 env.extend(self.env.iter().cloned());
@@ -75,10 +83,10 @@ impl GateRun<'_> {
                     budget_micro_usd: None,
                 };
                 match shell.run(&request, self.cancel).outcome {
-                    AttemptOutcome::Replied { exit_code, .. } => {
-                        verdict(exit_code == 0, false, Some(exit_code))
+                    AttemptOutcome::Replied { exit_code, reply } => {
+                        verdict(exit_code == 0, false, Some(exit_code), reply)
                     }
-                    AttemptOutcome::Infra { .. } => verdict(false, true, None),
+                    AttemptOutcome::Infra { .. } => verdict(false, true, None, String::new()),
                 }
             }
         }

@@ -17,12 +17,13 @@ use reprise_core::digest::AuditKey;
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
 use reprise_store::audit::{AuditSummary, read_audit};
 use reprise_store::ledger::Ledger;
+use reprise_store::replies::{drop_kept_reply, read_kept_reply};
 use reprise_store::state::{StateDir, now_rfc3339};
 
 use crate::error::{EngineError, Result};
 use crate::events::{Event, EventSink, Message};
 use crate::state::{RunState, TaskRecord, TaskStatus};
-use crate::task::{TaskResult, TaskRun};
+use crate::task::{Previous, TaskResult, TaskRun};
 
 /// What a run needs besides the plan.
 #[derive(Debug)]
@@ -34,6 +35,9 @@ pub struct RunOptions {
     pub project: PathBuf,
     /// Overrides the plan's `seats`.
     pub seats: Option<u32>,
+    /// For `--retry-failed`: the finished run whose failed tasks this leg
+    /// re-runs (its passed tasks are carried over as passed).
+    pub retry_of: Option<RunState>,
     /// The validated retry budget (`resolve_budget`), if the run has one.
     pub retry_budget: Option<reprise_core::budget::BudgetSpec>,
     pub key: AuditKey,
@@ -144,6 +148,7 @@ pub fn run_plan(
         started_at: now_rfc3339(),
         finished_at: None,
         ok: None,
+        retry_of: options.retry_of.as_ref().map(|prior| prior.run_id.clone()),
         tasks: order
             .iter()
             .map(|task| TaskRecord {
@@ -152,11 +157,46 @@ pub fn run_plan(
                 agent: task.agent.kind().as_str().to_owned(),
                 attempts: Vec::new(),
                 spent_micro_usd: 0,
+                judged: false,
                 reason: None,
                 metadata: BTreeMap::new(),
             })
             .collect(),
     };
+    // A new leg of a finished run: what passed stays passed; what failed
+    // runs again, a judged task hearing its kept reply once.
+    let mut carried: BTreeMap<TaskId, Previous> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    if let Some(prior) = &options.retry_of {
+        for record in &mut run.tasks {
+            let Some(before) = prior.task(&record.task_id) else {
+                continue;
+            };
+            if before.state == TaskStatus::Passed {
+                record.state = TaskStatus::Passed;
+                record.reason = Some(format!("passed in {}", prior.run_id));
+                continue;
+            }
+            if before.judged {
+                match read_kept_reply(state, &prior.run_id, &record.task_id) {
+                    Ok(Some(reply)) => {
+                        carried.insert(record.task_id.clone(), Previous::carried(reply));
+                    }
+                    Ok(None) => warnings.push((
+                        record.task_id.clone(),
+                        format!(
+                            "no kept reply in {}: re-running without a quote",
+                            prior.run_id
+                        ),
+                    )),
+                    Err(err) => warnings.push((
+                        record.task_id.clone(),
+                        format!("kept reply unreadable ({err}): re-running without a quote"),
+                    )),
+                }
+            }
+        }
+    }
     // Where each task's record is: `run.tasks` follows `order`.
     let position: BTreeMap<&TaskId, usize> = order
         .iter()
@@ -173,6 +213,12 @@ pub fn run_plan(
         tasks: order.len(),
         seats: seats as u32,
     });
+    for (task, message) in warnings {
+        sink.event(&Event::Warning {
+            task: Some(task),
+            message,
+        });
+    }
 
     // The audit chain is read once per run: each task's seal must respect the
     // seals its journal already has, and reading the chain per task would
@@ -266,6 +312,7 @@ pub fn run_plan(
                 running += 1;
                 let sender = sender.clone();
                 let prior_seals = audit.seals_of(&task.id);
+                let carried_reply = carried.get(&task.id).cloned();
                 let adapter = Arc::clone(&adapters[&task.id]);
                 let key = options.key.clone();
                 let project = options.project.as_path();
@@ -282,6 +329,7 @@ pub fn run_plan(
                         bin: bin_for(plan, task.agent.kind()),
                         prior_seals,
                         budget,
+                        carried: carried_reply,
                         cancel,
                         events: sender.clone(),
                     }
@@ -301,6 +349,10 @@ pub fn run_plan(
                         result.spent_micro_usd,
                     );
                     apply(&mut run, &id, &result);
+                    if let (Some(prior), TaskStatus::Passed) = (&options.retry_of, result.status) {
+                        // A pass also retires the earlier leg's kept reply.
+                        let _ = drop_kept_reply(state, &prior.run_id, &id);
+                    }
                     ledger.transition(
                         &now_rfc3339(),
                         &run.run_id,
@@ -351,8 +403,21 @@ impl Saver {
 
 fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {
     let record = run.task_mut(id);
-    record.attempts = result.attempts.clone();
+    // Gate output lives only in memory, for the next prompt: the run state
+    // holds verdicts, never what a gate printed.
+    record.attempts = result
+        .attempts
+        .iter()
+        .cloned()
+        .map(|mut attempt| {
+            for gate in &mut attempt.gates {
+                gate.output.clear();
+            }
+            attempt
+        })
+        .collect();
     record.spent_micro_usd = result.spent_micro_usd;
+    record.judged = result.judged;
     record.metadata = result.metadata.clone();
 }
 

@@ -66,6 +66,10 @@ pub struct GateVerdict {
     pub exit_code: Option<i32>,
     /// The retry-budget level the gate ran at, for a gate graded on a criterion.
     pub level: Option<i64>,
+    /// What the gate printed: kept in memory for the next prompt only, never
+    /// written into a chain or the run state.
+    #[serde(skip)]
+    pub output: String,
 }
 
 /// One attempt of a task.
@@ -96,6 +100,9 @@ pub struct TaskRecord {
     pub agent: String,
     pub attempts: Vec<AttemptSummary>,
     pub spent_micro_usd: u64,
+    /// The last attempt was judged: its reply is kept for `--retry-failed`.
+    #[serde(default)]
+    pub judged: bool,
     pub reason: Option<String>,
     /// The `retry_*` stamp of the latest retry decision.
     pub metadata: BTreeMap<String, Value>,
@@ -111,6 +118,9 @@ pub struct RunState {
     pub started_at: String,
     pub finished_at: Option<String>,
     pub ok: Option<bool>,
+    /// The run whose failed tasks this leg re-runs (`--retry-failed`).
+    #[serde(default)]
+    pub retry_of: Option<String>,
     pub tasks: Vec<TaskRecord>,
 }
 

@@ -15,7 +15,8 @@ use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
 use reprise_core::digest::AuditKey;
 use reprise_core::plan::{Disclose, Task};
 use reprise_core::prompt::{
-    CORRECTIVE_TEMPLATE_ID, FailedCheck, cold_retry_prompt, corrective_instruction,
+    CORRECTIVE_TEMPLATE_ID, FailedGate, Nonce, PreviousAttempt, RetryContext, cold_prompt,
+    corrective, excerpt,
 };
 use reprise_core::retry::{
     Decision, DecisionInput, DecisionRecord, RetryMode, decide, failed_decision_metadata,
@@ -23,6 +24,7 @@ use reprise_core::retry::{
 };
 use reprise_store::audit::{AuditLog, seal_journal_after};
 use reprise_store::journal::{Journal, Spine};
+use reprise_store::replies::{drop_kept_reply, keep_reply};
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::workspace::hash_workspace_cached;
 use reprise_store::write_atomic;
@@ -46,6 +48,9 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) task: &'a Task,
     pub(crate) adapter: &'a dyn Adapter,
     pub(crate) project: &'a Path,
+    /// For a `--retry-failed` leg: what the task's failed attempt in the
+    /// earlier run said, if it was judged.
+    pub(crate) carried: Option<Previous>,
     /// The task's budget envelope, reserved from the run's pool.
     pub(crate) envelope_micro_usd: Option<u64>,
     /// The agent binary the plan names, if any.
@@ -63,6 +68,8 @@ pub(crate) struct TaskRun<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct TaskResult {
     pub(crate) status: TaskStatus,
+    /// The last attempt was judged (a verdict on the work).
+    pub(crate) judged: bool,
     pub(crate) reason: Option<String>,
     pub(crate) attempts: Vec<AttemptSummary>,
     pub(crate) spent_micro_usd: u64,
@@ -89,6 +96,7 @@ impl TaskRun<'_> {
     pub(crate) fn execute(self) -> TaskResult {
         let mut result = TaskResult {
             status: TaskStatus::Running,
+            judged: false,
             reason: None,
             attempts: Vec::new(),
             spent_micro_usd: 0,
@@ -125,10 +133,16 @@ impl TaskRun<'_> {
                 "envelope_micro_usd": self.envelope_micro_usd,
             }),
         )?;
-        let mut next = NextAttempt {
-            mode: "new",
-            session: SessionMode::New { session_id: None },
-            prompt: task.prompt.clone(),
+        // A task carried over from an earlier run's failure starts cold, and
+        // hears what its judged attempt said, once.
+        let mut previous: Option<Previous> = self.carried.clone();
+        let mut next = match &previous {
+            Some(carried) if carried.judged => self.cold(1, Some(carried)),
+            _ => NextAttempt {
+                mode: "new",
+                session: SessionMode::New { session_id: None },
+                prompt: task.prompt.clone(),
+            },
         };
         let attempts_allowed = task.max_retries + 1;
         // The budget is validated before the run starts; building it again
@@ -203,7 +217,7 @@ impl TaskRun<'_> {
                     task: task.id.clone(),
                     record: Box::new(second),
                 });
-                next = self.cold(attempt);
+                next = self.cold(attempt, previous.as_ref());
                 continue;
             }
             last_decision = None;
@@ -231,6 +245,10 @@ impl TaskRun<'_> {
                 env: &env,
             };
             let summary = self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
+            let judged_now = Previous::of(task, &summary, &report);
+            self.keep_or_drop_reply(&summary, &judged_now);
+            previous = Some(judged_now);
+            result.judged = summary.judged;
             // The attempt ran: the run state shows it even if its row cannot
             // be written (a journal whose last row was tampered with refuses
             // appends, and the task stops with that error).
@@ -297,7 +315,10 @@ impl TaskRun<'_> {
                 &mut verified,
                 &cwd,
                 checkpoint_head.digest,
-                &summary,
+                previous
+                    .as_ref()
+                    .expect("the attempt just judged is the previous one"),
+                attempt + 1,
             ) {
                 Ok((next, metadata, record)) => {
                     result.metadata = metadata;
@@ -311,7 +332,7 @@ impl TaskRun<'_> {
                         message: format!("retry decision failed ({err}); retrying cold"),
                     });
                     result.metadata = failed_decision_metadata();
-                    self.cold(attempt + 1)
+                    self.cold(attempt + 1, previous.as_ref())
                 }
             };
             attempt += 1;
@@ -347,11 +368,49 @@ impl TaskRun<'_> {
             .and_then(|declared| crate::budget::first_level(&declared.levels))
     }
 
-    fn cold(&self, attempt: u32) -> NextAttempt {
+    /// A cold attempt: the base prompt rebuilt from scratch, quoting the
+    /// previous attempt's reply (fenced, bounded) only when it was judged.
+    fn cold(&self, attempt: u32, previous: Option<&Previous>) -> NextAttempt {
+        let built = cold_prompt(&context(&self.task.prompt, attempt, previous), &mut mint);
+        self.warn_all(built.notices);
         NextAttempt {
             mode: "cold",
             session: SessionMode::New { session_id: None },
-            prompt: cold_retry_prompt(&self.task.prompt, attempt),
+            prompt: built.text,
+        }
+    }
+
+    /// Keeps a judged attempt's reply at `runs/<run>/failed/<task>.out` for a
+    /// later `--retry-failed`; removes it once the task passes.
+    fn keep_or_drop_reply(&self, summary: &AttemptSummary, previous: &Previous) {
+        let outcome = if summary.outcome == Outcome::Passed {
+            drop_kept_reply(self.state, self.run_id, &self.task.id)
+        } else if summary.judged {
+            keep_reply(
+                self.state,
+                self.run_id,
+                &self.task.id,
+                &previous.reply,
+                excerpt,
+            )
+            .map(|_| ())
+        } else {
+            Ok(())
+        };
+        if let Err(err) = outcome {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!("could not keep the failed reply: {err}"),
+            });
+        }
+    }
+
+    fn warn_all(&self, notices: Vec<String>) {
+        for message in notices {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message,
+            });
         }
     }
 
@@ -432,7 +491,8 @@ impl TaskRun<'_> {
         verified: &mut Option<VerifiedPrefix>,
         cwd: &Path,
         own_checkpoint: reprise_core::digest::Digest,
-        failed: &AttemptSummary,
+        previous: &Previous,
+        next_attempt: u32,
     ) -> Result<(NextAttempt, BTreeMap<String, Value>, DecisionRecord)> {
         let Chains {
             journal,
@@ -440,7 +500,6 @@ impl TaskRun<'_> {
             audit,
         } = chains;
         let task = self.task;
-        let next_attempt = failed.n + 1;
         let trusted = trusted_checkpoint(self.state, &task.id, journal, verified)?;
         // The journal's hash chain is unkeyed: anyone who can write the file
         // can append a checkpoint that verifies. The one to trust is the one
@@ -461,7 +520,12 @@ impl TaskRun<'_> {
             chain_verified,
         };
         let mut decision = decide(input);
-        let (instruction, instruction_hash) = corrective_instruction(&failed_checks(task, failed));
+        let (built, instruction_hash) = corrective(
+            &context(&task.prompt, next_attempt, Some(previous)),
+            &mut mint,
+        );
+        self.warn_all(built.notices);
+        let instruction = built.text;
         let mut record = DecisionRecord::new(
             &task.id,
             self.adapter.name(),
@@ -515,7 +579,7 @@ impl TaskRun<'_> {
                 },
                 prompt: instruction.clone(),
             },
-            _ => self.cold(next_attempt),
+            _ => self.cold(next_attempt, Some(previous)),
         };
         let sent_instruction = (next.mode != "cold").then_some(instruction.as_str());
         let metadata = record.metadata(sent_instruction)?;
@@ -585,26 +649,85 @@ impl TaskRun<'_> {
     }
 }
 
-/// What the corrective instruction may say about a failed attempt.
-fn failed_checks<'a>(task: &'a Task, failed: &'a AttemptSummary) -> Vec<FailedCheck<'a>> {
-    if failed.outcome == Outcome::Judged && failed.gates.is_empty() {
-        return failed
-            .exit_code
-            .map(|exit_code| vec![FailedCheck::AgentExit { exit_code }])
-            .unwrap_or_default();
+/// What the next prompt may say about the attempt before it, owned so it
+/// outlives the attempt: its reply and its failed gates' output.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Previous {
+    judged: bool,
+    reply: String,
+    agent_exit_code: Option<i32>,
+    failed_gates: Vec<(String, Option<i32>, Disclose, String)>,
+}
+
+impl Previous {
+    fn of(task: &Task, summary: &AttemptSummary, report: &AttemptReport) -> Self {
+        let reply = match &report.outcome {
+            AttemptOutcome::Replied { reply, .. } => reply.clone(),
+            AttemptOutcome::Infra { .. } => String::new(),
+        };
+        Self {
+            judged: summary.judged,
+            reply,
+            agent_exit_code: (summary.judged && summary.gates.is_empty())
+                .then_some(summary.exit_code)
+                .flatten(),
+            failed_gates: summary
+                .gates
+                .iter()
+                .filter(|verdict| !verdict.passed)
+                .map(|verdict| {
+                    (
+                        verdict.name.clone(),
+                        verdict.exit_code,
+                        disclose_of(task, verdict),
+                        verdict.output.clone(),
+                    )
+                })
+                .collect(),
+        }
     }
-    failed
-        .gates
-        .iter()
-        .filter(|verdict| !verdict.passed)
-        .map(|verdict| match disclose_of(task, verdict) {
-            Disclose::Output => FailedCheck::Named {
-                name: &verdict.name,
-                exit_code: verdict.exit_code,
-            },
-            Disclose::Verdict => FailedCheck::Withheld,
-        })
-        .collect()
+
+    /// A judged attempt of an earlier run, known only by its kept reply.
+    pub(crate) fn carried(reply: String) -> Self {
+        Self {
+            judged: true,
+            reply,
+            ..Self::default()
+        }
+    }
+}
+
+fn context<'a>(
+    base_prompt: &'a str,
+    attempt: u32,
+    previous: Option<&'a Previous>,
+) -> RetryContext<'a> {
+    RetryContext {
+        base_prompt,
+        attempt,
+        previous: previous.map(|previous| PreviousAttempt {
+            judged: previous.judged,
+            reply: &previous.reply,
+            agent_exit_code: previous.agent_exit_code,
+            failed_gates: previous
+                .failed_gates
+                .iter()
+                .map(|(name, exit_code, disclose, output)| FailedGate {
+                    name,
+                    exit_code: *exit_code,
+                    disclose: *disclose,
+                    output,
+                })
+                .collect(),
+        }),
+    }
+}
+
+/// A fresh nonce from the OS CSPRNG, or `None` (the quote is then dropped).
+fn mint() -> Option<Nonce> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(Nonce::new(bytes))
 }
 
 fn disclose_of(task: &Task, verdict: &GateVerdict) -> Disclose {

@@ -141,6 +141,7 @@ impl World {
                 plan_path: PathBuf::from("plan.yaml"),
                 project: self.project.clone(),
                 seats,
+                retry_of: None,
                 retry_budget,
                 key: self.fixture.key.clone(),
             },
@@ -635,10 +636,27 @@ fn assert_cold_attempt(world: &World, record: &TaskRecord, n: usize, base: &str)
     let turns = world.transcript(id);
     assert_eq!(turns.len(), 1, "{turns:?}");
     let prompt = &turns[0].prompt;
-    assert_eq!(prompt, &cold_retry_prompt(base, n as u32));
+    assert!(
+        prompt.starts_with(&cold_retry_prompt(base, n as u32)),
+        "{prompt}"
+    );
     assert!(prompt.starts_with(base), "{prompt}");
     assert!(prompt.contains("in a fresh session"), "{prompt}");
     assert!(!prompt.contains(INSTRUCTION_OPENING), "{prompt}");
+    // The attempt before it was judged: its reply arrives quoted, once.
+    // (Its transcript may be gone: some tests delete it on purpose.)
+    let before = &record.attempts[n - 2];
+    let earlier_reply = sim_transcript(&world.state_root().join("sim"), session(before))
+        .ok()
+        .and_then(|turns| turns.last().map(|turn| turn.reply.clone()));
+    if before.judged {
+        assert_eq!(prompt.matches("<<<QUOTE ").count(), 1, "{prompt}");
+        if let Some(reply) = earlier_reply {
+            assert!(prompt.contains(reply.as_str()), "{prompt}");
+        }
+    } else {
+        assert!(!prompt.contains("<<<QUOTE "), "{prompt}");
+    }
 }
 
 fn assert_cold_metadata(record: &TaskRecord, requested: &str, reason: &str) {
@@ -1142,8 +1160,25 @@ tasks:
     let prompt =
         |n: u32| fs::read_to_string(world.aside.join(format!("prompt-{n}"))).expect("prompt");
     assert_eq!(prompt(1), base);
-    assert_eq!(prompt(2), cold_retry_prompt(base, 2));
-    assert_eq!(prompt(3), cold_retry_prompt(base, 3));
+    // Each cold retry is rebuilt from the base prompt and quotes only the
+    // attempt right before it, fenced, with a nonce of its own.
+    for (n, quoted, not_quoted) in [(2, "attempt 1", None), (3, "attempt 2", Some("attempt 1"))] {
+        let text = prompt(n);
+        assert!(text.starts_with(&cold_retry_prompt(base, n)), "{text}");
+        assert_eq!(text.matches("<<<QUOTE ").count(), 1, "{text}");
+        assert!(text.contains(quoted), "{text}");
+        if let Some(earlier) = not_quoted {
+            assert!(!text.contains(earlier), "{text}");
+        }
+        // The predicate the gate checks is never handed over.
+        assert!(
+            !text.contains("^attempt 3$") && !text.contains("result_matches"),
+            "{text}"
+        );
+        assert!(!text.contains("third"), "{text}");
+    }
+    let nonce = |text: &str| text.split("<<<QUOTE ").nth(1).unwrap()[..32].to_owned();
+    assert_ne!(nonce(&prompt(2)), nonce(&prompt(3)));
 
     let decisions = world.assert_recorded("scripted");
     assert_eq!(decisions.len(), 2);
@@ -1725,5 +1760,34 @@ tasks:
     assert_eq!(
         fs::read_to_string(&seen).unwrap(),
         "1 retry, degrade: strictness"
+    );
+}
+
+#[test]
+fn an_infrastructure_failure_quotes_nothing() {
+    let world = World::new();
+    let ran = world.run(
+        r#"
+version: 1
+name: infra
+defaults: { agent: sim, timeout: 1s, sandbox: none, max_retries: 1 }
+tasks:
+  - id: slow
+    prompt: "Say DONE"
+    sim: [ { reply: "too late", delay: 5s }, { reply: "DONE" } ]
+    gates: [ { name: answer, result_matches: "^DONE" } ]
+"#,
+    );
+    let slow = task(&ran, "slow");
+    assert_eq!(slow.state, TaskStatus::Passed);
+    assert_eq!(slow.attempts[0].infra_kind.as_deref(), Some("timeout"));
+    assert!(!slow.attempts[0].judged);
+    let retry = &slow.attempts[1];
+    assert_eq!(retry.mode, "cold");
+    let turns = world.transcript(session(retry));
+    assert_eq!(
+        turns[0].prompt,
+        cold_retry_prompt("Say DONE", 2),
+        "no quote after a timeout"
     );
 }

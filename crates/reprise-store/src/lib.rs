@@ -15,6 +15,7 @@ pub mod journal;
 pub mod key;
 pub mod ledger;
 pub mod repair;
+pub mod replies;
 pub mod state;
 pub mod workspace;
 

@@ -643,3 +643,33 @@ fn a_new_seal_never_papers_over_a_cut_sealed_row() {
         "{err}"
     );
 }
+
+#[test]
+fn kept_replies_are_private_capped_replaced_and_dropped() {
+    use reprise_store::replies::{KEPT_REPLY_MAX, drop_kept_reply, keep_reply, read_kept_reply};
+    let setup = setup();
+    let id = task("judged");
+    let cut = |text: &str, max: usize| text.chars().take(max).collect::<String>();
+    assert_eq!(
+        keep_reply(&setup.state, "R-1", &id, " \n\t ", cut).unwrap(),
+        None
+    );
+    assert_eq!(read_kept_reply(&setup.state, "R-1", &id).unwrap(), None);
+    let path = keep_reply(&setup.state, "R-1", &id, "first", cut)
+        .unwrap()
+        .unwrap();
+    assert_eq!(mode_of(&path), 0o600);
+    keep_reply(&setup.state, "R-1", &id, "second", cut).unwrap();
+    assert_eq!(
+        read_kept_reply(&setup.state, "R-1", &id)
+            .unwrap()
+            .as_deref(),
+        Some("second")
+    );
+    let long = "x".repeat(KEPT_REPLY_MAX + 10);
+    keep_reply(&setup.state, "R-1", &id, &long, cut).unwrap();
+    assert_eq!(fs::metadata(&path).unwrap().len(), KEPT_REPLY_MAX as u64);
+    drop_kept_reply(&setup.state, "R-1", &id).unwrap();
+    assert!(!path.exists());
+    drop_kept_reply(&setup.state, "R-1", &id).unwrap();
+}

@@ -24,9 +24,16 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Init => init::run(settings)?,
         Command::Run {
             plan,
+            retry_failed,
             seats,
             retry_budget,
-        } => run::run(settings, &plan, seats, retry_budget.as_deref())?,
+        } => run::run(
+            settings,
+            plan.as_deref(),
+            retry_failed.as_deref(),
+            seats,
+            retry_budget.as_deref(),
+        )?,
         Command::Budget(BudgetCommand::Check { spec, plan }) => {
             budget::check(settings, &spec, plan.as_deref())?
         }

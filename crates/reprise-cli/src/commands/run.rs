@@ -85,14 +85,31 @@ impl EventSink for Quiet {
 
 pub(crate) fn run(
     settings: &Settings,
-    plan_path: &std::path::Path,
+    plan_path: Option<&std::path::Path>,
+    retry_failed: Option<&str>,
     seats: Option<u32>,
     retry_budget: Option<&str>,
 ) -> Result<Outcome, CliError> {
-    let plan_path = if plan_path.is_absolute() {
-        plan_path.to_path_buf()
-    } else {
-        settings.cwd.join(plan_path)
+    // A new leg needs the finished run it continues, from an existing state
+    // directory; its plan is the one that run recorded unless one is given.
+    let prior = match retry_failed {
+        Some(run_id) => {
+            let state = settings.state()?;
+            let prior = reprise_engine::load_run(&state, run_id)
+                .map_err(|err| CliError::usage(err.to_string()))?;
+            if prior.finished_at.is_none() {
+                return Err(CliError::usage(format!(
+                    "run {run_id} has not finished; wait for it, or retry a finished run"
+                )));
+            }
+            Some(prior)
+        }
+        None => None,
+    };
+    let plan_path = match (plan_path, &prior) {
+        (Some(path), _) => path.to_path_buf(),
+        (None, Some(prior)) => std::path::PathBuf::from(&prior.plan),
+        (None, None) => return Err(CliError::usage("give a plan file, or --retry-failed RUN")),
     };
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
@@ -132,6 +149,7 @@ pub(crate) fn run(
         plan_path,
         project,
         seats,
+        retry_of: prior,
         retry_budget,
         key,
     };
