@@ -430,46 +430,75 @@ impl TaskRun<'_> {
         level_of: &dyn Fn(&str) -> Option<i64>,
         started: Instant,
     ) -> AttemptSummary {
+        use reprise_core::outcome::{self as taxonomy, Verdict};
         let mut gates_elapsed = std::time::Duration::ZERO;
-        let (outcome, infra_kind, exit_code, gates) = match &report.outcome {
+        // The outcome in the core's taxonomy: `judged` is derived from its
+        // explicit list of verdict kinds, never as a fallback.
+        let (classified, exit_code, gates) = match &report.outcome {
             AttemptOutcome::Infra { kind, .. } => (
-                Outcome::Infra,
-                Some(kind.as_str().to_owned()),
+                taxonomy::InfraKind::from_name(kind.as_str()).map_or(
+                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::ApiError),
+                    taxonomy::AttemptOutcome::Infra,
+                ),
                 None,
                 Vec::new(),
             ),
             AttemptOutcome::Replied { exit_code, reply } if *exit_code != 0 => {
-                if reply.trim().is_empty() {
-                    (
-                        Outcome::Infra,
-                        Some("agent_exit_without_reply".to_owned()),
-                        Some(*exit_code),
-                        Vec::new(),
-                    )
+                let outcome = if reply.trim().is_empty() {
+                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::AgentExitWithoutReply)
                 } else {
-                    (Outcome::Judged, None, Some(*exit_code), Vec::new())
-                }
+                    taxonomy::AttemptOutcome::Judged(vec![Verdict::AgentExit {
+                        exit_code: *exit_code,
+                    }])
+                };
+                (outcome, Some(*exit_code), Vec::new())
             }
             AttemptOutcome::Replied { exit_code, reply } => {
                 let gates_started = Instant::now();
                 let gates = GateRun { reply, ..*gate_run }.run_all(&self.task.gates, level_of);
-                let outcome = if gates.iter().any(|gate| gate.could_not_run) {
-                    Outcome::Infra
-                } else if gates.iter().all(|gate| gate.passed) {
-                    Outcome::Passed
-                } else {
-                    Outcome::Judged
-                };
-                let kind = (outcome == Outcome::Infra).then(|| "gate_could_not_run".to_owned());
                 gates_elapsed = gates_started.elapsed();
-                (outcome, kind, Some(*exit_code), gates)
+                let verdicts: Vec<Verdict> = gates
+                    .iter()
+                    .filter(|gate| !gate.passed && !gate.could_not_run)
+                    .map(|verdict| {
+                        let disclose = disclose_of(self.task, verdict);
+                        if verdict.exit_code.is_some() {
+                            Verdict::GateRejected {
+                                gate: verdict.name.clone(),
+                                exit_code: verdict.exit_code,
+                                disclose,
+                            }
+                        } else {
+                            Verdict::PredicateRejected {
+                                gate: verdict.name.clone(),
+                                disclose,
+                            }
+                        }
+                    })
+                    .collect();
+                let outcome = if gates.iter().any(|gate| gate.could_not_run) {
+                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateCouldNotRun)
+                } else if verdicts.is_empty() {
+                    taxonomy::AttemptOutcome::Passed
+                } else {
+                    taxonomy::AttemptOutcome::Judged(verdicts)
+                };
+                (outcome, Some(*exit_code), gates)
+            }
+        };
+        let judged = classified.is_judged();
+        let (outcome, infra_kind) = match &classified {
+            taxonomy::AttemptOutcome::Passed => (Outcome::Passed, None),
+            taxonomy::AttemptOutcome::Judged(_) => (Outcome::Judged, None),
+            taxonomy::AttemptOutcome::Infra(kind) => {
+                (Outcome::Infra, Some(kind.as_str().to_owned()))
             }
         };
         AttemptSummary {
             n: attempt,
             mode: mode.to_owned(),
             session_id: report.session_id.clone(),
-            judged: outcome == Outcome::Judged,
+            judged,
             outcome,
             infra_kind,
             exit_code,
