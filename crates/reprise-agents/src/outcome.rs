@@ -6,7 +6,6 @@
 //! Money never passes through a float: a CLI's `0.0123456` is read as decimal
 //! text and rounded half up to the micro-dollar.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,80 +20,9 @@ pub enum AttemptOutcome {
     Infra { kind: InfraKind, detail: String },
 }
 
-/// The kinds of infrastructure failure an adapter reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum InfraKind {
-    /// The process could not be started (a race with the file system, a
-    /// missing working directory, a resource limit).
-    SpawnFailed,
-    /// The agent's binary does not exist or is not executable.
-    MissingBinary,
-    /// The wall-clock timeout expired; the process group was killed.
-    Timeout,
-    /// The CLI could not authenticate (HTTP 401/403, no credentials).
-    AuthFailed,
-    /// The provider rate-limited the request (HTTP 429).
-    RateLimited,
-    /// The provider is overloaded (HTTP 529, "high demand").
-    Overloaded,
-    /// Any other provider or CLI error (HTTP 5xx, a refused request, output
-    /// the adapter could not read).
-    ApiError,
-    /// The provider could not be reached.
-    Network,
-    /// The session to resume or fork is gone.
-    SessionUnavailable,
-    /// Spend reached the attempt's budget.
-    BudgetExhausted,
-    /// The run was cancelled (Ctrl-C); the process group was killed.
-    Cancelled,
-}
-
-impl InfraKind {
-    /// The snake_case name recorded in journals and `--json` output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SpawnFailed => "spawn_failed",
-            Self::MissingBinary => "missing_binary",
-            Self::Timeout => "timeout",
-            Self::AuthFailed => "auth_failed",
-            Self::RateLimited => "rate_limited",
-            Self::Overloaded => "overloaded",
-            Self::ApiError => "api_error",
-            Self::Network => "network",
-            Self::SessionUnavailable => "session_unavailable",
-            Self::BudgetExhausted => "budget_exhausted",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    /// Whether a retry may succeed without anyone changing anything
-    /// (DESIGN.md section 7: retry without rollback).
-    ///
-    /// Not transient: the fatal kinds (auth, missing binary, budget
-    /// exhausted), which block the task, and `Cancelled`, which means the run
-    /// is stopping and no retry should start.
-    pub fn is_transient(self) -> bool {
-        match self {
-            Self::SpawnFailed
-            | Self::Timeout
-            | Self::RateLimited
-            | Self::Overloaded
-            | Self::ApiError
-            | Self::Network
-            | Self::SessionUnavailable => true,
-            Self::MissingBinary | Self::AuthFailed | Self::BudgetExhausted | Self::Cancelled => {
-                false
-            }
-        }
-    }
-}
-
-impl fmt::Display for InfraKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The kinds of infrastructure failure: the core's taxonomy, one list for
+/// adapters, engine and prompts alike.
+pub use reprise_core::outcome::InfraKind;
 
 /// Everything the engine records about one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]

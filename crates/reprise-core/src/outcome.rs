@@ -174,6 +174,30 @@ impl InfraKind {
         }
     }
 
+    /// Whether a retry may succeed without anyone changing anything
+    /// (DESIGN.md section 7: retry without rollback). Not transient: the
+    /// fatal kinds (auth, missing binary, budget exhausted, a prompt that
+    /// cannot be interpolated), which block the task, and `Cancelled`, which
+    /// means the run is stopping and no retry should start.
+    pub fn is_transient(self) -> bool {
+        match self {
+            Self::SpawnFailed
+            | Self::Timeout
+            | Self::RateLimited
+            | Self::Overloaded
+            | Self::ApiError
+            | Self::Network
+            | Self::SessionUnavailable
+            | Self::GateCouldNotRun
+            | Self::AgentExitWithoutReply => true,
+            Self::MissingBinary
+            | Self::AuthFailed
+            | Self::BudgetExhausted
+            | Self::Cancelled
+            | Self::InterpolationError => false,
+        }
+    }
+
     /// The kind a recorded name stands for, if any.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == name)

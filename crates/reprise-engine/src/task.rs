@@ -435,14 +435,9 @@ impl TaskRun<'_> {
         // The outcome in the core's taxonomy: `judged` is derived from its
         // explicit list of verdict kinds, never as a fallback.
         let (classified, exit_code, gates) = match &report.outcome {
-            AttemptOutcome::Infra { kind, .. } => (
-                taxonomy::InfraKind::from_name(kind.as_str()).map_or(
-                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::ApiError),
-                    taxonomy::AttemptOutcome::Infra,
-                ),
-                None,
-                Vec::new(),
-            ),
+            AttemptOutcome::Infra { kind, .. } => {
+                (taxonomy::AttemptOutcome::Infra(*kind), None, Vec::new())
+            }
             AttemptOutcome::Replied { exit_code, reply } if *exit_code != 0 => {
                 let outcome = if reply.trim().is_empty() {
                     taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::AgentExitWithoutReply)
