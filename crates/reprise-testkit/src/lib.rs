@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod model_server;
+
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -1,0 +1,420 @@
+//! Drives the server with a raw TCP client, as the real CLIs would.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{ModelServer, Reply, Scenario, ScenarioError};
+
+const SCENARIO: &str = r#"
+version: 1
+rules:
+  - match: { contains: "write the file", tool_result: false }
+    reply: { tool: Write, input: { file_path: "/tmp/out/hello.txt", content: "héllo \"world\"\n" } }
+  - match: { tool_result: true }
+    reply: { text: "Wrote it." }
+  - match: { contains: "first" }
+    reply: { text: "Reply to the first prompt, long enough to need several deltas." }
+  - match: { contains: "second" }
+    reply: { text: "Reply to the second prompt." }
+  - match: { contains: "overload" }
+    reply: { error: { status: 529, message: "Overloaded" } }
+  - match: { contains: "stall" }
+    reply: { hang: true }
+  - match: { turn: 7 }
+    reply: { text: "seventh" }
+"#;
+
+struct Response {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+fn start(dir: &Path) -> ModelServer {
+    let scenario = Scenario::from_yaml(SCENARIO).expect("scenario parses");
+    ModelServer::start(scenario, dir.join("requests.jsonl")).expect("server starts")
+}
+
+fn post(server: &ModelServer, path: &str, body: &Value) -> Response {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(server.addr()).expect("connect");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        server.addr(),
+        body.len()
+    )
+    .expect("send");
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).expect("read response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("response has a head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|status| status.parse().ok())
+        .expect("status code");
+    Response {
+        status,
+        head: head.to_ascii_lowercase(),
+        body: body.to_owned(),
+    }
+}
+
+/// The (event name, data) pairs of an SSE body.
+fn events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|chunk| !chunk.trim().is_empty())
+        .map(|chunk| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in chunk.lines() {
+                if let Some(rest) = line.strip_prefix("event: ") {
+                    name = rest.to_owned();
+                } else if let Some(rest) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(rest).expect("event data is json");
+                }
+            }
+            assert_eq!(data["type"], name.as_str(), "event name matches its type");
+            (name, data)
+        })
+        .collect()
+}
+
+fn names(events: &[(String, Value)]) -> Vec<&str> {
+    events.iter().map(|(name, _)| name.as_str()).collect()
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>ignore me</system-reminder>"},
+        {"type": "text", "text": text},
+    ]})
+}
+
+fn messages_request(messages: Vec<Value>) -> Value {
+    json!({"model": "claude-test", "stream": true, "max_tokens": 100, "messages": messages})
+}
+
+fn read_log(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .expect("log exists")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("log line is json"))
+        .collect()
+}
+
+#[test]
+fn streamed_text_arrives_as_the_messages_event_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let response = post(
+        &server,
+        "/v1/messages?beta=true",
+        &messages_request(vec![user("the first prompt")]),
+    );
+    assert_eq!(response.status, 200);
+    assert!(response.head.contains("content-type: text/event-stream"));
+    let events = events(&response.body);
+    let deltas = events.len() - 5;
+    assert!(deltas > 1, "the text is split over several deltas");
+    let mut expected = vec!["message_start", "content_block_start"];
+    expected.extend(std::iter::repeat_n("content_block_delta", deltas));
+    expected.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(names(&events), expected);
+    let start = &events[0].1["message"];
+    assert_eq!(start["model"], "claude-test");
+    assert!(start["id"].as_str().unwrap().starts_with("msg_"));
+    assert!(start["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    let text: String = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| {
+            assert_eq!(data["delta"]["type"], "text_delta");
+            data["delta"]["text"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        text,
+        "Reply to the first prompt, long enough to need several deltas."
+    );
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+    assert!(delta["usage"]["output_tokens"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn non_streamed_request_gets_one_message_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let mut request = messages_request(vec![user("the first prompt")]);
+    request["stream"] = json!(false);
+    let response = post(&server, "/v1/messages", &request);
+    assert_eq!(response.status, 200);
+    assert!(response.head.contains("content-type: application/json"));
+    let message: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["stop_reason"], "end_turn");
+    assert_eq!(
+        message["content"][0]["text"],
+        "Reply to the first prompt, long enough to need several deltas."
+    );
+}
+
+#[test]
+fn tool_use_streams_input_json_deltas_that_parse_to_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let response = post(
+        &server,
+        "/v1/messages?beta=true",
+        &messages_request(vec![user("please write the file")]),
+    );
+    let events = events(&response.body);
+    let block = &events[1].1["content_block"];
+    assert_eq!(block["type"], "tool_use");
+    assert_eq!(block["name"], "Write");
+    assert!(block["id"].as_str().unwrap().starts_with("toolu_"));
+    let partial: Vec<String> = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .map(|(_, data)| {
+            assert_eq!(data["delta"]["type"], "input_json_delta");
+            data["delta"]["partial_json"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert!(partial.len() > 1, "the input is split over several deltas");
+    let input: Value = serde_json::from_str(&partial.concat()).unwrap();
+    assert_eq!(
+        input,
+        json!({"file_path": "/tmp/out/hello.txt", "content": "héllo \"world\"\n"})
+    );
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+
+    // The client's tool_result answer is a follow-up in the same turn.
+    let follow_up = messages_request(vec![
+        user("please write the file"),
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Write", "input": input}]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}),
+    ]);
+    let events_after = events_of(&server, &follow_up);
+    assert_eq!(events_after[2].1["delta"]["text"], "Wrote it.");
+    let log = read_log(dir.path());
+    assert_eq!(log[1]["tool_result"], true);
+    assert_eq!(log[1]["turn"], 1);
+    assert_eq!(log[1]["prompt_text"], "please write the file");
+}
+
+fn text_of(events: &[(String, Value)]) -> String {
+    events
+        .iter()
+        .filter_map(|(_, data)| data["delta"]["text"].as_str())
+        .collect()
+}
+
+fn events_of(server: &ModelServer, request: &Value) -> Vec<(String, Value)> {
+    events(&post(server, "/v1/messages", request).body)
+}
+
+#[test]
+fn contains_picks_the_second_rule_for_a_second_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let first = events_of(&server, &messages_request(vec![user("the first prompt")]));
+    let second = events_of(
+        &server,
+        &messages_request(vec![
+            user("the first prompt"),
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Reply to the first prompt"}]}),
+            user("now the second prompt"),
+        ]),
+    );
+    assert!(text_of(&first).starts_with("Reply to the first"));
+    assert_eq!(text_of(&second), "Reply to the second prompt.");
+    let log = read_log(dir.path());
+    assert_eq!(log[0]["rule"], 2);
+    assert_eq!(log[1]["rule"], 3);
+    assert_eq!(log[1]["turn"], 2);
+}
+
+#[test]
+fn turn_counts_prompt_bearing_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    for _ in 0..6 {
+        post(
+            &server,
+            "/v1/messages",
+            &messages_request(vec![user("the first prompt")]),
+        );
+    }
+    let seventh = events_of(&server, &messages_request(vec![user("no rule by text")]));
+    assert_eq!(seventh[2].1["delta"]["text"], "seventh");
+    let eighth = post(
+        &server,
+        "/v1/messages",
+        &messages_request(vec![user("no rule by text")]),
+    );
+    assert_eq!(eighth.status, 400, "no rule matches turn 8");
+}
+
+#[test]
+fn error_rule_returns_its_status_and_an_error_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let response = post(
+        &server,
+        "/v1/messages?beta=true",
+        &messages_request(vec![user("overload me")]),
+    );
+    assert_eq!(response.status, 529);
+    let body: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(
+        body,
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    );
+}
+
+#[test]
+fn unknown_path_is_a_404_json_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let response = post(&server, "/v1/complete", &json!({}));
+    assert_eq!(response.status, 404);
+    let body: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(body["error"]["type"], "not_found_error");
+}
+
+#[test]
+fn request_log_records_path_count_roles_and_last_user_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let request = messages_request(vec![
+        user("the first prompt"),
+        json!({"role": "assistant", "content": "ok"}),
+        user("the second prompt"),
+    ]);
+    post(&server, "/v1/messages?beta=true", &request);
+    let log = read_log(dir.path());
+    assert_eq!(log.len(), 1);
+    let line = &log[0];
+    assert_eq!(line["path"], "/v1/messages");
+    assert_eq!(line["query"], "beta=true");
+    assert_eq!(line["model"], "claude-test");
+    assert_eq!(line["messages"], 3);
+    assert_eq!(line["roles"], json!(["user", "assistant", "user"]));
+    assert_eq!(line["bytes"], request.to_string().len());
+    assert_eq!(line["last_user_text"], "the second prompt");
+}
+
+#[test]
+fn responses_streams_the_codex_events_with_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let request = json!({"model": "gpt-test", "stream": true, "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>cwd</environment_context>"},
+            {"type": "input_text", "text": "the second prompt"},
+        ]},
+    ]});
+    let response = post(&server, "/v1/responses", &request);
+    assert_eq!(response.status, 200);
+    assert!(response.head.contains("content-type: text/event-stream"));
+    let events = events(&response.body);
+    let deltas = events.len() - 4;
+    let mut expected = vec!["response.created", "response.output_item.added"];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    expected.extend(["response.output_item.done", "response.completed"]);
+    assert_eq!(names(&events), expected);
+    let text: String = events
+        .iter()
+        .filter_map(|(_, data)| data["delta"].as_str())
+        .collect();
+    assert_eq!(text, "Reply to the second prompt.");
+    let done = &events[events.len() - 2].1["item"];
+    assert_eq!(done["content"][0]["text"], "Reply to the second prompt.");
+    let usage = &events[events.len() - 1].1["response"]["usage"];
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0);
+    assert!(usage["output_tokens"].as_u64().unwrap() > 0);
+    let log = read_log(dir.path());
+    assert_eq!(log[0]["roles"], json!(["developer", "user"]));
+    assert_eq!(log[0]["last_user_text"], "the second prompt");
+}
+
+#[test]
+fn hang_holds_the_socket_until_the_server_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let body = messages_request(vec![user("stall please")]).to_string();
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    write!(
+        stream,
+        "POST /v1/messages HTTP/1.1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The log line is written before the reply would be: wait for it.
+    while read_log_len(dir.path()) == 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buffer = [0; 64];
+    let pending = stream.read(&mut buffer);
+    assert!(pending.is_err(), "no answer while hanging: {pending:?}");
+    server.stop();
+    stream.set_read_timeout(None).unwrap();
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "closed without an answer");
+}
+
+fn read_log_len(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn binds_loopback_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    assert_eq!(server.addr().ip(), IpAddr::from([127, 0, 0, 1]));
+    assert_eq!(
+        server.base_url(),
+        format!("http://127.0.0.1:{}", server.addr().port())
+    );
+    // When the machine has a non-loopback address, the port is closed there.
+    let outward = UdpSocket::bind("0.0.0.0:0")
+        .and_then(|socket| socket.connect("10.255.255.255:9").map(|()| socket))
+        .and_then(|socket| socket.local_addr());
+    if let Ok(local) = outward
+        && !local.ip().is_loopback()
+        && !local.ip().is_unspecified()
+    {
+        let attempt = TcpStream::connect((local.ip(), server.addr().port()));
+        assert!(attempt.is_err(), "reachable on {}", local.ip());
+    }
+}
+
+#[test]
+fn scenario_rejects_ambiguous_replies_and_newer_versions() {
+    let both = "rules:\n  - reply: { text: hi, hang: true }\n";
+    assert!(matches!(
+        Scenario::from_yaml(both),
+        Err(ScenarioError::InvalidRule { index: 0, .. })
+    ));
+    assert!(matches!(
+        Scenario::from_yaml("version: 2\nrules: []\n"),
+        Err(ScenarioError::NewerVersion { found: 2 })
+    ));
+    let scenario = Scenario::from_yaml(SCENARIO).unwrap();
+    assert_eq!(scenario.rules.len(), 7);
+    assert_eq!(scenario.rules[5].reply, Reply::Hang);
+}
