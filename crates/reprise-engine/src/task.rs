@@ -136,6 +136,9 @@ impl TaskRun<'_> {
         // A task carried over from an earlier run's failure starts cold, and
         // hears what its judged attempt said, once.
         let mut previous: Option<Previous> = self.carried.clone();
+        // From here on the journal is the engine's: anything else writing to
+        // it is noticed (see `foreign_writes_seen`).
+        journal.mark()?;
         let mut next = match &previous {
             Some(carried) if carried.judged => self.cold(1, Some(carried)),
             _ => NextAttempt {
@@ -343,7 +346,16 @@ impl TaskRun<'_> {
             &json!({"run_id": self.run_id, "state": result.status, "reason": result.reason,
                     "attempts": result.attempts.len(), "spent_micro_usd": result.spent_micro_usd}),
         )?;
-        if let Err(err) = seal_journal_after(
+        if journal.foreign_writes_seen()? {
+            // The chain may verify, but rows the engine did not write are in
+            // it: a seal would vouch for them.
+            self.emit(Event::Warning {
+                task: Some(task.id.clone()),
+                message:
+                    "journal not sealed: it was written to behind the engine's back during the task"
+                        .to_owned(),
+            });
+        } else if let Err(err) = seal_journal_after(
             self.state,
             &mut audit,
             &task.id,

@@ -1588,6 +1588,17 @@ fn a_checkpoint_appended_behind_the_engines_back_is_not_trusted() {
     assert_eq!(decisions[0].checkpoint_session_id, None);
     assert_eq!(decisions[0].checkpoint_event_hash, None);
     assert_cold_metadata(mend, "warm", "journal_unverified");
+    // The forged row verifies as a chain, but the engine did not write it:
+    // the journal is not sealed as the engine's own.
+    assert!(
+        warnings(&ran, "mend")
+            .iter()
+            .any(|message| message.contains("behind the engine's back")),
+        "{:?}",
+        ran.events
+    );
+    let audit = read_audit(&world.fixture.state, &world.fixture.key).expect("audit");
+    assert!(audit.seals_of(&World::id("mend")).is_empty());
 }
 
 #[test]

@@ -47,6 +47,9 @@ pub struct ChainFile {
     expected: Option<Fingerprint>,
     /// Something other than this handle changed the file since `mark`.
     foreign_change: bool,
+    /// Something other than this handle changed the file since the first
+    /// `mark`: unlike `foreign_change`, a later `mark` does not clear it.
+    foreign_seen: bool,
 }
 
 /// The identity and timestamps of a file as `stat` reports them by path. A
@@ -133,6 +136,7 @@ impl ChainFile {
             poisoned: false,
             expected: None,
             foreign_change: false,
+            foreign_seen: false,
         })
     }
 
@@ -160,6 +164,9 @@ impl ChainFile {
     /// whether anything but this handle's appends changed it since.
     pub fn mark(&mut self) -> Result<Fingerprint> {
         let now = self.stat_path()?;
+        if self.foreign_change || self.expected.is_some_and(|expected| expected != now) {
+            self.foreign_seen = true;
+        }
         self.expected = Some(now);
         self.foreign_change = false;
         Ok(now)
@@ -173,6 +180,13 @@ impl ChainFile {
             && self.expected == Some(self.stat_path()?))
     }
 
+    /// True when anything but this handle's own appends changed the file at
+    /// any time since its first `mark`, whatever was verified in between: a
+    /// journal written behind the engine's back is not sealed as its own.
+    pub fn foreign_writes_seen(&self) -> Result<bool> {
+        Ok(self.foreign_seen || self.expected.is_some() && !self.only_own_appends_since_mark()?)
+    }
+
     /// If the file at `path` is no longer the one this handle has open (it
     /// was replaced, say by an editor's rename), opens the one on disk: the
     /// journal is the file at its path, not an unlinked inode.
@@ -183,12 +197,14 @@ impl ChainFile {
             Ok(meta) => meta,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 self.foreign_change = true;
+                self.foreign_seen = true;
                 return self.reopen();
             }
             Err(err) => return Err(err).at(&self.path),
         };
         if (ours.dev(), ours.ino()) != (on_disk.dev(), on_disk.ino()) {
             self.foreign_change = true;
+            self.foreign_seen = true;
             self.reopen()?;
         }
         Ok(())
@@ -223,6 +239,7 @@ impl ChainFile {
         let before = Fingerprint::of(&self.file.metadata().at(&self.path)?);
         if self.expected.is_some_and(|expected| expected != before) {
             self.foreign_change = true;
+            self.foreign_seen = true;
         }
         let len = before.len;
         let head = match self.cached {

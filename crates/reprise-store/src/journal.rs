@@ -60,6 +60,11 @@ impl Journal {
         self.file.mark()
     }
 
+    /// See `ChainFile::foreign_writes_seen`.
+    pub fn foreign_writes_seen(&self) -> Result<bool> {
+        self.file.foreign_writes_seen()
+    }
+
     /// See `ChainFile::only_own_appends_since_mark`.
     pub fn only_own_appends_since_mark(&self) -> Result<bool> {
         self.file.only_own_appends_since_mark()
