@@ -76,6 +76,36 @@ fn seal_row(
     }
 }
 
+/// A row member: its key and its value's canonical bytes.
+type Member = (&'static str, Vec<u8>);
+
+/// The members every event row (journal, ledger, audit) starts with, in JCS
+/// order: `at, body, kind, <prev_key>, seq`; the caller adds the rest.
+fn event_members(
+    previous: Option<Head>,
+    prev_key: &'static str,
+    kind: &str,
+    at: &str,
+    body: &Value,
+) -> Result<(u64, Vec<Member>), EncodeError> {
+    let (seq, prev) = next_link(previous);
+    check_safe(seq, "$.seq")?;
+    Ok((
+        seq,
+        vec![
+            ("at", quoted(at)?),
+            ("body", value_to_canonical_vec(body, "$.body")?),
+            ("kind", quoted(kind)?),
+            (prev_key, quoted_hex(prev)),
+            ("seq", seq.to_string().into_bytes()),
+        ],
+    ))
+}
+
+fn version_member() -> Member {
+    ("v", FORMAT_VERSION.to_string().into_bytes())
+}
+
 /// Encodes the next task journal row after `previous`.
 pub fn encode_journal_row(
     previous: Option<Head>,
@@ -84,17 +114,9 @@ pub fn encode_journal_row(
     at: &str,
     body: &Value,
 ) -> Result<EncodedRow, EncodeError> {
-    let (seq, prev_hash) = next_link(previous);
-    let mut members = vec![
-        ("at", quoted(at)?),
-        ("body", value_to_canonical_vec(body, "$.body")?),
-        ("kind", quoted(kind)?),
-        ("prev_hash", quoted_hex(prev_hash)),
-        ("seq", seq.to_string().into_bytes()),
-        ("task_id", quoted(task_id.as_str())?),
-        ("v", FORMAT_VERSION.to_string().into_bytes()),
-    ];
-    check_safe(seq, "$.seq")?;
+    let (seq, mut members) = event_members(previous, "prev_hash", kind, at, body)?;
+    members.push(("task_id", quoted(task_id.as_str())?));
+    members.push(version_member());
     Ok(seal_row(
         &mut members,
         "event_hash",
@@ -111,16 +133,8 @@ pub fn encode_ledger_row(
     at: &str,
     body: &Value,
 ) -> Result<EncodedRow, EncodeError> {
-    let (seq, prev_hash) = next_link(previous);
-    let mut members = vec![
-        ("at", quoted(at)?),
-        ("body", value_to_canonical_vec(body, "$.body")?),
-        ("kind", quoted(kind)?),
-        ("prev_hash", quoted_hex(prev_hash)),
-        ("seq", seq.to_string().into_bytes()),
-        ("v", FORMAT_VERSION.to_string().into_bytes()),
-    ];
-    check_safe(seq, "$.seq")?;
+    let (seq, mut members) = event_members(previous, "prev_hash", kind, at, body)?;
+    members.push(version_member());
     Ok(seal_row(
         &mut members,
         "event_hash",
@@ -138,16 +152,8 @@ pub fn encode_audit_row(
     at: &str,
     body: &Value,
 ) -> Result<EncodedRow, EncodeError> {
-    let (seq, prev_mac) = next_link(previous);
-    let mut members = vec![
-        ("at", quoted(at)?),
-        ("body", value_to_canonical_vec(body, "$.body")?),
-        ("kind", quoted(kind)?),
-        ("prev_mac", quoted_hex(prev_mac)),
-        ("seq", seq.to_string().into_bytes()),
-        ("v", FORMAT_VERSION.to_string().into_bytes()),
-    ];
-    check_safe(seq, "$.seq")?;
+    let (seq, mut members) = event_members(previous, "prev_mac", kind, at, body)?;
+    members.push(version_member());
     Ok(seal_row(
         &mut members,
         "mac",

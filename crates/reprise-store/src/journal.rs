@@ -138,6 +138,22 @@ impl JournalVerification {
     }
 }
 
+/// Verifies a task's spine; `None` when the task has made no decision yet.
+pub fn verify_spine(state: &StateDir, task: &TaskId) -> Result<Option<ChainReport>> {
+    let path = state.spine_path(task);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    Ok(Some(read_chain(
+        &path,
+        ChainFormat::Spine,
+        None,
+        None,
+        &[],
+        |_, _| {},
+    )?))
+}
+
 /// Verifies a task's journal, its spine, and its seals. `key` is needed only
 /// when the state directory has an audit chain; it is loaded lazily.
 pub fn verify_journal(
@@ -164,19 +180,7 @@ pub fn verify_journal(
         &watch,
         |_, _| {},
     )?;
-    let spine_path = state.spine_path(task);
-    let spine = if spine_path.is_file() {
-        Some(read_chain(
-            &spine_path,
-            ChainFormat::Spine,
-            None,
-            None,
-            &[],
-            |_, _| {},
-        )?)
-    } else {
-        None
-    };
+    let spine = verify_spine(state, task)?;
     let sealed_through = seals.iter().map(|seal| seal.seq).max();
     let last_seq = chain.head.map(|head| head.seq);
     let unsealed_rows = match (last_seq, sealed_through) {

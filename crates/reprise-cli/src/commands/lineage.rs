@@ -4,9 +4,8 @@
 use std::fmt::Write as _;
 
 use reprise_core::TaskId;
-use reprise_core::chain::ChainFormat;
 use reprise_engine::read_decisions;
-use reprise_store::read_chain;
+use reprise_store::journal::verify_spine;
 use serde_json::json;
 
 use crate::error::CliError;
@@ -17,19 +16,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
     let id = TaskId::parse(task)?;
     let state = settings.state()?;
     let decisions = read_decisions(&state, &id).map_err(|err| CliError::usage(err.to_string()))?;
-    let spine_path = state.spine_path(&id);
-    let spine = if spine_path.is_file() {
-        Some(read_chain(
-            &spine_path,
-            ChainFormat::Spine,
-            None,
-            None,
-            &[],
-            |_, _| {},
-        )?)
-    } else {
-        None
-    };
+    let spine = verify_spine(&state, &id)?;
     let spine_ok = spine
         .as_ref()
         .is_none_or(|report| report.first_problem().is_none());
