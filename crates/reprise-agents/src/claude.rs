@@ -15,7 +15,9 @@
 //! | warm | `-p --output-format json --permission-mode acceptEdits --resume <id> -- P` |
 //! | fork | `-p --output-format json --permission-mode acceptEdits --resume <id> --fork-session --session-id <uuid> -- P` |
 //!
-//! plus `--max-budget-usd <usd>` before `--` when the attempt has a budget.
+//! plus `--max-budget-usd <usd>` when the attempt has a budget and
+//! `--allowedTools T...` when the plan names tools (`agents.claude.allowed_tools`),
+//! both before `--`.
 //! The prompt goes last, after `--`, because `-p` is a flag and the prompt a
 //! positional: a prompt that starts with `-` would otherwise be read as an
 //! option. `acceptEdits` lets Write and Edit run headless (the bypass modes
@@ -47,12 +49,23 @@ const NO_CONVERSATION: &str = "No conversation found with session ID";
 #[derive(Debug, Default)]
 pub struct ClaudeAdapter {
     versions: VersionCache,
+    allowed_tools: Vec<String>,
 }
 
 impl ClaudeAdapter {
     /// A claude adapter; the binary comes from each request.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Lets the CLI use `tools` without asking (`--allowedTools`): headless,
+    /// nobody can answer a permission prompt, and edits alone are allowed by
+    /// the permission mode.
+    pub fn with_allowed_tools(tools: Vec<String>) -> Self {
+        Self {
+            allowed_tools: tools,
+            ..Self::default()
+        }
     }
 }
 
@@ -67,7 +80,15 @@ impl Adapter for ClaudeAdapter {
 
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
         let request = with_chosen_session_ids(request);
-        run_cli(SPEC, &self.versions, &request, cancel, invocation, parse)
+        let tools = &self.allowed_tools;
+        run_cli(
+            SPEC,
+            &self.versions,
+            &request,
+            cancel,
+            |request, program| invocation(request, program, tools),
+            parse,
+        )
     }
 
     /// `<root>/projects/<cwd, each character but ASCII letters and digits
@@ -130,7 +151,11 @@ pub(crate) fn project_dir_name(cwd: &Path) -> String {
 }
 
 /// Builds the claude command line for `request` (ids already chosen).
-pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocation {
+pub(crate) fn invocation(
+    request: &AttemptRequest,
+    program: PathBuf,
+    allowed_tools: &[String],
+) -> Invocation {
     let mut args: Vec<String> = [
         "-p",
         "--output-format",
@@ -164,6 +189,11 @@ pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocati
     };
     if let Some(budget) = request.budget_micro_usd {
         args.extend(["--max-budget-usd".into(), format_micro_usd(budget)]);
+    }
+    if !allowed_tools.is_empty() {
+        // A variadic option: each tool its own argument, ended by `--`.
+        args.push("--allowedTools".into());
+        args.extend(allowed_tools.iter().cloned());
     }
     args.extend(["--".into(), request.prompt.clone()]);
     let mut env = request.env.clone();
@@ -316,7 +346,7 @@ mod tests {
 
     fn argv(session: SessionMode) -> Vec<String> {
         let request = request(session, Path::new("/work/sandbox"));
-        invocation(&request, PathBuf::from("/usr/bin/claude")).args
+        invocation(&request, PathBuf::from("/usr/bin/claude"), &[]).args
     }
 
     #[test]
@@ -389,12 +419,21 @@ mod tests {
         request.budget_micro_usd = Some(1_250_000);
         request.config_home = Some(PathBuf::from("/homes/claude"));
         request.env = vec![("ANTHROPIC_BASE_URL".into(), "http://127.0.0.1:1".into())];
-        let built = invocation(&request, PathBuf::from("/usr/bin/claude"));
+        let tools = ["Bash".to_owned(), "Bash(git log:*)".to_owned()];
+        let built = invocation(&request, PathBuf::from("/usr/bin/claude"), &tools);
         assert_eq!(built.stdin, Stdin::Null);
         assert_eq!(built.session_id.as_deref(), Some(U2));
         assert_eq!(
-            built.args[built.args.len() - 4..],
-            ["--max-budget-usd", "1.25", "--", "-starts with a dash"]
+            built.args[built.args.len() - 7..],
+            [
+                "--max-budget-usd",
+                "1.25",
+                "--allowedTools",
+                "Bash",
+                "Bash(git log:*)",
+                "--",
+                "-starts with a dash"
+            ]
         );
         assert_eq!(
             built.env,
@@ -421,6 +460,7 @@ mod tests {
                 Path::new("/w"),
             ),
             PathBuf::from("claude"),
+            &[],
         );
         assert_eq!(resume.session_id.as_deref(), Some(U1));
     }

@@ -12,6 +12,8 @@
 #![forbid(unsafe_code)]
 
 mod claude;
+#[cfg(test)]
+mod cli_flags;
 mod codex;
 mod command;
 mod gemini;

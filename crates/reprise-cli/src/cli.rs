@@ -48,6 +48,9 @@ pub(crate) enum Command {
         #[arg(long, value_name = "SPEC")]
         retry_budget: Option<String>,
     },
+    /// Rehearse a plan: the real agent CLIs against a scripted model server
+    /// on loopback, no tokens spent; or `rehearse serve`, the server alone.
+    Rehearse(RehearseArgs),
     /// Explain a retry budget spec.
     #[command(subcommand)]
     Budget(BudgetCommand),
@@ -74,6 +77,51 @@ pub(crate) enum Command {
     /// Hash a working tree.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct RehearseArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<RehearseCommand>,
+    /// The plan file (YAML).
+    #[arg(required = true)]
+    pub(crate) plan: Option<PathBuf>,
+    /// What the server answers (YAML rules; see the README).
+    #[arg(long, value_name = "FILE", required = true)]
+    pub(crate) scenario: Option<PathBuf>,
+    /// Tasks running at once (overrides the plan's `seats`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) seats: Option<u32>,
+    /// A retry budget (overrides the plan's `retry_budget`).
+    #[arg(long, value_name = "SPEC")]
+    pub(crate) retry_budget: Option<String>,
+    /// Dollars per million input/output tokens, to price agents that report
+    /// no cost of their own (e.g. `3/15`).
+    #[arg(long, value_name = "IN/OUT")]
+    pub(crate) price: Option<String>,
+    /// Keep every request body the agents sent, beside the request log.
+    #[arg(long)]
+    pub(crate) keep_requests: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RehearseCommand {
+    /// Serve a scenario on loopback until Ctrl-C, logging every request.
+    Serve {
+        /// What the server answers (YAML rules).
+        #[arg(long, value_name = "FILE")]
+        scenario: PathBuf,
+        /// The request log, one JSON line per request (default: ./requests.jsonl).
+        #[arg(long, value_name = "FILE")]
+        log: Option<PathBuf>,
+        /// The port on 127.0.0.1 (default: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Keep every request body in DIR, one file per request.
+        #[arg(long, value_name = "DIR")]
+        keep_requests: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -21,7 +21,7 @@ pub use budget::{plan_criteria, resolve_budget};
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink};
 pub use records::{DecisionRow, read_decisions};
-pub use run::{RunOptions, load_plan, new_run_id, run_plan};
+pub use run::{AgentSetup, RunOptions, load_plan, new_run_id, run_plan};
 pub use state::{
     AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, latest_run, load_run,
 };

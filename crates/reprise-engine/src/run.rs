@@ -40,7 +40,21 @@ pub struct RunOptions {
     pub retry_of: Option<RunState>,
     /// The validated retry budget (`resolve_budget`), if the run has one.
     pub retry_budget: Option<reprise_core::budget::BudgetSpec>,
+    /// What each task's agent process gets besides the plan's settings;
+    /// tasks not named get nothing extra.
+    pub agent_setup: BTreeMap<TaskId, AgentSetup>,
     pub key: AuditKey,
+}
+
+/// Extra environment and a config home for one task's agent process, as
+/// `reprise rehearse` sets them to point a CLI at its model server. The
+/// environment is the child's only; the config home is the CLI's
+/// (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `GEMINI_CLI_HOME`) and is where the
+/// engine looks for the CLI's transcripts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentSetup {
+    pub env: Vec<(String, String)>,
+    pub config_home: Option<PathBuf>,
 }
 
 /// A new run id: `R-` and a ULID, so ids sort by start time.
@@ -66,7 +80,7 @@ fn bin_for(plan: &Plan, kind: AgentKind) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn adapter_for(task: &Task, state: &StateDir) -> Arc<dyn Adapter> {
+fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
     match &task.agent {
         TaskAgent::Command { argv } => Arc::new(CommandAdapter::new(argv.clone())),
         TaskAgent::Sim { script } => {
@@ -86,7 +100,11 @@ fn adapter_for(task: &Task, state: &StateDir) -> Arc<dyn Adapter> {
                 .collect();
             Arc::new(SimAdapter::new(steps, state.sim_store()))
         }
-        TaskAgent::Claude => Arc::new(ClaudeAdapter::new()),
+        TaskAgent::Claude => Arc::new(ClaudeAdapter::with_allowed_tools(
+            plan.agent_settings(AgentKind::Claude)
+                .map(|settings| settings.allowed_tools.clone())
+                .unwrap_or_default(),
+        )),
         TaskAgent::Codex => Arc::new(CodexAdapter::new()),
         TaskAgent::Gemini => Arc::new(GeminiAdapter::new()),
     }
@@ -138,7 +156,7 @@ pub fn run_plan(
     let order: Vec<&Task> = plan.dependency_order();
     let adapters: BTreeMap<TaskId, Arc<dyn Adapter>> = order
         .iter()
-        .map(|task| (task.id.clone(), adapter_for(task, state)))
+        .map(|task| (task.id.clone(), adapter_for(task, plan, state)))
         .collect();
     let mut run = RunState {
         v: 1,
@@ -315,6 +333,11 @@ pub fn run_plan(
                 let carried_reply = carried.get(&task.id).cloned();
                 let adapter = Arc::clone(&adapters[&task.id]);
                 let key = options.key.clone();
+                let setup = options
+                    .agent_setup
+                    .get(&task.id)
+                    .cloned()
+                    .unwrap_or_default();
                 let project = options.project.as_path();
                 let run_id = options.run_id.as_str();
                 scope.spawn(move || {
@@ -327,6 +350,7 @@ pub fn run_plan(
                         project,
                         envelope_micro_usd: envelope,
                         bin: bin_for(plan, task.agent.kind()),
+                        setup,
                         prior_seals,
                         budget,
                         carried: carried_reply,

@@ -34,6 +34,7 @@ use crate::error::Result;
 use crate::events::{Event, Message};
 use crate::gates::GateRun;
 use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
+use crate::run::AgentSetup;
 use crate::sandbox;
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 
@@ -55,6 +56,8 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) envelope_micro_usd: Option<u64>,
     /// The agent binary the plan names, if any.
     pub(crate) bin: Option<PathBuf>,
+    /// What the caller adds to the agent's process (rehearsal's server).
+    pub(crate) setup: AgentSetup,
     /// Seals the audit chain held for this task when the run started.
     pub(crate) prior_seals: Vec<reprise_core::record::Head>,
     /// The run's retry budget, if any, with the plan's criteria ladders:
@@ -154,7 +157,8 @@ impl TaskRun<'_> {
             Some((spec, criteria)) => Some(RetryBudget::new(spec, criteria)?),
             None => None,
         };
-        let mut env = vec![("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned())];
+        let mut env = self.setup.env.clone();
+        env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
         if let Some((spec, _)) = self.budget {
             env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
         }
@@ -193,7 +197,7 @@ impl TaskRun<'_> {
                     timeout: task.timeout,
                     env: env.clone(),
                     bin: self.bin.clone(),
-                    config_home: None,
+                    config_home: self.setup.config_home.clone(),
                     budget_micro_usd: remaining,
                 },
                 self.cancel,
@@ -629,9 +633,14 @@ impl TaskRun<'_> {
     }
 
     /// Copies the CLI's transcript of `session_id` aside, so it can be
-    /// restored if the CLI loses it before a warm resume.
+    /// restored if the CLI loses it before a warm resume, and notes where it
+    /// was: a CLI that files transcripts by date (Codex) cannot say where a
+    /// lost one belongs.
     fn preserve_transcript(&self, session_id: &str, cwd: &Path) {
-        let Some(native) = self.adapter.transcript_path(session_id, cwd, None) else {
+        let Some(native) =
+            self.adapter
+                .transcript_path(session_id, cwd, self.setup.config_home.as_deref())
+        else {
             return;
         };
         let copied = fs::read(&native)
@@ -641,7 +650,10 @@ impl TaskRun<'_> {
                 if let Some(dir) = target.parent() {
                     fs::create_dir_all(dir).map_err(|err| err.to_string())?;
                 }
-                write_atomic(&target, &bytes, 0o600).map_err(|err| err.to_string())
+                write_atomic(&target, &bytes, 0o600).map_err(|err| err.to_string())?;
+                let origin = native.to_string_lossy();
+                write_atomic(&target.with_extension("origin"), origin.as_bytes(), 0o600)
+                    .map_err(|err| err.to_string())
             });
         if let Err(err) = copied {
             self.emit(Event::Warning {
@@ -651,10 +663,28 @@ impl TaskRun<'_> {
         }
     }
 
+    /// Where the CLI keeps `session_id`'s transcript: as the adapter finds
+    /// it, else where it was when it was preserved. A recorded place is used
+    /// only if it names this session's transcript, so an edited note cannot
+    /// aim a restore at any other file.
+    fn native_transcript(&self, session_id: &str, cwd: &Path) -> Option<PathBuf> {
+        if let Some(native) =
+            self.adapter
+                .transcript_path(session_id, cwd, self.setup.config_home.as_deref())
+        {
+            return Some(native);
+        }
+        let origin = fs::read_to_string(self.preserved_path(session_id).with_extension("origin"))
+            .ok()
+            .map(PathBuf::from)?;
+        let name = origin.file_name()?.to_string_lossy().into_owned();
+        (origin.is_absolute() && name.ends_with(&format!("{session_id}.jsonl"))).then_some(origin)
+    }
+
     /// True when `session_id` can be resumed: the CLI still has it, or its
     /// preserved copy was put back.
     fn ensure_session(&self, session_id: &str, cwd: &Path) -> bool {
-        let Some(native) = self.adapter.transcript_path(session_id, cwd, None) else {
+        let Some(native) = self.native_transcript(session_id, cwd) else {
             // The adapter keeps no transcript we can see: trust the CLI.
             return true;
         };

@@ -143,6 +143,7 @@ impl World {
                 seats,
                 retry_of: None,
                 retry_budget,
+                agent_setup: Default::default(),
                 key: self.fixture.key.clone(),
             },
             &CancelToken::new(),

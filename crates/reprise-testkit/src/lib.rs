@@ -3,7 +3,8 @@
 
 #![forbid(unsafe_code)]
 
-pub mod model_server;
+/// The scripted model server lives in `reprise-rehearse`; re-exported for tests.
+pub use reprise_rehearse::model_server;
 
 use std::fs;
 use std::io::{BufWriter, Write};

@@ -6,14 +6,15 @@ mod budget;
 mod init;
 mod journal;
 mod lineage;
+mod rehearse;
 mod replay;
 mod run;
 mod status;
 mod workspace;
 
 use crate::cli::{
-    AuditCommand, BudgetCommand, Command, JournalCommand, LineageCommand, ReplayCommand,
-    TaskCommand, WorkspaceCommand,
+    AuditCommand, BudgetCommand, Command, JournalCommand, LineageCommand, RehearseArgs,
+    RehearseCommand, ReplayCommand, TaskCommand, WorkspaceCommand,
 };
 use crate::error::CliError;
 use crate::output::Outcome;
@@ -34,6 +35,40 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             seats,
             retry_budget.as_deref(),
         )?,
+        Command::Rehearse(RehearseArgs {
+            command:
+                Some(RehearseCommand::Serve {
+                    scenario,
+                    log,
+                    port,
+                    keep_requests,
+                }),
+            ..
+        }) => rehearse::serve(settings, &scenario, log.as_deref(), port, keep_requests)?,
+        Command::Rehearse(RehearseArgs {
+            command: None,
+            plan,
+            scenario,
+            seats,
+            retry_budget,
+            price,
+            keep_requests,
+        }) => {
+            let (Some(plan), Some(scenario)) = (plan, scenario) else {
+                return Err(CliError::usage(
+                    "give a plan and --scenario FILE, or `rehearse serve --scenario FILE`",
+                ));
+            };
+            rehearse::rehearse(
+                settings,
+                &plan,
+                &scenario,
+                seats,
+                retry_budget.as_deref(),
+                price.as_deref(),
+                keep_requests,
+            )?
+        }
         Command::Budget(BudgetCommand::Check { spec, plan }) => {
             budget::check(settings, &spec, plan.as_deref())?
         }

@@ -2,12 +2,19 @@
 //! run every task, print each attempt as it ends, and exit 0 only when every
 //! task passed.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use reprise_agents::CancelToken;
+use reprise_core::TaskId;
+use reprise_core::budget::BudgetSpec;
+use reprise_core::digest::AuditKey;
+use reprise_core::plan::Plan;
 use reprise_engine::{
-    Event, EventSink, RunOptions, RunState, load_plan, new_run_id, resolve_budget, run_plan,
+    AgentSetup, Event, EventSink, RunOptions, RunState, load_plan, new_run_id, resolve_budget,
+    run_plan,
 };
 use reprise_store::audit::AuditLog;
 use reprise_store::key::{check_key, load_key, load_or_create_key};
@@ -90,6 +97,35 @@ pub(crate) fn run(
     seats: Option<u32>,
     retry_budget: Option<&str>,
 ) -> Result<Outcome, CliError> {
+    let prepared = prepare(settings, plan_path, retry_failed, retry_budget)?;
+    let run = execute(settings, prepared, new_run_id(), seats, BTreeMap::new())?;
+    let ok = run.ok == Some(true);
+    Ok(Outcome {
+        json: run_json(&run),
+        text: summary_text(&run),
+        ok,
+    })
+}
+
+/// A run that can start: the plan and budget validated, the state directory
+/// and key in hand.
+pub(crate) struct Prepared {
+    pub(crate) plan: Plan,
+    pub(crate) plan_path: PathBuf,
+    pub(crate) prior: Option<RunState>,
+    pub(crate) retry_budget: Option<BudgetSpec>,
+    pub(crate) state: StateDir,
+    pub(crate) key: AuditKey,
+}
+
+/// Validates everything a run needs before anything is written, then finds
+/// (or creates, as `reprise init` would) the state directory.
+pub(crate) fn prepare(
+    settings: &Settings,
+    plan_path: Option<&Path>,
+    retry_failed: Option<&str>,
+    retry_budget: Option<&str>,
+) -> Result<Prepared, CliError> {
     // A new leg needs the finished run it continues, from an existing state
     // directory; its plan is the one that run recorded unless one is given.
     let prior = match retry_failed {
@@ -108,7 +144,7 @@ pub(crate) fn run(
     };
     let plan_path = match (plan_path, &prior) {
         (Some(path), _) => path.to_path_buf(),
-        (None, Some(prior)) => std::path::PathBuf::from(&prior.plan),
+        (None, Some(prior)) => PathBuf::from(&prior.plan),
         (None, None) => return Err(CliError::usage("give a plan file, or --retry-failed RUN")),
     };
     // A bad plan stops here, before anything is written.
@@ -116,11 +152,24 @@ pub(crate) fn run(
     // So does a retry budget that the plan's gates cannot honour.
     let retry_budget =
         resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
+    let (state, key) = open_or_create_state(settings)?;
+    Ok(Prepared {
+        plan,
+        plan_path,
+        prior,
+        retry_budget,
+        state,
+        key,
+    })
+}
+
+/// The state directory and audit key, creating both when there is no state
+/// directory yet (as `reprise init` would).
+pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, AuditKey), CliError> {
     let key_path = settings.key_path()?;
-    let (state, key) = match settings.state() {
-        Ok(state) => (state, load_key(key_path)?),
+    match settings.state() {
+        Ok(state) => Ok((state, load_key(key_path)?)),
         Err(_) if settings.state_dir.is_none() => {
-            // No state directory yet: make one here, as `reprise init` would.
             check_key(key_path)?;
             let (state, created) = StateDir::create(&settings.init_target())?;
             let key = load_or_create_key(key_path)?;
@@ -131,29 +180,48 @@ pub(crate) fn run(
                     &json!({"layout": 1}),
                 )?;
             }
-            (state, key)
+            Ok((state, key))
         }
-        Err(err) => return Err(err),
-    };
+        Err(err) => Err(err),
+    }
+}
+
+/// Runs a prepared plan to its end, printing events unless `--json`.
+pub(crate) fn execute(
+    settings: &Settings,
+    prepared: Prepared,
+    run_id: String,
+    seats: Option<u32>,
+    agent_setup: BTreeMap<TaskId, AgentSetup>,
+) -> Result<RunState, CliError> {
+    let Prepared {
+        plan,
+        plan_path,
+        prior,
+        retry_budget,
+        state,
+        key,
+    } = prepared;
     let project = state
         .root()
         .parent()
-        .map_or_else(|| settings.cwd.clone(), std::path::Path::to_path_buf);
+        .map_or_else(|| settings.cwd.clone(), Path::to_path_buf);
     let cancel = CancelToken::new();
     let handler_token = cancel.clone();
     // A second Ctrl-C while tasks wind down does nothing more: children are
     // being reaped and the state written.
     let _ = ctrlc::set_handler(move || handler_token.cancel());
     let options = RunOptions {
-        run_id: new_run_id(),
+        run_id,
         plan_path,
         project,
         seats,
         retry_of: prior,
         retry_budget,
+        agent_setup,
         key,
     };
-    let run = if settings.json {
+    if settings.json {
         run_plan(&state, &plan, options, &cancel, &mut Quiet)
     } else {
         run_plan(&state, &plan, options, &cancel, &mut LivePrinter)
@@ -161,12 +229,6 @@ pub(crate) fn run(
     .map_err(|err| CliError {
         message: err.to_string(),
         code: crate::error::EXIT_FAILED,
-    })?;
-    let ok = run.ok == Some(true);
-    Ok(Outcome {
-        json: run_json(&run),
-        text: summary_text(&run),
-        ok,
     })
 }
 
@@ -195,7 +257,7 @@ pub(crate) fn run_json(run: &RunState) -> Value {
     })
 }
 
-fn summary_text(run: &RunState) -> String {
+pub(crate) fn summary_text(run: &RunState) -> String {
     let passed = run
         .tasks
         .iter()

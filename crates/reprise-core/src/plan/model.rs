@@ -225,6 +225,9 @@ impl TaskAgent {
 pub struct AgentSettings {
     /// Path of the agent's binary, overriding the default lookup.
     pub bin: Option<String>,
+    /// Tools the agent may use without asking (Claude Code's
+    /// `--allowedTools`: `Bash`, `Bash(git log:*)`, ...); claude only.
+    pub allowed_tools: Vec<String>,
 }
 
 /// One attempt of the `sim` agent.

@@ -34,6 +34,8 @@ const ROOT_KEYS: &[&str] = &[
     "tasks",
 ];
 const AGENT_SETTINGS_KEYS: &[&str] = &["bin"];
+/// Claude Code also takes the tools it may use without asking.
+const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "allowed_tools"];
 const DEFAULTS_KEYS: &[&str] = &[
     "agent",
     "retry_policy",
@@ -205,12 +207,30 @@ impl Reader<'_> {
                 continue; // fields() refused unknown keys already.
             };
             let agent_path = fields.path_of(&entry.key);
-            let settings = self.fields(&entry.value, &agent_path, AGENT_SETTINGS_KEYS)?;
+            let kind = AgentKind::ALL[index];
+            let keys = match kind {
+                AgentKind::Claude => CLAUDE_SETTINGS_KEYS,
+                _ => AGENT_SETTINGS_KEYS,
+            };
+            let settings = self.fields(&entry.value, &agent_path, keys)?;
             let bin = match settings.get("bin") {
                 Some(bin) => Some(self.non_empty_string(bin, &settings.path_of("bin"))?),
                 None => None,
             };
-            agents.insert(AgentKind::ALL[index], AgentSettings { bin });
+            let allowed_tools = match settings.get("allowed_tools") {
+                Some(node) => {
+                    let list_path = settings.path_of("allowed_tools");
+                    self.seq(node, &list_path, "a list of tool names")?
+                        .iter()
+                        .enumerate()
+                        .map(|(index, item)| {
+                            self.non_empty_string(item, &item_path(&list_path, index))
+                        })
+                        .collect::<Result<_>>()?
+                }
+                None => Vec::new(),
+            };
+            agents.insert(kind, AgentSettings { bin, allowed_tools });
         }
         Ok(agents)
     }

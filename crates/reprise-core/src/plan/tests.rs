@@ -15,7 +15,7 @@ seats: 2
 budget_usd: "5.00"
 retry_budget: "2 retries, degrade: coverage"
 agents:
-  claude: { bin: /opt/claude/bin/claude }
+  claude: { bin: /opt/claude/bin/claude, allowed_tools: [Bash, "Bash(git log:*)"] }
   sim: {}
 defaults:
   agent: sim
@@ -70,7 +70,8 @@ fn plan_full_plan_resolves_to_typed_values() {
     assert_eq!(
         plan.agent_settings(AgentKind::Claude),
         Some(&AgentSettings {
-            bin: Some("/opt/claude/bin/claude".into())
+            bin: Some("/opt/claude/bin/claude".into()),
+            allowed_tools: vec!["Bash".into(), "Bash(git log:*)".into()],
         })
     );
     assert_eq!(
@@ -326,6 +327,27 @@ fn bad_plans() -> Vec<Bad> {
             9,
             "tasks[0].sim[0]",
             "unknown key \"stdout\" (expected one of reply, write, exit_code, cost_usd, delay)",
+        ),
+        bad(
+            "allowed_tools on an agent other than claude",
+            "version: 1\nname: t\nagents:\n  codex: { allowed_tools: [Bash] }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "agents.codex",
+            "unknown key \"allowed_tools\" (expected one of bin)",
+        ),
+        bad(
+            "allowed_tools that is not a list",
+            "version: 1\nname: t\nagents:\n  claude: { allowed_tools: Bash }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "agents.claude.allowed_tools",
+            "a list of tool names",
+        ),
+        bad(
+            "an empty allowed tool",
+            "version: 1\nname: t\nagents:\n  claude: { allowed_tools: [Bash, \"\"] }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "agents.claude.allowed_tools[1]",
+            "must not be empty",
         ),
         bad(
             "unknown agent in agents",

@@ -90,6 +90,13 @@ pub(crate) fn tokens(bytes: usize) -> usize {
     bytes.div_ceil(4)
 }
 
+/// The output tokens a reply reports: its text and tool input, at least one.
+pub(crate) fn output_tokens(text: Option<&str>, tool: Option<&ToolCall>) -> usize {
+    let text = text.map_or(0, str::len);
+    let tool = tool.map_or(0, |tool| tool.input.to_string().len());
+    tokens(text + tool).max(1)
+}
+
 /// The reply as built for either API.
 #[derive(Debug)]
 pub(crate) struct Assistant<'a> {
@@ -102,9 +109,7 @@ pub(crate) struct Assistant<'a> {
 
 impl Assistant<'_> {
     pub(crate) fn output_tokens(&self) -> usize {
-        let text = self.text.map_or(0, str::len);
-        let tool = self.tool.map_or(0, |tool| tool.input.to_string().len());
-        tokens(text + tool).max(1)
+        output_tokens(self.text, self.tool)
     }
 
     fn stop_reason(&self) -> &'static str {
@@ -112,6 +117,14 @@ impl Assistant<'_> {
             "tool_use"
         } else {
             "end_turn"
+        }
+    }
+
+    /// A tool's input as the Messages API carries it: always an object.
+    fn tool_input(tool: &ToolCall) -> Value {
+        match &tool.input {
+            Value::String(input) => json!({ "input": input }),
+            input => input.clone(),
         }
     }
 
@@ -131,7 +144,8 @@ impl Assistant<'_> {
         }
         if let Some(tool) = self.tool {
             content.push(json!({
-                "type": "tool_use", "id": self.tool_id(), "name": tool.name, "input": tool.input,
+                "type": "tool_use", "id": self.tool_id(), "name": tool.name,
+                "input": Self::tool_input(tool),
             }));
         }
         json!({
@@ -166,7 +180,7 @@ impl Assistant<'_> {
         if let Some(tool) = self.tool {
             let start =
                 json!({"type": "tool_use", "id": self.tool_id(), "name": tool.name, "input": {}});
-            let input = tool.input.to_string();
+            let input = Self::tool_input(tool).to_string();
             let deltas = pieces(&input, 16)
                 .into_iter()
                 .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))

@@ -418,3 +418,104 @@ fn scenario_rejects_ambiguous_replies_and_newer_versions() {
     assert_eq!(scenario.rules.len(), 7);
     assert_eq!(scenario.rules[5].reply, Reply::Hang);
 }
+
+#[test]
+fn a_task_prefix_routes_matches_and_counts_turns_per_task() {
+    let scenario = Scenario::from_yaml(
+        r#"
+rules:
+  - match: { task: alpha, turn: 2 }
+    reply: { text: "alpha again" }
+  - match: { task: alpha }
+    reply: { text: "alpha first" }
+  - match: { turn: 1 }
+    reply: { text: "no task" }
+"#,
+    )
+    .expect("scenario parses");
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let text = |path: &str| {
+        let response = post(&server, path, &messages_request(vec![user("go")]));
+        assert_eq!(response.status, 200, "{path}: {}", response.body);
+        let events = events(&response.body);
+        events
+            .iter()
+            .filter(|(name, _)| name == "content_block_delta")
+            .map(|(_, data)| data["delta"]["text"].as_str().unwrap().to_owned())
+            .collect::<String>()
+    };
+    assert_eq!(text("/t/alpha/v1/messages?beta=true"), "alpha first");
+    // Each task counts its own turns: beta and the task-less client are at 1.
+    assert_eq!(text("/t/beta/v1/messages"), "no task");
+    assert_eq!(text("/v1/messages"), "no task");
+    let beta = post(
+        &server,
+        "/t/beta/v1/messages",
+        &messages_request(vec![user("go")]),
+    );
+    assert_eq!(
+        beta.status, 400,
+        "beta's turn 2 matches no rule: {}",
+        beta.body
+    );
+    assert!(beta.body.contains("task beta turn 2"), "{}", beta.body);
+    assert_eq!(text("/t/alpha/v1/messages"), "alpha again");
+    // A client probing its base URL gets an empty 200, and is logged.
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    write!(stream, "HEAD /t/alpha HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200 "), "{raw}");
+    drop(server);
+    let log = read_log(dir.path());
+    let tasks: Vec<&Value> = log.iter().map(|line| &line["task"]).collect();
+    let alpha = json!("alpha");
+    let beta = json!("beta");
+    assert_eq!(tasks, [&alpha, &beta, &Value::Null, &beta, &alpha, &alpha]);
+    let turns: Vec<&Value> = log.iter().map(|line| &line["turn"]).collect();
+    assert_eq!(
+        turns[..5],
+        [&json!(1), &json!(1), &json!(1), &json!(2), &json!(2)]
+    );
+    assert_eq!(log[5]["method"], "HEAD");
+    assert_eq!(log[5]["path"], "/t/alpha");
+}
+
+#[test]
+fn a_string_input_is_a_freeform_tool_call_in_responses_and_an_object_in_messages() {
+    let patch = "*** Begin Patch\n*** Add File: a.txt\n+line\n*** End Patch\n";
+    let scenario = Scenario::from_yaml(&format!(
+        "rules:\n  - reply: {{ tool: apply_patch, input: {patch:?} }}\n"
+    ))
+    .expect("scenario parses");
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let request = json!({"model": "gpt-test", "stream": true, "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "patch it"}]},
+    ]});
+    let response = post(&server, "/v1/responses", &request);
+    let events = events(&response.body);
+    let item = &events
+        .iter()
+        .find(|(name, _)| name == "response.output_item.done")
+        .expect("an item is done")
+        .1["item"];
+    assert_eq!(item["type"], "custom_tool_call");
+    assert_eq!(item["name"], "apply_patch");
+    assert_eq!(item["input"], patch, "the input is the raw text, not json");
+    assert!(item["call_id"].as_str().unwrap().starts_with("call_"));
+    let message = post(
+        &server,
+        "/v1/messages",
+        &json!({"model": "m", "max_tokens": 9, "messages": [user("patch it")]}),
+    );
+    let message: Value = serde_json::from_str(&message.body).unwrap();
+    assert_eq!(message["content"][0]["input"], json!({"input": patch}));
+    drop(server);
+    let log = read_log(dir.path());
+    assert_eq!(log[0]["reply"], "message");
+    assert_eq!(log[0]["status"], 200);
+    assert!(log[0]["output_tokens"].as_u64().unwrap() >= 1);
+    assert!(Scenario::from_yaml("rules:\n  - reply: { tool: x, input: [1] }\n").is_err());
+}

@@ -15,9 +15,13 @@
 //! ```
 //!
 //! Matching keys (all optional, all must hold):
+//! - `task`: the task the request came for. A client whose base URL is
+//!   `http://127.0.0.1:PORT/t/<task>` (how `reprise rehearse` points each
+//!   task's agent) sends `/t/<task>/v1/messages`; a plain `/v1/...` request
+//!   has no task and never matches a rule that names one.
 //! - `contains`: a substring of the prompt text (see [`Observed`]).
-//! - `turn`: the 1-based count of prompt-bearing requests the server has seen,
-//!   this one included. A request whose last user message holds only tool
+//! - `turn`: the 1-based count of prompt-bearing requests the server has seen
+//!   for the same task (or without one), this one included. A request whose last user message holds only tool
 //!   results (the client answering a tool call) does not start a new turn, so
 //!   a tool loop stays in the turn of its prompt; a client's own retry of a
 //!   failed request does count (useful to fail once, then succeed).
@@ -25,7 +29,10 @@
 //!   only prompt-bearing requests.
 //!
 //! A reply is `text`, `tool` + `input` (optionally with `text` before the
-//! tool call), `error: { status, message }` or `hang: true`.
+//! tool call), `error: { status, message }` or `hang: true`. A tool's
+//! `input` is a mapping (a function call's arguments), or a string for a
+//! freeform tool such as Codex's `apply_patch` (a `custom_tool_call` in the
+//! Responses API; the Messages API has no such tools and gets `{"input": ...}`).
 
 use std::path::Path;
 
@@ -51,6 +58,7 @@ pub struct Rule {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
+    pub task: Option<String>,
     pub contains: Option<String>,
     pub turn: Option<u64>,
     pub tool_result: Option<bool>,
@@ -88,6 +96,8 @@ pub struct ErrorReply {
 /// What the server observed of one request, for matching.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Observed {
+    /// The task named by the request path's `/t/<task>` prefix.
+    pub(crate) task: Option<String>,
     /// The last prompt text: from the last user message, or, when that holds
     /// only tool results, from the latest earlier user message with text.
     pub(crate) prompt_text: Option<String>,
@@ -178,7 +188,11 @@ impl Match {
                 .as_deref()
                 .is_some_and(|text| text.contains(needle.as_str())),
         };
-        contains
+        let task = self
+            .task
+            .as_ref()
+            .is_none_or(|task| observed.task.as_ref() == Some(task));
+        task && contains
             && self.turn.is_none_or(|turn| turn == observed.turn)
             && self
                 .tool_result
@@ -215,9 +229,12 @@ impl ReplyFile {
                 .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
         });
         if let Some(tool) = &tool
-            && !tool.input.is_object()
+            && !(tool.input.is_object() || tool.input.is_string())
         {
-            return Err(format!("the input of tool {} must be a mapping", tool.name));
+            return Err(format!(
+                "the input of tool {} must be a mapping or a string",
+                tool.name
+            ));
         }
         Ok(Reply::Message {
             text: self.text,

@@ -103,9 +103,14 @@ pub(crate) fn stream(assistant: &Assistant<'_>, writer: &mut impl Write) -> io::
     }
     if let Some(tool) = assistant.tool {
         let suffix = assistant.id.trim_start_matches("msg_");
-        let item = json!({"type": "function_call", "id": format!("fc_{suffix}"),
-            "call_id": format!("call_{suffix}"), "name": tool.name,
-            "arguments": tool.input.to_string(), "status": "completed"});
+        let item = match &tool.input {
+            Value::String(input) => json!({"type": "custom_tool_call",
+                "id": format!("ctc_{suffix}"), "call_id": format!("call_{suffix}"),
+                "name": tool.name, "input": input, "status": "completed"}),
+            arguments => json!({"type": "function_call", "id": format!("fc_{suffix}"),
+                "call_id": format!("call_{suffix}"), "name": tool.name,
+                "arguments": arguments.to_string(), "status": "completed"}),
+        };
         http::write_event(
             writer,
             "response.output_item.added",
@@ -143,6 +148,7 @@ pub(crate) fn error_body(status: u16, message: &str) -> Value {
     let kind = match status {
         401 => "invalid_api_key",
         429 => "rate_limit_exceeded",
+        400..=499 => "invalid_request_error",
         _ => "server_error",
     };
     json!({"error": {"message": message, "type": kind, "code": kind}})

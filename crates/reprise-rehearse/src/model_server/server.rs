@@ -1,6 +1,7 @@
 //! The server: a loopback listener on a background thread, one thread per
 //! connection, a request log, and the turn counter the scenario matches on.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -13,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::http::{self, Request};
-use super::messages::{self, Assistant, Summary, tokens};
+use super::messages::{self, Assistant, Summary, output_tokens, tokens};
 use super::responses;
 use super::scenario::{Observed, Reply, Scenario};
 
@@ -28,9 +29,21 @@ pub struct ModelServer {
     accept: Option<JoinHandle<()>>,
 }
 
+/// How to run the server beyond its scenario and log.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// The port on 127.0.0.1; 0 takes any free one.
+    pub port: u16,
+    /// Keep each API request's body as `<dir>/<request number>.json` (the
+    /// number is the log line's `request`), for a close look at what a
+    /// client sent.
+    pub bodies: Option<PathBuf>,
+}
+
 #[derive(Debug)]
 struct Shared {
     scenario: Scenario,
+    bodies: Option<PathBuf>,
     log: Mutex<File>,
     counters: Mutex<Counters>,
     stopping: AtomicBool,
@@ -42,7 +55,8 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Counters {
     requests: u64,
-    turn: u64,
+    /// Prompt-bearing requests per task (`None`: requests without a task).
+    turns: BTreeMap<Option<String>, u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +69,24 @@ impl ModelServer {
     /// Binds 127.0.0.1 on a free port and serves `scenario`, appending one
     /// JSON line per request to `log`.
     pub fn start(scenario: Scenario, log: PathBuf) -> io::Result<Self> {
+        Self::start_with(scenario, log, ServerOptions::default())
+    }
+
+    /// As [`ModelServer::start`], with a fixed port or request bodies kept.
+    pub fn start_with(
+        scenario: Scenario,
+        log: PathBuf,
+        options: ServerOptions,
+    ) -> io::Result<Self> {
         let log_file = OpenOptions::new().create(true).append(true).open(&log)?;
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        if let Some(dir) = &options.bodies {
+            std::fs::create_dir_all(dir)?;
+        }
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, options.port))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             scenario,
+            bodies: options.bodies,
             log: Mutex::new(log_file),
             counters: Mutex::new(Counters::default()),
             stopping: AtomicBool::new(false),
@@ -154,31 +181,28 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let Some(request) = http::read_request(&mut reader)? else {
         return Ok(());
     };
-    let api = match (request.method.as_str(), request.path.as_str()) {
+    let (task, route) = split_task(&request.path);
+    let api = match (request.method.as_str(), route) {
         ("POST", "/v1/messages") => Some(Api::Messages),
         ("POST", "/v1/responses") => Some(Api::Responses),
         _ => None,
     };
+    let observed = Observed {
+        task: task.map(str::to_owned),
+        ..Observed::default()
+    };
     let Some(api) = api else {
-        shared.record(
-            &request,
-            None,
-            &Summary::default(),
-            &Observed::default(),
-            None,
-        )?;
+        shared.record(&request, None, &Summary::default(), &observed, None)?;
+        // Clients probe the base URL before they call the API: answer those.
+        if matches!(request.method.as_str(), "GET" | "HEAD") {
+            return http::write_json(&mut writer, 200, b"");
+        }
         let message = format!("no route for {} {}", request.method, request.path);
         let body = messages::error_body(404, &message).to_string();
         return http::write_json(&mut writer, 404, body.as_bytes());
     };
     let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
-        shared.record(
-            &request,
-            None,
-            &Summary::default(),
-            &Observed::default(),
-            None,
-        )?;
+        shared.record(&request, None, &Summary::default(), &observed, None)?;
         return shared.write_error(&mut writer, api, 400, "request body is not json");
     };
     let summary = match api {
@@ -192,21 +216,27 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             .unwrap_or_else(PoisonError::into_inner);
         counters.requests += 1;
         let tool_result = summary.last_user_text.is_none();
+        let turn = counters.turns.entry(observed.task.clone()).or_default();
         if !tool_result {
-            counters.turn += 1;
+            *turn += 1;
         }
         let observed = Observed {
             prompt_text: summary.prompt_text.clone(),
             tool_result,
-            turn: counters.turn,
+            turn: *turn,
+            ..observed
         };
         (counters.requests, observed)
     };
     let rule = shared.scenario.pick(&observed);
-    shared.record(&request, Some(api), &summary, &observed, rule)?;
+    if let Some(dir) = &shared.bodies {
+        std::fs::write(dir.join(format!("{index:06}.json")), &request.body)?;
+    }
+    shared.record_numbered(&request, Some(api), &summary, &observed, rule, Some(index))?;
     let Some(rule) = rule else {
         let message = format!(
-            "reprise-model-server: no scenario rule matches turn {} with prompt {:?}",
+            "reprise-model-server: no scenario rule matches task {} turn {} with prompt {:?}",
+            observed.task.as_deref().unwrap_or("-"),
             observed.turn,
             observed.prompt_text.as_deref().unwrap_or("")
         );
@@ -237,6 +267,18 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 (Api::Responses, _) => responses::stream(&assistant, &mut writer),
             }
         }
+    }
+}
+
+/// Splits `/t/<task>/rest` into the task and `/rest`; other paths have no task.
+fn split_task(path: &str) -> (Option<&str>, &str) {
+    let Some(after) = path.strip_prefix("/t/") else {
+        return (None, path);
+    };
+    match after.find('/') {
+        Some(slash) if slash > 0 => (Some(&after[..slash]), &after[slash..]),
+        _ if !after.is_empty() => (Some(after), ""),
+        _ => (None, path),
     }
 }
 
@@ -275,7 +317,23 @@ impl Shared {
         observed: &Observed,
         rule: Option<usize>,
     ) -> io::Result<()> {
+        self.record_numbered(request, api, summary, observed, rule, None)
+    }
+
+    /// `number` is the API request's count, which names its kept body.
+    fn record_numbered(
+        &self,
+        request: &Request,
+        api: Option<Api>,
+        summary: &Summary,
+        observed: &Observed,
+        rule: Option<usize>,
+        number: Option<u64>,
+    ) -> io::Result<()> {
         let line = json!({
+            "request": number,
+            "method": request.method,
+            "task": observed.task,
             "path": request.path,
             "query": request.query,
             "api": api.map(|api| match api {
@@ -293,6 +351,23 @@ impl Shared {
             "tool_result": observed.tool_result,
             "turn": observed.turn,
             "rule": rule,
+            "reply": rule.map(|rule| match &self.scenario.rules[rule].reply {
+                Reply::Message { .. } => "message",
+                Reply::Error(_) => "error",
+                Reply::Hang => "hang",
+            }),
+            "status": match rule.map(|rule| &self.scenario.rules[rule].reply) {
+                Some(Reply::Message { .. }) => Some(200),
+                Some(Reply::Error(error)) => Some(error.status),
+                Some(Reply::Hang) => None,
+                None if api.is_some() => Some(400),
+                None if matches!(request.method.as_str(), "GET" | "HEAD") => Some(200),
+                None => Some(404),
+            },
+            "output_tokens": rule.and_then(|rule| match &self.scenario.rules[rule].reply {
+                Reply::Message { text, tool } => Some(output_tokens(text.as_deref(), tool.as_ref())),
+                _ => None,
+            }),
         });
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         writeln!(log, "{line}")?;

@@ -15,4 +15,4 @@ mod tests;
 
 pub use error::{ScenarioError, ScenarioResult};
 pub use scenario::{ErrorReply, Match, Reply, Rule, Scenario, ToolCall};
-pub use server::ModelServer;
+pub use server::{ModelServer, ServerOptions};

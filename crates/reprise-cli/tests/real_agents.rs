@@ -1,0 +1,819 @@
+//! The real Claude Code and Codex CLIs, driven by `reprise rehearse` against
+//! the scripted model server on loopback: real sessions, real tool loops,
+//! real transcripts, no network.
+//!
+//! The CLIs are the pinned npm packages `scripts/install-agent-clis` puts in
+//! `.tools/` (`./scripts/test` runs it first); `REPRISE_AGENT_CLIS_BIN` names
+//! another directory holding `claude` and `codex`. A missing CLI fails the
+//! test: it is never skipped.
+//!
+//! Things that must happen between two attempts (a transcript deleted, the
+//! workspace edited) are done by a gate that acts once and fails, as the
+//! engine runs gates between an attempt and the next.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use reprise_core::outcome::InfraKind;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_reprise");
+
+/// The agent CLIs under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cli {
+    Claude,
+    Codex,
+}
+
+impl Cli {
+    fn name(self) -> &'static str {
+        match self {
+            Cli::Claude => "claude",
+            Cli::Codex => "codex",
+        }
+    }
+
+    fn binary(self) -> PathBuf {
+        let dir = std::env::var_os("REPRISE_AGENT_CLIS_BIN").map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/node_modules/.bin"),
+            PathBuf::from,
+        );
+        let path = dir.join(self.name());
+        assert!(
+            path.is_file(),
+            "{} is not installed at {}: run ./scripts/test or scripts/install-agent-clis, which install the pinned CLIs",
+            self.name(),
+            path.display()
+        );
+        path
+    }
+
+    /// A scenario reply that makes the CLI write `content` to `file` (in its
+    /// cwd) with its own tool: Claude's `Write` for a new file (Claude lets a
+    /// session overwrite only a file it has read, so an existing one is
+    /// rewritten through `Bash`, which the plan allows), Codex's `exec_command`.
+    fn write_reply(self, file: &str, content: &str, new_file: bool) -> String {
+        // printf interprets the \n that Debug formatting leaves in the string.
+        let command = format!("printf {content:?} > {file}");
+        match self {
+            Cli::Claude if new_file => format!(
+                "{{ text: \"Writing {file}.\", tool: Write, input: {{ file_path: {file}, content: {content:?} }} }}"
+            ),
+            Cli::Claude => format!(
+                "{{ tool: Bash, input: {{ command: {command:?}, description: \"rewrite {file}\" }} }}"
+            ),
+            Cli::Codex => {
+                format!("{{ tool: exec_command, input: {{ cmd: {command:?} }} }}")
+            }
+        }
+    }
+
+    /// Where the CLI keeps its transcripts under a rehearsal task's home.
+    fn transcripts_glob(self) -> &'static str {
+        match self {
+            Cli::Claude => ".claude/projects/*/*.jsonl",
+            Cli::Codex => ".codex/sessions/*/*/*/rollout-*.jsonl",
+        }
+    }
+}
+
+/// A scratch git project to rehearse in, and a directory for gates to leave
+/// marks and copies in.
+struct Project {
+    temp: tempfile::TempDir,
+}
+
+/// One `reprise rehearse --json` run.
+struct Rehearsal {
+    output: Output,
+    json: Value,
+}
+
+impl Project {
+    fn new() -> Self {
+        let temp = tempfile::tempdir().unwrap();
+        for dir in ["project", "aside", "home"] {
+            fs::create_dir(temp.path().join(dir)).unwrap();
+        }
+        let project = Self { temp };
+        project.git(&["init", "-q"]);
+        fs::write(project.root().join("README.md"), "scratch project\n").unwrap();
+        project.git(&["add", "-A"]);
+        project.git(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "init",
+        ]);
+        project
+    }
+
+    fn root(&self) -> PathBuf {
+        self.temp.path().join("project")
+    }
+
+    fn aside(&self) -> PathBuf {
+        self.temp.path().join("aside")
+    }
+
+    fn git(&self, args: &[&str]) {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(self.root())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    /// Writes the plan and scenario (`@ASIDE@` and `@STATE@` replaced by
+    /// absolute paths) and runs `reprise rehearse` on them.
+    fn rehearse(&self, cli: Cli, plan: &str, scenario: &str) -> Rehearsal {
+        let fill = |text: &str| {
+            text.replace("@ASIDE@", &self.aside().to_string_lossy())
+                .replace("@STATE@", &self.root().join(".reprise").to_string_lossy())
+        };
+        fs::write(self.temp.path().join("plan.yaml"), fill(plan)).unwrap();
+        fs::write(self.temp.path().join("scenario.yaml"), fill(scenario)).unwrap();
+        let output = Command::new(BIN)
+            .args(["rehearse", "../plan.yaml", "--scenario", "../scenario.yaml"])
+            .args(["--keep-requests", "--json"])
+            .current_dir(self.root())
+            .env_clear()
+            .env("HOME", self.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                format!("REPRISE_{}_BIN", cli.name().to_uppercase()),
+                cli.binary(),
+            )
+            .output()
+            .unwrap();
+        let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+            panic!(
+                "rehearse printed no json ({err}); exit {:?}\nstdout: {}\nstderr: {}",
+                output.status.code(),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        Rehearsal { output, json }
+    }
+
+    /// Every transcript file of `task`'s rehearsal home.
+    fn transcripts(&self, cli: Cli, task: &str) -> Vec<PathBuf> {
+        let pattern = format!(
+            "{}/.reprise/runs/*/rehearsal/homes/{task}/{}",
+            self.root().display(),
+            cli.transcripts_glob()
+        );
+        let listed = Command::new("sh")
+            .args(["-c", &format!("ls -1 {pattern} 2>/dev/null || true")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    /// A gate command that, the first time it runs, does `first` and fails;
+    /// every later time runs `then`.
+    fn once(&self, name: &str, first: &str, then: &str) -> String {
+        let mark = self.aside().join(format!("{name}.done"));
+        let mark = mark.display();
+        format!("if [ -e '{mark}' ]; then {then}; else touch '{mark}' && {first}; false; fi")
+    }
+}
+
+impl Rehearsal {
+    fn ok(&self) -> bool {
+        self.json["run"]["ok"] == Value::Bool(true)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?}\n{}\nstderr: {}",
+            self.output.status.code(),
+            serde_json::to_string_pretty(&self.json).unwrap(),
+            String::from_utf8_lossy(&self.output.stderr)
+        )
+    }
+
+    fn assert_ok(&self) {
+        assert!(self.ok(), "the run failed:\n{}", self.describe());
+        assert_eq!(self.output.status.code(), Some(0), "{}", self.describe());
+    }
+
+    fn task(&self, id: &str) -> &Value {
+        self.json["run"]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|task| task["task_id"] == id)
+            .unwrap_or_else(|| panic!("no task {id}: {}", self.describe()))
+    }
+
+    fn attempts(&self, task: &str) -> Vec<Value> {
+        self.task(task)["attempts"].as_array().unwrap().clone()
+    }
+
+    fn modes(&self, task: &str) -> Vec<String> {
+        self.attempts(task)
+            .iter()
+            .map(|attempt| attempt["mode"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn sessions(&self, task: &str) -> Vec<String> {
+        self.attempts(task)
+            .iter()
+            .map(|attempt| attempt["session_id"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    /// The server's log lines for `task`'s API requests.
+    fn requests(&self, task: &str) -> Vec<Value> {
+        let log = self.json["rehearsal"]["log"].as_str().unwrap();
+        fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|line| line["task"] == task && !line["api"].is_null())
+            .collect()
+    }
+
+    /// The body of a logged request.
+    fn body(&self, line: &Value) -> Value {
+        let dir = self.json["rehearsal"]["requests"].as_str().unwrap();
+        let number = line["request"].as_u64().unwrap();
+        let bytes = fs::read(Path::new(dir).join(format!("{number:06}.json"))).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// The request that opened `turn` (the attempt's prompt) for `task`.
+    fn turn_opener(&self, task: &str, turn: u64) -> Value {
+        self.requests(task)
+            .into_iter()
+            .find(|line| line["turn"] == turn && line["tool_result"] == false)
+            .unwrap_or_else(|| panic!("no turn {turn} for {task}: {}", self.describe()))
+    }
+
+    /// The task's state directory metadata (`reprise task show`).
+    fn metadata(&self, project: &Project, task: &str) -> Value {
+        let output = Command::new(BIN)
+            .args(["task", "show", task, "--json"])
+            .current_dir(project.root())
+            .env("HOME", project.temp.path().join("home"))
+            .output()
+            .unwrap();
+        let shown: Value = serde_json::from_slice(&output.stdout).unwrap();
+        shown["metadata"].clone()
+    }
+}
+
+/// The texts of the new user turn a request carries: the text blocks of its
+/// last user message that are neither system reminders nor tool results.
+fn new_user_texts(cli: Cli, body: &Value) -> Vec<String> {
+    match cli {
+        Cli::Claude => {
+            let last_user = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|message| message["role"] == "user")
+                .unwrap();
+            match &last_user["content"] {
+                Value::String(text) => vec![text.clone()],
+                Value::Array(blocks) => blocks
+                    .iter()
+                    .filter(|block| block["type"] == "text")
+                    .filter_map(|block| block["text"].as_str())
+                    .filter(|text| !text.trim_start().starts_with("<system-reminder>"))
+                    .map(str::to_owned)
+                    .collect(),
+                _ => Vec::new(),
+            }
+        }
+        Cli::Codex => {
+            let last_user = body["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|item| item["role"] == "user")
+                .unwrap();
+            last_user["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|part| part["type"] == "input_text")
+                .filter_map(|part| part["text"].as_str())
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+}
+
+/// The conversation items a request carries (Messages `messages`, Responses `input`).
+fn items(cli: Cli, body: &Value) -> Vec<Value> {
+    let key = match cli {
+        Cli::Claude => "messages",
+        Cli::Codex => "input",
+    };
+    body[key].as_array().unwrap().clone()
+}
+
+/// Claude Code runs `Bash` headless only when the plan allows it.
+const AGENTS: &str = "agents: { claude: { allowed_tools: [Bash] } }\n";
+
+const PROMPT: &str =
+    "Create greeting.txt at the repository root holding the word hello. Reply DONE when finished.";
+
+/// A one-task plan for `cli` with `policy` and the given gates (YAML flow
+/// mappings, one per line).
+fn plan(cli: Cli, task: &str, policy: &str, max_retries: u32, gates: &[String]) -> String {
+    let gates: String = gates
+        .iter()
+        .map(|gate| format!("      - {gate}\n"))
+        .collect();
+    format!(
+        "version: 1\nname: real-{cli}\n{AGENTS}\
+         defaults: {{ agent: {cli}, max_retries: {max_retries}, timeout: 60s }}\n\
+         tasks:\n  - id: {task}\n    prompt: {PROMPT:?}\n    retry_policy: {policy}\n    gates:\n{gates}",
+        cli = cli.name()
+    )
+}
+
+/// Two attempts: the first writes `hi`, the second `hello`, each through
+/// the CLI's own tool, then says DONE.
+fn two_attempt_scenario(cli: Cli, task: &str) -> String {
+    format!(
+        "rules:\n\
+         \x20 - match: {{ task: {task}, turn: 1, tool_result: false }}\n    reply: {first}\n\
+         \x20 - match: {{ task: {task}, turn: 2, tool_result: false }}\n    reply: {second}\n\
+         \x20 - match: {{ task: {task}, turn: 1, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n\
+         \x20 - match: {{ task: {task}, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: fixed greeting.txt\" }}\n",
+        first = cli.write_reply("greeting.txt", "hi\n", true),
+        second = cli.write_reply("greeting.txt", "hello\n", false),
+    )
+}
+
+fn content_gate() -> String {
+    "{ name: content, run: \"grep -qx hello greeting.txt\", disclose: output, timeout: 30s }"
+        .to_owned()
+}
+
+fn worktree_file(project: &Project, task: &str, file: &str) -> String {
+    fs::read_to_string(
+        project
+            .root()
+            .join(".reprise/worktrees")
+            .join(task)
+            .join(file),
+    )
+    .unwrap_or_default()
+}
+
+fn warm_retry_resumes_the_same_session_with_only_the_instruction(cli: Cli) {
+    let project = Project::new();
+    let ran = project.rehearse(
+        cli,
+        &plan(cli, "greet", "warm", 1, &[content_gate()]),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "warm"], "{}", ran.describe());
+    let sessions = ran.sessions("greet");
+    assert!(!sessions[0].is_empty());
+    assert_eq!(
+        sessions[0], sessions[1],
+        "the warm retry resumed the same session"
+    );
+    // The file was written by the CLI's own tool call, answered by a
+    // tool-result follow-up in each attempt.
+    assert_eq!(worktree_file(&project, "greet", "greeting.txt"), "hello\n");
+    let requests = ran.requests("greet");
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|line| line["tool_result"] == true)
+            .count(),
+        2,
+        "one tool round trip per attempt"
+    );
+    // The retry's request carries the first attempt's turns, and only the
+    // corrective instruction as the new user turn.
+    let first = ran.body(&ran.turn_opener("greet", 1));
+    let retry = ran.body(&ran.turn_opener("greet", 2));
+    let instruction = ran.metadata(&project, "greet")["retry_corrective_instruction"]
+        .as_str()
+        .expect("the instruction is in the task's metadata")
+        .to_owned();
+    assert_eq!(new_user_texts(cli, &retry), std::slice::from_ref(&instruction));
+    assert!(items(cli, &retry).len() > items(cli, &first).len() + 1);
+    let history = serde_json::to_string(&items(cli, &retry)).unwrap();
+    assert!(
+        history.contains(PROMPT),
+        "the first prompt is in the history"
+    );
+    assert!(
+        history.contains("DONE: wrote greeting.txt"),
+        "so is the first reply"
+    );
+    assert!(
+        !new_user_texts(cli, &retry)[0].contains(PROMPT),
+        "the prompt is not re-sent"
+    );
+    assert_eq!(instruction.matches("content").count(), 1);
+}
+
+#[test]
+fn claude_warm_retry_resumes_the_same_session_with_only_the_instruction() {
+    warm_retry_resumes_the_same_session_with_only_the_instruction(Cli::Claude);
+}
+
+#[test]
+fn codex_warm_retry_resumes_the_same_session_with_only_the_instruction() {
+    warm_retry_resumes_the_same_session_with_only_the_instruction(Cli::Codex);
+}
+
+fn fork_leaves_the_original_transcript_byte_identical(cli: Cli) {
+    let project = Project::new();
+    // Between the attempts a gate copies every transcript aside.
+    let aside = project.aside().join("before");
+    let copy = format!(
+        "mkdir -p '{}' && cp @STATE@/runs/*/rehearsal/homes/greet/{} '{}'/",
+        aside.display(),
+        cli.transcripts_glob(),
+        aside.display()
+    );
+    let gate = format!(
+        "{{ name: snapshot, run: {:?}, timeout: 30s }}",
+        project.once("snapshot", &copy, "true")
+    );
+    let ran = project.rehearse(
+        cli,
+        &plan(cli, "greet", "fork", 1, &[gate, content_gate()]),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "fork"], "{}", ran.describe());
+    let sessions = ran.sessions("greet");
+    assert_ne!(sessions[0], sessions[1], "a fork is a new session");
+    let saved: Vec<PathBuf> = fs::read_dir(&aside)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(saved.len(), 1, "one transcript after the first attempt");
+    let original = project
+        .transcripts(cli, "greet")
+        .into_iter()
+        .find(|path| path.file_name() == saved[0].file_name())
+        .expect("the original transcript is still there");
+    assert_eq!(
+        fs::read(&original).unwrap(),
+        fs::read(&saved[0]).unwrap(),
+        "the fork left the original transcript byte-identical"
+    );
+    assert!(
+        original.to_string_lossy().contains(&sessions[0]),
+        "{} is the first session's",
+        original.display()
+    );
+    assert_eq!(
+        project.transcripts(cli, "greet").len(),
+        2,
+        "the fork has its own"
+    );
+    // The fork's request carries the first attempt's history.
+    let retry = ran.body(&ran.turn_opener("greet", 2));
+    assert!(
+        serde_json::to_string(&items(cli, &retry))
+            .unwrap()
+            .contains(PROMPT)
+    );
+    assert_eq!(worktree_file(&project, "greet", "greeting.txt"), "hello\n");
+}
+
+#[test]
+fn claude_fork_leaves_the_original_transcript_byte_identical() {
+    fork_leaves_the_original_transcript_byte_identical(Cli::Claude);
+}
+
+#[test]
+fn codex_fork_leaves_the_original_transcript_byte_identical() {
+    fork_leaves_the_original_transcript_byte_identical(Cli::Codex);
+}
+
+fn cold_retry_quotes_the_judged_reply_and_not_the_predicate(cli: Cli) {
+    let project = Project::new();
+    let scenario = "rules:\n\
+        \x20 - match: { task: quote, turn: 1 }\n    reply: { text: \"I stopped early: MARKER-PINEAPPLE-42\" }\n\
+        \x20 - match: { task: quote, turn: 2 }\n    reply: { text: \"DONE: all finished\" }\n";
+    let gate = "{ name: shape-check-qz, result_matches: \"^DONE: all\" }".to_owned();
+    let ran = project.rehearse(cli, &plan(cli, "quote", "cold", 1, &[gate]), scenario);
+    ran.assert_ok();
+    assert_eq!(ran.modes("quote"), ["new", "cold"]);
+    let sessions = ran.sessions("quote");
+    assert_ne!(sessions[0], sessions[1], "a cold retry is a fresh session");
+    let first = ran.body(&ran.turn_opener("quote", 1));
+    let retry = ran.body(&ran.turn_opener("quote", 2));
+    // A fresh session: no more conversation than the first attempt had.
+    assert_eq!(items(cli, &retry).len(), items(cli, &first).len());
+    let texts = new_user_texts(cli, &retry);
+    let prompt = texts.last().unwrap();
+    assert!(
+        prompt.starts_with(PROMPT),
+        "the base prompt comes first: {prompt}"
+    );
+    assert_eq!(
+        prompt.matches("MARKER-PINEAPPLE-42").count(),
+        1,
+        "quoted once: {prompt}"
+    );
+    let raw = serde_json::to_string(&retry).unwrap();
+    assert!(!raw.contains("^DONE: all"), "the predicate is never shown");
+    assert!(!raw.contains("shape-check-qz"), "nor the gate's name");
+    assert!(
+        !serde_json::to_string(&first)
+            .unwrap()
+            .contains("MARKER-PINEAPPLE-42")
+    );
+}
+
+#[test]
+fn claude_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
+    cold_retry_quotes_the_judged_reply_and_not_the_predicate(Cli::Claude);
+}
+
+#[test]
+fn codex_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
+    cold_retry_quotes_the_judged_reply_and_not_the_predicate(Cli::Codex);
+}
+
+/// A gate that deletes the task's transcripts from the CLI's store once (and
+/// with `preserved`, reprise's preserved copies too), then checks the file.
+fn losing_gate(project: &Project, cli: Cli, preserved: bool) -> String {
+    let mut remove = format!(
+        "rm -f @STATE@/runs/*/rehearsal/homes/greet/{}",
+        cli.transcripts_glob()
+    );
+    if preserved {
+        remove.push_str(&format!(" && rm -f @STATE@/sessions/{}/*", cli.name()));
+    }
+    format!(
+        "{{ name: lose, run: {:?}, timeout: 30s }}",
+        project.once("lose", &remove, "grep -qx hello greeting.txt")
+    )
+}
+
+fn a_deleted_session_is_restored_and_resumed_warm(cli: Cli) {
+    let project = Project::new();
+    let ran = project.rehearse(
+        cli,
+        &plan(
+            cli,
+            "greet",
+            "warm",
+            1,
+            &[losing_gate(&project, cli, false)],
+        ),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "warm"], "{}", ran.describe());
+    let sessions = ran.sessions("greet");
+    assert_eq!(sessions[0], sessions[1]);
+    // The CLI resumed the restored transcript: its history is in the request.
+    let retry = ran.body(&ran.turn_opener("greet", 2));
+    let history = serde_json::to_string(&items(cli, &retry)).unwrap();
+    assert!(history.contains("DONE: wrote greeting.txt"), "{history}");
+    assert_eq!(
+        ran.metadata(&project, "greet")["retry_mode"],
+        "warm",
+        "no downgrade"
+    );
+}
+
+#[test]
+fn claude_deleted_session_is_restored_and_resumed_warm() {
+    a_deleted_session_is_restored_and_resumed_warm(Cli::Claude);
+}
+
+#[test]
+fn codex_deleted_session_is_restored_and_resumed_warm() {
+    a_deleted_session_is_restored_and_resumed_warm(Cli::Codex);
+}
+
+fn a_session_gone_everywhere_falls_back_to_cold(cli: Cli) {
+    let project = Project::new();
+    let ran = project.rehearse(
+        cli,
+        &plan(cli, "greet", "warm", 1, &[losing_gate(&project, cli, true)]),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "cold"], "{}", ran.describe());
+    let sessions = ran.sessions("greet");
+    assert_ne!(sessions[0], sessions[1]);
+    let metadata = ran.metadata(&project, "greet");
+    assert_eq!(metadata["retry_mode"], "cold", "{metadata}");
+    assert_eq!(metadata["retry_requested_mode"], "warm");
+    assert_eq!(metadata["retry_downgrade_reason"], "session_unavailable");
+    let retry = ran.body(&ran.turn_opener("greet", 2));
+    assert!(
+        new_user_texts(cli, &retry)
+            .last()
+            .unwrap()
+            .starts_with(PROMPT)
+    );
+}
+
+#[test]
+fn claude_session_gone_everywhere_falls_back_to_cold() {
+    a_session_gone_everywhere_falls_back_to_cold(Cli::Claude);
+}
+
+#[test]
+fn codex_session_gone_everywhere_falls_back_to_cold() {
+    a_session_gone_everywhere_falls_back_to_cold(Cli::Codex);
+}
+
+fn a_workspace_changed_between_attempts_goes_cold(cli: Cli) {
+    let project = Project::new();
+    let gate = format!(
+        "{{ name: edit, run: {:?}, timeout: 30s }}",
+        project.once(
+            "edit",
+            "echo 'edited by someone else' > stray.txt",
+            "grep -qx hello greeting.txt"
+        )
+    );
+    let ran = project.rehearse(
+        cli,
+        &plan(cli, "greet", "warm", 1, &[gate]),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "cold"], "{}", ran.describe());
+    let metadata = ran.metadata(&project, "greet");
+    assert_eq!(
+        metadata["retry_downgrade_reason"],
+        "workspace_hash_mismatch"
+    );
+    let sessions = ran.sessions("greet");
+    assert_ne!(sessions[0], sessions[1]);
+}
+
+#[test]
+fn claude_workspace_changed_between_attempts_goes_cold() {
+    a_workspace_changed_between_attempts_goes_cold(Cli::Claude);
+}
+
+#[test]
+fn codex_workspace_changed_between_attempts_goes_cold() {
+    a_workspace_changed_between_attempts_goes_cold(Cli::Codex);
+}
+
+/// Processes whose environment mentions `needle` (the rehearsal's homes).
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(environ) = fs::read(entry.path().join("environ"))
+            && String::from_utf8_lossy(&environ).contains(needle)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn a_hanging_server_is_a_timeout_and_the_child_is_reaped(cli: Cli) {
+    let project = Project::new();
+    let scenario = "rules:\n  - match: { task: stall }\n    reply: { hang: true }\n";
+    let plan = format!(
+        "version: 1\nname: hang\ndefaults: {{ agent: {}, max_retries: 0, timeout: 4s }}\n\
+         tasks:\n  - id: stall\n    prompt: {PROMPT:?}\n    gates:\n      - {}\n",
+        cli.name(),
+        content_gate()
+    );
+    let ran = project.rehearse(cli, &plan, scenario);
+    assert!(!ran.ok());
+    assert_eq!(ran.output.status.code(), Some(1));
+    let attempts = ran.attempts("stall");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["outcome"], "infra", "{}", ran.describe());
+    assert_eq!(attempts[0]["infra_kind"], "timeout");
+    assert_eq!(attempts[0]["judged"], false);
+    assert_eq!(ran.requests("stall").len(), 1, "the one request hung");
+    let homes = project.root().join(".reprise/runs");
+    assert_eq!(
+        processes_mentioning(&homes.to_string_lossy()),
+        Vec::<u32>::new(),
+        "no agent process outlives its attempt"
+    );
+}
+
+#[test]
+fn claude_hanging_server_is_a_timeout_and_the_child_is_reaped() {
+    a_hanging_server_is_a_timeout_and_the_child_is_reaped(Cli::Claude);
+}
+
+#[test]
+fn codex_hanging_server_is_a_timeout_and_the_child_is_reaped() {
+    a_hanging_server_is_a_timeout_and_the_child_is_reaped(Cli::Codex);
+}
+
+fn api_errors_are_classified_never_judged_and_quote_nothing(cli: Cli) {
+    let project = Project::new();
+    // e500 fails once, then its retry succeeds; e529 and e401 fail for good.
+    let scenario = format!(
+        "rules:\n\
+         \x20 - match: {{ task: e500, turn: 1 }}\n    reply: {{ error: {{ status: 500, message: \"internal trouble\" }} }}\n\
+         \x20 - match: {{ task: e500, turn: 2, tool_result: false }}\n    reply: {}\n\
+         \x20 - match: {{ task: e500, turn: 2, tool_result: true }}\n    reply: {{ text: DONE }}\n\
+         \x20 - match: {{ task: e529 }}\n    reply: {{ error: {{ status: 529, message: \"Overloaded\" }} }}\n\
+         \x20 - match: {{ task: e401 }}\n    reply: {{ error: {{ status: 401, message: \"invalid x-api-key\" }} }}\n",
+        cli.write_reply("greeting.txt", "hello\n", true)
+    );
+    let task = |id: &str, retries: u32| {
+        format!(
+            "  - {{ id: {id}, prompt: {PROMPT:?}, max_retries: {retries}, retry_policy: warm, gates: [{}] }}\n",
+            content_gate()
+        )
+    };
+    let plan = format!(
+        "version: 1\nname: errors\nseats: 3\n{AGENTS}defaults: {{ agent: {}, timeout: 60s }}\ntasks:\n{}{}{}",
+        cli.name(),
+        task("e500", 1),
+        task("e529", 0),
+        task("e401", 0)
+    );
+    let ran = project.rehearse(cli, &plan, &scenario);
+    assert_eq!(ran.output.status.code(), Some(1), "{}", ran.describe());
+    let kind = |task: &str| {
+        let attempt = &ran.attempts(task)[0];
+        assert_eq!(attempt["outcome"], "infra", "{task}: {}", ran.describe());
+        assert_eq!(attempt["judged"], false, "{task}");
+        let name = attempt["infra_kind"].as_str().unwrap().to_owned();
+        InfraKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+            .unwrap_or_else(|| panic!("unknown kind {name}"))
+    };
+    let e500 = kind("e500");
+    assert!(e500.is_transient(), "500 is {e500:?}");
+    let e529 = kind("e529");
+    assert!(e529.is_transient(), "529 is {e529:?}");
+    assert_eq!(kind("e401"), InfraKind::AuthFailed);
+    assert!(!InfraKind::AuthFailed.is_transient());
+    // The retry after an infrastructure failure resumes the session (the
+    // prompt is in it) and quotes nothing: not the error, not a fence.
+    assert_eq!(ran.task("e500")["state"], "passed", "{}", ran.describe());
+    assert_eq!(ran.modes("e500"), ["new", "warm"]);
+    let sessions = ran.sessions("e500");
+    assert_eq!(sessions[0], sessions[1]);
+    let instruction = ran.metadata(&project, "e500")["retry_corrective_instruction"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let retry = ran.body(&ran.turn_opener("e500", 2));
+    assert_eq!(new_user_texts(cli, &retry), std::slice::from_ref(&instruction));
+    assert!(!instruction.contains("internal trouble"), "{instruction}");
+    assert!(
+        !instruction.contains("BEGIN") && !instruction.contains("```"),
+        "{instruction}"
+    );
+    let history = serde_json::to_string(&items(cli, &retry)).unwrap();
+    assert!(
+        history.contains(PROMPT),
+        "the resumed session holds the prompt"
+    );
+    let failed = project
+        .root()
+        .join(".reprise/runs")
+        .join(ran.json["run"]["run_id"].as_str().unwrap())
+        .join("failed");
+    assert!(
+        !failed.exists() || fs::read_dir(&failed).unwrap().next().is_none(),
+        "no reply is kept for an infrastructure failure"
+    );
+}
+
+#[test]
+fn claude_api_errors_are_classified_never_judged_and_quote_nothing() {
+    api_errors_are_classified_never_judged_and_quote_nothing(Cli::Claude);
+}
+
+#[test]
+fn codex_api_errors_are_classified_never_judged_and_quote_nothing() {
+    api_errors_are_classified_never_judged_and_quote_nothing(Cli::Codex);
+}
