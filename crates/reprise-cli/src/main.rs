@@ -47,8 +47,20 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         };
     }
     let rendered = err.to_string();
-    let first = rendered.lines().next().unwrap_or("invalid arguments");
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or("invalid arguments");
     let first = first.strip_prefix("error: ").unwrap_or(first);
+    // "the following required arguments were not provided:" lists them on
+    // the indented lines after it: keep them on the one line.
+    let listed: Vec<&str> = lines
+        .take_while(|line| line.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    let first = if first.ends_with(':') && !listed.is_empty() {
+        format!("{first} {}", listed.join(", "))
+    } else {
+        first.to_owned()
+    };
     report(&CliError::usage(format!(
         "{first}; run `reprise --help` for usage"
     )))

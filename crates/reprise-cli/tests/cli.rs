@@ -940,3 +940,105 @@ tasks:
     // The pass retired the kept reply.
     assert!(!kept.exists());
 }
+
+#[test]
+fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), SIM_PLAN).unwrap();
+    fs::write(
+        env.project().join("good.yaml"),
+        "rules:\n  - reply: { text: hi }\n",
+    )
+    .unwrap();
+    fs::write(
+        env.project().join("ambiguous.yaml"),
+        "rules:\n  - reply: { text: hi, hang: true }\n",
+    )
+    .unwrap();
+    fs::write(
+        env.project().join("gemini.yaml"),
+        "version: 1\nname: g\ntasks:\n  - { id: g1, prompt: p, agent: gemini }\n",
+    )
+    .unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["rehearse", "plan.yaml", "--scenario", "missing.yaml"],
+            "cannot read scenario",
+        ),
+        (
+            &["rehearse", "plan.yaml", "--scenario", "ambiguous.yaml"],
+            "scenario rule 0",
+        ),
+        (
+            &[
+                "rehearse",
+                "plan.yaml",
+                "--scenario",
+                "good.yaml",
+                "--price",
+                "3",
+            ],
+            "--price \"3\"",
+        ),
+        (
+            &["rehearse", "gemini.yaml", "--scenario", "good.yaml"],
+            "task g1 uses gemini",
+        ),
+        (
+            &["rehearse", "nothere.yaml", "--scenario", "good.yaml"],
+            "nothere.yaml",
+        ),
+        (&["rehearse", "plan.yaml"], "--scenario"),
+        (
+            &["rehearse", "serve", "--scenario", "ambiguous.yaml"],
+            "scenario rule 0",
+        ),
+    ];
+    for initialised in [false, true] {
+        if initialised {
+            env.init();
+        }
+        let before = env.snapshot();
+        for (args, needle) in cases {
+            let output = env.run(args);
+            assert_one_line_error(&output, 2, needle);
+            assert_eq!(env.snapshot(), before, "{args:?} changed files");
+        }
+    }
+}
+
+#[test]
+fn rehearse_runs_a_sim_plan_and_reports_traffic_per_task() {
+    let env = Env::new();
+    fs::write(env.project().join("plan.yaml"), SIM_PLAN).unwrap();
+    fs::write(
+        env.project().join("scenario.yaml"),
+        "rules:\n  - reply: { text: hi }\n",
+    )
+    .unwrap();
+    let output = env.run(&[
+        "rehearse",
+        "plan.yaml",
+        "--scenario",
+        "scenario.yaml",
+        "--json",
+    ]);
+    assert_success(&output);
+    let json = json_of(&output);
+    assert_eq!(json["run"]["ok"], true);
+    let report = &json["rehearsal"]["tasks"][0];
+    assert_eq!(report["task_id"], "greet");
+    // The sim agent talks to no server: nothing sent, the sim's own cost.
+    assert_eq!(report["requests"], 0);
+    assert_eq!(report["reported_cost_micro_usd"], 12_000);
+    let log = json["rehearsal"]["log"].as_str().unwrap();
+    assert!(Path::new(log).is_file(), "the request log is kept");
+    let text = env.run(&["rehearse", "plan.yaml", "--scenario", "scenario.yaml"]);
+    assert_success(&text);
+    let printed = stdout(&text);
+    assert!(
+        printed.contains("rehearsal: model server at http://127.0.0.1:"),
+        "{printed}"
+    );
+    assert!(printed.contains("greet (sim): 0 requests"), "{printed}");
+}

@@ -414,7 +414,10 @@ fn warm_retry_resumes_the_same_session_with_only_the_instruction(cli: Cli) {
         .as_str()
         .expect("the instruction is in the task's metadata")
         .to_owned();
-    assert_eq!(new_user_texts(cli, &retry), std::slice::from_ref(&instruction));
+    assert_eq!(
+        new_user_texts(cli, &retry),
+        std::slice::from_ref(&instruction)
+    );
     assert!(items(cli, &retry).len() > items(cli, &first).len() + 1);
     let history = serde_json::to_string(&items(cli, &retry)).unwrap();
     assert!(
@@ -786,7 +789,10 @@ fn api_errors_are_classified_never_judged_and_quote_nothing(cli: Cli) {
         .unwrap()
         .to_owned();
     let retry = ran.body(&ran.turn_opener("e500", 2));
-    assert_eq!(new_user_texts(cli, &retry), std::slice::from_ref(&instruction));
+    assert_eq!(
+        new_user_texts(cli, &retry),
+        std::slice::from_ref(&instruction)
+    );
     assert!(!instruction.contains("internal trouble"), "{instruction}");
     assert!(
         !instruction.contains("BEGIN") && !instruction.contains("```"),
