@@ -823,3 +823,29 @@ fn claude_api_errors_are_classified_never_judged_and_quote_nothing() {
 fn codex_api_errors_are_classified_never_judged_and_quote_nothing() {
     api_errors_are_classified_never_judged_and_quote_nothing(Cli::Codex);
 }
+
+/// The example the README points at stays true with the real Claude Code.
+#[test]
+fn the_rehearsal_example_passes_with_a_warm_retry() {
+    let project = Project::new();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rehearsal");
+    let plan = fs::read_to_string(examples.join("plan.yaml")).unwrap();
+    let scenario = fs::read_to_string(examples.join("scenario.yaml")).unwrap();
+    let ran = project.rehearse(Cli::Claude, &plan, &scenario);
+    ran.assert_ok();
+    assert_eq!(
+        ran.modes("add-greeting"),
+        ["new", "warm"],
+        "{}",
+        ran.describe()
+    );
+    let report = &ran.json["rehearsal"]["tasks"][0];
+    assert_eq!(
+        report["requests"], 4,
+        "a prompt and a tool result per attempt"
+    );
+    assert!(
+        report["reported_cost_micro_usd"].as_u64().unwrap() > 0,
+        "Claude prices it"
+    );
+}
