@@ -651,9 +651,13 @@ impl TaskRun<'_> {
                     fs::create_dir_all(dir).map_err(|err| err.to_string())?;
                 }
                 write_atomic(&target, &bytes, 0o600).map_err(|err| err.to_string())?;
+                // A session's transcript stays where it is: note it once.
+                let origin_path = target.with_extension("origin");
                 let origin = native.to_string_lossy();
-                write_atomic(&target.with_extension("origin"), origin.as_bytes(), 0o600)
-                    .map_err(|err| err.to_string())
+                if fs::read(&origin_path).is_ok_and(|noted| noted == origin.as_bytes()) {
+                    return Ok(());
+                }
+                write_atomic(&origin_path, origin.as_bytes(), 0o600).map_err(|err| err.to_string())
             });
         if let Err(err) = copied {
             self.emit(Event::Warning {

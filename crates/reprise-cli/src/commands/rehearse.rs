@@ -15,15 +15,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use reprise_core::plan::{AgentKind, parse_micro_usd};
-use reprise_engine::{AgentSetup, RunState, load_plan, new_run_id};
+use reprise_core::plan::{AgentKind, Plan, parse_micro_usd};
+use reprise_engine::{AgentSetup, RunState, new_run_id};
 use reprise_rehearse::model_server::{ModelServer, Scenario, ServerOptions};
 use reprise_rehearse::report::{Traffic, summarise};
 use reprise_rehearse::setup::{Client, client_setup};
 use reprise_store::write_atomic;
 use serde_json::{Value, json};
 
-use crate::commands::run::{execute, prepare, run_json, summary_text};
+use crate::commands::run::{execute, prepare_checked, run_json, summary_text};
 use crate::commands::status::money;
 use crate::error::{CliError, EXIT_FAILED};
 use crate::output::Outcome;
@@ -83,17 +83,19 @@ pub(crate) fn rehearse(
     // Everything the user wrote is checked before anything is written.
     let scenario = Scenario::load(scenario_path).map_err(|err| CliError::usage(err.to_string()))?;
     let price = price.map(Price::parse).transpose()?;
-    let plan = load_plan(plan_path).map_err(|err| CliError::usage(err.to_string()))?;
-    for task in plan.tasks() {
-        if let Err(why) = client_for(task.agent.kind()) {
-            return Err(CliError::usage(format!(
-                "task {} uses {}: {why}",
-                task.id,
-                task.agent.kind()
-            )));
+    let servable = |plan: &Plan| {
+        for task in plan.tasks() {
+            if let Err(why) = client_for(task.agent.kind()) {
+                return Err(CliError::usage(format!(
+                    "task {} uses {}: {why}",
+                    task.id,
+                    task.agent.kind()
+                )));
+            }
         }
-    }
-    let prepared = prepare(settings, Some(plan_path), None, retry_budget)?;
+        Ok(())
+    };
+    let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, servable)?;
     let run_id = new_run_id();
     let dir = prepared.state.runs_dir().join(&run_id).join("rehearsal");
     let failed = |what: &str, err: &dyn std::fmt::Display| CliError {

@@ -126,6 +126,18 @@ pub(crate) fn prepare(
     retry_failed: Option<&str>,
     retry_budget: Option<&str>,
 ) -> Result<Prepared, CliError> {
+    prepare_checked(settings, plan_path, retry_failed, retry_budget, |_| Ok(()))
+}
+
+/// As [`prepare`], with the caller's own check of the plan made before
+/// anything is written.
+pub(crate) fn prepare_checked(
+    settings: &Settings,
+    plan_path: Option<&Path>,
+    retry_failed: Option<&str>,
+    retry_budget: Option<&str>,
+    check: impl FnOnce(&Plan) -> Result<(), CliError>,
+) -> Result<Prepared, CliError> {
     // A new leg needs the finished run it continues, from an existing state
     // directory; its plan is the one that run recorded unless one is given.
     let prior = match retry_failed {
@@ -149,6 +161,7 @@ pub(crate) fn prepare(
     };
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    check(&plan)?;
     // So does a retry budget that the plan's gates cannot honour.
     let retry_budget =
         resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;

@@ -192,7 +192,7 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
         ..Observed::default()
     };
     let Some(api) = api else {
-        shared.record(&request, None, &Summary::default(), &observed, None)?;
+        shared.record(&request, None, &Summary::default(), &observed, None, None)?;
         // Clients probe the base URL before they call the API: answer those.
         if matches!(request.method.as_str(), "GET" | "HEAD") {
             return http::write_json(&mut writer, 200, b"");
@@ -202,7 +202,7 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
         return http::write_json(&mut writer, 404, body.as_bytes());
     };
     let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
-        shared.record(&request, None, &Summary::default(), &observed, None)?;
+        shared.record(&request, None, &Summary::default(), &observed, None, None)?;
         return shared.write_error(&mut writer, api, 400, "request body is not json");
     };
     let summary = match api {
@@ -232,7 +232,7 @@ fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     if let Some(dir) = &shared.bodies {
         std::fs::write(dir.join(format!("{index:06}.json")), &request.body)?;
     }
-    shared.record_numbered(&request, Some(api), &summary, &observed, rule, Some(index))?;
+    shared.record(&request, Some(api), &summary, &observed, rule, Some(index))?;
     let Some(rule) = rule else {
         let message = format!(
             "reprise-model-server: no scenario rule matches task {} turn {} with prompt {:?}",
@@ -309,19 +309,8 @@ impl Shared {
 
     /// Appends the request's log line before any reply, so hung and failed
     /// requests are recorded too.
+    /// `number` is an API request's count, which names its kept body.
     fn record(
-        &self,
-        request: &Request,
-        api: Option<Api>,
-        summary: &Summary,
-        observed: &Observed,
-        rule: Option<usize>,
-    ) -> io::Result<()> {
-        self.record_numbered(request, api, summary, observed, rule, None)
-    }
-
-    /// `number` is the API request's count, which names its kept body.
-    fn record_numbered(
         &self,
         request: &Request,
         api: Option<Api>,
