@@ -47,6 +47,50 @@ pub(crate) enum Command {
         /// (overrides the plan's `retry_budget`).
         #[arg(long, value_name = "SPEC")]
         retry_budget: Option<String>,
+        /// Start the tasks' worktrees from the project's working tree as it
+        /// is, uncommitted and untracked changes included (snapshotted into a
+        /// commit that your index, refs and stash never see).
+        #[arg(long)]
+        include_uncommitted: bool,
+    },
+    /// Bring a finished run's results into your checkout: the results of its
+    /// leaf tasks merged into the current branch (fast-forward when possible).
+    Apply {
+        /// A run id (default: the latest run).
+        run: Option<String>,
+        /// Only this task's result (it holds its dependencies' work).
+        #[arg(long, value_name = "TASK")]
+        task: Option<String>,
+        /// Create branch NAME at the result instead of moving the current one.
+        #[arg(long, value_name = "NAME")]
+        branch: Option<String>,
+        /// List the commits and files, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show what a run's results (or one task's) change against their base.
+    Diff {
+        /// A run id (default: the latest run).
+        run: Option<String>,
+        /// One task of the run (default: the run's combined leaf results).
+        task: Option<String>,
+    },
+    /// Remove finished runs' worktrees (and, with --branches, their branches).
+    Clean {
+        /// One run to clean (default: every finished run).
+        run: Option<String>,
+        /// Every finished run (the default).
+        #[arg(long, conflicts_with_all = ["run", "all"])]
+        finished: bool,
+        /// Every run that is not running now, finished or not.
+        #[arg(long, conflicts_with = "run")]
+        all: bool,
+        /// Also delete the runs' result branches (`reprise/<run>/<task>`).
+        #[arg(long)]
+        branches: bool,
+        /// List what would be removed, and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Rehearse a plan: the real agent CLIs against a scripted model server
     /// on loopback, no tokens spent; or `rehearse serve`, the server alone.
@@ -105,6 +149,16 @@ pub(crate) struct RehearseArgs {
     pub(crate) keep_requests: bool,
 }
 
+/// Which plan a TASK argument belongs to: task ids are unique only within a
+/// plan.
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct PlanArg {
+    /// The plan TASK belongs to (default: the latest run's plan, or the one
+    /// plan that has the task; `PLAN/TASK` says the same).
+    #[arg(long = "plan", value_name = "NAME")]
+    pub(crate) name: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum RehearseCommand {
     /// Serve a scenario on loopback until Ctrl-C, logging every request.
@@ -140,21 +194,37 @@ pub(crate) enum TaskCommand {
     /// List the tasks of the latest run.
     List,
     /// Show one task: state, attempts and its retry metadata.
-    Show { task: String },
+    Show {
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum LineageCommand {
     /// Show a task's retry decisions, from its journal and spine.
-    Show { task: String },
+    Show {
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum JournalCommand {
     /// Print a task's journal rows.
-    Show { task: String },
+    Show {
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
     /// Verify a task's journal chain, coverage and seals.
-    Verify { task: String },
+    Verify {
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -166,7 +236,11 @@ pub(crate) enum AuditCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum ReplayCommand {
     /// Cut a torn final line off a task's journal (and nothing else).
-    Repair { task: String },
+    Repair {
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -46,6 +46,7 @@ impl From<StoreError> for CliError {
             StoreError::NoStateDir { .. }
             | StoreError::NotAStateDir { .. }
             | StoreError::UnsupportedLayout { .. }
+            | StoreError::OldLayout { .. }
             | StoreError::KeyPermissions { .. }
             | StoreError::KeyDirPermissions { .. }
             | StoreError::KeyLength { .. }

@@ -17,6 +17,8 @@ pub(crate) struct Settings {
     pub(crate) cwd: PathBuf,
     /// Where the audit key lives, or why it cannot be placed.
     pub(crate) key_path: Result<PathBuf, String>,
+    /// `--plan`: the plan a TASK argument belongs to.
+    pub(crate) plan: Option<String>,
 }
 
 impl Settings {
@@ -32,6 +34,7 @@ impl Settings {
             json: global.json,
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
+            plan: None,
             cwd,
         }
     }
@@ -49,6 +52,17 @@ impl Settings {
         self.state_dir
             .clone()
             .unwrap_or_else(|| self.cwd.join(STATE_DIR_NAME))
+    }
+
+    /// The same settings with `--plan` as a TASK argument's plan.
+    pub(crate) fn with_plan(&self, plan: Option<String>) -> Self {
+        Self {
+            json: self.json,
+            state_dir: self.state_dir.clone(),
+            cwd: self.cwd.clone(),
+            key_path: self.key_path.clone(),
+            plan,
+        }
     }
 
     pub(crate) fn key_path(&self) -> Result<&Path, CliError> {

@@ -6,7 +6,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use reprise_core::TaskId;
 use reprise_store::journal::Journal;
 use reprise_store::state::StateDir;
 use serde_json::{Value, json};
@@ -55,7 +54,7 @@ impl Env {
 
     fn journal(&self, task: &str, rows: u64) -> PathBuf {
         let state = self.state();
-        let id = TaskId::parse(task).unwrap();
+        let id = reprise_testkit::fixture_key(task).unwrap();
         let mut journal = Journal::open(&state, &id).unwrap();
         for n in 0..rows {
             journal
@@ -167,7 +166,7 @@ fn unsafe_task_ids_are_refused_and_nothing_changes() {
     env.journal("good", 2);
     let before = env.snapshot();
     let too_long = "a".repeat(65);
-    for bad in ["../x", "", too_long.as_str(), "a/b", ".hidden"] {
+    for bad in ["../x", "", too_long.as_str(), "a/b/c", ".hidden", "../a/b"] {
         for command in [
             &["journal", "verify"][..],
             &["journal", "show"],
@@ -236,7 +235,7 @@ fn journal_verify_reports_ok_and_tampering() {
     let text = env.run(&["journal", "verify", "t1"]);
     assert_success(&text);
     assert!(
-        stdout(&text).starts_with("journal t1: ok\n"),
+        stdout(&text).starts_with("journal fixture/t1: ok\n"),
         "{}",
         stdout(&text)
     );
@@ -632,7 +631,8 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         assert_success(&output);
         let mut status = json_of(&output);
         assert_eq!(status["ledger"]["ok"], true, "{status}");
-        assert_eq!(status["ledger"]["rows"], 2, "{status}");
+        // The run's start (with where its tasks work) and two transitions.
+        assert_eq!(status["ledger"]["rows"], 3, "{status}");
         status.as_object_mut().unwrap().remove("ledger");
         assert_eq!(status, report);
     }

@@ -368,11 +368,13 @@ fn content_gate() -> String {
         .to_owned()
 }
 
-fn worktree_file(project: &Project, task: &str, file: &str) -> String {
+/// A file in `task`'s worktree of the run `ran` reported.
+fn worktree_file(project: &Project, ran: &Rehearsal, task: &str, file: &str) -> String {
     fs::read_to_string(
         project
             .root()
             .join(".reprise/worktrees")
+            .join(ran.json["run"]["run_id"].as_str().unwrap())
             .join(task)
             .join(file),
     )
@@ -396,7 +398,10 @@ fn warm_retry_resumes_the_same_session_with_only_the_instruction(cli: Cli) {
     );
     // The file was written by the CLI's own tool call, answered by a
     // tool-result follow-up in each attempt.
-    assert_eq!(worktree_file(&project, "greet", "greeting.txt"), "hello\n");
+    assert_eq!(
+        worktree_file(&project, &ran, "greet", "greeting.txt"),
+        "hello\n"
+    );
     let requests = ran.requests("greet");
     assert_eq!(
         requests
@@ -500,7 +505,10 @@ fn fork_leaves_the_original_transcript_byte_identical(cli: Cli) {
             .unwrap()
             .contains(PROMPT)
     );
-    assert_eq!(worktree_file(&project, "greet", "greeting.txt"), "hello\n");
+    assert_eq!(
+        worktree_file(&project, &ran, "greet", "greeting.txt"),
+        "hello\n"
+    );
 }
 
 #[test]

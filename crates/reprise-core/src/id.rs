@@ -1,4 +1,4 @@
-//! Task ids: a strict pattern, refused rather than sanitised, because an id
+//! Task ids and plan names: a strict pattern, refused rather than sanitised, because an id
 //! names a directory and two ids must never share a journal.
 
 use std::fmt;
@@ -82,6 +82,74 @@ impl<'de> Deserialize<'de> for TaskId {
     }
 }
 
+/// A plan's name, as it names the plan's directory in the state directory:
+/// the same pattern as a task id, refused rather than sanitised, so two
+/// plans never share a directory.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PlanId(String);
+
+impl PlanId {
+    /// Accepts `raw` only if it matches the task-id pattern exactly.
+    pub fn parse(raw: &str) -> Result<Self, TaskIdError> {
+        TaskId::parse(raw).map(|id| Self(id.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PlanId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for PlanId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PlanId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One task of one plan: what a journal, a spine, a seal and a worktree
+/// belong to. Task ids are unique only within a plan.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskKey {
+    pub plan: PlanId,
+    pub task: TaskId,
+}
+
+impl TaskKey {
+    pub fn new(plan: PlanId, task: TaskId) -> Self {
+        Self { plan, task }
+    }
+
+    /// Parses `PLAN/TASK`.
+    pub fn parse(raw: &str) -> Result<Self, TaskIdError> {
+        let (plan, task) = raw.split_once('/').ok_or_else(|| TaskIdError::BadChar {
+            id: raw.to_owned(),
+            found: ' ',
+        })?;
+        Ok(Self {
+            plan: PlanId::parse(plan)?,
+            task: TaskId::parse(task)?,
+        })
+    }
+}
+
+impl fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.plan, self.task)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +185,18 @@ mod tests {
         for bad in ["a/b", "a b", "a\\b", "a\0", "é", "aé", "a\n", "a:b"] {
             assert!(TaskId::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_task_key_is_plan_slash_task() {
+        let key = TaskKey::parse("billing/add-tax").unwrap();
+        assert_eq!(key.plan.as_str(), "billing");
+        assert_eq!(key.task.as_str(), "add-tax");
+        assert_eq!(key.to_string(), "billing/add-tax");
+        for bad in ["add-tax", "a/b/c", "../x", "a/", "/b", "a b/c"] {
+            assert!(TaskKey::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(PlanId::parse("my plan").is_err());
     }
 
     #[test]

@@ -19,4 +19,4 @@ pub mod retry;
 mod scan;
 pub mod verify;
 
-pub use id::{TASK_ID_MAX_LEN, TaskId, TaskIdError};
+pub use id::{PlanId, TASK_ID_MAX_LEN, TaskId, TaskIdError, TaskKey};

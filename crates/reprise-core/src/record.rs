@@ -273,6 +273,10 @@ pub struct SpineRow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SealBody {
+    /// The plan the task belongs to. Seals written before task ids were per
+    /// plan (layout 1) have none; a migration row says which plan they meant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::PlanId>,
     pub task_id: TaskId,
     pub seq: u64,
     pub event_hash: Digest,

@@ -26,6 +26,12 @@ pub enum EngineError {
     Encode(#[from] reprise_core::canonical::EncodeError),
     #[error(transparent)]
     Workspace(#[from] reprise_store::workspace::WorkspaceError),
+    #[error("git in {dir}: {detail}")]
+    Git { dir: PathBuf, detail: String },
+    #[error(
+        "task {task} is being run by {run} (pid {pid}); wait for that run to end, or run another plan"
+    )]
+    TaskBusy { task: String, run: String, pid: u32 },
     #[error("cannot create the sandbox for task {task}: {detail}")]
     Sandbox { task: String, detail: String },
     #[error("run {run} not found under {dir}; `reprise status` lists the latest run")]

@@ -14,6 +14,10 @@ pub enum Event {
         tasks: usize,
         seats: u32,
     },
+    /// Where the run's tasks work (worktrees from a base commit, or in place).
+    Workspace {
+        workspace: crate::sandbox::Workspace,
+    },
     AttemptStarted {
         task: TaskId,
         attempt: u32,

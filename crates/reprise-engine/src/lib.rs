@@ -8,9 +8,11 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod delivery;
 mod error;
 mod events;
 mod gates;
+mod git;
 mod records;
 mod run;
 mod sandbox;
@@ -18,10 +20,16 @@ mod state;
 mod task;
 
 pub use budget::{plan_criteria, resolve_budget};
+pub use delivery::{
+    ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport, apply,
+    clean, diff, leaf_results, plan_apply, plan_clean,
+};
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink};
 pub use records::{DecisionRow, read_decisions};
-pub use run::{AgentSetup, RunOptions, load_plan, new_run_id, run_plan};
+pub use run::{AgentSetup, RunOptions, load_plan, lock_tasks, new_run_id, run_plan};
+pub use sandbox::{TaskOutput, Workspace, result_branch};
 pub use state::{
     AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, latest_run, load_run,
+    run_ids,
 };

@@ -2,7 +2,7 @@
 //! checkpoints after attempts, and each retry decision in three places
 //! (journal row, spine seal, audit row), in that order.
 
-use reprise_core::TaskId;
+use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
 use reprise_core::record::{Head, JournalRow};
@@ -58,7 +58,7 @@ pub(crate) struct VerifiedPrefix {
 /// retry costs the same at the thousandth attempt as at the first.
 pub(crate) fn trusted_checkpoint(
     state: &StateDir,
-    task: &TaskId,
+    task: &TaskKey,
     journal: &mut Journal,
     verified: &mut Option<VerifiedPrefix>,
 ) -> Result<Trusted> {
@@ -72,7 +72,7 @@ pub(crate) fn trusted_checkpoint(
             ChainVerifier::resume(
                 ChainFormat::Journal,
                 None,
-                Some(task.as_str()),
+                Some(task.task.as_str()),
                 prefix.head,
                 prefix.rows,
             ),
@@ -80,7 +80,7 @@ pub(crate) fn trusted_checkpoint(
             prefix.checkpoint,
         ),
         None => (
-            ChainVerifier::new(ChainFormat::Journal, None, Some(task.as_str())),
+            ChainVerifier::new(ChainFormat::Journal, None, Some(task.task.as_str())),
             0,
             None,
         ),
@@ -157,7 +157,7 @@ pub struct DecisionRow {
 }
 
 /// The retry decisions in a task's journal, in order.
-pub fn read_decisions(state: &StateDir, task: &TaskId) -> Result<Vec<DecisionRow>> {
+pub fn read_decisions(state: &StateDir, task: &TaskKey) -> Result<Vec<DecisionRow>> {
     let path = state.existing_journal_path(task)?;
     let bytes =
         std::fs::read(&path).map_err(|source| reprise_store::StoreError::Io { path, source })?;

@@ -12,16 +12,18 @@ use reprise_agents::{
     Adapter, CancelToken, ClaudeAdapter, CodexAdapter, CommandAdapter, GeminiAdapter, SimAdapter,
     SimStep,
 };
-use reprise_core::TaskId;
 use reprise_core::digest::AuditKey;
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
+use reprise_core::{TaskId, TaskKey};
 use reprise_store::audit::{AuditSummary, read_audit};
 use reprise_store::ledger::Ledger;
+use reprise_store::locks::{HeldLock, Holder, try_task_lock};
 use reprise_store::replies::{drop_kept_reply, read_kept_reply};
 use reprise_store::state::{StateDir, now_rfc3339};
 
 use crate::error::{EngineError, Result};
 use crate::events::{Event, EventSink, Message};
+use crate::sandbox::{TaskBase, Workspace, dependent_base};
 use crate::state::{RunState, TaskRecord, TaskStatus};
 use crate::task::{Previous, TaskResult, TaskRun};
 
@@ -44,6 +46,8 @@ pub struct RunOptions {
     /// tasks not named get nothing extra.
     pub agent_setup: BTreeMap<TaskId, AgentSetup>,
     pub key: AuditKey,
+    /// Snapshot the project's uncommitted changes into the run's base.
+    pub include_uncommitted: bool,
 }
 
 /// Extra environment and a config home for one task's agent process, as
@@ -70,6 +74,50 @@ pub fn load_plan(path: &Path) -> Result<Plan> {
     })?;
     let name = path.display().to_string();
     Ok(reprise_core::plan::parse_plan(&text, &name)?)
+}
+
+/// The tasks a run of `plan` will run: all of them, or for a new leg of
+/// `prior`, those that did not pass there.
+fn tasks_to_run<'p>(plan: &'p Plan, prior: Option<&RunState>) -> Vec<&'p Task> {
+    plan.tasks()
+        .iter()
+        .filter(|task| {
+            prior
+                .and_then(|prior| prior.task(&task.id))
+                .is_none_or(|before| before.state != TaskStatus::Passed)
+        })
+        .collect()
+}
+
+/// Takes the lock of every task the run will run, for the run's whole life:
+/// a second run that would run one of them at the same time is refused
+/// (`TaskBusy`, naming the run and pid that hold it) before it writes
+/// anything. Other plans, and other tasks of the same plan, are not held.
+pub fn lock_tasks(
+    state: &StateDir,
+    plan: &Plan,
+    prior: Option<&RunState>,
+    run_id: &str,
+) -> Result<Vec<HeldLock>> {
+    let holder = Holder {
+        run_id: run_id.to_owned(),
+        pid: std::process::id(),
+    };
+    let mut held = Vec::new();
+    for task in tasks_to_run(plan, prior) {
+        let key = TaskKey::new(plan.id().clone(), task.id.clone());
+        match try_task_lock(state, &key, &holder)? {
+            Ok(lock) => held.push(lock),
+            Err(other) => {
+                return Err(EngineError::TaskBusy {
+                    task: key.to_string(),
+                    run: other.run_id,
+                    pid: other.pid,
+                });
+            }
+        }
+    }
+    Ok(held)
 }
 
 /// The binary a plan names for an adapter (`agents: {claude: {bin: ...}}`);
@@ -158,8 +206,10 @@ pub fn run_plan(
         .iter()
         .map(|task| (task.id.clone(), adapter_for(task, plan, state)))
         .collect();
+    let workspace = Workspace::detect(state, &options.project, options.include_uncommitted)?;
     let mut run = RunState {
         v: 1,
+        workspace: Some(workspace.clone()),
         run_id: options.run_id.clone(),
         plan: options.plan_path.display().to_string(),
         plan_name: plan.name().to_owned(),
@@ -178,6 +228,9 @@ pub fn run_plan(
                 judged: false,
                 reason: None,
                 metadata: BTreeMap::new(),
+                base_commit: None,
+                cwd: None,
+                output: None,
             })
             .collect(),
     };
@@ -193,6 +246,11 @@ pub fn run_plan(
             if before.state == TaskStatus::Passed {
                 record.state = TaskStatus::Passed;
                 record.reason = Some(format!("passed in {}", prior.run_id));
+                // Its result, committed in that run, is what dependents
+                // build on in this one.
+                record.base_commit.clone_from(&before.base_commit);
+                record.output.clone_from(&before.output);
+                record.cwd.clone_from(&before.cwd);
                 continue;
             }
             if before.judged {
@@ -231,6 +289,9 @@ pub fn run_plan(
         tasks: order.len(),
         seats: seats as u32,
     });
+    sink.event(&Event::Workspace {
+        workspace: workspace.clone(),
+    });
     for (task, message) in warnings {
         sink.event(&Event::Warning {
             task: Some(task),
@@ -252,6 +313,7 @@ pub fn run_plan(
         .as_ref()
         .map(|spec| (spec, criteria.as_slice()));
     let mut ledger = Ledger::open(state)?;
+    ledger.run_started(&now_rfc3339(), &run.run_id, plan.id(), workspace.base())?;
     let mut pool = Pool {
         remaining_micro_usd: plan.budget_micro_usd(),
     };
@@ -300,6 +362,46 @@ pub fn run_plan(
                 {
                     continue;
                 }
+                // Its base: the run's, or its dependencies' results merged.
+                let base = if workspace.isolates(task) {
+                    let inputs: Vec<String> = task
+                        .depends_on
+                        .iter()
+                        .filter_map(|dependency| {
+                            run.tasks[position[dependency]]
+                                .output
+                                .as_ref()
+                                .map(|output| output.tip().to_owned())
+                        })
+                        .collect();
+                    match dependent_base(&workspace, &task.id, &inputs)? {
+                        Some(TaskBase::Ready(commit)) => Some(commit),
+                        Some(TaskBase::Conflict(files)) => {
+                            let reason = format!(
+                                "dependency_conflict: the results of {} conflict in {}",
+                                task.depends_on
+                                    .iter()
+                                    .map(TaskId::as_str)
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                files.join(", ")
+                            );
+                            ledger.transition(
+                                &now_rfc3339(),
+                                &run.run_id,
+                                &task.id,
+                                "queued",
+                                "blocked",
+                                Some(&reason),
+                            )?;
+                            finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
+                            continue;
+                        }
+                        None => None,
+                    }
+                } else {
+                    None
+                };
                 let envelope = match pool.reserve(task, running) {
                     Ok(Some(envelope)) => envelope,
                     Ok(None) => continue,
@@ -329,7 +431,9 @@ pub fn run_plan(
                 saver.maybe_save(&run, state)?;
                 running += 1;
                 let sender = sender.clone();
-                let prior_seals = audit.seals_of(&task.id);
+                run.tasks[position[&task.id]].base_commit.clone_from(&base);
+                let prior_seals = audit.seals_of(&TaskKey::new(plan.id().clone(), task.id.clone()));
+                let workspace = &workspace;
                 let carried_reply = carried.get(&task.id).cloned();
                 let adapter = Arc::clone(&adapters[&task.id]);
                 let key = options.key.clone();
@@ -345,7 +449,10 @@ pub fn run_plan(
                         state,
                         key,
                         run_id,
+                        plan: plan.id(),
                         task,
+                        workspace,
+                        base,
                         adapter: adapter.as_ref(),
                         project,
                         envelope_micro_usd: envelope,
@@ -443,6 +550,8 @@ fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {
     record.spent_micro_usd = result.spent_micro_usd;
     record.judged = result.judged;
     record.metadata = result.metadata.clone();
+    record.cwd.clone_from(&result.cwd);
+    record.output.clone_from(&result.output);
 }
 
 fn finish(

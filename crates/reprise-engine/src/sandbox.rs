@@ -1,61 +1,320 @@
-//! Where a task's agent works: its own git worktree when the project is a git
-//! repository with a commit (`.reprise/worktrees/<task>`, branch
-//! `reprise/<task>`), else the project directory itself.
+//! Where a task's agent works, and what becomes of its work.
+//!
+//! In a git repository with a commit, every task of a run gets a fresh
+//! worktree at `.reprise/worktrees/<run>/<task>`, detached at the task's
+//! base: the run's base commit (the project's HEAD when the run started, or
+//! a snapshot of the user's uncommitted work with `--include-uncommitted`)
+//! for a task with no dependencies, else its dependencies' result commits
+//! (one: that commit; several: a merge reprise makes in memory). When a task
+//! passes, its tree is committed on `reprise/<run>/<task>`, a branch name in
+//! reprise's own namespace that no earlier run and no user branch can hold.
+//!
+//! None of this touches the user's index, refs (other than creating a
+//! reprise branch), stash or config: trees are written through a temporary
+//! index, merges happen in memory (`git merge-tree`), and every git command
+//! runs with hooks off (see `git.rs`). Outside git, or with `sandbox: none`,
+//! a task runs in the project directory itself and nothing is committed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use reprise_core::plan::{Sandbox, Task};
+use reprise_core::{PlanId, TaskId};
+use reprise_store::locks::worktree_lock;
 use reprise_store::state::StateDir;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
+use crate::git::{Git, Merged};
 
-/// The directory `task` runs in, created if it is a new worktree.
-pub(crate) fn prepare(state: &StateDir, project: &Path, task: &Task) -> Result<PathBuf> {
-    if task.sandbox == Sandbox::None {
+/// Where a run's tasks work, decided once when the run starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Workspace {
+    /// Each task in its own worktree of the repository at `repo`.
+    Worktrees {
+        /// The top of the user's working tree.
+        repo: PathBuf,
+        /// The project's HEAD when the run started.
+        head: String,
+        /// What tasks without dependencies start from: `head`, or a snapshot
+        /// of the working tree on top of it (`--include-uncommitted`).
+        base: String,
+        /// Paths with uncommitted or untracked changes when the run started.
+        uncommitted: u64,
+        /// Whether those changes are in `base`.
+        included: bool,
+    },
+    /// Every task in the project directory.
+    InPlace { reason: String },
+}
+
+impl Workspace {
+    /// Looks at `project` once, at run start. With `include_uncommitted`,
+    /// the user's working tree is snapshotted into a commit that no ref,
+    /// index or stash of theirs ever sees.
+    pub fn detect(state: &StateDir, project: &Path, include_uncommitted: bool) -> Result<Self> {
+        let git = Git::new(project);
+        if !git.succeeds(&["rev-parse", "--is-inside-work-tree"]) {
+            return Ok(Self::InPlace {
+                reason: "not a git repository".to_owned(),
+            });
+        }
+        if !git.has_commit() {
+            return Ok(Self::InPlace {
+                reason: "the repository has no commit yet".to_owned(),
+            });
+        }
+        let repo = git.toplevel()?;
+        let git = Git::new(&repo);
+        let head = git.commit_of("HEAD")?;
+        let dirty = git.dirty_files()?;
+        let uncommitted = dirty.len() as u64;
+        let base = if include_uncommitted && uncommitted > 0 {
+            let scratch = state.locks_dir();
+            std::fs::create_dir_all(&scratch).map_err(|source| reprise_store::StoreError::Io {
+                path: scratch.clone(),
+                source,
+            })?;
+            let tree = git.snapshot_tree(&head, &scratch)?;
+            git.commit_tree(
+                &tree,
+                &[&head],
+                "reprise: the working tree's uncommitted changes, as a run's base\n",
+            )?
+        } else {
+            head.clone()
+        };
+        Ok(Self::Worktrees {
+            repo,
+            head,
+            base,
+            uncommitted,
+            included: include_uncommitted && uncommitted > 0,
+        })
+    }
+
+    /// The run's base commit, when tasks work in worktrees.
+    pub fn base(&self) -> Option<&str> {
+        match self {
+            Self::Worktrees { base, .. } => Some(base),
+            Self::InPlace { .. } => None,
+        }
+    }
+
+    fn repo(&self) -> Option<&Path> {
+        match self {
+            Self::Worktrees { repo, .. } => Some(repo),
+            Self::InPlace { .. } => None,
+        }
+    }
+
+    /// Whether `task` gets a worktree in this run.
+    pub(crate) fn isolates(&self, task: &Task) -> bool {
+        task.sandbox != Sandbox::None && self.repo().is_some()
+    }
+}
+
+/// What a dependent task starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TaskBase {
+    Ready(String),
+    /// Two dependencies changed the same lines: these paths conflict.
+    Conflict(Vec<String>),
+}
+
+/// The base of a task whose dependencies produced `inputs` (each a result
+/// commit, or the dependency's base when it changed nothing), in plan order.
+/// One input is the base itself; several are merged in memory, each merge a
+/// commit with both sides as parents.
+pub(crate) fn dependent_base(
+    workspace: &Workspace,
+    task: &TaskId,
+    inputs: &[String],
+) -> Result<Option<TaskBase>> {
+    let Some(repo) = workspace.repo() else {
+        return Ok(None);
+    };
+    let Some((first, rest)) = inputs.split_first() else {
+        return Ok(workspace
+            .base()
+            .map(|base| TaskBase::Ready(base.to_owned())));
+    };
+    let git = Git::new(repo);
+    let mut merged = first.clone();
+    for next in rest {
+        if git.is_ancestor(next, &merged) {
+            continue;
+        }
+        if git.is_ancestor(&merged, next) {
+            merged = next.clone();
+            continue;
+        }
+        match git.merge_trees(&merged, next)? {
+            Merged::Clean(tree) => {
+                merged = git.commit_tree(
+                    &tree,
+                    &[&merged, next],
+                    &format!("reprise: the dependencies of {task}, merged\n"),
+                )?;
+            }
+            Merged::Conflict(files) => return Ok(Some(TaskBase::Conflict(files))),
+        }
+    }
+    Ok(Some(TaskBase::Ready(merged)))
+}
+
+/// The directory `task` runs in: a fresh worktree at `base`, or the project.
+/// Worktree creation holds the state directory's worktree lock, so parallel
+/// seats and concurrent runs never race in git's admin directory, and prunes
+/// worktrees whose directories were removed (`rm -rf .reprise`) first.
+pub(crate) fn prepare(
+    state: &StateDir,
+    workspace: &Workspace,
+    project: &Path,
+    run_id: &str,
+    task: &Task,
+    base: Option<&str>,
+) -> Result<PathBuf> {
+    let (Some(repo), Some(base)) = (workspace.repo(), base) else {
+        return Ok(project.to_path_buf());
+    };
+    if !workspace.isolates(task) {
         return Ok(project.to_path_buf());
     }
-    if !git_ok(project, &["rev-parse", "--verify", "--quiet", "HEAD"]) {
-        // Not a repository, or one without a commit to branch from.
-        return Ok(project.to_path_buf());
-    }
-    let dir = state.worktree_dir(&task.id);
+    let dir = state.worktree_dir(run_id, &task.id);
     if dir.join(".git").exists() {
-        // A later run of the same plan continues in the task's worktree.
+        // The same run, come back to its task (its path is stable for the
+        // run's life because the CLIs key resume by cwd).
         return Ok(dir);
     }
-    let branch = format!("reprise/{}", task.id);
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(project)
-        .args(["worktree", "add", "--quiet", "-B", &branch])
-        .arg(&dir)
-        .arg("HEAD")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|err| EngineError::Sandbox {
+    let sandbox_error = |err: EngineError| EngineError::Sandbox {
+        task: task.id.to_string(),
+        detail: match err {
+            EngineError::Git { detail, .. } => detail,
+            other => other.to_string(),
+        },
+    };
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|err| EngineError::Sandbox {
             task: task.id.to_string(),
-            detail: format!("cannot run git: {err}"),
+            detail: format!("cannot create {}: {err}", parent.display()),
         })?;
-    if !output.status.success() {
-        return Err(EngineError::Sandbox {
-            task: task.id.to_string(),
-            detail: String::from_utf8_lossy(&output.stderr)
-                .trim()
-                .replace('\n', "; "),
-        });
     }
+    let _lock = worktree_lock(state)?;
+    let git = Git::new(repo);
+    git.run(["worktree", "prune"]).map_err(sandbox_error)?;
+    let mut add = git.command();
+    add.args(["worktree", "add", "--quiet", "--detach"])
+        .arg(&dir)
+        .arg(base);
+    git.output(add).map_err(sandbox_error)?;
     Ok(dir)
 }
 
-fn git_ok(dir: &Path, args: &[&str]) -> bool {
-    Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
+/// A task's committed result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskOutput {
+    /// The commit the task's base was.
+    pub base: String,
+    /// The result commit; `None` when the task changed nothing.
+    pub commit: Option<String>,
+    /// `reprise/<run>/<task>`, when there is a commit.
+    pub branch: Option<String>,
+    /// Paths the result changes against its base.
+    pub files_changed: u64,
+}
+
+impl TaskOutput {
+    /// What a dependent builds on: the result, or the base it left as it was.
+    pub fn tip(&self) -> &str {
+        self.commit.as_deref().unwrap_or(&self.base)
+    }
+}
+
+/// What a result commit says about where it came from, as git trailers.
+pub(crate) struct Provenance<'a> {
+    pub(crate) run_id: &'a str,
+    pub(crate) plan: &'a PlanId,
+    pub(crate) task: &'a TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) journal_seq: u64,
+    pub(crate) journal_hash: String,
+}
+
+/// The branch a task's result goes on.
+pub fn result_branch(run_id: &str, task: &TaskId) -> String {
+    format!("reprise/{run_id}/{task}")
+}
+
+/// Commits everything in `worktree` (tracked and untracked files, honouring
+/// ignore rules) on top of `base`, on the task's branch. A tree equal to the
+/// base's is recorded as no change and commits nothing. The branch must not
+/// exist: it is created, never moved or reset.
+pub(crate) fn commit_result(
+    state: &StateDir,
+    workspace: &Workspace,
+    worktree: &Path,
+    base: &str,
+    provenance: &Provenance<'_>,
+) -> Result<TaskOutput> {
+    let repo = workspace
+        .repo()
+        .expect("results are committed only in worktrees");
+    let git = Git::new(repo);
+    let tree_git = Git::new(worktree);
+    let scratch = state.locks_dir();
+    std::fs::create_dir_all(&scratch).map_err(|source| reprise_store::StoreError::Io {
+        path: scratch.clone(),
+        source,
+    })?;
+    let tree = tree_git.snapshot_tree(base, &scratch)?;
+    if tree == git.tree_of(base)? {
+        return Ok(TaskOutput {
+            base: base.to_owned(),
+            commit: None,
+            branch: None,
+            files_changed: 0,
+        });
+    }
+    let message = format!(
+        "reprise: {task} ({plan}, run {run})\n\n\
+         Reprise-Run: {run}\n\
+         Reprise-Plan: {plan}\n\
+         Reprise-Task: {task}\n\
+         Reprise-Attempt: {attempt}\n\
+         Reprise-Journal-Head: {seq} {hash}\n",
+        task = provenance.task,
+        plan = provenance.plan,
+        run = provenance.run_id,
+        attempt = provenance.attempt,
+        seq = provenance.journal_seq,
+        hash = provenance.journal_hash,
+    );
+    let commit = git.commit_tree(&tree, &[base], &message)?;
+    let branch = result_branch(provenance.run_id, provenance.task);
+    let full = format!("refs/heads/{branch}");
+    // The all-zero old value: create only, never move an existing branch.
+    git.run([
+        "update-ref",
+        "-m",
+        "reprise: task result",
+        &full,
+        &commit,
+        "0000000000000000000000000000000000000000",
+    ])
+    .map_err(|err| EngineError::Sandbox {
+        task: provenance.task.to_string(),
+        detail: format!("cannot create branch {branch}: {err}"),
+    })?;
+    // Leave the worktree at its result, detached (never moving a branch the
+    // agent may have checked out), with its own index matching it.
+    tree_git.run(["update-ref", "--no-deref", "HEAD", &commit])?;
+    tree_git.run(["reset", "--quiet"])?;
+    let files_changed = git.changed_files(base, &commit)?.len() as u64;
+    Ok(TaskOutput {
+        base: base.to_owned(),
+        commit: Some(commit),
+        branch: Some(branch),
+        files_changed,
+    })
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use reprise_core::TaskId;
 use reprise_store::state::StateDir;
@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+use crate::sandbox::{TaskOutput, Workspace};
 
 /// A task's place in the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +107,15 @@ pub struct TaskRecord {
     pub reason: Option<String>,
     /// The `retry_*` stamp of the latest retry decision.
     pub metadata: BTreeMap<String, Value>,
+    /// The commit the task's worktree started from (none in place).
+    #[serde(default)]
+    pub base_commit: Option<String>,
+    /// Where the task worked.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The task's committed result, once it passed in a worktree.
+    #[serde(default)]
+    pub output: Option<TaskOutput>,
 }
 
 /// The snapshot of a run.
@@ -121,6 +131,9 @@ pub struct RunState {
     /// The run whose failed tasks this leg re-runs (`--retry-failed`).
     #[serde(default)]
     pub retry_of: Option<String>,
+    /// Where the run's tasks work: worktrees from a base commit, or in place.
+    #[serde(default)]
+    pub workspace: Option<Workspace>,
     pub tasks: Vec<TaskRecord>,
 }
 
@@ -159,6 +172,13 @@ impl RunState {
     }
 }
 
+impl RunState {
+    /// The plan's name as an id, as the state directory files it.
+    pub fn plan_id(&self) -> Option<reprise_core::PlanId> {
+        reprise_core::PlanId::parse(&self.plan_name).ok()
+    }
+}
+
 /// Reads the state of run `run_id`.
 pub fn load_run(state: &StateDir, run_id: &str) -> Result<RunState> {
     let path = state.run_state_path(run_id);
@@ -186,6 +206,13 @@ pub fn latest_run(state: &StateDir) -> Result<RunState> {
         .max()
         .ok_or_else(|| EngineError::NoRuns { dir: runs.clone() })?;
     load_run(state, &latest)
+}
+
+/// The ids of every run recorded in the state directory, oldest first.
+pub fn run_ids(state: &StateDir) -> Result<Vec<String>> {
+    let mut ids = list_runs(&state.runs_dir())?;
+    ids.sort();
+    Ok(ids)
 }
 
 fn list_runs(dir: &Path) -> Result<Vec<String>> {

@@ -22,6 +22,7 @@ use reprise_core::retry::{
     Decision, DecisionInput, DecisionRecord, RetryMode, decide, failed_decision_metadata,
     session_unavailable,
 };
+use reprise_core::{PlanId, TaskKey};
 use reprise_store::audit::{AuditLog, seal_journal_after};
 use reprise_store::journal::{Journal, Spine};
 use reprise_store::replies::{drop_kept_reply, keep_reply};
@@ -35,7 +36,7 @@ use crate::events::{Event, Message};
 use crate::gates::GateRun;
 use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
 use crate::run::AgentSetup;
-use crate::sandbox;
+use crate::sandbox::{self, Provenance, TaskOutput, Workspace};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 
 /// A criterion's name and the levels its gates can run at, highest first.
@@ -46,7 +47,13 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) state: &'a StateDir,
     pub(crate) key: AuditKey,
     pub(crate) run_id: &'a str,
+    /// The plan the task belongs to: its journal is the plan's.
+    pub(crate) plan: &'a PlanId,
     pub(crate) task: &'a Task,
+    /// Where the run's tasks work.
+    pub(crate) workspace: &'a Workspace,
+    /// The commit the task's worktree starts from (`None` in place).
+    pub(crate) base: Option<String>,
     pub(crate) adapter: &'a dyn Adapter,
     pub(crate) project: &'a Path,
     /// For a `--retry-failed` leg: what the task's failed attempt in the
@@ -77,6 +84,10 @@ pub(crate) struct TaskResult {
     pub(crate) attempts: Vec<AttemptSummary>,
     pub(crate) spent_micro_usd: u64,
     pub(crate) metadata: BTreeMap<String, Value>,
+    /// Where the task worked, once its sandbox exists.
+    pub(crate) cwd: Option<PathBuf>,
+    /// The committed result of a task that passed in a worktree.
+    pub(crate) output: Option<TaskOutput>,
 }
 
 /// A task's three chains, open for appending.
@@ -104,6 +115,8 @@ impl TaskRun<'_> {
             attempts: Vec::new(),
             spent_micro_usd: 0,
             metadata: BTreeMap::new(),
+            cwd: None,
+            output: None,
         };
         if let Err(err) = self.attempts(&mut result) {
             result.status = TaskStatus::Failed;
@@ -120,15 +133,27 @@ impl TaskRun<'_> {
 
     fn attempts(&self, result: &mut TaskResult) -> Result<()> {
         let task = self.task;
-        let cwd = sandbox::prepare(self.state, self.project, task)?;
-        let mut journal = Journal::open(self.state, &task.id)?;
-        let mut spine = Spine::open(self.state, &task.id)?;
+        let cwd = sandbox::prepare(
+            self.state,
+            self.workspace,
+            self.project,
+            self.run_id,
+            task,
+            self.base.as_deref(),
+        )?;
+        result.cwd = Some(cwd.clone());
+        let key = TaskKey::new(self.plan.clone(), task.id.clone());
+        let mut journal = Journal::open(self.state, &key)?;
+        let mut spine = Spine::open(self.state, &key)?;
         let mut audit = AuditLog::open(self.state, self.key.clone())?;
+        let isolated = self.workspace.isolates(task) && self.base.is_some();
         journal.append(
             "task.started",
             &now_rfc3339(),
             &json!({
                 "run_id": self.run_id,
+                "plan": self.plan.as_str(),
+                "base_commit": if isolated { self.base.as_deref() } else { None },
                 "adapter": self.adapter.name(),
                 "cwd": cwd,
                 "retry_policy": task.retry_policy,
@@ -163,6 +188,8 @@ impl TaskRun<'_> {
             env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
         }
         let mut attempt = 1;
+        // The journal's head after the latest attempt: a result commit names it.
+        let mut last_head = None;
         // How much of the journal this run has verified already.
         let mut verified: Option<VerifiedPrefix> = None;
         // The decision the next attempt runs under, for the execution-time fallback.
@@ -260,11 +287,13 @@ impl TaskRun<'_> {
             // be written (a journal whose last row was tampered with refuses
             // appends, and the task stops with that error).
             result.attempts.push(summary.clone());
-            journal.append(
-                "attempt.finished",
-                &now_rfc3339(),
-                &attempt_body(self.run_id, &summary, &report),
-            )?;
+            last_head = journal
+                .append(
+                    "attempt.finished",
+                    &now_rfc3339(),
+                    &attempt_body(self.run_id, &summary, &report),
+                )
+                .map(Some)?;
             self.emit(Event::AttemptFinished {
                 task: task.id.clone(),
                 summary: summary.clone(),
@@ -344,6 +373,12 @@ impl TaskRun<'_> {
             };
             attempt += 1;
         }
+        if result.status == TaskStatus::Passed
+            && isolated
+            && let (Some(base), Some(head)) = (self.base.as_deref(), last_head)
+        {
+            self.commit_output(&mut journal, &cwd, base, head, attempt, result)?;
+        }
         journal.append(
             "task.finished",
             &now_rfc3339(),
@@ -362,7 +397,7 @@ impl TaskRun<'_> {
         } else if let Err(err) = seal_journal_after(
             self.state,
             &mut audit,
-            &task.id,
+            &key,
             &now_rfc3339(),
             &self.prior_seals,
         ) {
@@ -370,6 +405,45 @@ impl TaskRun<'_> {
                 task: Some(task.id.clone()),
                 message: format!("journal not sealed: {err}"),
             });
+        }
+        Ok(())
+    }
+
+    /// Commits a passed task's worktree on its branch and records the result
+    /// (`task.result`); a task that changed nothing records that and commits
+    /// nothing. A commit that fails fails the task: work that cannot be
+    /// delivered has not passed.
+    fn commit_output(
+        &self,
+        journal: &mut Journal,
+        cwd: &Path,
+        base: &str,
+        head: reprise_core::record::Head,
+        attempt: u32,
+        result: &mut TaskResult,
+    ) -> Result<()> {
+        let provenance = Provenance {
+            run_id: self.run_id,
+            plan: self.plan,
+            task: &self.task.id,
+            attempt,
+            journal_seq: head.seq,
+            journal_hash: head.digest.to_hex(),
+        };
+        match sandbox::commit_result(self.state, self.workspace, cwd, base, &provenance) {
+            Ok(output) => {
+                journal.append(
+                    "task.result",
+                    &now_rfc3339(),
+                    &json!({"run_id": self.run_id, "base_commit": output.base, "commit": output.commit,
+                            "branch": output.branch, "files_changed": output.files_changed}),
+                )?;
+                result.output = Some(output);
+            }
+            Err(err) => {
+                result.status = TaskStatus::Failed;
+                result.reason = Some(format!("the result could not be committed: {err}"));
+            }
         }
         Ok(())
     }
@@ -540,7 +614,8 @@ impl TaskRun<'_> {
             audit,
         } = chains;
         let task = self.task;
-        let trusted = trusted_checkpoint(self.state, &task.id, journal, verified)?;
+        let key = TaskKey::new(self.plan.clone(), task.id.clone());
+        let trusted = trusted_checkpoint(self.state, &key, journal, verified)?;
         // The journal's hash chain is unkeyed: anyone who can write the file
         // can append a checkpoint that verifies. The one to trust is the one
         // this attempt wrote; any other latest checkpoint means the journal

@@ -38,6 +38,8 @@ struct World {
     fixture: Fixture,
     project: PathBuf,
     aside: PathBuf,
+    /// The plan of the latest run: task journals are the plan's.
+    plan: std::cell::RefCell<Option<reprise_core::PlanId>>,
 }
 
 /// What a run returned, and the events it reported.
@@ -69,6 +71,7 @@ impl World {
             fixture,
             project,
             aside,
+            plan: std::cell::RefCell::new(None),
         }
     }
 
@@ -132,6 +135,7 @@ impl World {
     ) -> Ran {
         let plan =
             parse_plan(&self.expand(plan), "plan.yaml").unwrap_or_else(|err| panic!("{err}"));
+        *self.plan.borrow_mut() = Some(plan.id().clone());
         let mut recorder = Recorder::default();
         let state = run_plan(
             &self.fixture.state,
@@ -145,6 +149,7 @@ impl World {
                 retry_budget,
                 agent_setup: Default::default(),
                 key: self.fixture.key.clone(),
+                include_uncommitted: false,
             },
             &CancelToken::new(),
             &mut recorder,
@@ -197,12 +202,18 @@ impl World {
         TaskId::parse(task).expect("task id")
     }
 
+    /// `task` of the latest run's plan.
+    fn key(&self, task: &str) -> reprise_core::TaskKey {
+        let plan = self.plan.borrow().clone().expect("a plan has run");
+        reprise_core::TaskKey::new(plan, Self::id(task))
+    }
+
     fn journal(&self, task: &str) -> Vec<JournalRow> {
-        rows(&self.fixture.state.journal_path(&Self::id(task)))
+        rows(&self.fixture.state.journal_path(&self.key(task)))
     }
 
     fn spine(&self, task: &str) -> Vec<SpineRow> {
-        let path = self.fixture.state.spine_path(&Self::id(task));
+        let path = self.fixture.state.spine_path(&self.key(task));
         if path.exists() {
             rows(&path)
         } else {
@@ -234,7 +245,7 @@ impl World {
     }
 
     fn decisions(&self, task: &str) -> Vec<DecisionRecord> {
-        read_decisions(&self.fixture.state, &Self::id(task))
+        read_decisions(&self.fixture.state, &self.key(task))
             .expect("decisions")
             .into_iter()
             .map(|row| row.record.expect("a readable decision"))
@@ -329,7 +340,7 @@ impl World {
     fn assert_verified(&self, task: &str) {
         let key = self.fixture.key.clone();
         let verification =
-            verify_journal(&self.fixture.state, &Self::id(task), || Ok(key)).expect("verify");
+            verify_journal(&self.fixture.state, &self.key(task), || Ok(key)).expect("verify");
         assert_eq!(verification.chain.first_problem(), None, "{task}");
         assert_eq!(verification.chain.coverage(), Coverage::Complete, "{task}");
         assert_eq!(verification.identity, Identity::Verified, "{task}");
@@ -350,7 +361,7 @@ fn lose_session(task: &str, preserved: bool) -> String {
         r#" && test -e "@STATE@/sessions/sim/$id.jsonl""#
     };
     format!(
-        r#"id=$(grep '"kind":"task.checkpoint"' '@STATE@/tasks/{task}/journal.jsonl' | tail -n 1 | sed 's/.*"session_id":"\([^"]*\)".*/\1/') && [ -n "$id" ] && echo "$id" > '@ASIDE@/lost-id' && rm "@STATE@/sim/$id.jsonl"{also}"#
+        r#"id=$(grep '"kind":"task.checkpoint"' '@STATE@/plans/'*'/tasks/{task}/journal.jsonl' | tail -n 1 | sed 's/.*"session_id":"\([^"]*\)".*/\1/') && [ -n "$id" ] && echo "$id" > '@ASIDE@/lost-id' && rm "@STATE@/sim/$id.jsonl"{also}"#
     )
 }
 
@@ -434,7 +445,10 @@ fn a_warm_retry_resumes_the_same_session_with_only_the_instruction() {
     );
 
     // The work happened in the task's worktree, not in the project.
-    let worktree = world.fixture.state.worktree_dir(&World::id("greet"));
+    let worktree = world
+        .fixture
+        .state
+        .worktree_dir(&ran.state.run_id, &World::id("greet"));
     assert_eq!(
         fs::read_to_string(worktree.join("greeting.txt")).expect("greeting"),
         "hello\n"
@@ -517,8 +531,8 @@ fn a_warm_retry_resumes_the_same_session_with_only_the_instruction() {
 
     // Prompts never enter a chain: only ids, hashes, modes and reasons.
     for path in [
-        world.fixture.state.journal_path(&World::id("greet")),
-        world.fixture.state.spine_path(&World::id("greet")),
+        world.fixture.state.journal_path(&world.key("greet")),
+        world.fixture.state.spine_path(&world.key("greet")),
         world.fixture.state.audit_path(),
     ] {
         let text = fs::read_to_string(&path).expect("chain");
@@ -725,7 +739,9 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
     let world = World::new();
     let gate = world.once_then(
         "tamper",
-        &format!(r#"{rewrite} && grep -q '"mode":"old"' '@STATE@/tasks/mend/journal.jsonl'"#),
+        &format!(
+            r#"{rewrite} && grep -q '"mode":"old"' '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#
+        ),
         "grep -qx hello greeting.txt",
     );
     let ran = world.run(&greeting_plan(&gate, "warm"));
@@ -773,7 +789,7 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
     // sealed over it.
     let key = world.fixture.key.clone();
     let verification =
-        verify_journal(&world.fixture.state, &World::id("mend"), || Ok(key)).expect("verify");
+        verify_journal(&world.fixture.state, &world.key("mend"), || Ok(key)).expect("verify");
     let fault = verification.chain.first_problem().expect("a fault");
     assert_eq!(fault.row, 1);
     assert_eq!(
@@ -791,14 +807,14 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
     );
     let audit = read_audit(&world.fixture.state, &world.fixture.key).expect("audit");
     assert_eq!(audit.report.first_problem(), None);
-    assert!(audit.seals_of(&World::id("mend")).is_empty());
+    assert!(audit.seals_of(&world.key("mend")).is_empty());
 }
 
 #[test]
 fn a_journal_replaced_by_a_tampered_copy_downgrades_to_cold() {
     // `sed -i` writes a new file and renames it over the journal.
     tampered_journal_downgrades_to_cold_and_the_run_goes_on(
-        r#"sed -i '2s/"mode":"new"/"mode":"old"/' '@STATE@/tasks/mend/journal.jsonl'"#,
+        r#"sed -i '2s/"mode":"new"/"mode":"old"/' '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#,
     );
 }
 
@@ -806,7 +822,7 @@ fn a_journal_replaced_by_a_tampered_copy_downgrades_to_cold() {
 fn a_journal_tampered_in_place_downgrades_to_cold() {
     // The same bytes written back into the same file: same inode, same length.
     tampered_journal_downgrades_to_cold_and_the_run_goes_on(
-        r#"sed '2s/"mode":"new"/"mode":"old"/' '@STATE@/tasks/mend/journal.jsonl' > '@ASIDE@/tampered' && cat '@ASIDE@/tampered' > '@STATE@/tasks/mend/journal.jsonl'"#,
+        r#"J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl') && sed '2s/"mode":"new"/"mode":"old"/' "$J" > '@ASIDE@/tampered' && cat '@ASIDE@/tampered' > "$J""#,
     );
 }
 
@@ -824,8 +840,9 @@ fn tampering_after_a_verified_retry_is_still_caught() {
         world.expand(&format!(
             "n=$(cat '{counter}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{counter}'\n\
              if [ $n = 2 ]; then\n\
-               sed '2s/\"mode\":\"new\"/\"mode\":\"old\"/' '@STATE@/tasks/mend/journal.jsonl' > '@ASIDE@/t' && \
-               cat '@ASIDE@/t' > '@STATE@/tasks/mend/journal.jsonl' && touch '@ASIDE@/tampered'\n\
+               J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl') && \
+               sed '2s/\"mode\":\"new\"/\"mode\":\"old\"/' \"$J\" > '@ASIDE@/t' && \
+               cat '@ASIDE@/t' > \"$J\" && touch '@ASIDE@/tampered'\n\
              fi\n\
              grep -qx hello greeting.txt\n",
             counter = counter.display()
@@ -857,7 +874,7 @@ tasks:
     let mend = task(&ran, "mend");
     assert_eq!(mend.state, TaskStatus::Passed, "the run goes on");
     assert_eq!(modes(mend), ["new", "warm", "cold"]);
-    let decisions: Vec<_> = read_decisions(&world.fixture.state, &World::id("mend"))
+    let decisions: Vec<_> = read_decisions(&world.fixture.state, &world.key("mend"))
         .expect("decisions")
         .into_iter()
         .map(|row| row.record.expect("record"))
@@ -1016,7 +1033,7 @@ fn a_session_gone_everywhere_falls_back_to_cold_with_a_second_decision() {
         (&second.template_id, second.instruction_hash),
         (&None, None)
     );
-    let attempts: Vec<Option<u64>> = read_decisions(&world.fixture.state, &World::id("mend"))
+    let attempts: Vec<Option<u64>> = read_decisions(&world.fixture.state, &world.key("mend"))
         .expect("decisions")
         .iter()
         .map(|row| row.attempt)
@@ -1130,7 +1147,7 @@ tasks:
         let journal = world.journal(id);
         let last = journal.last().expect("rows");
         assert_eq!(last.kind, "task.finished");
-        let seals = audit.seals_of(&World::id(id));
+        let seals = audit.seals_of(&world.key(id));
         assert_eq!(seals.len(), 1, "{id}");
         assert_eq!((seals[0].seq, seals[0].digest), (last.seq, last.event_hash));
     }
@@ -1429,7 +1446,7 @@ tasks:
         !world
             .fixture
             .state
-            .journal_path(&World::id("starved"))
+            .journal_path(&world.key("starved"))
             .exists(),
         "a blocked task never started"
     );
@@ -1492,7 +1509,7 @@ fn a_forged_checkpoint_is_never_resumed_and_the_run_goes_on() {
     // is a resume of the forged session.
     let gate = world.once_then(
         "forge",
-        r#"sed -i '3s/"session_id":"[^"]*"/"session_id":"forged-session"/' '@STATE@/tasks/mend/journal.jsonl' && grep -q forged-session '@STATE@/tasks/mend/journal.jsonl'"#,
+        r#"sed -i '3s/"session_id":"[^"]*"/"session_id":"forged-session"/' '@STATE@/plans/'*'/tasks/mend/journal.jsonl' && grep -q forged-session '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#,
         "grep -qx hello greeting.txt",
     );
     let plan = greeting_plan(&gate, "warm").replace("tasks:\n", "seats: 1\ntasks:\n")
@@ -1543,7 +1560,7 @@ fn a_forged_checkpoint_is_never_resumed_and_the_run_goes_on() {
 /// verifies (the chain is unkeyed: SHA-256 over the row, linked to the last
 /// row), naming a session `forged` made to exist in the sim store, with the
 /// real checkpoint's workspace hash.
-const FORGE_CHECKPOINT: &str = r#"J='@STATE@/tasks/mend/journal.jsonl'
+const FORGE_CHECKPOINT: &str = r#"J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl')
 last=$(tail -n 1 "$J")
 field() { printf '%s' "$last" | sed "s/.*\"$1\":\"\([^\"]*\)\".*/\1/"; }
 row="{\"at\":\"$(field at)\",\"body\":{\"attempt\":1,\"run_id\":\"$(field run_id)\",\"session_id\":\"forged\",\"workspace_hash\":\"$(field workspace_hash)\"},\"kind\":\"task.checkpoint\",\"prev_hash\":\"$(field event_hash)\",\"seq\":3,\"task_id\":\"mend\",\"v\":1}"
@@ -1563,7 +1580,7 @@ fn a_checkpoint_appended_behind_the_engines_back_is_not_trusted() {
     assert_eq!(journal[3].body["session_id"], "forged");
     let key = world.fixture.key.clone();
     let verification =
-        verify_journal(&world.fixture.state, &World::id("mend"), || Ok(key)).expect("verify");
+        verify_journal(&world.fixture.state, &world.key("mend"), || Ok(key)).expect("verify");
     assert_eq!(
         verification.chain.first_problem(),
         None,
@@ -1599,7 +1616,7 @@ fn a_checkpoint_appended_behind_the_engines_back_is_not_trusted() {
         ran.events
     );
     let audit = read_audit(&world.fixture.state, &world.fixture.key).expect("audit");
-    assert!(audit.seals_of(&World::id("mend")).is_empty());
+    assert!(audit.seals_of(&world.key("mend")).is_empty());
 }
 
 #[test]
@@ -1631,9 +1648,17 @@ tasks:
         .expect("a ledger exists");
     assert_eq!(report.first_problem(), None);
     let rows: Vec<reprise_core::record::LedgerRow> = rows(&world.fixture.state.ledger_path());
-    let transitions: Vec<(String, String, String)> = rows
+    let of_run: Vec<_> = rows
         .iter()
         .filter(|row| row.body["run_id"] == ran.state.run_id.as_str())
+        .collect();
+    // The run's first row says where its tasks work (in place: no git here).
+    assert_eq!(of_run[0].kind, "run.started");
+    assert_eq!(of_run[0].body["plan"], "ledgered");
+    assert_eq!(of_run[0].body["base_commit"], serde_json::Value::Null);
+    let transitions: Vec<(String, String, String)> = of_run
+        .iter()
+        .filter(|row| row.kind == "task.transition")
         .map(|row| {
             (
                 row.body["task_id"].as_str().unwrap().to_owned(),

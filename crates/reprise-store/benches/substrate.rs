@@ -33,9 +33,12 @@ fn body(seq: u64) -> serde_json::Value {
 fn append(c: &mut Criterion) {
     let temp = tempfile::tempdir().unwrap();
     let (state, _) = StateDir::create(&temp.path().join(".reprise")).unwrap();
-    let task = TaskId::parse("bench").unwrap();
+    let task = reprise_core::TaskKey::new(
+        reprise_core::PlanId::parse("bench").unwrap(),
+        TaskId::parse("bench").unwrap(),
+    );
     let mut journal = Journal::open(&state, &task).unwrap();
-    let line = encode_journal_row(None, &task, "task.checkpoint", AT, &body(0))
+    let line = encode_journal_row(None, &task.task, "task.checkpoint", AT, &body(0))
         .unwrap()
         .line;
     let mut raw = OpenOptions::new()

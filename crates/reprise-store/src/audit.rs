@@ -1,13 +1,15 @@
 //! The HMAC audit chain of the whole state directory, and the seals of task
 //! journal heads it holds.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::AuditKey;
 use reprise_core::record::{Head, SEAL_KIND, SealBody, encode_audit_row};
 use reprise_core::verify::{ChainReport, Identity, identity};
+use reprise_core::{PlanId, TaskId, TaskKey};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::chainfile::{ChainFile, read_chain};
@@ -52,7 +54,7 @@ impl AuditLog {
 pub fn seal_journal(
     state: &StateDir,
     audit: &mut AuditLog,
-    task: &TaskId,
+    task: &TaskKey,
     at: &str,
 ) -> Result<SealBody> {
     let prior = read_audit(state, &audit.key)?.seals_of(task);
@@ -66,7 +68,7 @@ pub fn seal_journal(
 pub fn seal_journal_after(
     state: &StateDir,
     audit: &mut AuditLog,
-    task: &TaskId,
+    task: &TaskKey,
     at: &str,
     prior: &[Head],
 ) -> Result<SealBody> {
@@ -76,7 +78,7 @@ pub fn seal_journal_after(
         &path,
         ChainFormat::Journal,
         None,
-        Some(task.as_str()),
+        Some(task.task.as_str()),
         &watch,
         |_, _| {},
     )?;
@@ -102,7 +104,8 @@ pub fn seal_journal_after(
         });
     };
     let body = SealBody {
-        task_id: task.clone(),
+        plan: Some(task.plan.clone()),
+        task_id: task.task.clone(),
         seq: head.seq,
         event_hash: head.digest,
     };
@@ -111,18 +114,33 @@ pub fn seal_journal_after(
     Ok(body)
 }
 
+/// Audit row kind recording a layout migration: which plan each task's
+/// journal went to, so seals written before task ids were per plan (they
+/// name no plan) still vouch for the journal they sealed.
+pub const MIGRATE_KIND: &str = "state.migrate";
+
 /// The audit chain's verification and the seals in its verified prefix.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AuditSummary {
     pub report: ChainReport,
     pub seals: Vec<SealBody>,
+    /// From `state.migrate` rows: the plan each layout-1 task journal went to.
+    pub migrated: BTreeMap<TaskId, PlanId>,
 }
 
 impl AuditSummary {
-    pub fn seals_of(&self, task: &TaskId) -> Vec<Head> {
+    /// The seals of one plan's task: those naming the plan, and those written
+    /// before seals named plans, for the plan the migration gave the task.
+    pub fn seals_of(&self, task: &TaskKey) -> Vec<Head> {
         self.seals
             .iter()
-            .filter(|seal| &seal.task_id == task)
+            .filter(|seal| {
+                seal.task_id == task.task
+                    && match &seal.plan {
+                        Some(plan) => plan == &task.plan,
+                        None => self.migrated.get(&task.task) == Some(&task.plan),
+                    }
+            })
             .map(|seal| Head {
                 seq: seal.seq,
                 digest: seal.event_hash,
@@ -134,6 +152,7 @@ impl AuditSummary {
 /// Verifies the audit chain and collects the seals it holds.
 pub fn read_audit(state: &StateDir, key: &AuditKey) -> Result<AuditSummary> {
     let mut seals = Vec::new();
+    let mut migrated = BTreeMap::new();
     let report = read_chain(
         &state.audit_path(),
         ChainFormat::Audit,
@@ -146,7 +165,67 @@ pub fn read_audit(state: &StateDir, key: &AuditKey) -> Result<AuditSummary> {
             {
                 seals.push(seal);
             }
+            if row.kind == MIGRATE_KIND
+                && let Ok(body) = serde_json::from_slice::<MigrateBody>(&line[row.payload.clone()])
+            {
+                for moved in body.tasks {
+                    migrated.insert(moved.task_id, moved.plan);
+                }
+            }
         },
     )?;
-    Ok(AuditSummary { report, seals })
+    Ok(AuditSummary {
+        report,
+        seals,
+        migrated,
+    })
+}
+
+/// The body of a `state.migrate` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrateBody {
+    pub from: u64,
+    pub to: u64,
+    pub tasks: Vec<MigratedTask>,
+}
+
+/// One journal a migration moved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigratedTask {
+    pub task_id: TaskId,
+    pub plan: PlanId,
+}
+
+/// Migrates a layout-1 state directory (see `state::migrate_layout_1`) and
+/// records what moved in the audit chain. `None` when there was nothing to do.
+pub fn migrate_state_dir(
+    root: &std::path::Path,
+    key: &AuditKey,
+    at: &str,
+) -> Result<Option<crate::state::Migration>> {
+    let Some(migration) = crate::state::migrate_layout_1(root)? else {
+        return Ok(None);
+    };
+    let state = StateDir::open(root)?;
+    let body = MigrateBody {
+        from: 1,
+        to: crate::state::LAYOUT_VERSION,
+        tasks: migration
+            .tasks
+            .iter()
+            .map(|key| MigratedTask {
+                task_id: key.task.clone(),
+                plan: key.plan.clone(),
+            })
+            .collect(),
+    };
+    if state.audit_path().is_file() {
+        let mut audit = AuditLog::open(&state, key.clone())?;
+        audit.append(
+            MIGRATE_KIND,
+            at,
+            &serde_json::to_value(&body).expect("migration body serialises"),
+        )?;
+    }
+    Ok(Some(migration))
 }

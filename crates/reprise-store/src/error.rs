@@ -28,6 +28,10 @@ pub enum StoreError {
         found: u64,
         supported: u64,
     },
+    #[error(
+        "{path} uses layout 1 (task journals not yet kept per plan); run `reprise init` to migrate it"
+    )]
+    OldLayout { path: PathBuf },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

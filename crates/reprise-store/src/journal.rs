@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use reprise_core::TaskId;
+use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::AuditKey;
 use reprise_core::record::{Head, encode_journal_row, encode_spine_row};
@@ -20,21 +20,21 @@ use crate::state::StateDir;
 /// A task's journal, open for appending.
 #[derive(Debug)]
 pub struct Journal {
-    task: TaskId,
+    task: TaskKey,
     file: ChainFile,
 }
 
 impl Journal {
-    pub fn open(state: &StateDir, task: &TaskId) -> Result<Self> {
+    pub fn open(state: &StateDir, task: &TaskKey) -> Result<Self> {
         Self::open_with(state, task, Arc::new(RealIo))
     }
 
     /// Opens through a given I/O seam (tests inject faults here).
-    pub fn open_with(state: &StateDir, task: &TaskId, io: Arc<dyn IoSeam>) -> Result<Self> {
+    pub fn open_with(state: &StateDir, task: &TaskKey, io: Arc<dyn IoSeam>) -> Result<Self> {
         let file = ChainFile::open(
             &state.journal_path(task),
             ChainFormat::Journal,
-            Some(task.as_str()),
+            Some(task.task.as_str()),
             None,
             io,
         )?;
@@ -48,7 +48,7 @@ impl Journal {
     pub fn append(&mut self, kind: &str, at: &str, body: &Value) -> Result<Head> {
         let task = &self.task;
         self.file
-            .append(|previous| Ok(encode_journal_row(previous, task, kind, at, body)?))
+            .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))
     }
 
     pub fn path(&self) -> &Path {
@@ -76,12 +76,12 @@ impl Journal {
 #[derive(Debug)]
 pub struct Spine {
     path: std::path::PathBuf,
-    task: TaskId,
+    task: TaskKey,
     file: Option<ChainFile>,
 }
 
 impl Spine {
-    pub fn open(state: &StateDir, task: &TaskId) -> Result<Self> {
+    pub fn open(state: &StateDir, task: &TaskKey) -> Result<Self> {
         Ok(Self {
             path: state.spine_path(task),
             task: task.clone(),
@@ -96,7 +96,7 @@ impl Spine {
             empty => empty.insert(ChainFile::open(
                 &self.path,
                 ChainFormat::Spine,
-                Some(self.task.as_str()),
+                Some(self.task.task.as_str()),
                 None,
                 Arc::new(RealIo),
             )?),
@@ -108,7 +108,7 @@ impl Spine {
 /// Everything `journal verify` reports about one task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalVerification {
-    pub task: TaskId,
+    pub task: TaskKey,
     pub chain: ChainReport,
     pub identity: Identity,
     /// The highest sealed row, if any seal exists.
@@ -139,7 +139,7 @@ impl JournalVerification {
 }
 
 /// Verifies a task's spine; `None` when the task has made no decision yet.
-pub fn verify_spine(state: &StateDir, task: &TaskId) -> Result<Option<ChainReport>> {
+pub fn verify_spine(state: &StateDir, task: &TaskKey) -> Result<Option<ChainReport>> {
     let path = state.spine_path(task);
     if !path.is_file() {
         return Ok(None);
@@ -158,7 +158,7 @@ pub fn verify_spine(state: &StateDir, task: &TaskId) -> Result<Option<ChainRepor
 /// when the state directory has an audit chain; it is loaded lazily.
 pub fn verify_journal(
     state: &StateDir,
-    task: &TaskId,
+    task: &TaskKey,
     key: impl FnOnce() -> Result<AuditKey>,
 ) -> Result<JournalVerification> {
     let path = state.existing_journal_path(task)?;
@@ -176,7 +176,7 @@ pub fn verify_journal(
         &path,
         ChainFormat::Journal,
         None,
-        Some(task.as_str()),
+        Some(task.task.as_str()),
         &watch,
         |_, _| {},
     )?;

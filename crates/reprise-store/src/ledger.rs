@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::{Head, encode_ledger_row};
 use reprise_core::verify::ChainReport;
+use reprise_core::{PlanId, TaskId};
 use serde_json::json;
 
 use crate::chainfile::{ChainFile, read_chain};
@@ -17,6 +17,8 @@ use crate::state::StateDir;
 
 /// Ledger row kind of a task state transition.
 pub const TRANSITION_KIND: &str = "task.transition";
+/// Ledger row kind of a run's start: its plan and where its tasks work.
+pub const RUN_STARTED_KIND: &str = "run.started";
 
 /// The ledger, open for appending.
 #[derive(Debug)]
@@ -49,6 +51,22 @@ impl Ledger {
         let body = json!({"run_id": run_id, "task_id": task.as_str(), "from": from, "to": to, "reason": reason});
         self.file
             .append(|previous| Ok(encode_ledger_row(previous, TRANSITION_KIND, at, &body)?))
+    }
+}
+
+impl Ledger {
+    /// Records that run `run_id` of `plan` started, and its base commit
+    /// (`None` when tasks run in place).
+    pub fn run_started(
+        &mut self,
+        at: &str,
+        run_id: &str,
+        plan: &PlanId,
+        base_commit: Option<&str>,
+    ) -> Result<Head> {
+        let body = json!({"run_id": run_id, "plan": plan.as_str(), "base_commit": base_commit});
+        self.file
+            .append(|previous| Ok(encode_ledger_row(previous, RUN_STARTED_KIND, at, &body)?))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod io;
 pub mod journal;
 pub mod key;
 pub mod ledger;
+pub mod locks;
 pub mod repair;
 pub mod replies;
 pub mod state;

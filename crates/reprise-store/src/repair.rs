@@ -10,7 +10,7 @@ use std::fs::OpenOptions;
 use std::io::Read;
 use std::path::PathBuf;
 
-use reprise_core::TaskId;
+use reprise_core::TaskKey;
 use reprise_core::chain::{ChainFormat, Reason};
 use reprise_core::digest::AuditKey;
 use reprise_core::record::Head;
@@ -51,7 +51,7 @@ pub enum RepairOutcome {
 /// Cuts a torn final line off `task`'s journal, if that is all that is wrong.
 pub fn repair_journal(
     state: &StateDir,
-    task: &TaskId,
+    task: &TaskKey,
     key: impl FnOnce() -> Result<AuditKey>,
 ) -> Result<RepairOutcome> {
     let path = state.existing_journal_path(task)?;
@@ -75,7 +75,7 @@ pub fn repair_journal(
     (&file).read_to_end(&mut bytes).at(&path)?;
 
     let (lines, tail) = split_tail(&bytes);
-    let mut verifier = ChainVerifier::new(ChainFormat::Journal, None, Some(task.as_str()));
+    let mut verifier = ChainVerifier::new(ChainFormat::Journal, None, Some(task.task.as_str()));
     for seal in &seals {
         verifier.watch(seal.seq);
     }
@@ -119,7 +119,8 @@ pub fn repair_journal(
             "journal.repair",
             &now_rfc3339(),
             &json!({
-                "task_id": task.as_str(),
+                "plan": task.plan.as_str(),
+                "task_id": task.task.as_str(),
                 "removed_bytes": removed_bytes,
                 "head_seq": report.head.map(|head| head.seq),
                 "head_event_hash": report.head.map(|head| head.digest.to_hex()),

@@ -1,9 +1,16 @@
 //! Finding, creating and naming the paths of the state directory.
+//!
+//! Layout 2 keeps task journals per plan (`plans/<plan>/tasks/<task>/`), so
+//! two plans that both have a task `tests` never share a journal, and task
+//! sandboxes per run (`worktrees/<run>/<task>/`), so no run ever works in a
+//! tree an earlier run left. A layout-1 directory (`tasks/<task>/`) is
+//! migrated by `migrate_layout_1`, which `reprise init` and `reprise run` call;
+//! every other command refuses it and names `reprise init`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use reprise_core::TaskId;
+use reprise_core::{PlanId, TaskId, TaskKey};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{IoContext, Result, StoreError};
@@ -12,7 +19,10 @@ use crate::fsutil::{create_dir_all_durable, write_atomic};
 /// Name of the state directory inside a project.
 pub const STATE_DIR_NAME: &str = ".reprise";
 /// Layout version this build reads and writes.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
+/// What `.reprise/.gitignore` holds: the state directory is never committed,
+/// not even by an agent's `git add -A` in the project itself.
+const GITIGNORE: &[u8] = b"# written by reprise: the state directory is never committed\n*\n";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Layout {
@@ -63,6 +73,11 @@ impl StateDir {
             serde_json::from_slice(&bytes).map_err(|_| StoreError::NotAStateDir {
                 path: root.to_path_buf(),
             })?;
+        if layout.v == 1 {
+            return Err(StoreError::OldLayout {
+                path: root.to_path_buf(),
+            });
+        }
         if layout.v != LAYOUT_VERSION {
             return Err(StoreError::UnsupportedLayout {
                 path: root.to_path_buf(),
@@ -77,16 +92,19 @@ impl StateDir {
 
     /// Creates the state directory at `root` (idempotent). Returns the
     /// directory and whether it was newly created.
+    /// A directory of an older layout is not opened here: migrate it first.
     pub fn create(root: &Path) -> Result<(Self, bool)> {
         if root.join("layout.json").exists() {
-            return Ok((Self::open(root)?, false));
+            let state = Self::open(root)?;
+            state.ensure_gitignore()?;
+            return Ok((state, false));
         }
         create_dir_all_durable(root, 0o755)?;
-        for sub in ["tasks", "audit", "runs"] {
+        for sub in ["plans", "audit", "runs"] {
             create_dir_all_durable(&root.join(sub), 0o755)?;
         }
-        let layout = serde_json::to_vec(&Layout { v: LAYOUT_VERSION }).expect("layout serialises");
-        write_atomic(&root.join("layout.json"), &layout, 0o644)?;
+        write_atomic(&root.join(".gitignore"), GITIGNORE, 0o644)?;
+        write_layout(root, LAYOUT_VERSION)?;
         Ok((
             Self {
                 root: root.to_path_buf(),
@@ -95,20 +113,38 @@ impl StateDir {
         ))
     }
 
+    /// Writes `.gitignore` if an older reprise made the directory without it.
+    fn ensure_gitignore(&self) -> Result<()> {
+        let path = self.root.join(".gitignore");
+        if !path.exists() {
+            write_atomic(&path, GITIGNORE, 0o644)?;
+        }
+        Ok(())
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn task_dir(&self, task: &TaskId) -> PathBuf {
-        self.root.join("tasks").join(task.as_str())
+    /// `plans/`, one directory per plan name.
+    pub fn plans_dir(&self) -> PathBuf {
+        self.root.join("plans")
     }
 
-    pub fn journal_path(&self, task: &TaskId) -> PathBuf {
+    /// `plans/<plan>/tasks/<task>/`: a task's journal and spine.
+    pub fn task_dir(&self, task: &TaskKey) -> PathBuf {
+        self.plans_dir()
+            .join(task.plan.as_str())
+            .join("tasks")
+            .join(task.task.as_str())
+    }
+
+    pub fn journal_path(&self, task: &TaskKey) -> PathBuf {
         self.task_dir(task).join("journal.jsonl")
     }
 
     /// The journal's path, or `NoJournal` when the task has none.
-    pub fn existing_journal_path(&self, task: &TaskId) -> Result<PathBuf> {
+    pub fn existing_journal_path(&self, task: &TaskKey) -> Result<PathBuf> {
         let path = self.journal_path(task);
         if path.is_file() {
             Ok(path)
@@ -120,8 +156,33 @@ impl StateDir {
         }
     }
 
-    pub fn spine_path(&self, task: &TaskId) -> PathBuf {
+    pub fn spine_path(&self, task: &TaskKey) -> PathBuf {
         self.task_dir(task).join("spine.jsonl")
+    }
+
+    /// The plans that have a journal for `task`, in name order.
+    pub fn plans_with_task(&self, task: &TaskId) -> Result<Vec<PlanId>> {
+        let dir = self.plans_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => return Err(err).at(&dir),
+        };
+        let mut plans: Vec<PlanId> = entries
+            .filter_map(|entry| entry.ok())
+            .filter_map(|entry| PlanId::parse(&entry.file_name().to_string_lossy()).ok())
+            .filter(|plan| {
+                self.journal_path(&TaskKey::new(plan.clone(), task.clone()))
+                    .is_file()
+            })
+            .collect();
+        plans.sort();
+        Ok(plans)
+    }
+
+    /// `locks/`: advisory locks (worktree creation, tasks held by a run).
+    pub fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
     }
 
     pub fn audit_path(&self) -> PathBuf {
@@ -143,9 +204,16 @@ impl StateDir {
         self.runs_dir().join(run_id).join("state.json")
     }
 
-    /// `worktrees/<task>`: the task's sandbox when the project is a git repository.
-    pub fn worktree_dir(&self, task: &TaskId) -> PathBuf {
-        self.root.join("worktrees").join(task.as_str())
+    /// `worktrees/`: every run's task sandboxes.
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.root.join("worktrees")
+    }
+
+    /// `worktrees/<run>/<task>`: the task's sandbox in one run, when the
+    /// project is a git repository. Stable for the run's whole life (the
+    /// CLIs key resume by cwd) and never used by another run.
+    pub fn worktree_dir(&self, run_id: &str, task: &TaskId) -> PathBuf {
+        self.worktrees_dir().join(run_id).join(task.as_str())
     }
 
     /// `sessions/<adapter>/`: preserved copies of native transcripts.
@@ -173,6 +241,121 @@ impl StateDir {
             .join("workspace")
             .join(format!("{}.bin", &name[..32]))
     }
+}
+
+fn write_layout(root: &Path, version: u64) -> Result<()> {
+    let layout = serde_json::to_vec(&Layout { v: version }).expect("layout serialises");
+    write_atomic(&root.join("layout.json"), &layout, 0o644)
+}
+
+/// What a layout-1 migration moved: each task journal and the plan it now
+/// belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Migration {
+    pub tasks: Vec<TaskKey>,
+}
+
+/// Moves a layout-1 state directory at `root` to layout 2, or does nothing
+/// (`Ok(None)`) when it is not layout 1.
+///
+/// Layout 1 kept one journal per task id (`tasks/<task>/`). Each moves to
+/// the plan of the latest run that ran it (`plans/<plan>/tasks/<task>/`); a
+/// task no run names goes to the plan `unnamed`. The caller records the
+/// mapping in the audit chain, so seals written before it (which name no
+/// plan) keep vouching for the journals they sealed. Each step is a rename,
+/// and the layout version is written last: an interrupted migration is
+/// finished by the next one.
+pub fn migrate_layout_1(root: &Path) -> Result<Option<Migration>> {
+    let layout_path = root.join("layout.json");
+    let Ok(bytes) = fs::read(&layout_path) else {
+        return Ok(None);
+    };
+    match serde_json::from_slice::<Layout>(&bytes) {
+        Ok(Layout { v: 1 }) => {}
+        _ => return Ok(None),
+    }
+    let owners = layout_1_owners(&root.join("runs"));
+    let old_tasks = root.join("tasks");
+    let mut migration = Migration::default();
+    create_dir_all_durable(&root.join("plans"), 0o755)?;
+    if let Ok(entries) = fs::read_dir(&old_tasks) {
+        let mut names: Vec<String> = entries
+            .filter_map(|entry| entry.ok())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in names {
+            let Ok(task) = TaskId::parse(&name) else {
+                continue;
+            };
+            let plan = owners
+                .get(&task)
+                .cloned()
+                .unwrap_or_else(|| PlanId::parse("unnamed").expect("a valid plan name"));
+            let key = TaskKey::new(plan, task);
+            let target = root
+                .join("plans")
+                .join(key.plan.as_str())
+                .join("tasks")
+                .join(key.task.as_str());
+            if let Some(parent) = target.parent() {
+                create_dir_all_durable(parent, 0o755)?;
+            }
+            let source = old_tasks.join(&name);
+            fs::rename(&source, &target).at(&source)?;
+            migration.tasks.push(key);
+        }
+        let _ = fs::remove_dir(&old_tasks);
+    }
+    if !root.join(".gitignore").exists() {
+        write_atomic(&root.join(".gitignore"), GITIGNORE, 0o644)?;
+    }
+    write_layout(root, LAYOUT_VERSION)?;
+    Ok(Some(migration))
+}
+
+/// For each task id, the plan of the latest layout-1 run that named it (run
+/// ids are ULIDs: the greatest is the latest).
+fn layout_1_owners(runs: &Path) -> std::collections::BTreeMap<TaskId, PlanId> {
+    let mut owners = std::collections::BTreeMap::new();
+    let Ok(entries) = fs::read_dir(runs) else {
+        return owners;
+    };
+    let mut run_dirs: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .collect();
+    run_dirs.sort();
+    for dir in run_dirs {
+        let Ok(bytes) = fs::read(dir.join("state.json")) else {
+            continue;
+        };
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            continue;
+        };
+        let Some(plan) = value
+            .get("plan_name")
+            .and_then(|name| name.as_str())
+            .and_then(|name| PlanId::parse(name).ok())
+        else {
+            continue;
+        };
+        for task in value
+            .get("tasks")
+            .and_then(|tasks| tasks.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(id) = task
+                .get("task_id")
+                .and_then(|id| id.as_str())
+                .and_then(|id| TaskId::parse(id).ok())
+            {
+                owners.insert(id, plan.clone());
+            }
+        }
+    }
+    owners
 }
 
 /// The current time as an RFC 3339 UTC string with milliseconds.

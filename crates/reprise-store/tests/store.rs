@@ -6,11 +6,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use reprise_core::TaskId;
 use reprise_core::chain::{ChainFormat, Reason};
 use reprise_core::digest::AuditKey;
 use reprise_core::record::Head;
 use reprise_core::verify::{Fault as ChainFault, Identity, verify_bytes};
+use reprise_core::{PlanId, TaskId, TaskKey};
 use reprise_store::StoreError;
 use reprise_store::audit::{AuditLog, read_audit, seal_journal};
 use reprise_store::io::{Fault, FaultyIo, Operation};
@@ -49,8 +49,8 @@ fn setup() -> Setup {
     }
 }
 
-fn task(name: &str) -> TaskId {
-    TaskId::parse(name).unwrap()
+fn task(name: &str) -> TaskKey {
+    TaskKey::new(PlanId::parse("plan").unwrap(), TaskId::parse(name).unwrap())
 }
 
 fn append_rows(journal: &mut Journal, range: std::ops::Range<u64>) -> Vec<Head> {
@@ -520,11 +520,87 @@ fn state_directories_are_found_upwards_and_versions_checked() {
         StateDir::discover(elsewhere.path()),
         Err(StoreError::NoStateDir { .. })
     ));
-    fs::write(setup.state.root().join("layout.json"), br#"{"v":2}"#).unwrap();
+    assert_eq!(
+        fs::read(setup.state.root().join(".gitignore")).unwrap(),
+        b"# written by reprise: the state directory is never committed\n*\n"
+    );
+    fs::write(setup.state.root().join("layout.json"), br#"{"v":3}"#).unwrap();
     let err = StateDir::open(setup.state.root()).unwrap_err();
     assert!(
-        matches!(err, StoreError::UnsupportedLayout { found: 2, .. }),
+        matches!(err, StoreError::UnsupportedLayout { found: 3, .. }),
         "{err}"
+    );
+    fs::write(setup.state.root().join("layout.json"), br#"{"v":1}"#).unwrap();
+    let err = StateDir::open(setup.state.root()).unwrap_err();
+    assert!(matches!(err, StoreError::OldLayout { .. }), "{err}");
+    assert!(err.to_string().contains("run `reprise init` to migrate it"));
+}
+
+#[test]
+fn a_layout_1_directory_migrates_with_its_seals_still_vouching() {
+    let setup = setup();
+    let root = setup.state.root().to_path_buf();
+    // A layout-1 directory: journals under tasks/<task>, seals without a
+    // plan, and a run that says which plan ran `greet`.
+    let old = TaskId::parse("greet").unwrap();
+    let old_dir = root.join("tasks").join("greet");
+    fs::create_dir_all(&old_dir).unwrap();
+    let mut rows = Vec::new();
+    let mut previous = None;
+    for seq in 0..3 {
+        let encoded = reprise_core::record::encode_journal_row(
+            previous,
+            &old,
+            "task.checkpoint",
+            "2026-01-01T00:00:00.000Z",
+            &json!({"seq": seq}),
+        )
+        .unwrap();
+        rows.extend_from_slice(&encoded.line);
+        previous = Some(encoded.head);
+    }
+    fs::write(old_dir.join("journal.jsonl"), &rows).unwrap();
+    let head = previous.unwrap();
+    let mut audit = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    audit
+        .append(
+            "journal.seal",
+            AT,
+            &json!({"task_id": "greet", "seq": head.seq, "event_hash": head.digest}),
+        )
+        .unwrap();
+    fs::create_dir_all(root.join("runs/R-1")).unwrap();
+    fs::write(
+        root.join("runs/R-1/state.json"),
+        br#"{"plan_name":"greeter","tasks":[{"task_id":"greet"}]}"#,
+    )
+    .unwrap();
+    fs::write(root.join("layout.json"), br#"{"v":1}"#).unwrap();
+
+    let migration = reprise_store::audit::migrate_state_dir(&root, &setup.key, AT)
+        .unwrap()
+        .unwrap();
+    let key = TaskKey::new(PlanId::parse("greeter").unwrap(), old.clone());
+    assert_eq!(migration.tasks, vec![key.clone()]);
+    let state = StateDir::open(&root).unwrap();
+    assert_eq!(fs::read(state.journal_path(&key)).unwrap(), rows);
+    assert!(!root.join("tasks").exists());
+    let verification = verify_journal(&state, &key, || Ok(setup.key.clone())).unwrap();
+    assert!(verification.ok());
+    assert_eq!(verification.identity, Identity::Verified);
+    // The same task id in another plan is not vouched for by that seal.
+    let other = TaskKey::new(PlanId::parse("other").unwrap(), old);
+    assert!(
+        read_audit(&state, &setup.key)
+            .unwrap()
+            .seals_of(&other)
+            .is_empty()
+    );
+    // Migrating again is a no-op.
+    assert!(
+        reprise_store::audit::migrate_state_dir(&root, &setup.key, AT)
+            .unwrap()
+            .is_none()
     );
 }
 
@@ -648,7 +724,7 @@ fn a_new_seal_never_papers_over_a_cut_sealed_row() {
 fn kept_replies_are_private_capped_replaced_and_dropped() {
     use reprise_store::replies::{KEPT_REPLY_MAX, drop_kept_reply, keep_reply, read_kept_reply};
     let setup = setup();
-    let id = task("judged");
+    let id = task("judged").task;
     let cut = |text: &str, max: usize| text.chars().take(max).collect::<String>();
     assert_eq!(
         keep_reply(&setup.state, "R-1", &id, " \n\t ", cut).unwrap(),

@@ -59,6 +59,20 @@ impl Fixture {
 }
 
 /// A realistic journal body for row `seq`: what a checkpoint row holds.
+/// The plan fixture journals belong to when a test names only a task.
+pub const FIXTURE_PLAN: &str = "fixture";
+
+/// `PLAN/TASK`, or a bare task id taken as one of the fixture plan's tasks.
+pub fn fixture_key(raw: &str) -> Result<reprise_core::TaskKey> {
+    if raw.contains('/') {
+        return Ok(reprise_core::TaskKey::parse(raw)?);
+    }
+    Ok(reprise_core::TaskKey::new(
+        reprise_core::PlanId::parse(FIXTURE_PLAN)?,
+        TaskId::parse(raw)?,
+    ))
+}
+
 pub fn sample_body(seq: u64) -> Value {
     json!({
         "attempt": seq % 4 + 1,

@@ -8,7 +8,6 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
 use reprise_core::record::JournalRow;
@@ -74,7 +73,7 @@ fn concurrent_writers_never_interleave_or_lose_rows() {
             );
         }
     }
-    let task = TaskId::parse("shared").unwrap();
+    let task = reprise_testkit::fixture_key("shared").unwrap();
     let bytes = std::fs::read(fixture.state.journal_path(&task)).unwrap();
     let report = verify_bytes(ChainFormat::Journal, None, Some("shared"), &bytes);
     assert_eq!(report.first_problem(), None);
@@ -115,7 +114,7 @@ impl XorShift {
 fn writers_killed_at_random_points_lose_no_acknowledged_row() {
     let temp = tempfile::tempdir().unwrap();
     let fixture = Fixture::create(temp.path()).unwrap();
-    let task = TaskId::parse("killed").unwrap();
+    let task = reprise_testkit::fixture_key("killed").unwrap();
     let path = fixture.state.journal_path(&task);
     let key = fixture.key.clone();
     let mut random = XorShift(0x5eed_1234_abcd_0042);

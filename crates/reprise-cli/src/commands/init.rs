@@ -2,7 +2,7 @@
 //! first row.
 
 use reprise_store::StoreError;
-use reprise_store::audit::AuditLog;
+use reprise_store::audit::{AuditLog, migrate_state_dir};
 use reprise_store::key::{check_key, load_or_create_key};
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::json;
@@ -24,13 +24,34 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         }
         .into());
     }
+    let key = if key_existed {
+        Some(reprise_store::key::load_key(key_path)?)
+    } else {
+        None
+    };
+    // An older layout is migrated first (and the move recorded).
+    let migration = match &key {
+        Some(key) => migrate_state_dir(&target, key, &now_rfc3339())?,
+        None => None,
+    };
     let (state, created) = StateDir::create(&target)?;
-    let key = load_or_create_key(key_path)?;
+    let key = match key {
+        Some(key) => key,
+        None => load_or_create_key(key_path)?,
+    };
     let mut audit = AuditLog::open(&state, key)?;
     if created {
-        audit.append("state.init", &now_rfc3339(), &json!({"layout": 1}))?;
+        audit.append(
+            "state.init",
+            &now_rfc3339(),
+            &json!({"layout": reprise_store::state::LAYOUT_VERSION}),
+        )?;
     }
-    let text = format!(
+    let mut text = String::new();
+    if let Some(migration) = &migration {
+        text.push_str(&migration_line(migration));
+    }
+    text.push_str(&format!(
         "{} reprise state at {}\naudit key: {} ({})\n",
         if created {
             "initialised"
@@ -40,15 +61,30 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         state.root().display(),
         key_path.display(),
         if key_existed { "existing" } else { "created" },
-    );
+    ));
     Ok(Outcome {
         json: json!({
             "state_dir": state.root(),
             "created": created,
             "audit_key": key_path,
             "key_created": !key_existed,
+            "migrated": migration.as_ref().map(|migration| migration
+                .tasks
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()),
         }),
         text,
         ok: true,
     })
+}
+
+/// One line saying what a layout migration moved.
+pub(crate) fn migration_line(migration: &reprise_store::state::Migration) -> String {
+    format!(
+        "migrated the state directory to layout {}: {} task journal{} now kept per plan\n",
+        reprise_store::state::LAYOUT_VERSION,
+        migration.tasks.len(),
+        if migration.tasks.len() == 1 { "" } else { "s" },
+    )
 }

@@ -2,7 +2,6 @@
 
 use std::fmt::Write;
 
-use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::JournalRow;
 use reprise_core::verify::{ChainReport, Coverage, Identity};
@@ -11,13 +10,14 @@ use reprise_store::journal::verify_journal;
 use reprise_store::key::load_key;
 use serde_json::{Value, json};
 
+use crate::commands::resolve::task_key;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
 pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let task = TaskId::parse(task)?;
     let state = settings.state()?;
+    let task = task_key(settings, &state, task)?;
     let path = state.existing_journal_path(&task)?;
     let bytes = std::fs::read(&path).map_err(|source| StoreError::Io { path, source })?;
     let mut rows = Vec::new();
@@ -56,7 +56,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         text.push_str("(empty journal)\n");
     }
     Ok(Outcome {
-        json: json!({"task_id": task.as_str(), "rows": rows, "discarded_lines": discarded}),
+        json: json!({"plan": task.plan.as_str(), "task_id": task.task.as_str(), "rows": rows, "discarded_lines": discarded}),
         text,
         ok: true,
     })
@@ -89,8 +89,8 @@ fn chain_json(format: ChainFormat, report: &ChainReport) -> Value {
 }
 
 pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let task = TaskId::parse(task)?;
     let state = settings.state()?;
+    let task = task_key(settings, &state, task)?;
     let key_path = settings.key_path()?.to_path_buf();
     let verification = verify_journal(&state, &task, || load_key(&key_path))?;
     let chain = &verification.chain;
@@ -100,7 +100,8 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         .head
         .map(|head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}));
     let json = json!({
-        "task_id": task.as_str(),
+        "plan": task.plan.as_str(),
+        "task_id": task.task.as_str(),
         "ok": ok,
         "rows": chain.rows,
         "head": head,

@@ -3,18 +3,18 @@
 
 use std::fmt::Write as _;
 
-use reprise_core::TaskId;
 use reprise_engine::read_decisions;
 use reprise_store::journal::verify_spine;
 use serde_json::json;
 
+use crate::commands::resolve::task_key;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
 pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let id = TaskId::parse(task)?;
     let state = settings.state()?;
+    let id = task_key(settings, &state, task)?;
     let decisions = read_decisions(&state, &id).map_err(|err| CliError::usage(err.to_string()))?;
     let spine = verify_spine(&state, &id)?;
     let spine_ok = spine
@@ -68,7 +68,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         }));
     }
     Ok(Outcome {
-        json: json!({"task_id": id.as_str(), "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok}),
+        json: json!({"plan": id.plan.as_str(), "task_id": id.task.as_str(), "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok}),
         text,
         ok: spine_ok,
     })

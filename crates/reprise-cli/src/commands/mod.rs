@@ -3,11 +3,13 @@
 
 mod audit;
 mod budget;
+mod deliver;
 mod init;
 mod journal;
 mod lineage;
 mod rehearse;
 mod replay;
+mod resolve;
 mod run;
 mod status;
 mod workspace;
@@ -28,13 +30,35 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             retry_failed,
             seats,
             retry_budget,
+            include_uncommitted,
         } => run::run(
             settings,
             plan.as_deref(),
             retry_failed.as_deref(),
             seats,
             retry_budget.as_deref(),
+            include_uncommitted,
         )?,
+        Command::Apply {
+            run,
+            task,
+            branch,
+            dry_run,
+        } => deliver::apply(
+            settings,
+            run.as_deref(),
+            task.as_deref(),
+            branch.as_deref(),
+            dry_run,
+        )?,
+        Command::Diff { run, task } => deliver::diff(settings, run.as_deref(), task.as_deref())?,
+        Command::Clean {
+            run,
+            finished: _,
+            all,
+            branches,
+            dry_run,
+        } => deliver::clean(settings, run.as_deref(), all, branches, dry_run)?,
         Command::Rehearse(RehearseArgs {
             command:
                 Some(RehearseCommand::Serve {
@@ -74,12 +98,22 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         }
         Command::Status { run } => status::status(settings, run.as_deref())?,
         Command::Task(TaskCommand::List) => status::list(settings)?,
-        Command::Task(TaskCommand::Show { task }) => status::show(settings, &task)?,
-        Command::Lineage(LineageCommand::Show { task }) => lineage::show(settings, &task)?,
-        Command::Journal(JournalCommand::Show { task }) => journal::show(settings, &task)?,
-        Command::Journal(JournalCommand::Verify { task }) => journal::verify(settings, &task)?,
+        Command::Task(TaskCommand::Show { task, plan }) => {
+            status::show(&settings.with_plan(plan.name), &task)?
+        }
+        Command::Lineage(LineageCommand::Show { task, plan }) => {
+            lineage::show(&settings.with_plan(plan.name), &task)?
+        }
+        Command::Journal(JournalCommand::Show { task, plan }) => {
+            journal::show(&settings.with_plan(plan.name), &task)?
+        }
+        Command::Journal(JournalCommand::Verify { task, plan }) => {
+            journal::verify(&settings.with_plan(plan.name), &task)?
+        }
         Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,
-        Command::Replay(ReplayCommand::Repair { task }) => replay::repair(settings, &task)?,
+        Command::Replay(ReplayCommand::Repair { task, plan }) => {
+            replay::repair(&settings.with_plan(plan.name), &task)?
+        }
         Command::Workspace(WorkspaceCommand::Hash {
             dir,
             threads,

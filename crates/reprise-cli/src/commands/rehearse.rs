@@ -145,7 +145,7 @@ pub(crate) fn rehearse(
             log.display()
         );
     }
-    let run = execute(settings, prepared, run_id, seats, agent_setup);
+    let run = execute(settings, prepared, run_id, seats, agent_setup, false);
     server.stop();
     let run = run?;
     let text = std::fs::read_to_string(&log).map_err(|err| failed("read the request log", &err))?;

@@ -1,12 +1,12 @@
 //! `reprise replay repair TASK`.
 
-use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::Head;
 use reprise_store::key::load_key;
 use reprise_store::repair::{Refusal, RepairOutcome, repair_journal};
 use serde_json::{Value, json};
 
+use crate::commands::resolve::task_key;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
@@ -19,11 +19,12 @@ fn head_json(head: Option<Head>) -> Value {
 }
 
 pub(crate) fn repair(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let task = TaskId::parse(task)?;
     let state = settings.state()?;
+    let task = task_key(settings, &state, task)?;
     let key_path = settings.key_path()?.to_path_buf();
     let outcome = repair_journal(&state, &task, || load_key(&key_path))?;
-    let id = task.as_str();
+    let id = task.to_string();
+    let id = id.as_str();
     Ok(match outcome {
         RepairOutcome::Repaired {
             removed_bytes,

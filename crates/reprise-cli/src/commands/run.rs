@@ -13,10 +13,10 @@ use reprise_core::budget::BudgetSpec;
 use reprise_core::digest::AuditKey;
 use reprise_core::plan::Plan;
 use reprise_engine::{
-    AgentSetup, Event, EventSink, RunOptions, RunState, load_plan, new_run_id, resolve_budget,
-    run_plan,
+    AgentSetup, Event, EventSink, RunOptions, RunState, Workspace, load_plan, lock_tasks,
+    new_run_id, resolve_budget, run_plan,
 };
-use reprise_store::audit::AuditLog;
+use reprise_store::audit::{AuditLog, migrate_state_dir};
 use reprise_store::key::{check_key, load_key, load_or_create_key};
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
@@ -38,6 +38,7 @@ impl EventSink for LivePrinter {
                 tasks,
                 seats,
             } => format!("run {run_id} ({plan_name}): {tasks} tasks, {seats} seats"),
+            Event::Workspace { workspace } => workspace_line(workspace),
             Event::AttemptStarted {
                 task,
                 attempt,
@@ -83,6 +84,45 @@ impl EventSink for LivePrinter {
     }
 }
 
+/// Where the run's tasks work, in one line.
+pub(crate) fn workspace_line(workspace: &Workspace) -> String {
+    match workspace {
+        Workspace::Worktrees {
+            head,
+            base,
+            uncommitted,
+            included,
+            ..
+        } => {
+            let mut line = format!("worktrees from HEAD {}", short_commit(head));
+            match (*uncommitted, *included) {
+                (0, _) => {}
+                (count, true) => line.push_str(&format!(
+                    ", with {count} uncommitted change{} included (base {})",
+                    plural(count),
+                    short_commit(base)
+                )),
+                (count, false) => line.push_str(&format!(
+                    "; {count} uncommitted change{} not included (--include-uncommitted includes them)",
+                    plural(count)
+                )),
+            }
+            line
+        }
+        Workspace::InPlace { reason } => {
+            format!("tasks run in place in the project directory ({reason})")
+        }
+    }
+}
+
+pub(crate) fn short_commit(commit: &str) -> &str {
+    &commit[..commit.len().min(7)]
+}
+
+fn plural(count: u64) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
+
 /// Collects nothing: `--json` prints only the final document.
 struct Quiet;
 
@@ -96,9 +136,17 @@ pub(crate) fn run(
     retry_failed: Option<&str>,
     seats: Option<u32>,
     retry_budget: Option<&str>,
+    include_uncommitted: bool,
 ) -> Result<Outcome, CliError> {
     let prepared = prepare(settings, plan_path, retry_failed, retry_budget)?;
-    let run = execute(settings, prepared, new_run_id(), seats, BTreeMap::new())?;
+    let run = execute(
+        settings,
+        prepared,
+        new_run_id(),
+        seats,
+        BTreeMap::new(),
+        include_uncommitted,
+    )?;
     let ok = run.ok == Some(true);
     Ok(Outcome {
         json: run_json(&run),
@@ -177,10 +225,30 @@ pub(crate) fn prepare_checked(
 }
 
 /// The state directory and audit key, creating both when there is no state
-/// directory yet (as `reprise init` would).
+/// directory yet (as `reprise init` would), and migrating one of an older
+/// layout (as `reprise init` would, saying so).
 pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, AuditKey), CliError> {
     let key_path = settings.key_path()?;
-    match settings.state() {
+    let found = match settings.state() {
+        Err(CliError { message, .. }) if message.contains("uses layout 1") => {
+            let root = match &settings.state_dir {
+                Some(dir) => dir.clone(),
+                None => discover_root(&settings.cwd).unwrap_or_else(|| settings.init_target()),
+            };
+            let key = load_key(key_path)?;
+            if let Some(migration) = migrate_state_dir(&root, &key, &now_rfc3339())? {
+                let mut stderr = std::io::stderr().lock();
+                let _ = write!(
+                    stderr,
+                    "{}",
+                    crate::commands::init::migration_line(&migration)
+                );
+            }
+            Ok(StateDir::open(&root)?)
+        }
+        other => other,
+    };
+    match found {
         Ok(state) => Ok((state, load_key(key_path)?)),
         Err(_) if settings.state_dir.is_none() => {
             check_key(key_path)?;
@@ -190,13 +258,21 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Aud
                 AuditLog::open(&state, key.clone())?.append(
                     "state.init",
                     &now_rfc3339(),
-                    &json!({"layout": 1}),
+                    &json!({"layout": reprise_store::state::LAYOUT_VERSION}),
                 )?;
             }
             Ok((state, key))
         }
         Err(err) => Err(err),
     }
+}
+
+/// The nearest `.reprise` from `start`, as discovery finds it.
+fn discover_root(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .map(|dir| dir.join(reprise_store::state::STATE_DIR_NAME))
+        .find(|candidate| candidate.is_dir())
 }
 
 /// Runs a prepared plan to its end, printing events unless `--json`.
@@ -206,6 +282,7 @@ pub(crate) fn execute(
     run_id: String,
     seats: Option<u32>,
     agent_setup: BTreeMap<TaskId, AgentSetup>,
+    include_uncommitted: bool,
 ) -> Result<RunState, CliError> {
     let Prepared {
         plan,
@@ -219,6 +296,9 @@ pub(crate) fn execute(
         .root()
         .parent()
         .map_or_else(|| settings.cwd.clone(), Path::to_path_buf);
+    // Another live run of the same tasks: refused before anything is written.
+    let _held = lock_tasks(&state, &plan, prior.as_ref(), &run_id)
+        .map_err(|err| CliError::usage(err.to_string()))?;
     let cancel = CancelToken::new();
     let handler_token = cancel.clone();
     // A second Ctrl-C while tasks wind down does nothing more: children are
@@ -233,6 +313,7 @@ pub(crate) fn execute(
         retry_budget,
         agent_setup,
         key,
+        include_uncommitted,
     };
     if settings.json {
         run_plan(&state, &plan, options, &cancel, &mut Quiet)
@@ -251,11 +332,16 @@ pub(crate) fn run_json(run: &RunState) -> Value {
         "run_id": run.run_id,
         "ok": run.ok == Some(true),
         "plan": run.plan,
+        "plan_name": run.plan_name,
+        "workspace": run.workspace,
         "tasks": run.tasks.iter().map(|task| json!({
             "task_id": task.task_id.as_str(),
             "state": task.state,
             "reason": task.reason,
             "spent_micro_usd": task.spent_micro_usd,
+            "base_commit": task.base_commit,
+            "cwd": task.cwd,
+            "result": task.output,
             "attempts": task.attempts.iter().map(|attempt| json!({
                 "n": attempt.n,
                 "mode": attempt.mode,
@@ -284,11 +370,46 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         run.tasks.len(),
         money(spent),
     );
+    let mut results = 0;
+    for task in &run.tasks {
+        match (&task.output, task.state) {
+            (Some(output), reprise_engine::TaskStatus::Passed) => match &output.branch {
+                Some(branch) => {
+                    results += 1;
+                    let _ = writeln!(
+                        text,
+                        "  {:<20} {branch}  {} file{} changed",
+                        task.task_id.as_str(),
+                        output.files_changed,
+                        plural(output.files_changed)
+                    );
+                }
+                None => {
+                    let _ = writeln!(text, "  {:<20} no changes", task.task_id.as_str());
+                }
+            },
+            _ => {
+                let _ = writeln!(
+                    text,
+                    "  {:<20} {}",
+                    task.task_id.as_str(),
+                    task.state.as_str()
+                );
+            }
+        }
+    }
     let first = run
         .tasks
         .first()
         .map(|task| task.task_id.as_str())
         .unwrap_or("TASK");
+    if results > 0 {
+        let _ = writeln!(
+            text,
+            "apply: `reprise apply {}` (merges the results into your branch; `--dry-run` lists them, `reprise diff {}` shows them)",
+            run.run_id, run.run_id
+        );
+    }
     let _ = writeln!(
         text,
         "next: `reprise status {}`, `reprise journal verify {first}`, `reprise lineage show {first}`",

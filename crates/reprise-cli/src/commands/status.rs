@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
-use reprise_core::TaskId;
 use reprise_core::plan::format_micro_usd;
 use reprise_engine::{AttemptSummary, RunState, latest_run, load_run};
 use serde_json::json;
 
+use crate::commands::resolve::{latest_run_of, task_key};
 use crate::commands::run::run_json;
 use crate::error::CliError;
 use crate::output::Outcome;
@@ -163,12 +163,14 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
 }
 
 pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let id = TaskId::parse(task)?;
-    let run = load(settings, None)?;
+    let state = settings.state()?;
+    let key = task_key(settings, &state, task)?;
+    let run = latest_run_of(&state, Some(&key.plan))?;
+    let id = key.task.clone();
     let record = run.task(&id).ok_or_else(|| {
         CliError::usage(format!(
-            "task {id} is not in the latest run {}; `reprise task list` lists its tasks",
-            run.run_id
+            "task {id} is not in run {} of plan {}; `reprise task list` lists its tasks",
+            run.run_id, key.plan
         ))
     })?;
     let mut text = format!(
@@ -198,6 +200,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
     }
     Ok(Outcome {
         json: json!({
+            "plan": key.plan.as_str(),
             "task_id": id.as_str(),
             "run_id": run.run_id,
             "agent": record.agent,

@@ -125,6 +125,10 @@ pub enum PlanErrorKind {
         "gate name {name:?} is not valid; use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
     )]
     InvalidGateName { name: String },
+    #[error(
+        "plan name {name:?} is not valid; use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    )]
+    InvalidPlanName { name: String },
     #[error("{:?} is already the id of tasks[{first}]; give each task its own id", .id.as_str())]
     DuplicateTaskId { id: TaskId, first: usize },
     #[error(

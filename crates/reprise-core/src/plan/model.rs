@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use crate::TaskId;
+use crate::{PlanId, TaskId};
 
 /// The plan format version this reprise reads.
 pub const PLAN_VERSION: u64 = 1;
@@ -31,7 +31,7 @@ pub const MAX_MAX_RETRIES: u32 = 100;
 /// exceeds the run's pool.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub(super) name: String,
+    pub(super) name: PlanId,
     pub(super) seats: u32,
     pub(super) budget_micro_usd: Option<u64>,
     pub(super) retry_budget: Option<String>,
@@ -42,6 +42,11 @@ pub struct Plan {
 impl Plan {
     /// The plan's `name`.
     pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// The plan's name as the id of its directory in the state directory.
+    pub fn id(&self) -> &PlanId {
         &self.name
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-use crate::TaskId;
+use crate::{PlanId, TaskId};
 
 use super::error::{PlanError, PlanErrorKind};
 use super::graph::find_cycle;
@@ -128,10 +128,17 @@ impl Reader<'_> {
         // newer plan's new keys must not be reported as unknown.
         self.version(root, entries)?;
         let fields = self.fields(root, "", ROOT_KEYS)?;
-        let name = self.non_empty_string(
-            self.required(&fields, "name", "add name: with the plan's name")?,
-            "name",
-        )?;
+        let name_node = self.required(&fields, "name", "add name: with the plan's name")?;
+        let name = self.non_empty_string(name_node, "name")?;
+        // The name is the plan's directory in the state directory: refused,
+        // never sanitised, so two plans never share one.
+        let name = PlanId::parse(&name).map_err(|_| {
+            self.error(
+                &name_node.mark,
+                "name",
+                PlanErrorKind::InvalidPlanName { name: name.clone() },
+            )
+        })?;
         let seats = match fields.get("seats") {
             Some(node) => self.integer(node, "seats", 1, u32::MAX)?,
             None => 1,

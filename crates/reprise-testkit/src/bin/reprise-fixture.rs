@@ -15,7 +15,6 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use reprise_core::TaskId;
 use reprise_core::record::encode_journal_row;
 use reprise_store::journal::Journal;
 use reprise_store::state::StateDir;
@@ -32,12 +31,16 @@ fn main() -> Result<()> {
     {
         ["journal", state_dir, task, rows] => {
             let state = StateDir::open(state_dir.as_ref())?;
-            let task = TaskId::parse(task)?;
-            reprise_testkit::write_journal_bulk(&state.journal_path(&task), &task, rows.parse()?)?;
+            let task = reprise_testkit::fixture_key(task)?;
+            reprise_testkit::write_journal_bulk(
+                &state.journal_path(&task),
+                &task.task,
+                rows.parse()?,
+            )?;
         }
         ["append", state_dir, task, count] => {
             let state = StateDir::open(state_dir.as_ref())?;
-            let task = TaskId::parse(task)?;
+            let task = reprise_testkit::fixture_key(task)?;
             let count: u64 = count.parse()?;
             let mut journal = Journal::open(&state, &task)?;
             let start = Instant::now();
@@ -52,7 +55,7 @@ fn main() -> Result<()> {
         }
         ["raw-append", file, count] => {
             let count: u64 = count.parse()?;
-            let task = TaskId::parse("raw")?;
+            let task = reprise_core::TaskId::parse("raw")?;
             let line =
                 encode_journal_row(None, &task, "task.checkpoint", FIXED_AT, &sample_body(0))?.line;
             let mut out = OpenOptions::new().create(true).append(true).open(file)?;

@@ -9,7 +9,6 @@
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use reprise_core::TaskId;
 use reprise_store::journal::Journal;
 use reprise_store::state::StateDir;
 use serde_json::json;
@@ -20,7 +19,7 @@ fn main() -> Result<()> {
         anyhow::bail!("usage: reprise-journal-writer STATE_DIR TASK COUNT TAG");
     };
     let state = StateDir::open(state_dir.as_ref())?;
-    let task = TaskId::parse(task)?;
+    let task = reprise_testkit::fixture_key(task)?;
     let count: u64 = count.parse().context("COUNT must be a number")?;
     let mut journal = Journal::open(&state, &task)?;
     let mut stdout = std::io::stdout().lock();

@@ -1,0 +1,237 @@
+//! `reprise apply`, `reprise diff` and `reprise clean`: a run's results back
+//! to the user, and the worktrees of finished runs out of the way.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use reprise_core::TaskId;
+use reprise_engine::{
+    ApplyTarget, CleanItem, CleanScope, DeliveryError, RunState, latest_run, load_run,
+};
+use reprise_store::state::StateDir;
+use serde_json::json;
+
+use crate::commands::run::short_commit;
+use crate::error::{CliError, EXIT_FAILED};
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+fn delivery_error(err: DeliveryError) -> CliError {
+    let code = if err.is_bad_input() {
+        crate::error::EXIT_USAGE
+    } else {
+        EXIT_FAILED
+    };
+    CliError {
+        message: err.to_string(),
+        code,
+    }
+}
+
+fn load(state: &StateDir, run: Option<&str>) -> Result<RunState, CliError> {
+    match run {
+        Some(run) => load_run(state, run),
+        None => latest_run(state),
+    }
+    .map_err(|err| CliError::usage(err.to_string()))
+}
+
+fn project_of(state: &StateDir, settings: &Settings) -> PathBuf {
+    state
+        .root()
+        .parent()
+        .map_or_else(|| settings.cwd.clone(), Path::to_path_buf)
+}
+
+pub(crate) fn apply(
+    settings: &Settings,
+    run: Option<&str>,
+    task: Option<&str>,
+    branch: Option<&str>,
+    dry_run: bool,
+) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let run = load(&state, run)?;
+    let task = task.map(TaskId::parse).transpose()?;
+    let plan = reprise_engine::plan_apply(&run, task.as_ref(), branch).map_err(delivery_error)?;
+    if !dry_run {
+        reprise_engine::apply(&plan).map_err(|err| CliError {
+            message: format!("apply failed, nothing was changed: {err}"),
+            code: EXIT_FAILED,
+        })?;
+    }
+    let tasks: Vec<&str> = plan.tasks.iter().map(TaskId::as_str).collect();
+    let mut text = String::new();
+    let verb = if dry_run { "would apply" } else { "applied" };
+    match &plan.target {
+        ApplyTarget::AlreadyApplied { branch } => {
+            let _ = writeln!(
+                text,
+                "{branch} already holds the results of run {} ({})",
+                run.run_id,
+                tasks.join(", ")
+            );
+        }
+        ApplyTarget::CurrentBranch {
+            branch,
+            fast_forward,
+        } => {
+            let _ = writeln!(
+                text,
+                "{verb} run {} ({}) to {branch}{}: {} file{} changed",
+                run.run_id,
+                tasks.join(", "),
+                if *fast_forward {
+                    ", fast-forward"
+                } else {
+                    " with a merge commit"
+                },
+                plan.files.len(),
+                if plan.files.len() == 1 { "" } else { "s" },
+            );
+        }
+        ApplyTarget::NewBranch { branch } => {
+            let _ = writeln!(
+                text,
+                "{} branch {branch} at the results of run {} ({}); your checkout is unchanged",
+                if dry_run { "would create" } else { "created" },
+                run.run_id,
+                tasks.join(", ")
+            );
+        }
+    }
+    if dry_run || settings.json {
+        for (hash, subject) in &plan.commits {
+            let _ = writeln!(text, "  commit {} {subject}", short_commit(hash));
+        }
+        for file in &plan.files {
+            let _ = writeln!(text, "  file   {file}");
+        }
+    }
+    Ok(Outcome {
+        json: json!({
+            "run_id": run.run_id,
+            "dry_run": dry_run,
+            "applied": !dry_run,
+            "tasks": tasks,
+            "target": plan.target,
+            "commit": plan.commit,
+            "commits": plan.commits.iter().map(|(hash, subject)| json!({"commit": hash, "subject": subject})).collect::<Vec<_>>(),
+            "files": plan.files,
+        }),
+        text,
+        ok: true,
+    })
+}
+
+pub(crate) fn diff(
+    settings: &Settings,
+    run: Option<&str>,
+    task: Option<&str>,
+) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let run = load(&state, run)?;
+    let task = task.map(TaskId::parse).transpose()?;
+    let report = reprise_engine::diff(&run, task.as_ref()).map_err(delivery_error)?;
+    let mut text = String::new();
+    if report.files.is_empty() {
+        let _ = writeln!(text, "no changes");
+    } else {
+        text.push_str(&report.patch);
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    Ok(Outcome {
+        json: json!({
+            "run_id": run.run_id,
+            "task_id": task.as_ref().map(TaskId::as_str),
+            "from": report.from,
+            "to": report.to,
+            "files": report.files.iter().map(|(status, path)| json!({"status": status, "path": path})).collect::<Vec<_>>(),
+        }),
+        text,
+        ok: true,
+    })
+}
+
+pub(crate) fn clean(
+    settings: &Settings,
+    run: Option<&str>,
+    all: bool,
+    branches: bool,
+    dry_run: bool,
+) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let scope = match (run, all) {
+        (Some(run), _) => {
+            // An unknown run is bad input, named before anything is looked at.
+            load_run(&state, run).map_err(|err| CliError::usage(err.to_string()))?;
+            CleanScope::Run(run.to_owned())
+        }
+        (None, true) => CleanScope::All,
+        (None, false) => CleanScope::Finished,
+    };
+    let project = project_of(&state, settings);
+    let plan = reprise_engine::plan_clean(&state, &project, &scope, branches)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    if !dry_run {
+        reprise_engine::clean(&state, &project, &plan).map_err(|err| CliError {
+            message: format!("clean stopped: {err}"),
+            code: EXIT_FAILED,
+        })?;
+    }
+    let worktrees = plan
+        .items
+        .iter()
+        .filter(|item| matches!(item, CleanItem::Worktree { .. }))
+        .count();
+    let branch_count = plan.items.len() - worktrees;
+    let mut text = String::new();
+    for item in &plan.items {
+        match item {
+            CleanItem::Worktree { path, bytes, .. } => {
+                let _ = writeln!(text, "  worktree {} ({})", path.display(), size(*bytes));
+            }
+            CleanItem::Branch { name, .. } => {
+                let _ = writeln!(text, "  branch   {name}");
+            }
+        }
+    }
+    for live in &plan.skipped_live {
+        let _ = writeln!(text, "  skipped {live}: it is running now");
+    }
+    let _ = writeln!(
+        text,
+        "{} {worktrees} worktree{} ({}) and {branch_count} branch{}",
+        if dry_run { "would remove" } else { "removed" },
+        if worktrees == 1 { "" } else { "s" },
+        size(plan.bytes()),
+        if branch_count == 1 { "" } else { "es" },
+    );
+    Ok(Outcome {
+        json: json!({
+            "dry_run": dry_run,
+            "items": plan.items,
+            "skipped_live": plan.skipped_live,
+            "bytes": plan.bytes(),
+        }),
+        text,
+        ok: true,
+    })
+}
+
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

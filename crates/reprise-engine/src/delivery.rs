@@ -1,0 +1,612 @@
+//! Getting a run's results back to the user: `apply` (into the current
+//! branch, or a new one), `diff` (what a task or a run changed), and `clean`
+//! (removing finished runs' worktrees and, when asked, their branches).
+//!
+//! Each is computed as a plan first, with nothing changed, so a dry run and
+//! a refusal are the same code path as the real thing up to the last step.
+
+use std::path::{Path, PathBuf};
+
+use reprise_core::TaskId;
+use reprise_store::locks::task_holder;
+use reprise_store::state::StateDir;
+use serde::Serialize;
+
+use crate::error::{EngineError, Result};
+use crate::git::{Git, Merged};
+use crate::sandbox::Workspace;
+use crate::state::{RunState, TaskStatus, run_ids};
+
+/// Why `apply` or `diff` will not go on. Nothing has been changed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("run {run} has not finished; wait for it to end, then apply it")]
+    Unfinished { run: String },
+    #[error(
+        "the tasks of run {run} ran in place ({reason}): their changes are already in the project"
+    )]
+    InPlace { run: String, reason: String },
+    #[error("task {task} is not in run {run}; `reprise status {run}` lists its tasks")]
+    UnknownTask { run: String, task: String },
+    #[error("task {task} of run {run} has no result to apply ({state})")]
+    NoResult {
+        run: String,
+        task: String,
+        state: String,
+    },
+    #[error("run {run} has no result to apply: no task passed with changes")]
+    Nothing { run: String },
+    #[error("the results of {tasks} conflict in {files}; apply them one at a time with --task")]
+    ResultsConflict { tasks: String, files: String },
+    #[error(
+        "your uncommitted changes touch {files}, which the result changes too; commit or stash them first"
+    )]
+    DirtyOverlap { files: String },
+    #[error(
+        "the result conflicts with {branch} in {files}; apply it to a new branch with --branch NAME"
+    )]
+    BranchConflict { branch: String, files: String },
+    #[error("HEAD is detached; check out a branch, or apply to a new one with --branch NAME")]
+    Detached,
+    #[error("branch {name} already exists; choose another name for --branch")]
+    BranchExists { name: String },
+    #[error("{name:?} is not a valid branch name")]
+    BadBranch { name: String },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl DeliveryError {
+    /// Whether the user asked for something that cannot be (exit 2), as
+    /// opposed to a refusal to change a tree (exit 1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Self::Unfinished { .. }
+                | Self::UnknownTask { .. }
+                | Self::BadBranch { .. }
+                | Self::BranchExists { .. }
+                | Self::InPlace { .. }
+        )
+    }
+}
+
+/// Where an apply goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ApplyTarget {
+    /// The checked-out branch, moved forward (a fast-forward, or a merge
+    /// commit when the branch moved on since the run's base).
+    CurrentBranch { branch: String, fast_forward: bool },
+    /// A new branch at the result; the checkout is left alone.
+    NewBranch { branch: String },
+    /// The branch already holds the result.
+    AlreadyApplied { branch: String },
+}
+
+/// What an apply would do, computed without changing anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApplyPlan {
+    pub run_id: String,
+    /// The tasks whose results are brought in (leaves, or the one asked for).
+    pub tasks: Vec<TaskId>,
+    pub target: ApplyTarget,
+    /// The commit the target ends at.
+    pub commit: String,
+    /// Commits brought in: `(hash, subject)`, oldest first.
+    pub commits: Vec<(String, String)>,
+    /// Paths the apply changes.
+    pub files: Vec<String>,
+    #[serde(skip)]
+    repo: PathBuf,
+}
+
+/// The results a whole-run apply brings in: the tips of passed tasks that
+/// no other passed task's tip contains (a dependent's result holds its
+/// dependencies' work, since its base is theirs), one task per tip.
+pub fn leaf_results(run: &RunState) -> Vec<(TaskId, String)> {
+    let results: Vec<(TaskId, String)> = run
+        .tasks
+        .iter()
+        .filter(|task| task.state == TaskStatus::Passed)
+        .filter_map(|task| Some((task.task_id.clone(), task.output.as_ref()?.tip().to_owned())))
+        .collect();
+    let Ok(repo) = repo_of(run) else {
+        return results;
+    };
+    let git = Git::new(&repo);
+    let mut leaves: Vec<(TaskId, String)> = Vec::new();
+    for (task, tip) in &results {
+        let contained = results
+            .iter()
+            .any(|(_, other)| other != tip && git.is_ancestor(tip, other));
+        if !contained && !leaves.iter().any(|(_, kept)| kept == tip) {
+            leaves.push((task.clone(), tip.clone()));
+        }
+    }
+    leaves
+}
+
+fn repo_of(run: &RunState) -> std::result::Result<PathBuf, DeliveryError> {
+    match &run.workspace {
+        Some(Workspace::Worktrees { repo, .. }) => Ok(repo.clone()),
+        Some(Workspace::InPlace { reason }) => Err(DeliveryError::InPlace {
+            run: run.run_id.clone(),
+            reason: reason.clone(),
+        }),
+        None => Err(DeliveryError::InPlace {
+            run: run.run_id.clone(),
+            reason: "run recorded by an older reprise".to_owned(),
+        }),
+    }
+}
+
+/// The results `apply` or `diff` of `run` (or of its `task`) combine.
+fn chosen_results(
+    run: &RunState,
+    task: Option<&TaskId>,
+) -> std::result::Result<Vec<(TaskId, String)>, DeliveryError> {
+    match task {
+        Some(id) => {
+            let record = run.task(id).ok_or_else(|| DeliveryError::UnknownTask {
+                run: run.run_id.clone(),
+                task: id.to_string(),
+            })?;
+            match (&record.output, record.state) {
+                (Some(output), TaskStatus::Passed) => {
+                    Ok(vec![(id.clone(), output.tip().to_owned())])
+                }
+                _ => Err(DeliveryError::NoResult {
+                    run: run.run_id.clone(),
+                    task: id.to_string(),
+                    state: record.state.as_str().to_owned(),
+                }),
+            }
+        }
+        None => Ok(leaf_results(run)),
+    }
+}
+
+/// Merges `results` into one commit, in memory.
+fn combine(git: &Git, results: &[(TaskId, String)], run_id: &str) -> Result<CombineOutcome> {
+    let Some(((_, first), rest)) = results.split_first() else {
+        return Ok(CombineOutcome::Nothing);
+    };
+    let mut merged = first.clone();
+    let mut names = vec![results[0].0.to_string()];
+    for (task, next) in rest {
+        names.push(task.to_string());
+        if git.is_ancestor(next, &merged) {
+            continue;
+        }
+        if git.is_ancestor(&merged, next) {
+            merged = next.clone();
+            continue;
+        }
+        match git.merge_trees(&merged, next)? {
+            Merged::Clean(tree) => {
+                merged = git.commit_tree(
+                    &tree,
+                    &[&merged, next],
+                    &format!("reprise: results of run {run_id}, merged\n"),
+                )?;
+            }
+            Merged::Conflict(files) => {
+                return Ok(CombineOutcome::Conflict {
+                    tasks: names.join(", "),
+                    files,
+                });
+            }
+        }
+    }
+    Ok(CombineOutcome::Commit(merged))
+}
+
+enum CombineOutcome {
+    Nothing,
+    Commit(String),
+    Conflict { tasks: String, files: Vec<String> },
+}
+
+/// Works out what `reprise apply` would do. Changes nothing.
+pub fn plan_apply(
+    run: &RunState,
+    task: Option<&TaskId>,
+    new_branch: Option<&str>,
+) -> std::result::Result<ApplyPlan, DeliveryError> {
+    if run.finished_at.is_none() {
+        return Err(DeliveryError::Unfinished {
+            run: run.run_id.clone(),
+        });
+    }
+    let repo = repo_of(run)?;
+    let git = Git::new(&repo);
+    let results = chosen_results(run, task)?;
+    let base = run
+        .workspace
+        .as_ref()
+        .and_then(Workspace::base)
+        .unwrap_or_default()
+        .to_owned();
+    let results: Vec<_> = results
+        .into_iter()
+        .filter(|(_, tip)| tip != &base)
+        .collect();
+    let combined = match combine(&git, &results, &run.run_id)? {
+        CombineOutcome::Nothing => {
+            return Err(DeliveryError::Nothing {
+                run: run.run_id.clone(),
+            });
+        }
+        CombineOutcome::Conflict { tasks, files } => {
+            return Err(DeliveryError::ResultsConflict {
+                tasks,
+                files: files.join(", "),
+            });
+        }
+        CombineOutcome::Commit(commit) => commit,
+    };
+    let tasks = results.iter().map(|(task, _)| task.clone()).collect();
+    if let Some(name) = new_branch {
+        if !git.succeeds(&["check-ref-format", "--branch", name]) {
+            return Err(DeliveryError::BadBranch {
+                name: name.to_owned(),
+            });
+        }
+        if git.ref_exists(&format!("refs/heads/{name}")) {
+            return Err(DeliveryError::BranchExists {
+                name: name.to_owned(),
+            });
+        }
+        return Ok(ApplyPlan {
+            run_id: run.run_id.clone(),
+            tasks,
+            target: ApplyTarget::NewBranch {
+                branch: name.to_owned(),
+            },
+            commits: commits_between(&git, &base, &combined)?,
+            files: git.changed_files(&base, &combined)?,
+            commit: combined,
+            repo,
+        });
+    }
+    let branch = git.current_branch().ok_or(DeliveryError::Detached)?;
+    let short_branch = branch
+        .strip_prefix("refs/heads/")
+        .unwrap_or(&branch)
+        .to_owned();
+    let head = git.commit_of("HEAD")?;
+    if git.is_ancestor(&combined, &head) {
+        return Ok(ApplyPlan {
+            run_id: run.run_id.clone(),
+            tasks,
+            target: ApplyTarget::AlreadyApplied {
+                branch: short_branch,
+            },
+            commit: head,
+            commits: Vec::new(),
+            files: Vec::new(),
+            repo,
+        });
+    }
+    let (commit, fast_forward) = if git.is_ancestor(&head, &combined) {
+        (combined, true)
+    } else {
+        match git.merge_trees(&head, &combined)? {
+            Merged::Clean(tree) => (
+                git.commit_tree(
+                    &tree,
+                    &[&head, &combined],
+                    &format!("reprise: apply run {}\n", run.run_id),
+                )?,
+                false,
+            ),
+            Merged::Conflict(files) => {
+                return Err(DeliveryError::BranchConflict {
+                    branch: short_branch,
+                    files: files.join(", "),
+                });
+            }
+        }
+    };
+    let files = git.changed_files(&head, &commit)?;
+    let dirty = git.dirty_files()?;
+    let overlap: Vec<&String> = files.iter().filter(|file| dirty.contains(file)).collect();
+    if !overlap.is_empty() {
+        return Err(DeliveryError::DirtyOverlap {
+            files: overlap
+                .iter()
+                .map(|file| file.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    Ok(ApplyPlan {
+        run_id: run.run_id.clone(),
+        tasks,
+        target: ApplyTarget::CurrentBranch {
+            branch: short_branch,
+            fast_forward,
+        },
+        commits: commits_between(&git, &head, &commit)?,
+        files,
+        commit,
+        repo,
+    })
+}
+
+fn commits_between(git: &Git, from: &str, to: &str) -> Result<Vec<(String, String)>> {
+    let out = git.run([
+        "log",
+        "--reverse",
+        "--format=%H %s",
+        &format!("{from}..{to}"),
+    ])?;
+    Ok(out
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(hash, subject)| (hash.to_owned(), subject.to_owned()))
+        .collect())
+}
+
+/// Carries out an apply plan: creates the new branch, or fast-forwards the
+/// checked-out branch to the plan's commit (`git merge --ff-only`, hooks off),
+/// which updates only the files the result changes.
+pub fn apply(plan: &ApplyPlan) -> Result<()> {
+    let git = Git::new(&plan.repo);
+    match &plan.target {
+        ApplyTarget::AlreadyApplied { .. } => Ok(()),
+        ApplyTarget::NewBranch { branch } => {
+            git.run([
+                "update-ref",
+                "-m",
+                "reprise apply",
+                &format!("refs/heads/{branch}"),
+                &plan.commit,
+                "0000000000000000000000000000000000000000",
+            ])?;
+            Ok(())
+        }
+        ApplyTarget::CurrentBranch { .. } => {
+            git.run(["merge", "--ff-only", "--quiet", "--no-stat", &plan.commit])?;
+            Ok(())
+        }
+    }
+}
+
+/// What a task (or a whole run) changed against its base.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiffReport {
+    pub from: String,
+    pub to: String,
+    /// `(status letter, path)` as `git diff --name-status` gives them.
+    pub files: Vec<(String, String)>,
+    /// The patch.
+    pub patch: String,
+}
+
+/// The diff of `task`'s result against its base, or of the run's combined
+/// leaf results against the run's base.
+pub fn diff(
+    run: &RunState,
+    task: Option<&TaskId>,
+) -> std::result::Result<DiffReport, DeliveryError> {
+    let repo = repo_of(run)?;
+    let git = Git::new(&repo);
+    let (from, to) = match task {
+        Some(id) => {
+            let record = run.task(id).ok_or_else(|| DeliveryError::UnknownTask {
+                run: run.run_id.clone(),
+                task: id.to_string(),
+            })?;
+            let Some(output) = &record.output else {
+                return Err(DeliveryError::NoResult {
+                    run: run.run_id.clone(),
+                    task: id.to_string(),
+                    state: record.state.as_str().to_owned(),
+                });
+            };
+            (output.base.clone(), output.tip().to_owned())
+        }
+        None => {
+            let base = run
+                .workspace
+                .as_ref()
+                .and_then(Workspace::base)
+                .unwrap_or_default()
+                .to_owned();
+            let results = leaf_results(run);
+            match combine(&git, &results, &run.run_id)? {
+                CombineOutcome::Nothing => (base.clone(), base),
+                CombineOutcome::Commit(commit) => (base, commit),
+                CombineOutcome::Conflict { tasks, files } => {
+                    return Err(DeliveryError::ResultsConflict {
+                        tasks,
+                        files: files.join(", "),
+                    });
+                }
+            }
+        }
+    };
+    let status = git
+        .run(["diff", "--name-status", "--no-renames", &from, &to])
+        .map_err(DeliveryError::from)?;
+    let files = status
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .map(|(status, path)| (status.to_owned(), path.to_owned()))
+        .collect();
+    let patch = git
+        .run(["diff", "--no-renames", "--no-color", &from, &to])
+        .map_err(DeliveryError::from)?;
+    Ok(DiffReport {
+        from,
+        to,
+        files,
+        patch,
+    })
+}
+
+/// Which runs `clean` takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CleanScope {
+    Run(String),
+    Finished,
+    All,
+}
+
+/// One thing `clean` removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CleanItem {
+    Worktree {
+        run_id: String,
+        path: PathBuf,
+        bytes: u64,
+    },
+    Branch {
+        run_id: String,
+        name: String,
+    },
+}
+
+/// What `clean` would remove, and the runs it leaves because they are live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct CleanPlan {
+    pub items: Vec<CleanItem>,
+    pub skipped_live: Vec<String>,
+}
+
+impl CleanPlan {
+    pub fn bytes(&self) -> u64 {
+        self.items
+            .iter()
+            .map(|item| match item {
+                CleanItem::Worktree { bytes, .. } => *bytes,
+                CleanItem::Branch { .. } => 0,
+            })
+            .sum()
+    }
+}
+
+/// Works out what `clean` would remove. Changes nothing. A run with a live
+/// process holding its tasks is never cleaned.
+pub fn plan_clean(
+    state: &StateDir,
+    project: &Path,
+    scope: &CleanScope,
+    branches: bool,
+) -> Result<CleanPlan> {
+    let mut runs: Vec<RunState> = Vec::new();
+    match scope {
+        CleanScope::Run(id) => runs.push(crate::state::load_run(state, id)?),
+        CleanScope::Finished | CleanScope::All => {
+            for id in run_ids(state)? {
+                let run = crate::state::load_run(state, &id)?;
+                if *scope == CleanScope::All || run.finished_at.is_some() {
+                    runs.push(run);
+                }
+            }
+        }
+    }
+    let mut plan = CleanPlan::default();
+    let git = Git::new(project);
+    let in_git = git.has_commit();
+    for run in runs {
+        let live = run.plan_id().is_some_and(|plan| {
+            run.tasks.iter().any(|task| {
+                task_holder(
+                    state,
+                    &reprise_core::TaskKey::new(plan.clone(), task.task_id.clone()),
+                )
+                .is_some_and(|holder| holder.run_id == run.run_id)
+            })
+        });
+        if live {
+            plan.skipped_live.push(run.run_id.clone());
+            continue;
+        }
+        let dir = state.worktrees_dir().join(&run.run_id);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            let mut paths: Vec<PathBuf> = entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.path())
+                .collect();
+            paths.sort();
+            for path in paths {
+                plan.items.push(CleanItem::Worktree {
+                    run_id: run.run_id.clone(),
+                    bytes: tree_bytes(&path),
+                    path,
+                });
+            }
+        }
+        if branches && in_git {
+            let prefix = format!("refs/heads/reprise/{}/", run.run_id);
+            let refs = git.run(["for-each-ref", "--format=%(refname)", &prefix])?;
+            for name in refs.lines().filter(|line| !line.is_empty()) {
+                plan.items.push(CleanItem::Branch {
+                    run_id: run.run_id.clone(),
+                    name: name.strip_prefix("refs/heads/").unwrap_or(name).to_owned(),
+                });
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Removes what `plan` lists: each worktree through git (so its admin entry
+/// goes too; a directory git no longer knows is removed as a directory),
+/// then each run's empty worktrees directory, then the branches.
+pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
+    let git = Git::new(project);
+    let in_git = git.has_commit();
+    let _lock = reprise_store::locks::worktree_lock(state)?;
+    for item in &plan.items {
+        match item {
+            CleanItem::Worktree { path, run_id, .. } => {
+                let removed = in_git && {
+                    let mut command = git.command();
+                    command
+                        .args(["worktree", "remove", "--force", "--force"])
+                        .arg(path);
+                    git.output(command).is_ok()
+                };
+                if !removed && path.exists() {
+                    std::fs::remove_dir_all(path).map_err(|source| {
+                        reprise_store::StoreError::Io {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                }
+                let _ = std::fs::remove_dir(state.worktrees_dir().join(run_id));
+            }
+            CleanItem::Branch { name, .. } => {
+                git.run(["update-ref", "-d", &format!("refs/heads/{name}")])?;
+            }
+        }
+    }
+    if in_git {
+        let _ = git.run(["worktree", "prune"]);
+    }
+    Ok(())
+}
+
+/// Bytes of the files under `path` (not following symlinks).
+fn tree_bytes(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| tree_bytes(&entry.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,304 @@
+//! reprise's own git: every command it runs on the user's repository goes
+//! through here, with hooks off and without the user's global or system
+//! config, so a hook planted in `.git/hooks` never runs inside reprise and a
+//! user's `~/.gitconfig` never changes what a result commit holds.
+//!
+//! Commits reprise makes carry a fixed identity (`reprise`), never the
+//! user's, since the user did not write them.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::error::{EngineError, Result};
+
+/// Settings passed as `-c` to every command: no hooks, no signing prompts,
+/// no pager, no fsmonitor daemon started on the user's behalf.
+const CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "advice.detachedHead=false",
+    "merge.autoStash=false",
+];
+
+/// One repository (or worktree) as reprise's git sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Git {
+    dir: PathBuf,
+}
+
+impl Git {
+    pub(crate) fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// A `git` command in this directory with reprise's settings.
+    pub(crate) fn command(&self) -> Command {
+        let mut command = Command::new("git");
+        command.arg("-C").arg(&self.dir);
+        for setting in CONFIG {
+            command.arg("-c").arg(setting);
+        }
+        command
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env("GIT_AUTHOR_NAME", "reprise")
+            .env("GIT_AUTHOR_EMAIL", "reprise@localhost")
+            .env("GIT_COMMITTER_NAME", "reprise")
+            .env("GIT_COMMITTER_EMAIL", "reprise@localhost")
+            .env("LC_ALL", "C")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `git ARGS` and returns its stdout, trimmed of the final newline;
+    /// a non-zero exit is an error carrying git's stderr.
+    pub(crate) fn run<I, S>(&self, args: I) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = self.command();
+        command.args(args);
+        let output = self.output(command)?;
+        Ok(stdout_line(&output))
+    }
+
+    /// Runs a prepared command, turning a failed exit into an error.
+    pub(crate) fn output(&self, mut command: Command) -> Result<Output> {
+        let output = command.output().map_err(|err| EngineError::Git {
+            dir: self.dir.clone(),
+            detail: format!("cannot run git: {err}"),
+        })?;
+        if !output.status.success() {
+            return Err(EngineError::Git {
+                dir: self.dir.clone(),
+                detail: one_line(&output.stderr),
+            });
+        }
+        Ok(output)
+    }
+
+    /// Whether `git ARGS` exits 0 (output discarded).
+    pub(crate) fn succeeds(&self, args: &[&str]) -> bool {
+        let mut command = self.command();
+        command
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command.status().is_ok_and(|status| status.success())
+    }
+
+    /// The commit `rev` names, in full.
+    pub(crate) fn commit_of(&self, rev: &str) -> Result<String> {
+        self.run([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ])
+    }
+
+    /// Whether this is a repository with at least one commit.
+    pub(crate) fn has_commit(&self) -> bool {
+        self.succeeds(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    }
+
+    /// The top of the working tree this directory is in.
+    pub(crate) fn toplevel(&self) -> Result<PathBuf> {
+        self.run(["rev-parse", "--show-toplevel"])
+            .map(PathBuf::from)
+    }
+
+    /// The full name of the branch checked out, if any (`None` when detached).
+    pub(crate) fn current_branch(&self) -> Option<String> {
+        self.run(["symbolic-ref", "--quiet", "HEAD"]).ok()
+    }
+
+    /// Whether `name` (a full ref name) exists.
+    pub(crate) fn ref_exists(&self, name: &str) -> bool {
+        self.succeeds(&["show-ref", "--verify", "--quiet", name])
+    }
+
+    /// Paths changed between two commits (`--no-renames`, so a rename is a
+    /// delete and an add, as a file listing should show it).
+    pub(crate) fn changed_files(&self, from: &str, to: &str) -> Result<Vec<String>> {
+        let out = self.run(["diff", "--name-only", "--no-renames", "-z", from, to])?;
+        Ok(split_nul(&out))
+    }
+
+    /// Paths with uncommitted changes in the working tree or index, or
+    /// untracked and not ignored, from `git status` (which, with optional
+    /// locks off, never rewrites the index).
+    pub(crate) fn dirty_files(&self) -> Result<Vec<String>> {
+        let out = self.run(["status", "--porcelain=v1", "-z", "--untracked-files=all"])?;
+        let mut files = Vec::new();
+        let mut entries = out.split('\0').filter(|entry| !entry.is_empty());
+        while let Some(entry) = entries.next() {
+            let (status, path) = entry.split_at(entry.len().min(3));
+            files.push(path.to_owned());
+            if status.starts_with('R') || status.starts_with('C') {
+                // A rename or copy is followed by its source path.
+                if let Some(source) = entries.next() {
+                    files.push(source.to_owned());
+                }
+            }
+        }
+        Ok(files)
+    }
+
+    /// Writes a tree of the working tree at `worktree` (tracked, untracked
+    /// and deleted files, honouring ignore rules) without touching any index
+    /// but a temporary one, starting from `base`'s tree.
+    pub(crate) fn snapshot_tree(&self, base: &str, scratch: &Path) -> Result<String> {
+        let index = scratch.join(format!("index-{}", ulid::Ulid::new()));
+        let result = (|| {
+            let mut read = self.command();
+            read.env("GIT_INDEX_FILE", &index).args(["read-tree", base]);
+            self.output(read)?;
+            let mut add = self.command();
+            add.env("GIT_INDEX_FILE", &index)
+                .args(["add", "-A", "--", "."]);
+            self.output(add)?;
+            let mut write = self.command();
+            write.env("GIT_INDEX_FILE", &index).arg("write-tree");
+            Ok(stdout_line(&self.output(write)?))
+        })();
+        let _ = std::fs::remove_file(&index);
+        result
+    }
+
+    /// A commit of `tree` with `parents` and `message`; no ref moves.
+    pub(crate) fn commit_tree(
+        &self,
+        tree: &str,
+        parents: &[&str],
+        message: &str,
+    ) -> Result<String> {
+        let mut command = self.command();
+        command.args(["commit-tree", tree, "-F", "-"]);
+        for parent in parents {
+            command.args(["-p", parent]);
+        }
+        run_with_stdin(self, command, message)
+    }
+
+    /// The tree of commit `rev`.
+    pub(crate) fn tree_of(&self, rev: &str) -> Result<String> {
+        self.run(["rev-parse", &format!("{rev}^{{tree}}")])
+    }
+
+    /// Merges commits `ours` and `theirs` in memory (`git merge-tree`), never
+    /// touching a working tree or index: `Ok(tree)` when clean, else the
+    /// conflicted paths.
+    pub(crate) fn merge_trees(&self, ours: &str, theirs: &str) -> Result<Merged> {
+        let mut command = self.command();
+        command.args([
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            "--no-messages",
+            "-z",
+            ours,
+            theirs,
+        ]);
+        let output = command.output().map_err(|err| EngineError::Git {
+            dir: self.dir.clone(),
+            detail: format!("cannot run git: {err}"),
+        })?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut fields = text.split('\0');
+        let tree = fields.next().unwrap_or_default().trim().to_owned();
+        match output.status.code() {
+            Some(0) => Ok(Merged::Clean(tree)),
+            Some(1) => {
+                let mut files: Vec<String> = fields
+                    .filter(|field| !field.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                files.sort();
+                files.dedup();
+                Ok(Merged::Conflict(files))
+            }
+            _ => Err(EngineError::Git {
+                dir: self.dir.clone(),
+                detail: one_line(&output.stderr),
+            }),
+        }
+    }
+
+    /// Whether `ancestor` is an ancestor of (or equal to) `descendant`.
+    pub(crate) fn is_ancestor(&self, ancestor: &str, descendant: &str) -> bool {
+        self.succeeds(&["merge-base", "--is-ancestor", ancestor, descendant])
+    }
+}
+
+/// What an in-memory merge gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Merged {
+    Clean(String),
+    Conflict(Vec<String>),
+}
+
+fn run_with_stdin(git: &Git, mut command: Command, input: &str) -> Result<String> {
+    use std::io::Write as _;
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().map_err(|err| EngineError::Git {
+        dir: git.dir.clone(),
+        detail: format!("cannot run git: {err}"),
+    })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let output = child.wait_with_output().map_err(|err| EngineError::Git {
+        dir: git.dir.clone(),
+        detail: format!("git did not finish: {err}"),
+    })?;
+    if !output.status.success() {
+        return Err(EngineError::Git {
+            dir: git.dir.clone(),
+            detail: one_line(&output.stderr),
+        });
+    }
+    Ok(stdout_line(&output))
+}
+
+fn stdout_line(output: &Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.strip_suffix('\n').unwrap_or(&text).to_owned()
+}
+
+fn split_nul(text: &str) -> Vec<String> {
+    text.split('\0')
+        .filter(|entry| !entry.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Git's stderr as one line.
+fn one_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let joined: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    if joined.is_empty() {
+        "git failed without saying why".to_owned()
+    } else {
+        joined.join("; ")
+    }
+}
