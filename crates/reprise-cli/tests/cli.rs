@@ -1042,3 +1042,6 @@ fn rehearse_runs_a_sim_plan_and_reports_traffic_per_task() {
     );
     assert!(printed.contains("greet (sim): 0 requests"), "{printed}");
 }
+
+#[path = "cli/worktrees.rs"]
+mod worktrees;

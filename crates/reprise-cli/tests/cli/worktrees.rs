@@ -1,0 +1,604 @@
+//! Where the work lives, as a user sees it: a fresh worktree per run and
+//! task, dependents that build on their dependencies' result commits,
+//! results delivered by `apply`, and git hygiene.
+
+use super::*;
+
+/// A project that is a git repository with one commit.
+fn git_env() -> Env {
+    let env = Env::new();
+    fs::write(env.project().join("shop.py"), "price = 10\n").unwrap();
+    git(&env, &["init", "-q"]);
+    git(&env, &["add", "shop.py"]);
+    commit(&env, "start");
+    env
+}
+
+fn git(env: &Env, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(["-c", "user.name=user", "-c", "user.email=user@example.com"])
+        .args(args)
+        .current_dir(env.project())
+        .env("HOME", env.temp.path().join("home"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout(&output).trim_end().to_owned()
+}
+
+fn commit(env: &Env, message: &str) {
+    git(env, &["add", "-A"]);
+    git(env, &["commit", "-qm", message]);
+}
+
+/// Every ref with the commit it points to, the index's bytes, and the
+/// working tree's files (without the state directory): what a refusal must
+/// leave byte-identical.
+fn repo_state(env: &Env) -> (String, Vec<u8>, Vec<(PathBuf, Vec<u8>)>) {
+    let refs = git(env, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let index = fs::read(env.project().join(".git/index")).unwrap();
+    let mut files = Vec::new();
+    snapshot_into(&env.project(), &mut files);
+    files.retain(|(path, _)| {
+        let relative = path.strip_prefix(env.project()).unwrap();
+        !relative.starts_with(".reprise") && !relative.starts_with(".git")
+    });
+    files.sort();
+    (refs, index, files)
+}
+
+fn write_plan(env: &Env, name: &str, text: &str) -> String {
+    let file = format!("{name}.yaml");
+    fs::write(env.temp.path().join(&file), text).unwrap();
+    env.temp.path().join(file).display().to_string()
+}
+
+/// `fix-discount` -> `add-tax` -> `changelog`: each step needs the one
+/// before it in its tree, and a gate checks it.
+const CHAIN: &str = r#"
+version: 1
+name: shop
+seats: 2
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: fix-discount
+    prompt: fix the discount
+    command: [sh, -c, "echo 'discount = 0.1' >> shop.py; echo DONE"]
+  - id: add-tax
+    prompt: add the tax
+    depends_on: [fix-discount]
+    command: [sh, -c, "grep -q discount shop.py && echo 'tax = 0.2' >> shop.py; echo DONE"]
+    gates:
+      - { name: discount-kept, run: "grep -q discount shop.py && grep -q tax shop.py" }
+  - id: changelog
+    prompt: write the changelog
+    depends_on: [add-tax]
+    command: [sh, -c, "grep -q tax shop.py && printf -- '- tax\n' > CHANGELOG.md; echo DONE"]
+    gates:
+      - { name: written, run: "test -s CHANGELOG.md" }
+"#;
+
+fn run_json(env: &Env, plan: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["run", plan, "--json"];
+    args.extend_from_slice(extra);
+    let output = env.run(&args);
+    assert_success(&output);
+    json_of(&output)
+}
+
+fn task_json<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|task| task["task_id"] == id)
+        .unwrap_or_else(|| panic!("no task {id} in {run}"))
+}
+
+#[test]
+fn a_chain_builds_on_each_result_and_apply_delivers_all_three() {
+    let env = git_env();
+    let plan = write_plan(&env, "chain", CHAIN);
+    let head = git(&env, &["rev-parse", "HEAD"]);
+    let run = run_json(&env, &plan, &[]);
+    assert_eq!(run["ok"], true, "{run}");
+    assert_eq!(run["workspace"]["kind"], "worktrees");
+    assert_eq!(run["workspace"]["head"], head.as_str());
+    let run_id = run["run_id"].as_str().unwrap();
+    // add-tax's worktree holds fix-discount's change, in its own tree.
+    let fix = task_json(&run, "fix-discount");
+    let tax = task_json(&run, "add-tax");
+    assert_eq!(fix["base_commit"], head.as_str());
+    assert_eq!(tax["base_commit"], fix["result"]["commit"]);
+    let tax_tree = env
+        .project()
+        .join(".reprise/worktrees")
+        .join(run_id)
+        .join("add-tax");
+    assert_eq!(
+        fs::read_to_string(tax_tree.join("shop.py")).unwrap(),
+        "price = 10\ndiscount = 0.1\ntax = 0.2\n"
+    );
+    // Results are commits on reprise's own branches, with trailers.
+    let branch = format!("reprise/{run_id}/add-tax");
+    assert_eq!(tax["result"]["branch"], branch.as_str());
+    let message = git(&env, &["log", "-1", "--format=%B", &branch]);
+    for trailer in [
+        format!("Reprise-Run: {run_id}"),
+        "Reprise-Plan: shop".to_owned(),
+        "Reprise-Task: add-tax".to_owned(),
+        "Reprise-Attempt: 1".to_owned(),
+        "Reprise-Journal-Head: ".to_owned(),
+    ] {
+        assert!(message.contains(&trailer), "{trailer} missing in {message}");
+    }
+    // The user's checkout is untouched until apply.
+    assert_eq!(
+        fs::read_to_string(env.project().join("shop.py")).unwrap(),
+        "price = 10\n"
+    );
+    let dry = env.run(&["apply", "--dry-run", "--json"]);
+    assert_success(&dry);
+    assert_eq!(json_of(&dry)["applied"], false);
+    assert_eq!(
+        git(&env, &["rev-parse", "HEAD"]),
+        head,
+        "a dry run moves nothing"
+    );
+    let applied = env.run(&["apply", run_id]);
+    assert_success(&applied);
+    assert!(
+        stdout(&applied).contains("fast-forward"),
+        "{}",
+        stdout(&applied)
+    );
+    assert_eq!(
+        fs::read_to_string(env.project().join("shop.py")).unwrap(),
+        "price = 10\ndiscount = 0.1\ntax = 0.2\n"
+    );
+    assert_eq!(
+        fs::read_to_string(env.project().join("CHANGELOG.md")).unwrap(),
+        "- tax\n"
+    );
+    assert_eq!(git(&env, &["status", "--porcelain"]), "", "a clean tree");
+    let subjects = git(&env, &["log", "--format=%s"]);
+    assert_eq!(subjects.lines().count(), 4, "{subjects}");
+    // Applying again changes nothing.
+    let again = env.run(&["apply", run_id]);
+    assert_success(&again);
+    assert!(stdout(&again).contains("already holds"));
+}
+
+#[test]
+fn two_dependencies_merge_and_a_conflict_blocks_only_its_dependent() {
+    let env = git_env();
+    fs::write(env.project().join("notes.txt"), "one\n").unwrap();
+    commit(&env, "notes");
+    let plan = write_plan(
+        &env,
+        "fan",
+        r#"
+version: 1
+name: fan
+seats: 2
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - { id: left, prompt: l, command: [sh, -c, "echo left > left.txt; echo DONE"] }
+  - { id: right, prompt: r, command: [sh, -c, "echo right > right.txt; echo DONE"] }
+  - id: both
+    prompt: b
+    depends_on: [left, right]
+    command: [sh, -c, "echo DONE"]
+    gates: [ { name: sees-both, run: "test -e left.txt && test -e right.txt" } ]
+  - { id: edit-a, prompt: a, command: [sh, -c, "echo alpha > notes.txt; echo DONE"] }
+  - { id: edit-b, prompt: b, command: [sh, -c, "echo beta > notes.txt; echo DONE"] }
+  - { id: after-both, prompt: x, depends_on: [edit-a, edit-b], command: [sh, -c, "echo DONE"] }
+"#,
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let run = json_of(&output);
+    assert_eq!(task_json(&run, "both")["state"], "passed", "{run}");
+    let blocked = task_json(&run, "after-both");
+    assert_eq!(blocked["state"], "blocked");
+    let reason = blocked["reason"].as_str().unwrap();
+    assert!(reason.starts_with("dependency_conflict"), "{reason}");
+    assert!(reason.contains("notes.txt"), "{reason}");
+    for id in ["left", "right", "edit-a", "edit-b"] {
+        assert_eq!(task_json(&run, id)["state"], "passed", "{id}");
+    }
+}
+
+#[test]
+fn a_second_run_never_sees_the_first_runs_files_and_starts_at_the_new_head() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "twice",
+        r#"
+version: 1
+name: twice
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: greet
+    prompt: greet
+    command: [sh, -c, "if [ -e made.txt ]; then echo seen > seen.txt; fi; echo made > made.txt; echo DONE"]
+    gates: [ { name: fresh, run: "test ! -e seen.txt" } ]
+"#,
+    );
+    let first = run_json(&env, &plan, &[]);
+    assert_eq!(first["ok"], true);
+    fs::write(env.project().join("NEWS"), "news\n").unwrap();
+    commit(&env, "news");
+    let head = git(&env, &["rev-parse", "HEAD"]);
+    let second = run_json(&env, &plan, &[]);
+    assert_eq!(
+        second["ok"], true,
+        "the second run saw the first run's files"
+    );
+    let greet = task_json(&second, "greet");
+    assert_eq!(greet["base_commit"], head.as_str());
+    let tree = PathBuf::from(greet["cwd"].as_str().unwrap());
+    assert!(
+        tree.join("NEWS").is_file(),
+        "the worktree is at the new HEAD"
+    );
+    assert_ne!(greet["cwd"], task_json(&first, "greet")["cwd"]);
+}
+
+#[test]
+fn user_branches_survive_byte_identical_and_hooks_never_run() {
+    let env = git_env();
+    // A branch named like the old scheme, one of the user's own, and a hook
+    // that would leave a mark if git ran it for reprise.
+    git(&env, &["branch", "reprise/greet"]);
+    fs::write(env.project().join("extra"), "x\n").unwrap();
+    commit(&env, "extra");
+    git(&env, &["branch", "mine"]);
+    let marker = env.temp.path().join("hook-ran");
+    for hook in [
+        "post-checkout",
+        "pre-commit",
+        "post-commit",
+        "reference-transaction",
+    ] {
+        let path = env.project().join(".git/hooks").join(hook);
+        fs::write(
+            &path,
+            format!("#!/bin/sh\necho {hook} >> '{}'\n", marker.display()),
+        )
+        .unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let before = git(
+        &env,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/heads/",
+        ],
+    );
+    let plan = write_plan(
+        &env,
+        "hooks",
+        r#"
+version: 1
+name: hooks
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - { id: greet, prompt: g, command: [sh, -c, "echo hi > greeting.txt; echo DONE"] }
+"#,
+    );
+    let run = run_json(&env, &plan, &[]);
+    assert_eq!(run["ok"], true);
+    let after = git(
+        &env,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/heads/",
+        ],
+    );
+    let kept: Vec<&str> = after
+        .lines()
+        .filter(|line| !line.contains(run["run_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kept, before.lines().collect::<Vec<_>>());
+    assert!(
+        !marker.exists(),
+        "a hook ran: {:?}",
+        fs::read_to_string(&marker)
+    );
+}
+
+#[test]
+fn two_plans_with_the_same_task_id_keep_separate_journals_and_lineages() {
+    let env = git_env();
+    let plan = |name: &str, text: &str| {
+        write_plan(
+            &env,
+            name,
+            &format!(
+                "version: 1\nname: {name}\ndefaults: {{ agent: command, max_retries: 0, timeout: 30s }}\ntasks:\n  - {{ id: tests, prompt: t, command: [sh, -c, \"echo {text} > out.txt; echo DONE\"] }}\n"
+            ),
+        )
+    };
+    let alpha = plan("alpha", "a");
+    let beta = plan("beta", "b");
+    run_json(&env, &alpha, &[]);
+    run_json(&env, &beta, &[]);
+    let root = env.project().join(".reprise/plans");
+    let journal_a = fs::read_to_string(root.join("alpha/tasks/tests/journal.jsonl")).unwrap();
+    let journal_b = fs::read_to_string(root.join("beta/tasks/tests/journal.jsonl")).unwrap();
+    assert_ne!(journal_a, journal_b);
+    assert_eq!(
+        journal_a
+            .lines()
+            .filter(|l| l.contains("task.started"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        journal_b
+            .lines()
+            .filter(|l| l.contains("task.started"))
+            .count(),
+        1
+    );
+    // A bare id is ambiguous outside the latest run's plan; each form works.
+    for (args, plan) in [
+        (&["journal", "verify", "tests", "--json"][..], "beta"),
+        (&["journal", "verify", "alpha/tests", "--json"], "alpha"),
+        (
+            &["journal", "verify", "tests", "--plan", "alpha", "--json"],
+            "alpha",
+        ),
+        (&["lineage", "show", "alpha/tests", "--json"], "alpha"),
+    ] {
+        let output = env.run(args);
+        assert_success(&output);
+        assert_eq!(json_of(&output)["plan"], plan, "{args:?}");
+    }
+    // Once the latest run is neither's, the bare id lists both.
+    let other = write_plan(
+        &env,
+        "gamma",
+        "version: 1\nname: gamma\ndefaults: { agent: command, max_retries: 0, timeout: 30s }\ntasks:\n  - { id: lint, prompt: l, command: [sh, -c, \"echo DONE\"] }\n",
+    );
+    run_json(&env, &other, &[]);
+    let ambiguous = env.run(&["journal", "verify", "tests"]);
+    assert_one_line_error(&ambiguous, 2, "alpha/tests, beta/tests");
+}
+
+/// Six independent tasks that each change a file.
+const SIX: &str = r#"
+version: 1
+name: six
+seats: 6
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - { id: t1, prompt: p, command: [sh, -c, "echo 1 > f1; echo DONE"] }
+  - { id: t2, prompt: p, command: [sh, -c, "echo 2 > f2; echo DONE"] }
+  - { id: t3, prompt: p, command: [sh, -c, "echo 3 > f3; echo DONE"] }
+  - { id: t4, prompt: p, command: [sh, -c, "echo 4 > f4; echo DONE"] }
+  - { id: t5, prompt: p, command: [sh, -c, "echo 5 > f5; echo DONE"] }
+  - { id: t6, prompt: p, command: [sh, -c, "echo 6 > f6; echo DONE"] }
+"#;
+
+#[test]
+fn fifty_fresh_runs_at_six_seats_never_race_in_git() {
+    let env = git_env();
+    let plan = write_plan(&env, "six", SIX);
+    for round in 0..50 {
+        // A fresh state directory each round, as a new user would have.
+        let _ = fs::remove_dir_all(env.project().join(".reprise"));
+        let output = env.run(&["run", &plan, "--seats", "6", "--json"]);
+        assert!(
+            output.status.success(),
+            "round {round}: {}\n{}",
+            stdout(&output),
+            stderr(&output)
+        );
+        assert_eq!(json_of(&output)["ok"], true, "round {round}");
+    }
+}
+
+#[test]
+fn a_second_run_of_the_same_tasks_is_refused_while_the_first_runs() {
+    let env = git_env();
+    let gate = env.temp.path().join("release");
+    let started = env.temp.path().join("started");
+    let plan = write_plan(
+        &env,
+        "slow",
+        &format!(
+            r#"
+version: 1
+name: slow
+defaults: {{ agent: command, max_retries: 0, timeout: 60s }}
+tasks:
+  - id: wait
+    prompt: w
+    command: [sh, -c, "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; echo DONE"]
+"#,
+            started.display(),
+            gate.display()
+        ),
+    );
+    let mut first = Command::new(BIN)
+        .args(["run", &plan, "--json"])
+        .current_dir(env.project())
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first run's agent is running (the run holds its task).
+    while !started.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let before = env.snapshot();
+    let second = env.run(&["run", &plan]);
+    assert_one_line_error(&second, 2, "is being run by R-");
+    assert!(stderr(&second).contains(&format!("(pid {})", first.id())));
+    let after = env.snapshot();
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|entry| !before.contains(entry))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(changed.is_empty(), "the refused run wrote {changed:?}");
+    assert_eq!(after.len(), before.len());
+    fs::write(&gate, "").unwrap();
+    let status = first.wait().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_removed_state_directory_does_not_break_the_next_run() {
+    let env = git_env();
+    let plan = write_plan(&env, "chain", CHAIN);
+    run_json(&env, &plan, &[]);
+    fs::remove_dir_all(env.project().join(".reprise")).unwrap();
+    let again = run_json(&env, &plan, &[]);
+    assert_eq!(again["ok"], true);
+}
+
+#[test]
+fn apply_refuses_without_changing_the_tree_index_or_refs() {
+    let env = git_env();
+    let plan = write_plan(&env, "chain", CHAIN);
+    let run = run_json(&env, &plan, &[]);
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    // Uncommitted work in a file the result changes.
+    fs::write(env.project().join("shop.py"), "price = 11\n").unwrap();
+    let before = repo_state(&env);
+    let refused = env.run(&["apply", &run_id]);
+    assert_one_line_error(&refused, 1, "shop.py");
+    assert_eq!(repo_state(&env), before);
+    // A branch name that exists is refused too, as bad input.
+    let taken = env.run(&["apply", &run_id, "--branch", "master"]);
+    assert_one_line_error(&taken, 2, "already exists");
+    assert_eq!(repo_state(&env), before);
+    // A conflicting commit on the user's branch: refused, nothing moved.
+    git(&env, &["commit", "-qam", "my own price"]);
+    let committed = repo_state(&env);
+    let conflict = env.run(&["apply", &run_id]);
+    assert_one_line_error(&conflict, 1, "--branch");
+    assert_eq!(repo_state(&env), committed);
+    // --branch delivers it without touching the checkout.
+    let branched = env.run(&["apply", &run_id, "--branch", "shop-work"]);
+    assert_success(&branched);
+    let (_, index, files) = repo_state(&env);
+    assert_eq!((index, files), (committed.1, committed.2));
+    let tip = git(&env, &["show", "shop-work:CHANGELOG.md"]);
+    assert_eq!(tip, "- tax");
+}
+
+#[test]
+fn uncommitted_changes_are_left_out_unless_asked_for() {
+    let env = git_env();
+    fs::write(env.project().join("draft.txt"), "mine\n").unwrap();
+    let plan = write_plan(
+        &env,
+        "draft",
+        r#"
+version: 1
+name: draft
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: look
+    prompt: l
+    command: [sh, -c, "echo DONE"]
+    gates: [ { name: has-draft, run: "test -e draft.txt" } ]
+"#,
+    );
+    let index_before = fs::read(env.project().join(".git/index")).unwrap();
+    let without = env.run(&["run", &plan]);
+    assert_eq!(without.status.code(), Some(1));
+    assert!(
+        stdout(&without).contains("1 uncommitted change not included (--include-uncommitted"),
+        "{}",
+        stdout(&without)
+    );
+    let with = env.run(&["run", &plan, "--include-uncommitted"]);
+    assert_success(&with);
+    assert!(stdout(&with).contains("with 1 uncommitted change included"));
+    assert_eq!(
+        fs::read(env.project().join(".git/index")).unwrap(),
+        index_before
+    );
+    assert_eq!(git(&env, &["stash", "list"]), "");
+    // A task that changed nothing records that, and commits nothing.
+    let run = json_of(&env.run(&["status", "--json"]));
+    assert_eq!(task_json(&run, "look")["result"]["commit"], Value::Null);
+    assert_eq!(task_json(&run, "look")["result"]["files_changed"], 0);
+}
+
+#[test]
+fn clean_removes_finished_worktrees_and_asked_for_branches() {
+    let env = git_env();
+    let plan = write_plan(&env, "chain", CHAIN);
+    let run = run_json(&env, &plan, &[]);
+    let run_id = run["run_id"].as_str().unwrap();
+    let dir = env.project().join(".reprise/worktrees").join(run_id);
+    let before = env.snapshot();
+    let dry = env.run(&["clean", "--dry-run", "--branches"]);
+    assert_success(&dry);
+    assert!(
+        stdout(&dry).contains("would remove 3 worktrees"),
+        "{}",
+        stdout(&dry)
+    );
+    assert_eq!(env.snapshot(), before, "a dry run removes nothing");
+    let cleaned = env.run(&["clean", "--branches"]);
+    assert_success(&cleaned);
+    assert!(stdout(&cleaned).contains("removed 3 worktrees"));
+    assert!(!dir.exists());
+    assert_eq!(git(&env, &["branch", "--list", "reprise/*"]), "");
+    assert_eq!(git(&env, &["worktree", "list"]).lines().count(), 1);
+}
+
+#[test]
+fn outside_git_tasks_run_in_place_and_say_so() {
+    let env = Env::new();
+    let plan = write_plan(
+        &env,
+        "plain",
+        "version: 1\nname: plain\ndefaults: { agent: command, max_retries: 0, timeout: 30s }\ntasks:\n  - { id: t, prompt: p, command: [sh, -c, \"echo hi > out.txt; echo DONE\"] }\n",
+    );
+    let output = env.run(&["run", &plan]);
+    assert_success(&output);
+    assert!(
+        stdout(&output)
+            .contains("tasks run in place in the project directory (not a git repository)"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(env.project().join("out.txt").is_file());
+    let apply = env.run(&["apply"]);
+    assert_one_line_error(&apply, 2, "ran in place");
+}
+
+#[test]
+fn a_layout_1_state_directory_is_refused_then_migrated_by_init() {
+    let env = Env::new();
+    env.init();
+    let root = env.project().join(".reprise");
+    fs::write(root.join("layout.json"), br#"{"v":1}"#).unwrap();
+    fs::remove_dir_all(root.join("plans")).unwrap();
+    fs::create_dir_all(root.join("tasks/old")).unwrap();
+    fs::write(root.join("tasks/old/journal.jsonl"), "").unwrap();
+    let refused = env.run(&["journal", "verify", "old"]);
+    assert_one_line_error(&refused, 2, "run `reprise init` to migrate it");
+    let migrated = env.run(&["init"]);
+    assert_success(&migrated);
+    assert!(stdout(&migrated).contains("migrated the state directory to layout 2"));
+    assert!(root.join("plans/unnamed/tasks/old/journal.jsonl").is_file());
+}
