@@ -39,7 +39,10 @@ fn commit(env: &Env, message: &str) {
 /// Every ref with the commit it points to, the index's bytes, and the
 /// working tree's files (without the state directory): what a refusal must
 /// leave byte-identical.
-fn repo_state(env: &Env) -> (String, Vec<u8>, Vec<(PathBuf, Vec<u8>)>) {
+/// Refs, index bytes, and the working tree's files with their bytes.
+type RepoState = (String, Vec<u8>, Vec<(PathBuf, Vec<u8>)>);
+
+fn repo_state(env: &Env) -> RepoState {
     let refs = git(env, &["for-each-ref", "--format=%(refname) %(objectname)"]);
     let index = fs::read(env.project().join(".git/index")).unwrap();
     let mut files = Vec::new();
