@@ -133,6 +133,7 @@ impl TaskRun<'_> {
 
     fn attempts(&self, result: &mut TaskResult) -> Result<()> {
         let task = self.task;
+        let sandbox_started = Instant::now();
         let cwd = sandbox::prepare(
             self.state,
             self.workspace,
@@ -156,6 +157,7 @@ impl TaskRun<'_> {
                 "base_commit": if isolated { self.base.as_deref() } else { None },
                 "adapter": self.adapter.name(),
                 "cwd": cwd,
+                "sandbox_us": u64::try_from(sandbox_started.elapsed().as_micros()).unwrap_or(u64::MAX),
                 "retry_policy": task.retry_policy,
                 "max_retries": task.max_retries,
                 "envelope_micro_usd": self.envelope_micro_usd,
@@ -430,13 +432,16 @@ impl TaskRun<'_> {
             journal_seq: head.seq,
             journal_hash: head.digest.to_hex(),
         };
+        let started = Instant::now();
         match sandbox::commit_result(self.state, self.workspace, cwd, base, &provenance) {
             Ok(output) => {
+                let commit_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 journal.append(
                     "task.result",
                     &now_rfc3339(),
                     &json!({"run_id": self.run_id, "base_commit": output.base, "commit": output.commit,
-                            "branch": output.branch, "files_changed": output.files_changed}),
+                            "branch": output.branch, "files_changed": output.files_changed,
+                            "commit_us": commit_us}),
                 )?;
                 result.output = Some(output);
             }
