@@ -43,6 +43,10 @@ pub enum Workspace {
         uncommitted: u64,
         /// Whether those changes are in `base`.
         included: bool,
+        /// Where the project is inside the repository (empty at its top):
+        /// tasks work in the same place inside their worktrees.
+        #[serde(default)]
+        subdir: PathBuf,
     },
     /// Every task in the project directory.
     InPlace { reason: String },
@@ -65,6 +69,14 @@ impl Workspace {
             });
         }
         let repo = git.toplevel()?;
+        let subdir = project
+            .canonicalize()
+            .ok()
+            .and_then(|project| {
+                let top = repo.canonicalize().ok()?;
+                project.strip_prefix(&top).ok().map(Path::to_path_buf)
+            })
+            .unwrap_or_default();
         let git = Git::new(&repo);
         let head = git.commit_of("HEAD")?;
         let dirty = git.dirty_files()?;
@@ -90,6 +102,7 @@ impl Workspace {
             base,
             uncommitted,
             included: include_uncommitted && uncommitted > 0,
+            subdir,
         })
     }
 
@@ -182,10 +195,14 @@ pub(crate) fn prepare(
         return Ok(project.to_path_buf());
     }
     let dir = state.worktree_dir(run_id, &task.id);
+    let subdir = match workspace {
+        Workspace::Worktrees { subdir, .. } => subdir.clone(),
+        Workspace::InPlace { .. } => PathBuf::new(),
+    };
     if dir.join(".git").exists() {
         // The same run, come back to its task (its path is stable for the
         // run's life because the CLIs key resume by cwd).
-        return Ok(dir);
+        return Ok(dir.join(subdir));
     }
     let sandbox_error = |err: EngineError| EngineError::Sandbox {
         task: task.id.to_string(),
@@ -208,7 +225,12 @@ pub(crate) fn prepare(
         .arg(&dir)
         .arg(base);
     git.output(add).map_err(sandbox_error)?;
-    Ok(dir)
+    let cwd = dir.join(&subdir);
+    std::fs::create_dir_all(&cwd).map_err(|err| EngineError::Sandbox {
+        task: task.id.to_string(),
+        detail: format!("cannot create {}: {err}", cwd.display()),
+    })?;
+    Ok(cwd)
 }
 
 /// A task's committed result.
@@ -261,7 +283,8 @@ pub(crate) fn commit_result(
         .repo()
         .expect("results are committed only in worktrees");
     let git = Git::new(repo);
-    let tree_git = Git::new(worktree);
+    // The task may work in a subdirectory; its result is the whole tree.
+    let tree_git = Git::new(&Git::new(worktree).toplevel()?);
     let scratch = state.locks_dir();
     std::fs::create_dir_all(&scratch).map_err(|source| reprise_store::StoreError::Io {
         path: scratch.clone(),

@@ -605,3 +605,78 @@ fn a_layout_1_state_directory_is_refused_then_migrated_by_init() {
     assert!(stdout(&migrated).contains("migrated the state directory to layout 2"));
     assert!(root.join("plans/unnamed/tasks/old/journal.jsonl").is_file());
 }
+
+#[test]
+fn a_project_in_a_subdirectory_works_in_the_same_place_in_its_worktree() {
+    let env = git_env();
+    let sub = env.project().join("pkg");
+    fs::create_dir(&sub).unwrap();
+    fs::write(sub.join("lib.py"), "x = 1\n").unwrap();
+    commit(&env, "pkg");
+    let plan = write_plan(
+        &env,
+        "sub",
+        "version: 1\nname: sub\ndefaults: { agent: command, max_retries: 0, timeout: 30s }\ntasks:\n  - id: edit\n    prompt: e\n    command: [sh, -c, \"test -e lib.py && echo 'y = 2' >> lib.py; echo DONE\"]\n    gates: [ { name: here, run: \"grep -q y lib.py\" } ]\n",
+    );
+    let output = Command::new(BIN)
+        .args(["run", &plan, "--json"])
+        .current_dir(&sub)
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let run = json_of(&output);
+    let cwd = task_json(&run, "edit")["cwd"].as_str().unwrap().to_owned();
+    assert!(cwd.ends_with("/edit/pkg"), "{cwd}");
+    let branch = task_json(&run, "edit")["result"]["branch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        git(&env, &["show", &format!("{branch}:pkg/lib.py")]),
+        "x = 1\ny = 2"
+    );
+}
+
+#[test]
+fn a_retry_leg_builds_on_the_results_the_first_leg_kept() {
+    let env = git_env();
+    let flag = env.temp.path().join("second-leg");
+    let plan = write_plan(
+        &env,
+        "legs",
+        &format!(
+            r#"
+version: 1
+name: legs
+defaults: {{ agent: command, max_retries: 0, timeout: 30s }}
+tasks:
+  - {{ id: base, prompt: b, command: [sh, -c, "echo base > base.txt; echo DONE"] }}
+  - id: top
+    prompt: t
+    depends_on: [base]
+    command: [sh, -c, "echo top > top.txt; echo DONE"]
+    gates: [ {{ name: later, run: "test -e base.txt && test -e '{}'" }} ]
+"#,
+            flag.display()
+        ),
+    );
+    let first = env.run(&["run", &plan, "--json"]);
+    assert_eq!(first.status.code(), Some(1));
+    let first = json_of(&first);
+    let run_id = first["run_id"].as_str().unwrap();
+    fs::write(&flag, "").unwrap();
+    let second = env.run(&["run", "--retry-failed", run_id, "--json"]);
+    assert_success(&second);
+    let second = json_of(&second);
+    assert_eq!(
+        task_json(&second, "top")["base_commit"],
+        task_json(&first, "base")["result"]["commit"]
+    );
+    let applied = env.run(&["apply"]);
+    assert_success(&applied);
+    assert!(env.project().join("base.txt").is_file());
+    assert!(env.project().join("top.txt").is_file());
+}
