@@ -13,9 +13,9 @@ use reprise_store::state::StateDir;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result};
-use crate::git::{Git, Merged};
 use crate::sandbox::Workspace;
 use crate::state::{RunState, TaskStatus, run_ids};
+use reprise_store::git::{Git, Merged};
 
 /// Why `apply` or `diff` will not go on. Nothing has been changed.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +54,12 @@ pub enum DeliveryError {
     BadBranch { name: String },
     #[error(transparent)]
     Engine(#[from] EngineError),
+}
+
+impl From<reprise_store::git::GitError> for DeliveryError {
+    fn from(err: reprise_store::git::GitError) -> Self {
+        Self::Engine(err.into())
+    }
 }
 
 impl DeliveryError {

@@ -26,8 +26,8 @@ pub enum EngineError {
     Encode(#[from] reprise_core::canonical::EncodeError),
     #[error(transparent)]
     Workspace(#[from] reprise_store::workspace::WorkspaceError),
-    #[error("git in {dir}: {detail}")]
-    Git { dir: PathBuf, detail: String },
+    #[error(transparent)]
+    Git(#[from] reprise_store::git::GitError),
     #[error(
         "task {task} is being run by {run} (pid {pid}); wait for that run to end, or run another plan"
     )]

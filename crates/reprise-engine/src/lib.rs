@@ -12,7 +12,6 @@ mod delivery;
 mod error;
 mod events;
 mod gates;
-mod git;
 mod records;
 mod run;
 mod sandbox;

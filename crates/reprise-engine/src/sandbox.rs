@@ -24,7 +24,7 @@ use reprise_store::state::StateDir;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
-use crate::git::{Git, Merged};
+use reprise_store::git::{Git, Merged};
 
 /// Where a run's tasks work, decided once when the run starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,12 +204,9 @@ pub(crate) fn prepare(
         // run's life because the CLIs key resume by cwd).
         return Ok(dir.join(subdir));
     }
-    let sandbox_error = |err: EngineError| EngineError::Sandbox {
+    let sandbox_error = |err: reprise_store::git::GitError| EngineError::Sandbox {
         task: task.id.to_string(),
-        detail: match err {
-            EngineError::Git { detail, .. } => detail,
-            other => other.to_string(),
-        },
+        detail: err.detail,
     };
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(|err| EngineError::Sandbox {

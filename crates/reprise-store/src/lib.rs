@@ -10,6 +10,7 @@ pub mod audit;
 mod chainfile;
 pub mod error;
 mod fsutil;
+pub mod git;
 pub mod io;
 pub mod journal;
 pub mod key;
@@ -17,6 +18,7 @@ pub mod ledger;
 pub mod locks;
 pub mod repair;
 pub mod replies;
+pub mod snapshot;
 pub mod state;
 pub mod workspace;
 

@@ -749,3 +749,167 @@ fn kept_replies_are_private_capped_replaced_and_dropped() {
     assert!(!path.exists());
     drop_kept_reply(&setup.state, "R-1", &id).unwrap();
 }
+
+// ---- file checkpoints --------------------------------------------------------
+
+/// Every entry under `dir` (not `.git`): path, kind, mode, and the bytes or
+/// the link target.
+fn listing(dir: &Path) -> Vec<(String, String, u32, Vec<u8>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String, u32, Vec<u8>)>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.file_type().is_symlink() {
+                let target = fs::read_link(&path).unwrap();
+                out.push((
+                    name,
+                    "link".into(),
+                    0,
+                    target.display().to_string().into_bytes(),
+                ));
+            } else if meta.is_dir() {
+                out.push((name, "dir".into(), mode, Vec::new()));
+                walk(root, &path, out);
+            } else {
+                out.push((name, "file".into(), mode, fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn sh(dir: &Path, script: &str) {
+    let status = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "u")
+        .env("GIT_AUTHOR_EMAIL", "u@x")
+        .env("GIT_COMMITTER_NAME", "u")
+        .env("GIT_COMMITTER_EMAIL", "u@x")
+        .status()
+        .unwrap();
+    assert!(status.success(), "{script}");
+}
+
+#[test]
+fn a_rollback_restores_every_byte_mode_link_and_directory_and_touches_no_user_file() {
+    use reprise_store::snapshot::SnapshotStore;
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    sh(
+        &repo,
+        "git init -q && printf 'build/\\n*.log\\n' > .gitignore && echo one > a.txt && \
+         mkdir -p src/deep && echo two > src/deep/b.txt && printf '#!/bin/sh\\n' > run.sh && \
+         chmod 755 run.sh && git add -A && git commit -qm start && git stash list > /dev/null",
+    );
+    // Beyond what is committed: untracked, ignored, a link, odd modes, an empty dir.
+    sh(
+        &repo,
+        "echo draft > notes.txt && mkdir build && echo cached > build/out.o && \
+         echo log > x.log && ln -s a.txt link && echo secret > private && chmod 600 private && \
+         mkdir empty && chmod 700 empty && chmod 640 src/deep/b.txt",
+    );
+    let user_files = |repo: &Path| {
+        [
+            "index",
+            "config",
+            "HEAD",
+            "packed-refs",
+            "refs/heads/master",
+            "logs/HEAD",
+        ]
+        .iter()
+        .map(|name| fs::read(repo.join(".git").join(name)).ok())
+        .collect::<Vec<_>>()
+    };
+    let user_before = user_files(&repo);
+    let store = SnapshotStore::open(
+        &temp.path().join("shadow"),
+        &repo,
+        Some(&repo),
+        reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
+    )
+    .unwrap();
+    let before = listing(&repo);
+    let checkpoint = store.take("before").unwrap();
+    assert_eq!(checkpoint.manifest.files, 9, "{:?}", checkpoint.manifest);
+    // What an agent might do: edit, create, delete, chmod, relink, write
+    // into the ignored directory and the untracked file, nest new dirs.
+    sh(
+        &repo,
+        "echo changed >> a.txt && rm src/deep/b.txt && echo new > new.txt && \
+         chmod 644 private && chmod 600 a.txt && rm link && ln -s new.txt link && \
+         echo more >> build/out.o && echo other > build/extra.o && echo edit >> notes.txt && \
+         mkdir -p made/inside && echo x > made/inside/f && rmdir empty && chmod 644 run.sh && \
+         ln -s /etc/passwd escape",
+    );
+    assert_ne!(listing(&repo), before);
+    let scratch = temp.path().join("scratch");
+    let changes = store.changes(&checkpoint, &scratch).unwrap();
+    let listed: Vec<&str> = changes
+        .files
+        .iter()
+        .map(|(_, path)| path.as_str())
+        .collect();
+    for path in [
+        "a.txt",
+        "src/deep/b.txt",
+        "new.txt",
+        "link",
+        "build/out.o",
+        "escape",
+        "empty/",
+        "made/",
+    ] {
+        assert!(listed.contains(&path), "{path} missing from {listed:?}");
+    }
+    assert_ne!(listing(&repo), before, "a dry run changes nothing");
+    store.restore(&checkpoint).unwrap();
+    assert_eq!(listing(&repo), before);
+    assert_eq!(
+        user_files(&repo),
+        user_before,
+        "the user's git files are untouched"
+    );
+    // A second checkpoint of the restored tree has the same tree.
+    assert_eq!(store.take("again").unwrap().tree, checkpoint.tree);
+    assert_eq!(store.list().unwrap().len(), 2);
+    assert_eq!(store.find(&checkpoint.id[..10]).unwrap().id, checkpoint.id);
+}
+
+#[test]
+fn a_file_over_the_size_bound_is_skipped_and_named() {
+    use reprise_store::snapshot::SnapshotStore;
+    let temp = tempfile::tempdir().unwrap();
+    let tree = temp.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    fs::write(tree.join("small"), "s").unwrap();
+    fs::write(tree.join("big"), vec![7u8; 4096]).unwrap();
+    let store = SnapshotStore::open(&temp.path().join("shadow"), &tree, None, 1024).unwrap();
+    let checkpoint = store.take("t").unwrap();
+    assert_eq!(checkpoint.manifest.skipped, vec![("big".to_owned(), 4096)]);
+    fs::write(tree.join("big"), "changed").unwrap();
+    fs::write(tree.join("small"), "changed").unwrap();
+    let changes = store
+        .changes(&checkpoint, &temp.path().join("scratch"))
+        .unwrap();
+    assert_eq!(changes.not_restored, vec!["big".to_owned()]);
+    store.restore(&checkpoint).unwrap();
+    assert_eq!(fs::read(tree.join("small")).unwrap(), b"s");
+    assert_eq!(
+        fs::read(tree.join("big")).unwrap(),
+        b"changed",
+        "left as it is"
+    );
+}

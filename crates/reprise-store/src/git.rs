@@ -10,7 +10,15 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use crate::error::{EngineError, Result};
+/// A git command that could not run, or failed, in `dir`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("git in {dir}: {detail}")]
+pub struct GitError {
+    pub dir: PathBuf,
+    pub detail: String,
+}
+
+pub type Result<T, E = GitError> = std::result::Result<T, E>;
 
 /// Settings passed as `-c` to every command: no hooks, no signing prompts,
 /// no pager, no fsmonitor daemon started on the user's behalf.
@@ -26,19 +34,19 @@ const CONFIG: &[&str] = &[
 
 /// One repository (or worktree) as reprise's git sees it.
 #[derive(Debug, Clone)]
-pub(crate) struct Git {
+pub struct Git {
     dir: PathBuf,
 }
 
 impl Git {
-    pub(crate) fn new(dir: &Path) -> Self {
+    pub fn new(dir: &Path) -> Self {
         Self {
             dir: dir.to_path_buf(),
         }
     }
 
     /// A `git` command in this directory with reprise's settings.
-    pub(crate) fn command(&self) -> Command {
+    pub fn command(&self) -> Command {
         let mut command = Command::new("git");
         command.arg("-C").arg(&self.dir);
         for setting in CONFIG {
@@ -63,7 +71,7 @@ impl Git {
 
     /// Runs `git ARGS` and returns its stdout, trimmed of the final newline;
     /// a non-zero exit is an error carrying git's stderr.
-    pub(crate) fn run<I, S>(&self, args: I) -> Result<String>
+    pub fn run<I, S>(&self, args: I) -> Result<String>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -75,13 +83,13 @@ impl Git {
     }
 
     /// Runs a prepared command, turning a failed exit into an error.
-    pub(crate) fn output(&self, mut command: Command) -> Result<Output> {
-        let output = command.output().map_err(|err| EngineError::Git {
+    pub fn output(&self, mut command: Command) -> Result<Output> {
+        let output = command.output().map_err(|err| GitError {
             dir: self.dir.clone(),
             detail: format!("cannot run git: {err}"),
         })?;
         if !output.status.success() {
-            return Err(EngineError::Git {
+            return Err(GitError {
                 dir: self.dir.clone(),
                 detail: one_line(&output.stderr),
             });
@@ -90,7 +98,7 @@ impl Git {
     }
 
     /// Whether `git ARGS` exits 0 (output discarded).
-    pub(crate) fn succeeds(&self, args: &[&str]) -> bool {
+    pub fn succeeds(&self, args: &[&str]) -> bool {
         let mut command = self.command();
         command
             .args(args)
@@ -100,7 +108,7 @@ impl Git {
     }
 
     /// The commit `rev` names, in full.
-    pub(crate) fn commit_of(&self, rev: &str) -> Result<String> {
+    pub fn commit_of(&self, rev: &str) -> Result<String> {
         self.run([
             "rev-parse",
             "--verify",
@@ -110,29 +118,29 @@ impl Git {
     }
 
     /// Whether this is a repository with at least one commit.
-    pub(crate) fn has_commit(&self) -> bool {
+    pub fn has_commit(&self) -> bool {
         self.succeeds(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
     }
 
     /// The top of the working tree this directory is in.
-    pub(crate) fn toplevel(&self) -> Result<PathBuf> {
+    pub fn toplevel(&self) -> Result<PathBuf> {
         self.run(["rev-parse", "--show-toplevel"])
             .map(PathBuf::from)
     }
 
     /// The full name of the branch checked out, if any (`None` when detached).
-    pub(crate) fn current_branch(&self) -> Option<String> {
+    pub fn current_branch(&self) -> Option<String> {
         self.run(["symbolic-ref", "--quiet", "HEAD"]).ok()
     }
 
     /// Whether `name` (a full ref name) exists.
-    pub(crate) fn ref_exists(&self, name: &str) -> bool {
+    pub fn ref_exists(&self, name: &str) -> bool {
         self.succeeds(&["show-ref", "--verify", "--quiet", name])
     }
 
     /// Paths changed between two commits (`--no-renames`, so a rename is a
     /// delete and an add, as a file listing should show it).
-    pub(crate) fn changed_files(&self, from: &str, to: &str) -> Result<Vec<String>> {
+    pub fn changed_files(&self, from: &str, to: &str) -> Result<Vec<String>> {
         let out = self.run(["diff", "--name-only", "--no-renames", "-z", from, to])?;
         Ok(split_nul(&out))
     }
@@ -140,7 +148,7 @@ impl Git {
     /// Paths with uncommitted changes in the working tree or index, or
     /// untracked and not ignored, from `git status` (which, with optional
     /// locks off, never rewrites the index).
-    pub(crate) fn dirty_files(&self) -> Result<Vec<String>> {
+    pub fn dirty_files(&self) -> Result<Vec<String>> {
         let out = self.run(["status", "--porcelain=v1", "-z", "--untracked-files=all"])?;
         let mut files = Vec::new();
         let mut entries = out.split('\0').filter(|entry| !entry.is_empty());
@@ -160,7 +168,7 @@ impl Git {
     /// Writes a tree of the working tree at `worktree` (tracked, untracked
     /// and deleted files, honouring ignore rules) without touching any index
     /// but a temporary one, starting from `base`'s tree.
-    pub(crate) fn snapshot_tree(&self, base: &str, scratch: &Path) -> Result<String> {
+    pub fn snapshot_tree(&self, base: &str, scratch: &Path) -> Result<String> {
         let index = scratch.join(format!("index-{}", ulid::Ulid::new()));
         let result = (|| {
             let mut read = self.command();
@@ -179,12 +187,7 @@ impl Git {
     }
 
     /// A commit of `tree` with `parents` and `message`; no ref moves.
-    pub(crate) fn commit_tree(
-        &self,
-        tree: &str,
-        parents: &[&str],
-        message: &str,
-    ) -> Result<String> {
+    pub fn commit_tree(&self, tree: &str, parents: &[&str], message: &str) -> Result<String> {
         let mut command = self.command();
         command.args(["commit-tree", tree, "-F", "-"]);
         for parent in parents {
@@ -194,14 +197,14 @@ impl Git {
     }
 
     /// The tree of commit `rev`.
-    pub(crate) fn tree_of(&self, rev: &str) -> Result<String> {
+    pub fn tree_of(&self, rev: &str) -> Result<String> {
         self.run(["rev-parse", &format!("{rev}^{{tree}}")])
     }
 
     /// Merges commits `ours` and `theirs` in memory (`git merge-tree`), never
     /// touching a working tree or index: `Ok(tree)` when clean, else the
     /// conflicted paths.
-    pub(crate) fn merge_trees(&self, ours: &str, theirs: &str) -> Result<Merged> {
+    pub fn merge_trees(&self, ours: &str, theirs: &str) -> Result<Merged> {
         let mut command = self.command();
         command.args([
             "merge-tree",
@@ -212,7 +215,7 @@ impl Git {
             ours,
             theirs,
         ]);
-        let output = command.output().map_err(|err| EngineError::Git {
+        let output = command.output().map_err(|err| GitError {
             dir: self.dir.clone(),
             detail: format!("cannot run git: {err}"),
         })?;
@@ -230,7 +233,7 @@ impl Git {
                 files.dedup();
                 Ok(Merged::Conflict(files))
             }
-            _ => Err(EngineError::Git {
+            _ => Err(GitError {
                 dir: self.dir.clone(),
                 detail: one_line(&output.stderr),
             }),
@@ -238,14 +241,14 @@ impl Git {
     }
 
     /// Whether `ancestor` is an ancestor of (or equal to) `descendant`.
-    pub(crate) fn is_ancestor(&self, ancestor: &str, descendant: &str) -> bool {
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> bool {
         self.succeeds(&["merge-base", "--is-ancestor", ancestor, descendant])
     }
 }
 
 /// What an in-memory merge gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Merged {
+pub enum Merged {
     Clean(String),
     Conflict(Vec<String>),
 }
@@ -256,19 +259,19 @@ fn run_with_stdin(git: &Git, mut command: Command, input: &str) -> Result<String
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = command.spawn().map_err(|err| EngineError::Git {
+    let mut child = command.spawn().map_err(|err| GitError {
         dir: git.dir.clone(),
         detail: format!("cannot run git: {err}"),
     })?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(input.as_bytes());
     }
-    let output = child.wait_with_output().map_err(|err| EngineError::Git {
+    let output = child.wait_with_output().map_err(|err| GitError {
         dir: git.dir.clone(),
         detail: format!("git did not finish: {err}"),
     })?;
     if !output.status.success() {
-        return Err(EngineError::Git {
+        return Err(GitError {
             dir: git.dir.clone(),
             detail: one_line(&output.stderr),
         });

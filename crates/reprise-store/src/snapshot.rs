@@ -1,0 +1,470 @@
+//! File checkpoints: exact snapshots of a task's tree, and rollback to one.
+//!
+//! Each tree gets a shadow git directory of its own under
+//! `.reprise/snapshots/<run>/<task>/`, with its own index, that shares the
+//! project's objects through `objects/info/alternates` when there is a
+//! project repository. Nothing here ever reads or writes the user's index,
+//! refs, stash or config: every command runs with `GIT_DIR` set to the shadow
+//! directory and `GIT_WORK_TREE` to the task's tree.
+//!
+//! A checkpoint holds every file present (tracked, untracked and ignored
+//! alike: `add --force`), symlinks as links, and in its commit message a
+//! manifest of what git alone cannot give back: permission bits other than
+//! 0644/0755, directories (empty ones included, and their modes), and the
+//! files skipped for their size. Because the shadow index keeps git's stat
+//! cache, a checkpoint re-reads only files that changed since the last one.
+//!
+//! Rollback puts the checkpoint's tree back (`read-tree --reset -u`), removes
+//! everything created since (`clean -ffdx`), then restores modes and
+//! directories from the manifest. Files skipped by size are left alone, and
+//! the restore reports them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::git::{Git, GitError};
+
+/// Files larger than this are not snapshotted unless a plan says otherwise.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Format version of a checkpoint's manifest.
+const MANIFEST_VERSION: u64 = 1;
+
+/// Why a checkpoint could not be taken or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no checkpoint {id} in {dir}; `reprise checkpoint list` lists them")]
+    Unknown { id: String, dir: PathBuf },
+    #[error("checkpoint {id} has a manifest this reprise cannot read ({detail})")]
+    BadManifest { id: String, detail: String },
+}
+
+pub type Result<T, E = SnapshotError> = std::result::Result<T, E>;
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What a checkpoint holds, beyond git's tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub v: u64,
+    /// A label the caller chose (`attempt 2`, `failed tree`, ...).
+    pub label: String,
+    /// Files (and symlinks) in the checkpoint, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Files left out for their size, with their size then.
+    pub skipped: Vec<(String, u64)>,
+    /// Permission bits of files that git would not give back (not 0644 or 0755).
+    pub modes: BTreeMap<String, u32>,
+    /// Every directory, with its permission bits, so empty ones come back.
+    pub dirs: BTreeMap<String, u32>,
+}
+
+/// One checkpoint: its id (the shadow commit) and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The shadow commit's hash.
+    pub id: String,
+    /// The git tree of the files.
+    pub tree: String,
+    pub manifest: Manifest,
+}
+
+/// What a restore changed (or, for a dry run, would change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Changes {
+    /// `(letter, path)`: `M` modified, `A` created since (to be deleted),
+    /// `D` deleted since (to be recreated), `T` type changed, `P` mode only.
+    pub files: Vec<(String, String)>,
+    /// Files the checkpoint skipped for their size: left as they are.
+    pub not_restored: Vec<String>,
+}
+
+/// The shadow store of one tree.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    git_dir: PathBuf,
+    tree: PathBuf,
+    max_file_bytes: u64,
+}
+
+impl SnapshotStore {
+    /// Opens (creating if needed) the shadow directory `git_dir` for `tree`.
+    /// `objects_from` is a repository whose objects the shadow may share.
+    pub fn open(
+        git_dir: &Path,
+        tree: &Path,
+        objects_from: Option<&Path>,
+        max_file_bytes: u64,
+    ) -> Result<Self> {
+        let store = Self {
+            git_dir: git_dir.to_path_buf(),
+            tree: tree.to_path_buf(),
+            max_file_bytes,
+        };
+        if !git_dir.join("HEAD").is_file() {
+            fs::create_dir_all(git_dir).map_err(io_at(git_dir))?;
+            Git::new(git_dir).run(["init", "--quiet", "--bare"])?;
+            // The shadow's own settings: no ignore rules of its own, no
+            // automatic gc while a task runs, links stored as links.
+            for (name, value) in [
+                ("core.bare", "false"),
+                ("core.symlinks", "true"),
+                ("core.autocrlf", "false"),
+                ("gc.auto", "0"),
+                ("core.fileMode", "true"),
+            ] {
+                Git::new(git_dir).run(["config", name, value])?;
+            }
+            if let Some(repo) = objects_from {
+                let common = Git::new(repo).run([
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-common-dir",
+                ])?;
+                let alternates = git_dir.join("objects/info/alternates");
+                fs::write(&alternates, format!("{common}/objects\n"))
+                    .map_err(io_at(&alternates))?;
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    /// A git command against the shadow directory and the tree.
+    fn git(&self) -> (Git, std::process::Command) {
+        let git = Git::new(&self.tree);
+        let mut command = git.command();
+        command
+            .env("GIT_DIR", &self.git_dir)
+            .env("GIT_WORK_TREE", &self.tree);
+        (git, command)
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let (git, mut command) = self.git();
+        command.args(args);
+        let output = git.output(command)?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        Ok(text.strip_suffix('\n').unwrap_or(&text).to_owned())
+    }
+
+    /// Pathspecs that keep reprise's own files and the tree's `.git` out.
+    fn exclusions(skipped: &[(String, u64)]) -> Vec<String> {
+        let mut specs = vec![
+            ":(exclude).git".to_owned(),
+            ":(exclude,top).reprise".to_owned(),
+        ];
+        specs.extend(
+            skipped
+                .iter()
+                .map(|(path, _)| format!(":(exclude,literal){path}")),
+        );
+        specs
+    }
+
+    /// Takes a checkpoint of the tree as it is now.
+    pub fn take(&self, label: &str) -> Result<Checkpoint> {
+        let survey = survey(&self.tree, self.max_file_bytes)?;
+        let mut add: Vec<String> = ["add", "--all", "--force", "--", "."]
+            .iter()
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        add.extend(Self::exclusions(&survey.skipped));
+        self.run(&add.iter().map(String::as_str).collect::<Vec<_>>())?;
+        if !survey.skipped.is_empty() {
+            // A file that grew past the bound leaves the index: its old
+            // content must not pass for a snapshot of it.
+            let mut remove: Vec<String> = ["rm", "--cached", "--quiet", "--ignore-unmatch", "--"]
+                .iter()
+                .map(|arg| (*arg).to_owned())
+                .collect();
+            remove.extend(
+                survey
+                    .skipped
+                    .iter()
+                    .map(|(path, _)| format!(":(literal){path}")),
+            );
+            self.run(&remove.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
+        let tree = self.run(&["write-tree"])?;
+        let manifest = Manifest {
+            v: MANIFEST_VERSION,
+            label: label.to_owned(),
+            files: survey.files,
+            bytes: survey.bytes,
+            skipped: survey.skipped,
+            modes: survey.modes,
+            dirs: survey.dirs,
+        };
+        let message = serde_json::to_string(&manifest).expect("a manifest serialises");
+        let (git, mut command) = self.git();
+        command.args(["commit-tree", &tree, "-m", &message]);
+        let output = git.output(command)?;
+        let id = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let count = self.list()?.len();
+        self.run(&["update-ref", &format!("refs/checkpoints/{count:06}"), &id])?;
+        Ok(Checkpoint { id, tree, manifest })
+    }
+
+    /// Every checkpoint of the tree, oldest first.
+    pub fn list(&self) -> Result<Vec<Checkpoint>> {
+        if !self.git_dir.join("HEAD").is_file() {
+            return Ok(Vec::new());
+        }
+        let refs = self.run(&[
+            "for-each-ref",
+            "--sort=refname",
+            "--format=%(objectname) %(tree)",
+            "refs/checkpoints/",
+        ])?;
+        refs.lines()
+            .filter_map(|line| line.split_once(' '))
+            .map(|(id, tree)| {
+                Ok(Checkpoint {
+                    id: id.to_owned(),
+                    tree: tree.to_owned(),
+                    manifest: self.manifest(id)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The checkpoint whose id starts with `prefix` (at least 7 characters,
+    /// or a whole id), if exactly one does.
+    pub fn find(&self, prefix: &str) -> Result<Checkpoint> {
+        let matches: Vec<Checkpoint> = self
+            .list()?
+            .into_iter()
+            .filter(|checkpoint| prefix.len() >= 7 && checkpoint.id.starts_with(prefix))
+            .collect();
+        match <[Checkpoint; 1]>::try_from(matches) {
+            Ok([one]) => Ok(one),
+            Err(_) => Err(SnapshotError::Unknown {
+                id: prefix.to_owned(),
+                dir: self.git_dir.clone(),
+            }),
+        }
+    }
+
+    fn manifest(&self, id: &str) -> Result<Manifest> {
+        let message = self.run(&["log", "-1", "--format=%B", id])?;
+        let manifest: Manifest =
+            serde_json::from_str(message.trim()).map_err(|err| SnapshotError::BadManifest {
+                id: id.to_owned(),
+                detail: err.to_string(),
+            })?;
+        if manifest.v != MANIFEST_VERSION {
+            return Err(SnapshotError::BadManifest {
+                id: id.to_owned(),
+                detail: format!("manifest version {}", manifest.v),
+            });
+        }
+        Ok(manifest)
+    }
+
+    /// What restoring `checkpoint` would change, file by file. Changes no
+    /// file of the tree and no index but a temporary one.
+    pub fn changes(&self, checkpoint: &Checkpoint, scratch: &Path) -> Result<Changes> {
+        let survey = survey(&self.tree, u64::MAX)?;
+        let index = scratch.join(format!("snapshot-index-{}", ulid::Ulid::new()));
+        fs::create_dir_all(scratch).map_err(io_at(scratch))?;
+        let shadow_index = self.git_dir.join("index");
+        if shadow_index.is_file() {
+            fs::copy(&shadow_index, &index).map_err(io_at(&index))?;
+        }
+        let result = (|| {
+            let skipped: Vec<(String, u64)> = checkpoint.manifest.skipped.clone();
+            let mut add: Vec<String> = ["add", "--all", "--force", "--", "."]
+                .iter()
+                .map(|arg| (*arg).to_owned())
+                .collect();
+            add.extend(Self::exclusions(&skipped));
+            let (git, mut command) = self.git();
+            command.env("GIT_INDEX_FILE", &index).args(&add);
+            git.output(command)?;
+            let (git, mut command) = self.git();
+            command.env("GIT_INDEX_FILE", &index).arg("write-tree");
+            let now = String::from_utf8_lossy(&git.output(command)?.stdout)
+                .trim()
+                .to_owned();
+            let listing = self.run(&[
+                "diff-tree",
+                "-r",
+                "--no-renames",
+                "--name-status",
+                &checkpoint.tree,
+                &now,
+            ])?;
+            Ok::<_, SnapshotError>(listing)
+        })();
+        let _ = fs::remove_file(&index);
+        let listing = result?;
+        let mut files: Vec<(String, String)> = listing
+            .lines()
+            .filter_map(|line| line.split_once('\t'))
+            .map(|(status, path)| {
+                // From the checkpoint to now; a restore undoes it.
+                (
+                    status.chars().next().unwrap_or('M').to_string(),
+                    path.to_owned(),
+                )
+            })
+            .collect();
+        let touched: BTreeSet<String> = files.iter().map(|(_, path)| path.clone()).collect();
+        for (path, mode) in &survey.modes {
+            if !touched.contains(path) && checkpoint.manifest.modes.get(path) != Some(mode) {
+                files.push(("P".to_owned(), path.clone()));
+            }
+        }
+        for (path, mode) in &checkpoint.manifest.modes {
+            if !touched.contains(path) && !survey.modes.contains_key(path) {
+                files.push((format!("P{mode:o}"), path.clone()));
+            }
+        }
+        for dir in checkpoint.manifest.dirs.keys() {
+            if !survey.dirs.contains_key(dir) {
+                files.push(("D".to_owned(), format!("{dir}/")));
+            }
+        }
+        for dir in survey.dirs.keys() {
+            if !checkpoint.manifest.dirs.contains_key(dir) && !dir.is_empty() {
+                files.push(("A".to_owned(), format!("{dir}/")));
+            }
+        }
+        files.sort_by(|a, b| a.1.cmp(&b.1));
+        files.dedup();
+        Ok(Changes {
+            files,
+            not_restored: checkpoint
+                .manifest
+                .skipped
+                .iter()
+                .map(|(path, _)| path.clone())
+                .collect(),
+        })
+    }
+
+    /// Restores the tree to `checkpoint` exactly: bytes, modes, symlinks and
+    /// directories; what was created since is deleted. Files the checkpoint
+    /// skipped for their size are left as they are.
+    pub fn restore(&self, checkpoint: &Checkpoint) -> Result<()> {
+        self.run(&["read-tree", "--reset", "-u", &checkpoint.id])?;
+        let mut clean: Vec<String> = ["clean", "-ffdxq", "--", "."]
+            .iter()
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        clean.extend(Self::exclusions(&checkpoint.manifest.skipped));
+        self.run(&clean.iter().map(String::as_str).collect::<Vec<_>>())?;
+        // Directories first (empty ones come back), then permission bits.
+        for dir in checkpoint.manifest.dirs.keys() {
+            let path = self.tree.join(dir);
+            if !path.is_dir() {
+                fs::create_dir_all(&path).map_err(io_at(&path))?;
+            }
+        }
+        let now = survey(&self.tree, u64::MAX)?;
+        for path in now.modes.keys() {
+            if !checkpoint.manifest.modes.contains_key(path) {
+                // git gave it 0644 or 0755 by its x bit; the agent's chmod
+                // to something else without a content change is undone here.
+                let full = self.tree.join(path);
+                let mode = fs::symlink_metadata(&full)
+                    .map_err(io_at(&full))?
+                    .permissions()
+                    .mode();
+                let normal = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
+                fs::set_permissions(&full, fs::Permissions::from_mode(normal))
+                    .map_err(io_at(&full))?;
+            }
+        }
+        for (path, mode) in &checkpoint.manifest.modes {
+            let full = self.tree.join(path);
+            if full.symlink_metadata().is_ok_and(|meta| meta.is_file()) {
+                fs::set_permissions(&full, fs::Permissions::from_mode(*mode))
+                    .map_err(io_at(&full))?;
+            }
+        }
+        for (dir, mode) in checkpoint.manifest.dirs.iter().rev() {
+            let path = self.tree.join(dir);
+            fs::set_permissions(&path, fs::Permissions::from_mode(*mode)).map_err(io_at(&path))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a walk of the tree found.
+struct Survey {
+    files: u64,
+    bytes: u64,
+    skipped: Vec<(String, u64)>,
+    modes: BTreeMap<String, u32>,
+    dirs: BTreeMap<String, u32>,
+}
+
+/// Walks `tree` (not `.git`, not a top-level `.reprise`) without following
+/// links, noting what git alone would not restore.
+fn survey(tree: &Path, max_file_bytes: u64) -> Result<Survey> {
+    let mut survey = Survey {
+        files: 0,
+        bytes: 0,
+        skipped: Vec::new(),
+        modes: BTreeMap::new(),
+        dirs: BTreeMap::new(),
+    };
+    let mut stack = vec![PathBuf::new()];
+    while let Some(relative) = stack.pop() {
+        let dir = tree.join(&relative);
+        let entries = fs::read_dir(&dir).map_err(io_at(&dir))?;
+        for entry in entries {
+            let entry = entry.map_err(io_at(&dir))?;
+            let name = entry.file_name();
+            if name == ".git" || (relative.as_os_str().is_empty() && name == ".reprise") {
+                continue;
+            }
+            let path = relative.join(&name);
+            let key = path.to_string_lossy().into_owned();
+            let meta = entry.metadata().map_err(io_at(&entry.path()))?;
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.is_dir() {
+                survey.dirs.insert(key, mode);
+                stack.push(path);
+            } else if meta.is_file() {
+                if meta.len() > max_file_bytes {
+                    survey.skipped.push((key, meta.len()));
+                    continue;
+                }
+                survey.files += 1;
+                survey.bytes += meta.len();
+                if mode != 0o644 && mode != 0o755 {
+                    survey.modes.insert(key, mode);
+                }
+            } else {
+                survey.files += 1;
+                survey.bytes += meta.len();
+            }
+        }
+    }
+    survey.skipped.sort();
+    Ok(survey)
+}
