@@ -121,6 +121,36 @@ pub(crate) enum Command {
     /// Hash a working tree.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
+    /// List a task's file checkpoints, or roll its tree back to one.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum CheckpointCommand {
+    /// List a task's file checkpoints in a run (default: the latest run of its plan).
+    List {
+        task: String,
+        /// The run (default: the latest run of the task's plan).
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
+    /// Restore a task's tree to one of its checkpoints exactly.
+    Restore {
+        task: String,
+        /// A checkpoint id (at least 7 characters of it), as `checkpoint list` shows.
+        checkpoint: String,
+        /// The run (default: the latest run of the task's plan).
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// List what would change, file by file, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -32,6 +32,8 @@ pub enum EngineError {
         "task {task} is being run by {run} (pid {pid}); wait for that run to end, or run another plan"
     )]
     TaskBusy { task: String, run: String, pid: u32 },
+    #[error("file checkpoint: {0}")]
+    Checkpoint(String),
     #[error("cannot create the sandbox for task {task}: {detail}")]
     Sandbox { task: String, detail: String },
     #[error("run {run} not found under {dir}; `reprise status` lists the latest run")]

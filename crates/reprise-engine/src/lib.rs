@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod checkpoints;
 mod delivery;
 mod error;
 mod events;
@@ -19,6 +20,9 @@ mod state;
 mod task;
 
 pub use budget::{plan_criteria, resolve_budget};
+pub use checkpoints::{
+    RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint, task_snapshots,
+};
 pub use delivery::{
     ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport, apply,
     clean, diff, leaf_results, plan_apply, plan_clean,

@@ -114,7 +114,7 @@ impl Workspace {
         }
     }
 
-    fn repo(&self) -> Option<&Path> {
+    pub(crate) fn repo(&self) -> Option<&Path> {
         match self {
             Self::Worktrees { repo, .. } => Some(repo),
             Self::InPlace { .. } => None,

@@ -31,6 +31,7 @@ use reprise_store::workspace::hash_workspace_cached;
 use reprise_store::write_atomic;
 use serde_json::{Value, json};
 
+use crate::checkpoints;
 use crate::error::Result;
 use crate::events::{Event, Message};
 use crate::gates::GateRun;
@@ -38,6 +39,8 @@ use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_c
 use crate::run::AgentSetup;
 use crate::sandbox::{self, Provenance, TaskOutput, Workspace};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
+use reprise_core::digest::Digest;
+use reprise_store::snapshot::Checkpoint;
 
 /// A criterion's name and the levels its gates can run at, highest first.
 pub(crate) type CriterionLadder = (String, Vec<i64>);
@@ -148,6 +151,17 @@ impl TaskRun<'_> {
         let mut spine = Spine::open(self.state, &key)?;
         let mut audit = AuditLog::open(self.state, self.key.clone())?;
         let isolated = self.workspace.isolates(task) && self.base.is_some();
+        let snapshots = checkpoints::open_store(
+            self.state,
+            self.run_id,
+            task,
+            &cwd,
+            self.workspace.repo().filter(|_| isolated),
+        )?;
+        // The checkpoint before the first attempt (the task's base) and the
+        // one before the latest, each with its workspace hash.
+        let mut base_checkpoint: Option<(Checkpoint, Digest)> = None;
+        let mut attempt_checkpoint: Option<(Checkpoint, Digest)> = None;
         journal.append(
             "task.started",
             &now_rfc3339(),
@@ -201,6 +215,14 @@ impl TaskRun<'_> {
                 result.status = TaskStatus::Cancelled;
                 result.reason = Some("cancelled".into());
                 break;
+            }
+            if let Some(store) = &snapshots {
+                let hash = self.workspace_hash(&cwd)?;
+                let label = format!("before attempt {attempt}");
+                let checkpoint =
+                    checkpoints::take(store, &mut journal, self.run_id, attempt, &label, hash)?;
+                base_checkpoint.get_or_insert_with(|| (checkpoint.clone(), hash));
+                attempt_checkpoint = Some((checkpoint, hash));
             }
             self.emit(Event::AttemptStarted {
                 task: task.id.clone(),
@@ -373,7 +395,52 @@ impl TaskRun<'_> {
                     self.cold(attempt + 1, previous.as_ref())
                 }
             };
+            if let (Some(store), Some((checkpoint, hash))) = (&snapshots, &attempt_checkpoint)
+                && task.rollback_on_retry.rolls_back(next.mode == "cold")
+            {
+                // The retry starts from the files as they were before the
+                // attempt it repeats.
+                let restored = checkpoints::restore(
+                    store,
+                    checkpoint,
+                    &mut journal,
+                    &mut audit,
+                    &key,
+                    self.run_id,
+                    &format!("{} retry", next.mode),
+                    Some(*hash),
+                    || self.workspace_hash(&cwd),
+                )?;
+                self.warn_unless_matched(restored);
+            }
             attempt += 1;
+        }
+        if matches!(result.status, TaskStatus::Failed | TaskStatus::Blocked)
+            && let (Some(store), Some((base, base_hash))) = (&snapshots, &base_checkpoint)
+        {
+            // The failed tree is kept as a checkpoint; the tree goes back to
+            // what the task started from.
+            let hash = self.workspace_hash(&cwd)?;
+            checkpoints::take(
+                store,
+                &mut journal,
+                self.run_id,
+                attempt,
+                "failed tree",
+                hash,
+            )?;
+            let restored = checkpoints::restore(
+                store,
+                base,
+                &mut journal,
+                &mut audit,
+                &key,
+                self.run_id,
+                &format!("task {}", result.status.as_str()),
+                Some(*base_hash),
+                || self.workspace_hash(&cwd),
+            )?;
+            self.warn_unless_matched(restored);
         }
         if result.status == TaskStatus::Passed
             && isolated
@@ -409,6 +476,18 @@ impl TaskRun<'_> {
             });
         }
         Ok(())
+    }
+
+    fn warn_unless_matched(&self, restored: checkpoints::Restored) {
+        if !restored.matches {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!(
+                    "the rollback left workspace hash {}, not the checkpoint's (files the checkpoint skipped by size, or ignored files changed)",
+                    restored.workspace_hash.to_hex()
+                ),
+            });
+        }
     }
 
     /// Commits a passed task's worktree on its branch and records the result

@@ -753,9 +753,11 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
     assert_cold_attempt(&world, mend, 2, "Create greeting.txt containing hello");
 
     let journal = world.journal("mend");
-    assert_eq!(journal[1].kind, "attempt.started");
+    // Row 1 is the file checkpoint taken before the attempt.
+    assert_eq!(journal[1].kind, "checkpoint.taken");
+    assert_eq!(journal[2].kind, "attempt.started");
     assert_eq!(
-        journal[1].body["mode"], "old",
+        journal[2].body["mode"], "old",
         "the tampering is in the file"
     );
     // Everything after the tampering was still appended to the journal file.
@@ -764,10 +766,14 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
         kinds,
         [
             "task.started",
+            "checkpoint.taken",
             "attempt.started",
             "task.checkpoint",
             "attempt.finished",
             "retry.decision",
+            // The retry went cold: it starts from the files as they were.
+            "checkpoint.restored",
+            "checkpoint.taken",
             "attempt.started",
             "task.checkpoint",
             "attempt.finished",
@@ -791,7 +797,7 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
     let verification =
         verify_journal(&world.fixture.state, &world.key("mend"), || Ok(key)).expect("verify");
     let fault = verification.chain.first_problem().expect("a fault");
-    assert_eq!(fault.row, 1);
+    assert_eq!(fault.row, 2, "the attempt.started row that was edited");
     assert_eq!(
         reprise_core::chain::ChainFormat::Journal.reason_name(fault.reason),
         "event_hash_mismatch"
@@ -814,7 +820,7 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
 fn a_journal_replaced_by_a_tampered_copy_downgrades_to_cold() {
     // `sed -i` writes a new file and renames it over the journal.
     tampered_journal_downgrades_to_cold_and_the_run_goes_on(
-        r#"sed -i '2s/"mode":"new"/"mode":"old"/' '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#,
+        r#"sed -i '3s/"mode":"new"/"mode":"old"/' '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#,
     );
 }
 
@@ -822,7 +828,7 @@ fn a_journal_replaced_by_a_tampered_copy_downgrades_to_cold() {
 fn a_journal_tampered_in_place_downgrades_to_cold() {
     // The same bytes written back into the same file: same inode, same length.
     tampered_journal_downgrades_to_cold_and_the_run_goes_on(
-        r#"J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl') && sed '2s/"mode":"new"/"mode":"old"/' "$J" > '@ASIDE@/tampered' && cat '@ASIDE@/tampered' > "$J""#,
+        r#"J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl') && sed '3s/"mode":"new"/"mode":"old"/' "$J" > '@ASIDE@/tampered' && cat '@ASIDE@/tampered' > "$J""#,
     );
 }
 
@@ -841,7 +847,7 @@ fn tampering_after_a_verified_retry_is_still_caught() {
             "n=$(cat '{counter}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{counter}'\n\
              if [ $n = 2 ]; then\n\
                J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl') && \
-               sed '2s/\"mode\":\"new\"/\"mode\":\"old\"/' \"$J\" > '@ASIDE@/t' && \
+               sed '3s/\"mode\":\"new\"/\"mode\":\"old\"/' \"$J\" > '@ASIDE@/t' && \
                cat '@ASIDE@/t' > \"$J\" && touch '@ASIDE@/tampered'\n\
              fi\n\
              grep -qx hello greeting.txt\n",
@@ -1509,7 +1515,7 @@ fn a_forged_checkpoint_is_never_resumed_and_the_run_goes_on() {
     // is a resume of the forged session.
     let gate = world.once_then(
         "forge",
-        r#"sed -i '3s/"session_id":"[^"]*"/"session_id":"forged-session"/' '@STATE@/plans/'*'/tasks/mend/journal.jsonl' && grep -q forged-session '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#,
+        r#"sed -i '4s/"session_id":"[^"]*"/"session_id":"forged-session"/' '@STATE@/plans/'*'/tasks/mend/journal.jsonl' && grep -q forged-session '@STATE@/plans/'*'/tasks/mend/journal.jsonl'"#,
         "grep -qx hello greeting.txt",
     );
     let plan = greeting_plan(&gate, "warm").replace("tasks:\n", "seats: 1\ntasks:\n")
@@ -1540,7 +1546,12 @@ fn a_forged_checkpoint_is_never_resumed_and_the_run_goes_on() {
         .collect();
     assert_eq!(
         kinds,
-        ["task.started", "attempt.started", "task.checkpoint"],
+        [
+            "task.started",
+            "checkpoint.taken",
+            "attempt.started",
+            "task.checkpoint"
+        ],
         "nothing was appended onto the forged row"
     );
     assert!(world.assert_recorded("mend").is_empty());
@@ -1563,7 +1574,7 @@ fn a_forged_checkpoint_is_never_resumed_and_the_run_goes_on() {
 const FORGE_CHECKPOINT: &str = r#"J=$(ls '@STATE@/plans/'*'/tasks/mend/journal.jsonl')
 last=$(tail -n 1 "$J")
 field() { printf '%s' "$last" | sed "s/.*\"$1\":\"\([^\"]*\)\".*/\1/"; }
-row="{\"at\":\"$(field at)\",\"body\":{\"attempt\":1,\"run_id\":\"$(field run_id)\",\"session_id\":\"forged\",\"workspace_hash\":\"$(field workspace_hash)\"},\"kind\":\"task.checkpoint\",\"prev_hash\":\"$(field event_hash)\",\"seq\":3,\"task_id\":\"mend\",\"v\":1}"
+row="{\"at\":\"$(field at)\",\"body\":{\"attempt\":1,\"run_id\":\"$(field run_id)\",\"session_id\":\"forged\",\"workspace_hash\":\"$(field workspace_hash)\"},\"kind\":\"task.checkpoint\",\"prev_hash\":\"$(field event_hash)\",\"seq\":4,\"task_id\":\"mend\",\"v\":1}"
 hash=$(printf 'reprise/journal/v1\n%s' "$row" | sha256sum | cut -c1-64)
 printf '%s\n' "$row" | sed "s/,\"kind\":/,\"event_hash\":\"$hash\",\"kind\":/" >> "$J"
 printf '{"turn":1,"prompt":"planted","reply":"planted"}\n' > '@STATE@/sim/forged.jsonl'"#;
@@ -1576,8 +1587,8 @@ fn a_checkpoint_appended_behind_the_engines_back_is_not_trusted() {
     world.assert_done("forge");
     // The forged row is in the journal and the chain verifies over it.
     let journal = world.journal("mend");
-    assert_eq!(journal[3].kind, "task.checkpoint");
-    assert_eq!(journal[3].body["session_id"], "forged");
+    assert_eq!(journal[4].kind, "task.checkpoint");
+    assert_eq!(journal[4].body["session_id"], "forged");
     let key = world.fixture.key.clone();
     let verification =
         verify_journal(&world.fixture.state, &world.key("mend"), || Ok(key)).expect("verify");

@@ -151,6 +151,11 @@ impl SnapshotStore {
         &self.git_dir
     }
 
+    /// The tree the checkpoints cover.
+    pub fn tree(&self) -> &Path {
+        &self.tree
+    }
+
     /// A git command against the shadow directory and the tree.
     fn git(&self) -> (Git, std::process::Command) {
         let git = Git::new(&self.tree);

@@ -216,6 +216,12 @@ impl StateDir {
         self.worktrees_dir().join(run_id).join(task.as_str())
     }
 
+    /// `snapshots/<run>/<task>/`: the shadow git store of a task's file
+    /// checkpoints in one run.
+    pub fn snapshot_dir(&self, run_id: &str, task: &TaskId) -> PathBuf {
+        self.root.join("snapshots").join(run_id).join(task.as_str())
+    }
+
     /// `sessions/<adapter>/`: preserved copies of native transcripts.
     pub fn sessions_dir(&self, adapter: &str) -> PathBuf {
         self.root.join("sessions").join(adapter)

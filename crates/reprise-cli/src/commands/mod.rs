@@ -3,6 +3,7 @@
 
 mod audit;
 mod budget;
+mod checkpoint;
 mod deliver;
 mod init;
 mod journal;
@@ -15,8 +16,8 @@ mod status;
 mod workspace;
 
 use crate::cli::{
-    AuditCommand, BudgetCommand, Command, JournalCommand, LineageCommand, RehearseArgs,
-    RehearseCommand, ReplayCommand, TaskCommand, WorkspaceCommand,
+    AuditCommand, BudgetCommand, CheckpointCommand, Command, JournalCommand, LineageCommand,
+    RehearseArgs, RehearseCommand, ReplayCommand, TaskCommand, WorkspaceCommand,
 };
 use crate::error::CliError;
 use crate::output::Outcome;
@@ -114,6 +115,22 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Replay(ReplayCommand::Repair { task, plan }) => {
             replay::repair(&settings.with_plan(plan.name), &task)?
         }
+        Command::Checkpoint(CheckpointCommand::List { task, run, plan }) => {
+            checkpoint::list(&settings.with_plan(plan.name), &task, run.as_deref())?
+        }
+        Command::Checkpoint(CheckpointCommand::Restore {
+            task,
+            checkpoint: id,
+            run,
+            dry_run,
+            plan,
+        }) => checkpoint::restore(
+            &settings.with_plan(plan.name),
+            &task,
+            &id,
+            run.as_deref(),
+            dry_run,
+        )?,
         Command::Workspace(WorkspaceCommand::Hash {
             dir,
             threads,

@@ -680,3 +680,87 @@ tasks:
     assert!(env.project().join("base.txt").is_file());
     assert!(env.project().join("top.txt").is_file());
 }
+
+#[test]
+fn a_cold_retry_starts_from_the_checkpoint_and_a_failed_task_goes_back_to_its_base() {
+    let env = git_env();
+    let count = env.temp.path().join("count");
+    let plan = write_plan(
+        &env,
+        "roll",
+        &format!(
+            r#"
+version: 1
+name: roll
+defaults: {{ agent: command, timeout: 30s }}
+tasks:
+  - id: mend
+    prompt: m
+    max_retries: 1
+    command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; if [ $n = 1 ]; then echo junk > junk.txt; echo broken >> shop.py; else [ -e junk.txt ] && echo seen > seen.txt; echo ok > done.txt; fi; echo DONE"]
+    gates: [ {{ name: done, run: "test -e done.txt && test ! -e seen.txt && ! grep -q broken shop.py" }} ]
+  - id: doomed
+    prompt: d
+    max_retries: 0
+    command: [sh, -c, "echo junk > junk.txt; mkdir -p made; echo x > made/f; echo DONE"]
+    gates: [ {{ name: never, run: "false" }} ]
+"#,
+            count = count.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let run = json_of(&output);
+    assert_eq!(task_json(&run, "mend")["state"], "passed", "{run}");
+    let journal = fs::read_to_string(
+        env.project()
+            .join(".reprise/plans/roll/tasks/mend/journal.jsonl"),
+    )
+    .unwrap();
+    assert!(journal.contains(r#""kind":"checkpoint.restored""#));
+    assert!(journal.contains(r#""matches_checkpoint":true"#));
+    // The failed task's tree is back at its base; the failed tree is kept.
+    let doomed = PathBuf::from(task_json(&run, "doomed")["cwd"].as_str().unwrap());
+    assert!(!doomed.join("junk.txt").exists());
+    assert!(!doomed.join("made").exists());
+    let listed = env.run(&["checkpoint", "list", "doomed", "--json"]);
+    assert_success(&listed);
+    let checkpoints = json_of(&listed)["checkpoints"].as_array().unwrap().clone();
+    let labels: Vec<&str> = checkpoints
+        .iter()
+        .map(|c| c["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["before attempt 1", "failed tree"]);
+    let failed = checkpoints[1]["id"].as_str().unwrap();
+    let before = env.snapshot();
+    let dry = env.run(&[
+        "checkpoint",
+        "restore",
+        "doomed",
+        &failed[..12],
+        "--dry-run",
+        "--json",
+    ]);
+    assert_success(&dry);
+    let changes = json_of(&dry)["changes"]["files"].to_string();
+    assert!(
+        changes.contains("junk.txt") && changes.contains("made/"),
+        "{changes}"
+    );
+    assert_eq!(env.snapshot(), before, "a dry run changes nothing");
+    let restored = env.run(&["checkpoint", "restore", "doomed", failed, "--json"]);
+    assert_success(&restored);
+    assert_eq!(json_of(&restored)["matches_checkpoint"], true);
+    assert_eq!(
+        fs::read_to_string(doomed.join("junk.txt")).unwrap(),
+        "junk\n"
+    );
+    assert_eq!(fs::read_to_string(doomed.join("made/f")).unwrap(), "x\n");
+    let audit = env.run(&["audit", "verify", "--json"]);
+    assert_success(&audit);
+    // Unknown checkpoints are bad input and change nothing.
+    let before = env.snapshot();
+    let unknown = env.run(&["checkpoint", "restore", "doomed", "0000000"]);
+    assert_one_line_error(&unknown, 2, "no checkpoint 0000000");
+    assert_eq!(env.snapshot(), before);
+}

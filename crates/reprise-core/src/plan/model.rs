@@ -18,6 +18,10 @@ pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Wall-clock limit of a `run` gate without its own `timeout`.
 pub const DEFAULT_GATE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// Files larger than this are left out of file checkpoints (64 MiB) unless a
+/// task sets `checkpoint_max_file_bytes`.
+pub const DEFAULT_CHECKPOINT_MAX_FILE_BYTES: u64 = 64 << 20;
+
 /// Retries after the first attempt when neither the task nor `defaults` set `max_retries`.
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 
@@ -142,6 +146,12 @@ pub struct Task {
     pub budget_micro_usd: Option<u64>,
     /// Where the task runs.
     pub sandbox: Sandbox,
+    /// The task does not write: no file checkpoint before its attempts.
+    pub read_only: bool,
+    /// Files larger than this are left out of its file checkpoints.
+    pub checkpoint_max_file_bytes: u64,
+    /// When a retry starts from the failed attempt's file checkpoint.
+    pub rollback_on_retry: RollbackOnRetry,
     /// Tasks that must pass before this one starts, in plan order of mention.
     pub depends_on: Vec<TaskId>,
     /// Checks of each attempt, in plan order.
@@ -253,6 +263,42 @@ pub struct SimStep {
 /// The retry mode a task asks for (DESIGN.md section 5): the same type the
 /// retry decision takes, so a policy can never name a mode the decision lacks.
 pub use crate::retry::RetryMode as RetryPolicy;
+
+/// When a retry starts from the file checkpoint taken before the failed
+/// attempt (DESIGN.md section 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RollbackOnRetry {
+    /// Cold retries roll back (a fresh session cannot know what the files
+    /// hold); warm and fork retries keep the files their session remembers.
+    Auto,
+    /// Every retry rolls back.
+    Always,
+    /// No retry rolls back.
+    Never,
+}
+
+impl RollbackOnRetry {
+    /// Whether a retry starts from the failed attempt's file checkpoint:
+    /// `cold` says whether the retry runs in a fresh session.
+    #[must_use]
+    pub fn rolls_back(self, cold: bool) -> bool {
+        match self {
+            Self::Always => true,
+            Self::Never => false,
+            // A fresh session cannot know what the failed attempt left in
+            // the files; a resumed one remembers them and fixes them.
+            Self::Auto => cold,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Always => "always",
+            Self::Never => "never",
+        }
+    }
+}
 
 /// Where a task runs (DESIGN.md section 8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

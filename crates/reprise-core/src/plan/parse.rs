@@ -16,10 +16,13 @@ use crate::{PlanId, TaskId};
 use super::error::{PlanError, PlanErrorKind};
 use super::graph::find_cycle;
 use super::model::{
-    AgentKind, AgentSettings, Criterion, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
-    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, PLAN_VERSION, Plan,
-    RetryPolicy, Sandbox, SimStep, Task, TaskAgent,
+    AgentKind, AgentSettings, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES, DEFAULT_GATE_TIMEOUT,
+    DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES,
+    PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
 };
+
+/// The largest integer a record can hold (2^53 - 1).
+const MAX_SAFE_U64: u64 = (1 << 53) - 1;
 use super::reader::{Fields, Reader, Result, item_path};
 use super::yaml::{self, Entry, Kind, Mark, Node};
 
@@ -44,6 +47,9 @@ const DEFAULTS_KEYS: &[&str] = &[
     "agent_restart_between_retries",
     "budget_usd",
     "sandbox",
+    "read_only",
+    "checkpoint_max_file_bytes",
+    "rollback_on_retry",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -55,6 +61,9 @@ const TASK_KEYS: &[&str] = &[
     "agent_restart_between_retries",
     "budget_usd",
     "sandbox",
+    "read_only",
+    "checkpoint_max_file_bytes",
+    "rollback_on_retry",
     "depends_on",
     "command",
     "sim",
@@ -77,6 +86,12 @@ const RETRY_POLICY_NAMES: &[&str] = &["warm", "fork", "cold"];
 const RETRY_POLICIES: [RetryPolicy; 3] = [RetryPolicy::Warm, RetryPolicy::Fork, RetryPolicy::Cold];
 const SANDBOX_NAMES: &[&str] = &["worktree", "none"];
 const SANDBOXES: [Sandbox; 2] = [Sandbox::Worktree, Sandbox::None];
+const ROLLBACK_NAMES: &[&str] = &["auto", "always", "never"];
+const ROLLBACKS: [RollbackOnRetry; 3] = [
+    RollbackOnRetry::Auto,
+    RollbackOnRetry::Always,
+    RollbackOnRetry::Never,
+];
 const DISCLOSE_NAMES: &[&str] = &["output", "verdict"];
 const DISCLOSES: [Disclose; 2] = [Disclose::Output, Disclose::Verdict];
 
@@ -108,6 +123,9 @@ struct Settings {
     agent_restart_between_retries: Option<bool>,
     budget_micro_usd: Option<u64>,
     sandbox: Option<Sandbox>,
+    read_only: Option<bool>,
+    checkpoint_max_file_bytes: Option<u64>,
+    rollback_on_retry: Option<RollbackOnRetry>,
 }
 
 /// A `depends_on` entry, kept with its position until every id is known.
@@ -294,6 +312,20 @@ impl Reader<'_> {
             settings.sandbox =
                 Some(self.choice(node, &path, "sandbox", SANDBOX_NAMES, &SANDBOXES)?);
         }
+        if let Some(node) = fields.get("read_only") {
+            let path = fields.path_of("read_only");
+            settings.read_only = Some(self.boolean(node, &path)?);
+        }
+        if let Some(node) = fields.get("checkpoint_max_file_bytes") {
+            let path = fields.path_of("checkpoint_max_file_bytes");
+            settings.checkpoint_max_file_bytes =
+                Some(self.integer(node, &path, 1, MAX_SAFE_U64)?);
+        }
+        if let Some(node) = fields.get("rollback_on_retry") {
+            let path = fields.path_of("rollback_on_retry");
+            settings.rollback_on_retry =
+                Some(self.choice(node, &path, "rollback_on_retry", ROLLBACK_NAMES, &ROLLBACKS)?);
+        }
         Ok(settings)
     }
 
@@ -444,6 +476,15 @@ impl Reader<'_> {
                 .sandbox
                 .or(defaults.sandbox)
                 .unwrap_or(Sandbox::Worktree),
+            read_only: settings.read_only.or(defaults.read_only).unwrap_or(false),
+            checkpoint_max_file_bytes: settings
+                .checkpoint_max_file_bytes
+                .or(defaults.checkpoint_max_file_bytes)
+                .unwrap_or(DEFAULT_CHECKPOINT_MAX_FILE_BYTES),
+            rollback_on_retry: settings
+                .rollback_on_retry
+                .or(defaults.rollback_on_retry)
+                .unwrap_or(RollbackOnRetry::Auto),
             depends_on: dependencies
                 .iter()
                 .map(|dependency| dependency.id.clone())

@@ -312,7 +312,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry)",
         ),
         bad(
             "id in defaults",
@@ -1047,4 +1047,19 @@ fn plan_anchors_and_merge_keys_resolve() {
     let b = &plan.tasks()[1];
     assert_eq!((b.id.as_str(), b.prompt.as_str()), ("b", "shared"));
     assert_eq!(b.budget_micro_usd, Some(2_500_000));
+}
+
+#[test]
+fn only_cold_retries_roll_back_unless_the_plan_says_otherwise() {
+    use crate::plan::RollbackOnRetry;
+    for (policy, cold, expected) in [
+        (RollbackOnRetry::Auto, true, true),
+        (RollbackOnRetry::Auto, false, false),
+        (RollbackOnRetry::Always, false, true),
+        (RollbackOnRetry::Always, true, true),
+        (RollbackOnRetry::Never, true, false),
+        (RollbackOnRetry::Never, false, false),
+    ] {
+        assert_eq!(policy.rolls_back(cold), expected, "{policy:?} cold={cold}");
+    }
 }

@@ -1,0 +1,210 @@
+//! `reprise checkpoint list TASK` and `reprise checkpoint restore TASK ID`:
+//! a task's file checkpoints in a run, and rolling its tree back to one.
+
+use std::fmt::Write as _;
+
+use reprise_engine::{RunState, load_run, restore_checkpoint, task_snapshots};
+use reprise_store::journal::Journal;
+use reprise_store::key::load_key;
+use reprise_store::locks::task_holder;
+use reprise_store::snapshot::SnapshotStore;
+use reprise_store::state::StateDir;
+use reprise_store::workspace::hash_workspace_cached;
+use serde_json::json;
+
+use crate::commands::resolve::{latest_run_of, task_key};
+use crate::error::CliError;
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+fn engine_error(err: reprise_engine::EngineError) -> CliError {
+    CliError::usage(err.to_string())
+}
+
+/// The run, the task's key and its shadow store.
+fn open(
+    settings: &Settings,
+    task: &str,
+    run: Option<&str>,
+) -> Result<(StateDir, RunState, reprise_core::TaskKey, SnapshotStore), CliError> {
+    let state = settings.state()?;
+    let key = task_key(settings, &state, task)?;
+    let run = match run {
+        Some(run) => load_run(&state, run).map_err(engine_error)?,
+        None => latest_run_of(&state, Some(&key.plan))?,
+    };
+    let store = task_snapshots(&state, &run, &key.task)
+        .map_err(engine_error)?
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "task {key} took no file checkpoint in run {}; it may be read-only, or may not have started",
+                run.run_id
+            ))
+        })?;
+    Ok((state, run, key, store))
+}
+
+pub(crate) fn list(
+    settings: &Settings,
+    task: &str,
+    run: Option<&str>,
+) -> Result<Outcome, CliError> {
+    let (_, run, key, store) = open(settings, task, run)?;
+    let checkpoints = store
+        .list()
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let mut text = format!(
+        "checkpoints of {key} in run {} ({}):\n",
+        run.run_id,
+        checkpoints.len()
+    );
+    for checkpoint in &checkpoints {
+        let manifest = &checkpoint.manifest;
+        let _ = write!(
+            text,
+            "  {}  {:<18} {} files, {} bytes",
+            &checkpoint.id[..12],
+            manifest.label,
+            manifest.files,
+            manifest.bytes
+        );
+        if !manifest.skipped.is_empty() {
+            let _ = write!(text, ", {} skipped by size", manifest.skipped.len());
+        }
+        text.push('\n');
+    }
+    Ok(Outcome {
+        json: json!({
+            "plan": key.plan.as_str(),
+            "task_id": key.task.as_str(),
+            "run_id": run.run_id,
+            "checkpoints": checkpoints.iter().map(|checkpoint| json!({
+                "id": checkpoint.id,
+                "tree": checkpoint.tree,
+                "label": checkpoint.manifest.label,
+                "files": checkpoint.manifest.files,
+                "bytes": checkpoint.manifest.bytes,
+                "skipped": checkpoint.manifest.skipped,
+            })).collect::<Vec<_>>(),
+        }),
+        text,
+        ok: true,
+    })
+}
+
+pub(crate) fn restore(
+    settings: &Settings,
+    task: &str,
+    id: &str,
+    run: Option<&str>,
+    dry_run: bool,
+) -> Result<Outcome, CliError> {
+    let (state, run, key, store) = open(settings, task, run)?;
+    let checkpoint = store
+        .find(id)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    if let Some(holder) = task_holder(&state, &key) {
+        return Err(CliError::usage(format!(
+            "task {key} is being run by {} (pid {}); restore it once that run ends",
+            holder.run_id, holder.pid
+        )));
+    }
+    let changes = store
+        .changes(&checkpoint, &state.locks_dir())
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let mut text = String::new();
+    for (status, path) in &changes.files {
+        let _ = writeln!(text, "  {status:<4} {path}");
+    }
+    for path in &changes.not_restored {
+        let _ = writeln!(text, "  kept {path} (skipped by size: cannot be restored)");
+    }
+    if dry_run {
+        let _ = writeln!(
+            text,
+            "would restore {} of {key} to checkpoint {}: {} change{}",
+            store_tree(&store),
+            &checkpoint.id[..12],
+            changes.files.len(),
+            if changes.files.len() == 1 { "" } else { "s" }
+        );
+        return Ok(Outcome {
+            json: json!({"dry_run": true, "checkpoint": checkpoint.id, "changes": changes}),
+            text,
+            ok: true,
+        });
+    }
+    let audit_key = load_key(settings.key_path()?)?;
+    let mut journal = Journal::open(&state, &key)?;
+    let mut audit = reprise_store::audit::AuditLog::open(&state, audit_key)?;
+    let cwd = run
+        .task(&key.task)
+        .and_then(|record| record.cwd.clone())
+        .unwrap_or_default();
+    let expected = recorded_hash(&state, &key, &checkpoint.id);
+    let restored = restore_checkpoint(
+        &store,
+        &checkpoint,
+        &mut journal,
+        &mut audit,
+        &key,
+        &run.run_id,
+        "reprise checkpoint restore",
+        expected,
+        || {
+            let cache = state.workspace_cache_path(&cwd);
+            Ok(hash_workspace_cached(&cwd, 0, &cache)?.hash)
+        },
+    )
+    .map_err(|err| CliError {
+        message: err.to_string(),
+        code: crate::error::EXIT_FAILED,
+    })?;
+    let _ = writeln!(
+        text,
+        "restored {} to checkpoint {}: {} change{}; workspace hash {}{}",
+        store_tree(&store),
+        &checkpoint.id[..12],
+        changes.files.len(),
+        if changes.files.len() == 1 { "" } else { "s" },
+        &restored.workspace_hash.to_hex()[..12],
+        if restored.matches {
+            " (the checkpoint's)"
+        } else {
+            " (NOT the checkpoint's)"
+        }
+    );
+    Ok(Outcome {
+        json: json!({
+            "dry_run": false,
+            "checkpoint": checkpoint.id,
+            "changes": changes,
+            "workspace_hash": restored.workspace_hash,
+            "matches_checkpoint": restored.matches,
+        }),
+        text,
+        ok: restored.matches,
+    })
+}
+
+fn store_tree(store: &SnapshotStore) -> String {
+    store.tree().display().to_string()
+}
+
+/// The workspace hash the journal recorded when `checkpoint` was taken.
+fn recorded_hash(
+    state: &StateDir,
+    key: &reprise_core::TaskKey,
+    checkpoint: &str,
+) -> Option<reprise_core::digest::Digest> {
+    let bytes = std::fs::read(state.journal_path(key)).ok()?;
+    bytes
+        .split(|&byte| byte == b'\n')
+        .rev()
+        .filter_map(|line| serde_json::from_slice::<reprise_core::record::JournalRow>(line).ok())
+        .filter(|row| {
+            row.kind == reprise_engine::TAKEN_KIND && row.body["checkpoint"] == checkpoint
+        })
+        .filter_map(|row| serde_json::from_value(row.body["workspace_hash"].clone()).ok())
+        .next()
+}

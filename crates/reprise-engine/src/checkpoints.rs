@@ -1,0 +1,172 @@
+//! A task's file checkpoints in the run: one before every attempt of a task
+//! that may write, rollback before a retry that should start from the files
+//! as they were, and the failed tree kept aside when a task ends without
+//! passing while its tree goes back to its base.
+//!
+//! Every checkpoint is a `checkpoint.taken` journal row written before the
+//! agent starts; every rollback is a `checkpoint.restored` journal row with
+//! the workspace hash after it, and a `checkpoint.restored` audit row binding
+//! that journal row.
+
+use std::path::{Path, PathBuf};
+
+use reprise_core::TaskKey;
+use reprise_core::digest::Digest;
+use reprise_core::plan::Task;
+use reprise_store::audit::AuditLog;
+use reprise_store::git::Git;
+use reprise_store::journal::Journal;
+use reprise_store::snapshot::{Checkpoint, SnapshotError, SnapshotStore};
+use reprise_store::state::{StateDir, now_rfc3339};
+use serde_json::json;
+
+use crate::error::{EngineError, Result};
+
+/// Journal row kind of a checkpoint taken.
+pub const TAKEN_KIND: &str = "checkpoint.taken";
+/// Journal and audit row kind of a rollback.
+pub const RESTORED_KIND: &str = "checkpoint.restored";
+
+impl From<SnapshotError> for EngineError {
+    fn from(err: SnapshotError) -> Self {
+        EngineError::Checkpoint(err.to_string())
+    }
+}
+
+/// The tree a task's checkpoints cover: the whole worktree (or project),
+/// even when the task works in a subdirectory of it.
+pub(crate) fn tree_of(cwd: &Path) -> PathBuf {
+    Git::new(cwd)
+        .run(["rev-parse", "--show-toplevel"])
+        .map(PathBuf::from)
+        .ok()
+        .filter(|top| cwd.starts_with(top))
+        .unwrap_or_else(|| cwd.to_path_buf())
+}
+
+/// Opens the shadow store of `task`'s tree in `run_id`, or `None` for a
+/// read-only task.
+pub(crate) fn open_store(
+    state: &StateDir,
+    run_id: &str,
+    task: &Task,
+    cwd: &Path,
+    repo: Option<&Path>,
+) -> Result<Option<SnapshotStore>> {
+    if task.read_only {
+        return Ok(None);
+    }
+    let tree = tree_of(cwd);
+    Ok(Some(SnapshotStore::open(
+        &state.snapshot_dir(run_id, &task.id),
+        &tree,
+        repo,
+        task.checkpoint_max_file_bytes,
+    )?))
+}
+
+/// The shadow store of a task of a recorded run, for `reprise checkpoint`:
+/// `None` when the task took no checkpoint in that run.
+pub fn task_snapshots(
+    state: &StateDir,
+    run: &crate::state::RunState,
+    task: &reprise_core::TaskId,
+) -> Result<Option<SnapshotStore>> {
+    let dir = state.snapshot_dir(&run.run_id, task);
+    let Some(cwd) = run.task(task).and_then(|record| record.cwd.clone()) else {
+        return Ok(None);
+    };
+    if !dir.join("HEAD").is_file() {
+        return Ok(None);
+    }
+    Ok(Some(SnapshotStore::open(
+        &dir,
+        &tree_of(&cwd),
+        None,
+        u64::MAX,
+    )?))
+}
+
+/// Takes a checkpoint and records it (`checkpoint.taken`).
+pub(crate) fn take(
+    store: &SnapshotStore,
+    journal: &mut Journal,
+    run_id: &str,
+    attempt: u32,
+    label: &str,
+    workspace_hash: Digest,
+) -> Result<Checkpoint> {
+    let checkpoint = store.take(label)?;
+    journal.append(
+        TAKEN_KIND,
+        &now_rfc3339(),
+        &json!({
+            "run_id": run_id,
+            "attempt": attempt,
+            "label": label,
+            "checkpoint": checkpoint.id,
+            "tree": checkpoint.tree,
+            "files": checkpoint.manifest.files,
+            "bytes": checkpoint.manifest.bytes,
+            "skipped": checkpoint.manifest.skipped.iter().map(|(path, size)| json!({"path": path, "bytes": size})).collect::<Vec<_>>(),
+            "workspace_hash": workspace_hash,
+        }),
+    )?;
+    Ok(checkpoint)
+}
+
+/// What a rollback left: the workspace hash after it, and whether it is the
+/// one recorded when the checkpoint was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    pub workspace_hash: Digest,
+    pub matches: bool,
+}
+
+/// Restores `checkpoint` and records it in the journal and the audit chain.
+/// `hash_now` hashes the workspace after the restore; `expected` is the hash
+/// recorded with the checkpoint.
+#[allow(clippy::too_many_arguments)]
+pub fn restore(
+    store: &SnapshotStore,
+    checkpoint: &Checkpoint,
+    journal: &mut Journal,
+    audit: &mut AuditLog,
+    key: &TaskKey,
+    run_id: &str,
+    reason: &str,
+    expected: Option<Digest>,
+    hash_now: impl FnOnce() -> Result<Digest>,
+) -> Result<Restored> {
+    store.restore(checkpoint)?;
+    let workspace_hash = hash_now()?;
+    let matches = expected.is_none_or(|expected| expected == workspace_hash);
+    let head = journal.append(
+        RESTORED_KIND,
+        &now_rfc3339(),
+        &json!({
+            "run_id": run_id,
+            "checkpoint": checkpoint.id,
+            "reason": reason,
+            "workspace_hash": workspace_hash,
+            "matches_checkpoint": matches,
+            "not_restored": checkpoint.manifest.skipped.iter().map(|(path, _)| path).collect::<Vec<_>>(),
+        }),
+    )?;
+    audit.append(
+        RESTORED_KIND,
+        &now_rfc3339(),
+        &json!({
+            "plan": key.plan.as_str(),
+            "task_id": key.task.as_str(),
+            "checkpoint": checkpoint.id,
+            "journal_seq": head.seq,
+            "journal_hash": head.digest,
+            "workspace_hash": workspace_hash,
+        }),
+    )?;
+    Ok(Restored {
+        workspace_hash,
+        matches,
+    })
+}
