@@ -214,14 +214,22 @@ pub(crate) fn prepare(
             detail: format!("cannot create {}: {err}", parent.display()),
         })?;
     }
-    let _lock = worktree_lock(state)?;
     let git = Git::new(repo);
-    git.run(["worktree", "prune"]).map_err(sandbox_error)?;
-    let mut add = git.command();
-    add.args(["worktree", "add", "--quiet", "--detach"])
-        .arg(&dir)
-        .arg(base);
-    git.output(add).map_err(sandbox_error)?;
+    {
+        // Only git's admin directory needs the lock: registering the
+        // worktree. Checking its files out runs outside it, so six seats
+        // populate six trees at once.
+        let _lock = worktree_lock(state)?;
+        git.run(["worktree", "prune"]).map_err(sandbox_error)?;
+        let mut add = git.command();
+        add.args(["worktree", "add", "--quiet", "--detach", "--no-checkout"])
+            .arg(&dir)
+            .arg(base);
+        git.output(add).map_err(sandbox_error)?;
+    }
+    Git::new(&dir)
+        .run(["reset", "--hard", "--quiet"])
+        .map_err(sandbox_error)?;
     let cwd = dir.join(&subdir);
     std::fs::create_dir_all(&cwd).map_err(|err| EngineError::Sandbox {
         task: task.id.to_string(),
