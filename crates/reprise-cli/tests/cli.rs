@@ -1045,3 +1045,6 @@ fn rehearse_runs_a_sim_plan_and_reports_traffic_per_task() {
 
 #[path = "cli/worktrees.rs"]
 mod worktrees;
+
+#[path = "cli/recovery.rs"]
+mod recovery;

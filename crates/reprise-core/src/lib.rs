@@ -15,6 +15,7 @@ pub mod outcome;
 pub mod plan;
 pub mod prompt;
 pub mod record;
+pub mod recovery;
 pub mod retry;
 mod scan;
 pub mod verify;

@@ -96,6 +96,8 @@ pub struct ApplyPlan {
     pub run_id: String,
     /// The tasks whose results are brought in (leaves, or the one asked for).
     pub tasks: Vec<TaskId>,
+    /// Those of them (or their dependencies) kept as partial, with their gaps.
+    pub partial: Vec<(TaskId, Vec<String>)>,
     pub target: ApplyTarget,
     /// The commit the target ends at.
     pub commit: String,
@@ -114,7 +116,7 @@ pub fn leaf_results(run: &RunState) -> Vec<(TaskId, String)> {
     let results: Vec<(TaskId, String)> = run
         .tasks
         .iter()
-        .filter(|task| task.state == TaskStatus::Passed)
+        .filter(|task| task.state.delivered())
         .filter_map(|task| Some((task.task_id.clone(), task.output.as_ref()?.tip().to_owned())))
         .collect();
     let Ok(repo) = repo_of(run) else {
@@ -158,10 +160,8 @@ fn chosen_results(
                 run: run.run_id.clone(),
                 task: id.to_string(),
             })?;
-            match (&record.output, record.state) {
-                (Some(output), TaskStatus::Passed) => {
-                    Ok(vec![(id.clone(), output.tip().to_owned())])
-                }
+            match (&record.output, record.state.delivered()) {
+                (Some(output), true) => Ok(vec![(id.clone(), output.tip().to_owned())]),
                 _ => Err(DeliveryError::NoResult {
                     run: run.run_id.clone(),
                     task: id.to_string(),
@@ -253,6 +253,20 @@ pub fn plan_apply(
         CombineOutcome::Commit(commit) => commit,
     };
     let tasks = results.iter().map(|(task, _)| task.clone()).collect();
+    // Partial results ride along with whatever holds them: say which.
+    let partial: Vec<(TaskId, Vec<String>)> = run
+        .tasks
+        .iter()
+        .filter(|task| task.state == TaskStatus::Partial)
+        .filter(|task| {
+            task.output.as_ref().is_some_and(|output| {
+                results
+                    .iter()
+                    .any(|(_, tip)| git.is_ancestor(output.tip(), tip))
+            })
+        })
+        .map(|task| (task.task_id.clone(), task.gaps.clone()))
+        .collect();
     if let Some(name) = new_branch {
         if !git.succeeds(&["check-ref-format", "--branch", name]) {
             return Err(DeliveryError::BadBranch {
@@ -267,6 +281,7 @@ pub fn plan_apply(
         return Ok(ApplyPlan {
             run_id: run.run_id.clone(),
             tasks,
+            partial,
             target: ApplyTarget::NewBranch {
                 branch: name.to_owned(),
             },
@@ -286,6 +301,7 @@ pub fn plan_apply(
         return Ok(ApplyPlan {
             run_id: run.run_id.clone(),
             tasks,
+            partial,
             target: ApplyTarget::AlreadyApplied {
                 branch: short_branch,
             },
@@ -330,6 +346,7 @@ pub fn plan_apply(
     Ok(ApplyPlan {
         run_id: run.run_id.clone(),
         tasks,
+        partial,
         target: ApplyTarget::CurrentBranch {
             branch: short_branch,
             fast_forward,

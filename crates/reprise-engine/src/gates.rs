@@ -11,6 +11,7 @@ use reprise_agents::{
 };
 use reprise_core::TaskId;
 use reprise_core::plan::{Gate, GateCheck};
+use reprise_core::recovery::gate_could_not_run;
 
 use crate::state::GateVerdict;
 
@@ -52,6 +53,7 @@ impl GateRun<'_> {
             name: gate.name.clone(),
             passed,
             could_not_run,
+            crashed: false,
             exit_code,
             level,
             output,
@@ -83,9 +85,25 @@ impl GateRun<'_> {
                     budget_micro_usd: None,
                 };
                 match shell.run(&request, self.cancel).outcome {
+                    // 126 and 127: the command was not executable or not
+                    // found. The gate said nothing about the work.
+                    AttemptOutcome::Replied { exit_code, reply }
+                        if gate_could_not_run(exit_code) =>
+                    {
+                        verdict(false, true, Some(exit_code), reply)
+                    }
                     AttemptOutcome::Replied { exit_code, reply } => {
                         verdict(exit_code == 0, false, Some(exit_code), reply)
                     }
+                    // Stopped midway (its timeout): it may have left the tree
+                    // half-written.
+                    AttemptOutcome::Infra {
+                        kind: reprise_agents::InfraKind::Timeout,
+                        ..
+                    } => GateVerdict {
+                        crashed: true,
+                        ..verdict(false, true, None, String::new())
+                    },
                     AttemptOutcome::Infra { .. } => verdict(false, true, None, String::new()),
                 }
             }

@@ -14,6 +14,7 @@ mod error;
 mod events;
 mod gates;
 mod records;
+mod recovery;
 mod run;
 mod sandbox;
 mod state;

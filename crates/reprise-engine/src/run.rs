@@ -84,7 +84,7 @@ fn tasks_to_run<'p>(plan: &'p Plan, prior: Option<&RunState>) -> Vec<&'p Task> {
         .filter(|task| {
             prior
                 .and_then(|prior| prior.task(&task.id))
-                .is_none_or(|before| before.state != TaskStatus::Passed)
+                .is_none_or(|before| !before.state.delivered())
         })
         .collect()
 }
@@ -228,6 +228,7 @@ pub fn run_plan(
                 judged: false,
                 reason: None,
                 metadata: BTreeMap::new(),
+                gaps: Vec::new(),
                 base_commit: None,
                 cwd: None,
                 output: None,
@@ -243,9 +244,10 @@ pub fn run_plan(
             let Some(before) = prior.task(&record.task_id) else {
                 continue;
             };
-            if before.state == TaskStatus::Passed {
-                record.state = TaskStatus::Passed;
-                record.reason = Some(format!("passed in {}", prior.run_id));
+            if before.state.delivered() {
+                record.state = before.state;
+                record.reason = Some(format!("{} in {}", before.state.as_str(), prior.run_id));
+                record.gaps.clone_from(&before.gaps);
                 // Its result, committed in that run, is what dependents
                 // build on in this one.
                 record.base_commit.clone_from(&before.base_commit);
@@ -329,10 +331,15 @@ pub fn run_plan(
                 }
                 let failed_dependency = task.depends_on.iter().find(|dependency| {
                     let status = run.tasks[position[dependency]].state;
-                    status.is_terminal() && status != TaskStatus::Passed
+                    status.is_terminal() && !status.delivered()
                 });
                 let reason = if let Some(dependency) = failed_dependency {
-                    Some(format!("dependency {dependency} did not pass"))
+                    let status = run.tasks[position[dependency]].state;
+                    Some(if status == TaskStatus::Blocked {
+                        format!("dependency {dependency} blocked")
+                    } else {
+                        format!("dependency {dependency} did not pass")
+                    })
                 } else if cancel.is_cancelled() {
                     Some("cancelled before it started".to_owned())
                 } else {
@@ -356,9 +363,10 @@ pub fn run_plan(
                     break;
                 }
                 if run.tasks[position[&task.id]].state != TaskStatus::Queued
-                    || !task.depends_on.iter().all(|dependency| {
-                        run.tasks[position[dependency]].state == TaskStatus::Passed
-                    })
+                    || !task
+                        .depends_on
+                        .iter()
+                        .all(|dependency| run.tasks[position[dependency]].state.delivered())
                 {
                     continue;
                 }
@@ -504,11 +512,7 @@ pub fn run_plan(
         sink.event(&event);
     }
     run.finished_at = Some(now_rfc3339());
-    run.ok = Some(
-        run.tasks
-            .iter()
-            .all(|task| task.state == TaskStatus::Passed),
-    );
+    run.ok = Some(run.tasks.iter().all(|task| task.state.delivered()));
     run.save(state, true)?;
     Ok(run)
 }
@@ -552,6 +556,7 @@ fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {
     record.metadata = result.metadata.clone();
     record.cwd.clone_from(&result.cwd);
     record.output.clone_from(&result.output);
+    record.gaps.clone_from(&result.gaps);
 }
 
 fn finish(

@@ -22,8 +22,12 @@ pub enum TaskStatus {
     Queued,
     Running,
     Passed,
+    /// Not every gate passed, but the passing weight reached the task's
+    /// `accept_partial`: kept and committed, its failed gates its gaps.
+    Partial,
     Failed,
-    /// Not run: a dependency failed, or it can never get its envelope.
+    /// Not run, or stopped: a fatal failure, a dependency that did not pass,
+    /// a dependency conflict, or an envelope that can never fit.
     Blocked,
     Cancelled,
 }
@@ -34,6 +38,7 @@ impl TaskStatus {
             Self::Queued => "queued",
             Self::Running => "running",
             Self::Passed => "passed",
+            Self::Partial => "partial",
             Self::Failed => "failed",
             Self::Blocked => "blocked",
             Self::Cancelled => "cancelled",
@@ -42,6 +47,11 @@ impl TaskStatus {
 
     pub fn is_terminal(self) -> bool {
         !matches!(self, Self::Queued | Self::Running)
+    }
+
+    /// Whether the task left a result its dependents build on.
+    pub fn delivered(self) -> bool {
+        matches!(self, Self::Passed | Self::Partial)
     }
 }
 
@@ -62,8 +72,13 @@ pub enum Outcome {
 pub struct GateVerdict {
     pub name: String,
     pub passed: bool,
-    /// The gate could not run (spawn failure, timeout): not a verdict.
+    /// The gate could not run (spawn failure, timeout, exit 126 or 127):
+    /// not a verdict.
     pub could_not_run: bool,
+    /// The gate was stopped midway (its timeout) and may have left the tree
+    /// half-written.
+    #[serde(default)]
+    pub crashed: bool,
     pub exit_code: Option<i32>,
     /// The retry-budget level the gate ran at, for a gate graded on a criterion.
     pub level: Option<i64>,
@@ -107,6 +122,9 @@ pub struct TaskRecord {
     pub reason: Option<String>,
     /// The `retry_*` stamp of the latest retry decision.
     pub metadata: BTreeMap<String, Value>,
+    /// For a partial task: the gates its kept attempt did not pass.
+    #[serde(default)]
+    pub gaps: Vec<String>,
     /// The commit the task's worktree started from (none in place).
     #[serde(default)]
     pub base_commit: Option<String>,

@@ -36,10 +36,12 @@ use crate::error::Result;
 use crate::events::{Event, Message};
 use crate::gates::GateRun;
 use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
+use crate::recovery;
 use crate::run::AgentSetup;
 use crate::sandbox::{self, Provenance, TaskOutput, Workspace};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 use reprise_core::digest::Digest;
+use reprise_core::recovery::{Strategy, Symptoms, diagnose};
 use reprise_store::snapshot::Checkpoint;
 
 /// A criterion's name and the levels its gates can run at, highest first.
@@ -91,6 +93,8 @@ pub(crate) struct TaskResult {
     pub(crate) cwd: Option<PathBuf>,
     /// The committed result of a task that passed in a worktree.
     pub(crate) output: Option<TaskOutput>,
+    /// For a partial task: the gates its kept attempt did not pass.
+    pub(crate) gaps: Vec<String>,
 }
 
 /// A task's three chains, open for appending.
@@ -120,6 +124,7 @@ impl TaskRun<'_> {
             metadata: BTreeMap::new(),
             cwd: None,
             output: None,
+            gaps: Vec::new(),
         };
         if let Err(err) = self.attempts(&mut result) {
             result.status = TaskStatus::Failed;
@@ -204,6 +209,10 @@ impl TaskRun<'_> {
             env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
         }
         let mut attempt = 1;
+        // The latest judged attempt's evidence, and how many judged attempts
+        // in a row have had it.
+        let mut last_evidence: Option<recovery::Evidence> = None;
+        let mut same_in_a_row = 0u32;
         // The journal's head after the latest attempt: a result commit names it.
         let mut last_head = None;
         // How much of the journal this run has verified already.
@@ -302,7 +311,8 @@ impl TaskRun<'_> {
                 cancel: self.cancel,
                 env: &env,
             };
-            let summary = self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
+            let (summary, classified) =
+                self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
             let judged_now = Previous::of(task, &summary, &report);
             self.keep_or_drop_reply(&summary, &judged_now);
             previous = Some(judged_now);
@@ -327,17 +337,68 @@ impl TaskRun<'_> {
                 result.status = TaskStatus::Passed;
                 break;
             }
+            if let Some(gaps) = recovery::partial_gaps(task, &summary) {
+                // Enough of the work passed to keep: committed like a pass,
+                // with the gates it did not pass as its gaps.
+                journal.append(
+                    "task.partial",
+                    &now_rfc3339(),
+                    &json!({"run_id": self.run_id, "attempt": attempt, "gaps": gaps}),
+                )?;
+                result.status = TaskStatus::Partial;
+                result.reason = Some(format!("partial: gaps {}", gaps.join(", ")));
+                result.gaps = gaps;
+                break;
+            }
             if self.cancel.is_cancelled() {
                 // Ctrl-C: the child was stopped and reaped; no retry.
                 result.status = TaskStatus::Cancelled;
                 result.reason = Some("cancelled".into());
                 break;
             }
-            if let AttemptOutcome::Infra { kind, detail } = &report.outcome
-                && !kind.is_transient()
-            {
-                result.status = TaskStatus::Failed;
-                result.reason = Some(format!("{}: {detail}", kind.as_str()));
+            let anomalies = recovery::anomalies(
+                task,
+                &summary,
+                snapshots
+                    .as_ref()
+                    .zip(attempt_checkpoint.as_ref().map(|(c, _)| c)),
+                &self.state.locks_dir(),
+            )?;
+            for anomaly in &anomalies {
+                journal.append(
+                    "attempt.anomaly",
+                    &now_rfc3339(),
+                    &json!({"run_id": self.run_id, "attempt": attempt, "anomaly": anomaly}),
+                )?;
+            }
+            let evidence = recovery::Evidence::of(&report, &summary);
+            same_in_a_row = match (&last_evidence, summary.judged) {
+                (Some(last), true) if *last == evidence => same_in_a_row + 1,
+                (_, true) => 1,
+                (_, false) => 0,
+            };
+            last_evidence = summary.judged.then(|| evidence.clone());
+            let diagnosis = diagnose(Symptoms {
+                outcome: &classified,
+                anomalies: &anomalies,
+                same_judged_in_a_row: same_in_a_row,
+            });
+            journal.append(
+                "recovery.diagnosis",
+                &now_rfc3339(),
+                &json!({"run_id": self.run_id, "attempt": attempt, "severity": diagnosis.severity,
+                        "kind": diagnosis.kind, "strategy": diagnosis.strategy,
+                        "evidence": evidence, "anomalies": anomalies}),
+            )?;
+            if diagnosis.strategy == Strategy::RollBackAndBlock {
+                // Retrying cannot help. The tree goes back to its base below.
+                result.status = TaskStatus::Blocked;
+                result.reason = Some(match &report.outcome {
+                    AttemptOutcome::Infra { detail, .. } if !detail.is_empty() => {
+                        format!("{}: {detail}", diagnosis.kind)
+                    }
+                    _ => diagnosis.kind.clone(),
+                });
                 break;
             }
             if attempt >= attempts_allowed {
@@ -366,6 +427,25 @@ impl TaskRun<'_> {
                     }
                 }
             }
+            if diagnosis.strategy == Strategy::RollBackThenRetry
+                && let (Some(store), Some((checkpoint, hash))) = (&snapshots, &attempt_checkpoint)
+            {
+                // The tree is suspect: it goes back before anything is
+                // decided, so the decision sees the files the retry gets.
+                let restored = checkpoints::restore(
+                    store,
+                    checkpoint,
+                    &mut journal,
+                    &mut audit,
+                    &key,
+                    self.run_id,
+                    &diagnosis.kind,
+                    Some(*hash),
+                    || self.workspace_hash(&cwd),
+                )?;
+                self.warn_unless_matched(restored);
+            }
+            recovery::back_off(&classified, attempt, self.cancel);
             next = match self.decide_retry(
                 Chains {
                     journal: &mut journal,
@@ -396,6 +476,7 @@ impl TaskRun<'_> {
                 }
             };
             if let (Some(store), Some((checkpoint, hash))) = (&snapshots, &attempt_checkpoint)
+                && diagnosis.strategy == Strategy::RetryByPolicy
                 && task.rollback_on_retry.rolls_back(next.mode == "cold")
             {
                 // The retry starts from the files as they were before the
@@ -442,7 +523,7 @@ impl TaskRun<'_> {
             )?;
             self.warn_unless_matched(restored);
         }
-        if result.status == TaskStatus::Passed
+        if result.status.delivered()
             && isolated
             && let (Some(base), Some(head)) = (self.base.as_deref(), last_head)
         {
@@ -603,7 +684,7 @@ impl TaskRun<'_> {
         gate_run: &GateRun<'_>,
         level_of: &dyn Fn(&str) -> Option<i64>,
         started: Instant,
-    ) -> AttemptSummary {
+    ) -> (AttemptSummary, reprise_core::outcome::AttemptOutcome) {
         use reprise_core::outcome::{self as taxonomy, Verdict};
         let mut gates_elapsed = std::time::Duration::ZERO;
         // The outcome in the core's taxonomy: `judged` is derived from its
@@ -663,7 +744,7 @@ impl TaskRun<'_> {
                 (Outcome::Infra, Some(kind.as_str().to_owned()))
             }
         };
-        AttemptSummary {
+        let summary = AttemptSummary {
             n: attempt,
             mode: mode.to_owned(),
             session_id: report.session_id.clone(),
@@ -676,7 +757,8 @@ impl TaskRun<'_> {
             elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             agent_us: u64::try_from(report.elapsed.as_micros()).unwrap_or(u64::MAX),
             gates_us: u64::try_from(gates_elapsed.as_micros()).unwrap_or(u64::MAX),
-        }
+        };
+        (summary, classified)
     }
 
     /// Decides the next attempt's mode from the verified journal, records the

@@ -770,6 +770,7 @@ fn tampered_journal_downgrades_to_cold_and_the_run_goes_on(rewrite: &str) {
             "attempt.started",
             "task.checkpoint",
             "attempt.finished",
+            "recovery.diagnosis",
             "retry.decision",
             // The retry went cold: it starts from the files as they were.
             "checkpoint.restored",
@@ -1354,7 +1355,8 @@ tasks:
 "#,
     );
     let pricey = task(&ran, "pricey");
-    assert_eq!(pricey.state, TaskStatus::Failed);
+    // Fatal: the task is blocked with the reason, never retried past it.
+    assert_eq!(pricey.state, TaskStatus::Blocked);
     assert!(
         pricey
             .reason
@@ -1390,7 +1392,7 @@ tasks:
 
     // Spend accumulates over attempts: the third 0.04 does not fit in 0.10.
     let metered = task(&ran, "metered");
-    assert_eq!(metered.state, TaskStatus::Failed);
+    assert_eq!(metered.state, TaskStatus::Blocked);
     let kinds: Vec<_> = metered
         .attempts
         .iter()
@@ -1487,7 +1489,8 @@ tasks:
 "#,
     );
     let overspender = task(&ran, "overspender");
-    assert_eq!(overspender.state, TaskStatus::Failed);
+    // Budget exhausted is fatal (DESIGN.md section 7): blocked, not retried.
+    assert_eq!(overspender.state, TaskStatus::Blocked);
     assert_eq!(
         overspender.attempts[0].infra_kind.as_deref(),
         Some("budget_exhausted")

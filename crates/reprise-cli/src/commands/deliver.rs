@@ -100,6 +100,13 @@ pub(crate) fn apply(
             );
         }
     }
+    for (task, gaps) in &plan.partial {
+        let _ = writeln!(
+            text,
+            "  partial: {task} was kept without passing {}",
+            gaps.join(", ")
+        );
+    }
     if dry_run || settings.json {
         for (hash, subject) in &plan.commits {
             let _ = writeln!(text, "  commit {} {subject}", short_commit(hash));
@@ -118,6 +125,7 @@ pub(crate) fn apply(
             "commit": plan.commit,
             "commits": plan.commits.iter().map(|(hash, subject)| json!({"commit": hash, "subject": subject})).collect::<Vec<_>>(),
             "files": plan.files,
+            "partial": plan.partial.iter().map(|(task, gaps)| json!({"task_id": task.as_str(), "gaps": gaps})).collect::<Vec<_>>(),
         }),
         text,
         ok: true,

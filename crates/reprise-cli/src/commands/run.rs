@@ -342,6 +342,7 @@ pub(crate) fn run_json(run: &RunState) -> Value {
             "base_commit": task.base_commit,
             "cwd": task.cwd,
             "result": task.output,
+            "gaps": task.gaps,
             "attempts": task.attempts.iter().map(|attempt| json!({
                 "n": attempt.n,
                 "mode": attempt.mode,
@@ -360,7 +361,7 @@ pub(crate) fn summary_text(run: &RunState) -> String {
     let passed = run
         .tasks
         .iter()
-        .filter(|task| task.state == reprise_engine::TaskStatus::Passed)
+        .filter(|task| task.state.delivered())
         .count();
     let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
     let mut text = format!(
@@ -370,15 +371,33 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         run.tasks.len(),
         money(spent),
     );
+    // Blocked tasks first: they need a person.
+    for task in run
+        .tasks
+        .iter()
+        .filter(|task| task.state == reprise_engine::TaskStatus::Blocked)
+    {
+        let _ = writeln!(
+            text,
+            "  BLOCKED {:<12} {}",
+            task.task_id.as_str(),
+            task.reason.as_deref().unwrap_or("")
+        );
+    }
     let mut results = 0;
     for task in &run.tasks {
         match (&task.output, task.state) {
-            (Some(output), reprise_engine::TaskStatus::Passed) => match &output.branch {
+            (Some(output), state) if state.delivered() => match &output.branch {
                 Some(branch) => {
                     results += 1;
+                    let partial = if state == reprise_engine::TaskStatus::Partial {
+                        format!(" (partial: gaps {})", task.gaps.join(", "))
+                    } else {
+                        String::new()
+                    };
                     let _ = writeln!(
                         text,
-                        "  {:<20} {branch}  {} file{} changed",
+                        "  {:<20} {branch}  {} file{} changed{partial}",
                         task.task_id.as_str(),
                         output.files_changed,
                         plural(output.files_changed)
@@ -388,6 +407,7 @@ pub(crate) fn summary_text(run: &RunState) -> String {
                     let _ = writeln!(text, "  {:<20} no changes", task.task_id.as_str());
                 }
             },
+            (_, reprise_engine::TaskStatus::Blocked) => {}
             _ => {
                 let _ = writeln!(
                     text,

@@ -5,7 +5,7 @@
 use super::*;
 
 /// A project that is a git repository with one commit.
-fn git_env() -> Env {
+pub(crate) fn git_env() -> Env {
     let env = Env::new();
     fs::write(env.project().join("shop.py"), "price = 10\n").unwrap();
     git(&env, &["init", "-q"]);
@@ -55,7 +55,7 @@ fn repo_state(env: &Env) -> RepoState {
     (refs, index, files)
 }
 
-fn write_plan(env: &Env, name: &str, text: &str) -> String {
+pub(crate) fn write_plan(env: &Env, name: &str, text: &str) -> String {
     let file = format!("{name}.yaml");
     fs::write(env.temp.path().join(&file), text).unwrap();
     env.temp.path().join(file).display().to_string()
@@ -94,7 +94,7 @@ fn run_json(env: &Env, plan: &str, extra: &[&str]) -> Value {
     json_of(&output)
 }
 
-fn task_json<'a>(run: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn task_json<'a>(run: &'a Value, id: &str) -> &'a Value {
     run["tasks"]
         .as_array()
         .unwrap()

@@ -152,6 +152,12 @@ pub struct Task {
     pub checkpoint_max_file_bytes: u64,
     /// When a retry starts from the failed attempt's file checkpoint.
     pub rollback_on_retry: RollbackOnRetry,
+    /// The passing gate weight (in basis points of the total) at which an
+    /// attempt that did not pass every gate is kept as partial.
+    pub accept_partial_basis_points: Option<u32>,
+    /// Globs (relative to the worktree) an attempt may change; empty is
+    /// everywhere. A change elsewhere is a corrupting anomaly.
+    pub allowed_paths: Vec<String>,
     /// Tasks that must pass before this one starts, in plan order of mention.
     pub depends_on: Vec<TaskId>,
     /// Checks of each attempt, in plan order.
@@ -361,6 +367,8 @@ pub struct Gate {
     pub disclose: Disclose,
     /// The retry-budget criterion this gate is graded on (DESIGN.md section 10).
     pub criterion: Option<Criterion>,
+    /// How much this gate counts toward a partial acceptance (default 1).
+    pub weight: u32,
 }
 
 /// The two kinds of gate.

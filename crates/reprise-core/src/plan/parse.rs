@@ -64,6 +64,8 @@ const TASK_KEYS: &[&str] = &[
     "read_only",
     "checkpoint_max_file_bytes",
     "rollback_on_retry",
+    "accept_partial",
+    "allowed_paths",
     "depends_on",
     "command",
     "sim",
@@ -72,6 +74,7 @@ const TASK_KEYS: &[&str] = &[
 const SIM_STEP_KEYS: &[&str] = &["reply", "write", "exit_code", "cost_usd", "delay"];
 const GATE_KEYS: &[&str] = &[
     "name",
+    "weight",
     "run",
     "result_matches",
     "disclose",
@@ -451,8 +454,29 @@ impl Reader<'_> {
             Some(node) => self.gates(node, &fields.path_of("gates"))?,
             None => Vec::new(),
         };
+        let accept_partial_basis_points = match fields.get("accept_partial") {
+            Some(node) => Some(self.fraction(node, &fields.path_of("accept_partial"))?),
+            None => None,
+        };
+        let allowed_paths = match fields.get("allowed_paths") {
+            Some(node) => {
+                let list_path = fields.path_of("allowed_paths");
+                self.seq(
+                    node,
+                    &list_path,
+                    "a list of paths or globs relative to the worktree",
+                )?
+                .iter()
+                .enumerate()
+                .map(|(index, item)| self.non_empty_string(item, &item_path(&list_path, index)))
+                .collect::<Result<Vec<_>>>()?
+            }
+            None => Vec::new(),
+        };
         let task = Task {
             id,
+            accept_partial_basis_points,
+            allowed_paths,
             prompt,
             agent,
             retry_policy: settings
@@ -714,11 +738,16 @@ impl Reader<'_> {
             },
         };
         let criterion = self.criterion(&fields)?;
+        let weight = match fields.get("weight") {
+            Some(node) => self.integer(node, &fields.path_of("weight"), 1, 1000)?,
+            None => 1,
+        };
         Ok(Gate {
             name,
             check,
             disclose,
             criterion,
+            weight,
         })
     }
 

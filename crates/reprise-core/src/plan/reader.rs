@@ -205,6 +205,28 @@ impl Reader<'_> {
         }
     }
 
+    /// A fraction from 0 to 1 (`0.5`, `1`), in basis points: plans may
+    /// write a float, records never hold one.
+    pub(super) fn fraction(&self, node: &Node, path: &str) -> Result<u32> {
+        let value = match &node.kind {
+            Kind::Float(value) => *value,
+            Kind::Int(value) => *value as f64,
+            _ => return Err(self.wrong_type(node, path, "a number from 0.0 to 1.0")),
+        };
+        if !(0.0..=1.0).contains(&value) {
+            return Err(self.error(
+                &node.mark,
+                path,
+                PlanErrorKind::OutOfRange {
+                    value: value.round() as i128,
+                    min: 0,
+                    max: 1,
+                },
+            ));
+        }
+        Ok((value * 10_000.0).round() as u32)
+    }
+
     pub(super) fn money(&self, node: &Node, path: &str) -> Result<u64> {
         match &node.kind {
             Kind::Str(text) => parse_micro_usd(text).map_err(|reason| {
