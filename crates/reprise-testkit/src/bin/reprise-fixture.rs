@@ -6,6 +6,12 @@
 //!   reprise-fixture append STATE_DIR TASK N       N durable appends through reprise
 //!   reprise-fixture raw-append FILE N             N times write(2) + fdatasync(2) of
 //!                                                 a line of the same length
+//!   reprise-fixture checkpoint TREE SHADOW [REPO]   one file checkpoint of TREE
+//!                                                 into the shadow store SHADOW
+//!                                                 (sharing REPO's objects); prints
+//!                                                 the milliseconds and the id
+//!   reprise-fixture restore TREE SHADOW ID        a rollback to checkpoint ID;
+//!                                                 prints the milliseconds
 //! The two append modes print the elapsed microseconds per append.
 
 #![forbid(unsafe_code)]
@@ -71,7 +77,37 @@ fn main() -> Result<()> {
                 start.elapsed().as_secs_f64() * 1e6 / count as f64
             )?;
         }
-        _ => bail!("usage: reprise-fixture journal|append STATE_DIR TASK N, or raw-append FILE N"),
+        ["checkpoint", tree, shadow, rest @ ..] => {
+            let store = reprise_store::snapshot::SnapshotStore::open(
+                shadow.as_ref(),
+                tree.as_ref(),
+                rest.first().map(|repo| std::path::Path::new(*repo)),
+                reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
+            )?;
+            let start = Instant::now();
+            let checkpoint = store.take("bench")?;
+            writeln!(
+                stdout,
+                "{:.1} {}",
+                start.elapsed().as_secs_f64() * 1e3,
+                checkpoint.id
+            )?;
+        }
+        ["restore", tree, shadow, id] => {
+            let store = reprise_store::snapshot::SnapshotStore::open(
+                shadow.as_ref(),
+                tree.as_ref(),
+                None,
+                reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
+            )?;
+            let checkpoint = store.find(id)?;
+            let start = Instant::now();
+            store.restore(&checkpoint)?;
+            writeln!(stdout, "{:.1}", start.elapsed().as_secs_f64() * 1e3)?;
+        }
+        _ => bail!(
+            "usage: reprise-fixture journal|append STATE_DIR TASK N, raw-append FILE N, checkpoint TREE SHADOW [REPO], or restore TREE SHADOW ID"
+        ),
     }
     Ok(())
 }
