@@ -227,8 +227,13 @@ impl SnapshotStore {
         command.args(["commit-tree", &tree, "-m", &message]);
         let output = git.output(command)?;
         let id = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        let count = self.list()?.len();
-        self.run(&["update-ref", &format!("refs/checkpoints/{count:06}"), &id])?;
+        // ULIDs sort by time: the refs list the checkpoints oldest first
+        // without counting (or reading) the ones before.
+        self.run(&[
+            "update-ref",
+            &format!("refs/checkpoints/{}", ulid::Ulid::new()),
+            &id,
+        ])?;
         Ok(Checkpoint { id, tree, manifest })
     }
 
