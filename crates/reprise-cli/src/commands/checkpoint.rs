@@ -62,10 +62,11 @@ pub(crate) fn list(
         let manifest = &checkpoint.manifest;
         let _ = write!(
             text,
-            "  {}  {:<18} {} files, {} bytes",
+            "  {}  {:<18} {} file{}, {} bytes",
             &checkpoint.id[..12],
             manifest.label,
             manifest.files,
+            if manifest.files == 1 { "" } else { "s" },
             manifest.bytes
         );
         if !manifest.skipped.is_empty() {

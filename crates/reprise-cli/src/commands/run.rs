@@ -426,7 +426,7 @@ pub(crate) fn summary_text(run: &RunState) -> String {
     if results > 0 {
         let _ = writeln!(
             text,
-            "apply: `reprise apply {}` (merges the results into your branch; `--dry-run` lists them, `reprise diff {}` shows them)",
+            "apply: `reprise apply {}`; see it first: `reprise diff {}`",
             run.run_id, run.run_id
         );
     }
