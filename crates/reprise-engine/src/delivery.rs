@@ -13,7 +13,7 @@ use reprise_store::state::StateDir;
 use serde::Serialize;
 
 use crate::error::{EngineError, Result};
-use crate::sandbox::Workspace;
+use crate::sandbox::{Folded, Workspace, merge_commits};
 use crate::state::{RunState, TaskStatus, run_ids};
 use reprise_store::git::{Git, Merged};
 
@@ -174,44 +174,24 @@ fn chosen_results(
 }
 
 /// Merges `results` into one commit, in memory.
-fn combine(git: &Git, results: &[(TaskId, String)], run_id: &str) -> Result<CombineOutcome> {
-    let Some(((_, first), rest)) = results.split_first() else {
-        return Ok(CombineOutcome::Nothing);
-    };
-    let mut merged = first.clone();
-    let mut names = vec![results[0].0.to_string()];
-    for (task, next) in rest {
-        names.push(task.to_string());
-        if git.is_ancestor(next, &merged) {
-            continue;
-        }
-        if git.is_ancestor(&merged, next) {
-            merged = next.clone();
-            continue;
-        }
-        match git.merge_trees(&merged, next)? {
-            Merged::Clean(tree) => {
-                merged = git.commit_tree(
-                    &tree,
-                    &[&merged, next],
-                    &format!("reprise: results of run {run_id}, merged\n"),
-                )?;
-            }
-            Merged::Conflict(files) => {
-                return Ok(CombineOutcome::Conflict {
-                    tasks: names.join(", "),
-                    files,
-                });
-            }
-        }
-    }
-    Ok(CombineOutcome::Commit(merged))
+fn combine(git: &Git, results: &[(TaskId, String)], run_id: &str) -> Result<Folded> {
+    let labelled: Vec<(String, String)> = results
+        .iter()
+        .map(|(task, commit)| (task.to_string(), commit.clone()))
+        .collect();
+    merge_commits(
+        git,
+        &labelled,
+        &format!("reprise: results of run {run_id}, merged\n"),
+    )
 }
 
-enum CombineOutcome {
-    Nothing,
-    Commit(String),
-    Conflict { tasks: String, files: Vec<String> },
+/// The run's base commit (`""` for a run recorded without one).
+fn run_base(run: &RunState) -> String {
+    run.workspace
+        .as_ref()
+        .map(Workspace::base_or_empty)
+        .unwrap_or_default()
 }
 
 /// Works out what `reprise apply` would do. Changes nothing.
@@ -228,29 +208,24 @@ pub fn plan_apply(
     let repo = repo_of(run)?;
     let git = Git::new(&repo);
     let results = chosen_results(run, task)?;
-    let base = run
-        .workspace
-        .as_ref()
-        .and_then(Workspace::base)
-        .unwrap_or_default()
-        .to_owned();
+    let base = run_base(run);
     let results: Vec<_> = results
         .into_iter()
         .filter(|(_, tip)| tip != &base)
         .collect();
     let combined = match combine(&git, &results, &run.run_id)? {
-        CombineOutcome::Nothing => {
+        Folded::Nothing => {
             return Err(DeliveryError::Nothing {
                 run: run.run_id.clone(),
             });
         }
-        CombineOutcome::Conflict { tasks, files } => {
+        Folded::Conflict { labels, files } => {
             return Err(DeliveryError::ResultsConflict {
-                tasks,
+                tasks: labels.join(", "),
                 files: files.join(", "),
             });
         }
-        CombineOutcome::Commit(commit) => commit,
+        Folded::Commit(commit) => commit,
     };
     let tasks = results.iter().map(|(task, _)| task.clone()).collect();
     // Partial results ride along with whatever holds them: say which.
@@ -432,19 +407,13 @@ pub fn diff(
             (output.base.clone(), output.tip().to_owned())
         }
         None => {
-            let base = run
-                .workspace
-                .as_ref()
-                .and_then(Workspace::base)
-                .unwrap_or_default()
-                .to_owned();
-            let results = leaf_results(run);
-            match combine(&git, &results, &run.run_id)? {
-                CombineOutcome::Nothing => (base.clone(), base),
-                CombineOutcome::Commit(commit) => (base, commit),
-                CombineOutcome::Conflict { tasks, files } => {
+            let base = run_base(run);
+            match combine(&git, &leaf_results(run), &run.run_id)? {
+                Folded::Nothing => (base.clone(), base),
+                Folded::Commit(commit) => (base, commit),
+                Folded::Conflict { labels, files } => {
                     return Err(DeliveryError::ResultsConflict {
-                        tasks,
+                        tasks: labels.join(", "),
                         files: files.join(", "),
                     });
                 }

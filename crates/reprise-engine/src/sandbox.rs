@@ -106,6 +106,11 @@ impl Workspace {
         })
     }
 
+    /// The run's base commit, or `""` when tasks run in place.
+    pub(crate) fn base_or_empty(&self) -> String {
+        self.base().unwrap_or_default().to_owned()
+    }
+
     /// The run's base commit, when tasks work in worktrees.
     pub fn base(&self) -> Option<&str> {
         match self {
@@ -137,8 +142,7 @@ pub(crate) enum TaskBase {
 
 /// The base of a task whose dependencies produced `inputs` (each a result
 /// commit, or the dependency's base when it changed nothing), in plan order.
-/// One input is the base itself; several are merged in memory, each merge a
-/// commit with both sides as parents.
+/// One input is the base itself; several are merged in memory.
 pub(crate) fn dependent_base(
     workspace: &Workspace,
     task: &TaskId,
@@ -147,14 +151,54 @@ pub(crate) fn dependent_base(
     let Some(repo) = workspace.repo() else {
         return Ok(None);
     };
-    let Some((first, rest)) = inputs.split_first() else {
+    if inputs.is_empty() {
         return Ok(workspace
             .base()
             .map(|base| TaskBase::Ready(base.to_owned())));
+    }
+    let labelled: Vec<(String, String)> = inputs
+        .iter()
+        .map(|commit| (String::new(), commit.clone()))
+        .collect();
+    let message = format!("reprise: the dependencies of {task}, merged\n");
+    Ok(Some(
+        match merge_commits(&Git::new(repo), &labelled, &message)? {
+            Folded::Commit(commit) => TaskBase::Ready(commit),
+            Folded::Conflict { files, .. } => TaskBase::Conflict(files),
+            Folded::Nothing => unreachable!("inputs is not empty"),
+        },
+    ))
+}
+
+/// What folding several commits into one gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Folded {
+    Nothing,
+    Commit(String),
+    /// The labels of the commits merged so far (the last one conflicting),
+    /// and the conflicting paths.
+    Conflict {
+        labels: Vec<String>,
+        files: Vec<String>,
+    },
+}
+
+/// Folds `commits` (each with a label for messages) into one commit, in
+/// order: a commit already contained is skipped, one that contains the fold
+/// so far replaces it, any other is merged in memory (`git merge-tree`) into
+/// a commit with both as parents. Nothing touches a working tree or index.
+pub(crate) fn merge_commits(
+    git: &Git,
+    commits: &[(String, String)],
+    message: &str,
+) -> Result<Folded> {
+    let Some(((first_label, first), rest)) = commits.split_first() else {
+        return Ok(Folded::Nothing);
     };
-    let git = Git::new(repo);
     let mut merged = first.clone();
-    for next in rest {
+    let mut labels = vec![first_label.clone()];
+    for (label, next) in rest {
+        labels.push(label.clone());
         if git.is_ancestor(next, &merged) {
             continue;
         }
@@ -163,17 +207,11 @@ pub(crate) fn dependent_base(
             continue;
         }
         match git.merge_trees(&merged, next)? {
-            Merged::Clean(tree) => {
-                merged = git.commit_tree(
-                    &tree,
-                    &[&merged, next],
-                    &format!("reprise: the dependencies of {task}, merged\n"),
-                )?;
-            }
-            Merged::Conflict(files) => return Ok(Some(TaskBase::Conflict(files))),
+            Merged::Clean(tree) => merged = git.commit_tree(&tree, &[&merged, next], message)?,
+            Merged::Conflict(files) => return Ok(Folded::Conflict { labels, files }),
         }
     }
-    Ok(Some(TaskBase::Ready(merged)))
+    Ok(Folded::Commit(merged))
 }
 
 /// The directory `task` runs in: a fresh worktree at `base`, or the project.
