@@ -460,6 +460,12 @@ pub enum CleanItem {
         run_id: String,
         name: String,
     },
+    /// The run's file checkpoints (its shadow stores).
+    Checkpoints {
+        run_id: String,
+        path: PathBuf,
+        bytes: u64,
+    },
 }
 
 /// What `clean` would remove, and the runs it leaves because they are live.
@@ -474,7 +480,7 @@ impl CleanPlan {
         self.items
             .iter()
             .map(|item| match item {
-                CleanItem::Worktree { bytes, .. } => *bytes,
+                CleanItem::Worktree { bytes, .. } | CleanItem::Checkpoints { bytes, .. } => *bytes,
                 CleanItem::Branch { .. } => 0,
             })
             .sum()
@@ -533,6 +539,14 @@ pub fn plan_clean(
                 });
             }
         }
+        let snapshots = state.root().join("snapshots").join(&run.run_id);
+        if snapshots.is_dir() {
+            plan.items.push(CleanItem::Checkpoints {
+                run_id: run.run_id.clone(),
+                bytes: tree_bytes(&snapshots),
+                path: snapshots,
+            });
+        }
         if branches && in_git {
             let prefix = format!("refs/heads/reprise/{}/", run.run_id);
             let refs = git.run(["for-each-ref", "--format=%(refname)", &prefix])?;
@@ -549,7 +563,8 @@ pub fn plan_clean(
 
 /// Removes what `plan` lists: each worktree through git (so its admin entry
 /// goes too; a directory git no longer knows is removed as a directory),
-/// then each run's empty worktrees directory, then the branches.
+/// each run's empty worktrees directory, its file checkpoints, and the
+/// branches asked for.
 pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
     let git = Git::new(project);
     let in_git = git.has_commit();
@@ -576,6 +591,12 @@ pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
             }
             CleanItem::Branch { name, .. } => {
                 git.run(["update-ref", "-d", &format!("refs/heads/{name}")])?;
+            }
+            CleanItem::Checkpoints { path, .. } => {
+                std::fs::remove_dir_all(path).map_err(|source| reprise_store::StoreError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
             }
         }
     }

@@ -194,7 +194,11 @@ pub(crate) fn clean(
         .iter()
         .filter(|item| matches!(item, CleanItem::Worktree { .. }))
         .count();
-    let branch_count = plan.items.len() - worktrees;
+    let branch_count = plan
+        .items
+        .iter()
+        .filter(|item| matches!(item, CleanItem::Branch { .. }))
+        .count();
     let mut text = String::new();
     for item in &plan.items {
         match item {
@@ -203,6 +207,9 @@ pub(crate) fn clean(
             }
             CleanItem::Branch { name, .. } => {
                 let _ = writeln!(text, "  branch   {name}");
+            }
+            CleanItem::Checkpoints { path, bytes, .. } => {
+                let _ = writeln!(text, "  checkpoints {} ({})", path.display(), size(*bytes));
             }
         }
     }

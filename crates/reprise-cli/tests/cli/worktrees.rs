@@ -564,6 +564,13 @@ fn clean_removes_finished_worktrees_and_asked_for_branches() {
     assert_success(&cleaned);
     assert!(stdout(&cleaned).contains("removed 3 worktrees"));
     assert!(!dir.exists());
+    assert!(
+        !env.project()
+            .join(".reprise/snapshots")
+            .join(run_id)
+            .exists(),
+        "its checkpoints go too"
+    );
     assert_eq!(git(&env, &["branch", "--list", "reprise/*"]), "");
     assert_eq!(git(&env, &["worktree", "list"]).lines().count(), 1);
 }
