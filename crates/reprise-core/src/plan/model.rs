@@ -158,6 +158,8 @@ pub struct Task {
     /// Globs (relative to the worktree) an attempt may change; empty is
     /// everywhere. A change elsewhere is a corrupting anomaly.
     pub allowed_paths: Vec<String>,
+    /// Whether its agent and gates run in the filesystem sandbox.
+    pub containment: Containment,
     /// Tasks that must pass before this one starts, in plan order of mention.
     pub depends_on: Vec<TaskId>,
     /// Checks of each attempt, in plan order.
@@ -328,6 +330,33 @@ impl Sandbox {
 impl fmt::Display for Sandbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Whether a task's agent and gates are confined (ARCHITECTURE.md, threat
+/// model): `strict` confines them where the kernel can and warns where it
+/// cannot, `required` refuses to run without confinement, `off` does not
+/// confine them (supervision and the clean environment still apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Containment {
+    Strict,
+    Off,
+    Required,
+}
+
+impl Containment {
+    /// The name used in plans and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Containment::Strict => "strict",
+            Containment::Off => "off",
+            Containment::Required => "required",
+        }
+    }
+
+    /// Whether the sandbox is applied at all.
+    pub fn confines(self) -> bool {
+        self != Containment::Off
     }
 }
 

@@ -16,9 +16,10 @@ use crate::{PlanId, TaskId};
 use super::error::{PlanError, PlanErrorKind};
 use super::graph::find_cycle;
 use super::model::{
-    AgentKind, AgentSettings, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES, DEFAULT_GATE_TIMEOUT,
-    DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES,
-    PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
+    AgentKind, AgentSettings, Containment, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
+    DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck,
+    MAX_MAX_RETRIES, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task,
+    TaskAgent,
 };
 
 /// The largest integer a record can hold (2^53 - 1).
@@ -50,6 +51,7 @@ const DEFAULTS_KEYS: &[&str] = &[
     "read_only",
     "checkpoint_max_file_bytes",
     "rollback_on_retry",
+    "containment",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -65,6 +67,7 @@ const TASK_KEYS: &[&str] = &[
     "checkpoint_max_file_bytes",
     "rollback_on_retry",
     "accept_partial",
+    "containment",
     "allowed_paths",
     "depends_on",
     "command",
@@ -95,6 +98,9 @@ const ROLLBACKS: [RollbackOnRetry; 3] = [
     RollbackOnRetry::Always,
     RollbackOnRetry::Never,
 ];
+const CONTAINMENT_NAMES: &[&str] = &["strict", "off", "required"];
+const CONTAINMENTS: [Containment; 3] =
+    [Containment::Strict, Containment::Off, Containment::Required];
 const DISCLOSE_NAMES: &[&str] = &["output", "verdict"];
 const DISCLOSES: [Disclose; 2] = [Disclose::Output, Disclose::Verdict];
 
@@ -129,6 +135,7 @@ struct Settings {
     read_only: Option<bool>,
     checkpoint_max_file_bytes: Option<u64>,
     rollback_on_retry: Option<RollbackOnRetry>,
+    containment: Option<Containment>,
 }
 
 /// A `depends_on` entry, kept with its position until every id is known.
@@ -329,6 +336,11 @@ impl Reader<'_> {
             settings.rollback_on_retry =
                 Some(self.choice(node, &path, "rollback_on_retry", ROLLBACK_NAMES, &ROLLBACKS)?);
         }
+        if let Some(node) = fields.get("containment") {
+            let path = fields.path_of("containment");
+            settings.containment =
+                Some(self.choice(node, &path, "containment", CONTAINMENT_NAMES, &CONTAINMENTS)?);
+        }
         Ok(settings)
     }
 
@@ -509,6 +521,10 @@ impl Reader<'_> {
                 .rollback_on_retry
                 .or(defaults.rollback_on_retry)
                 .unwrap_or(RollbackOnRetry::Auto),
+            containment: settings
+                .containment
+                .or(defaults.containment)
+                .unwrap_or(Containment::Strict),
             depends_on: dependencies
                 .iter()
                 .map(|dependency| dependency.id.clone())
@@ -864,6 +880,8 @@ mod tests {
         assert_eq!(policies, RETRY_POLICY_NAMES);
         let sandboxes: Vec<_> = SANDBOXES.iter().map(|sandbox| sandbox.as_str()).collect();
         assert_eq!(sandboxes, SANDBOX_NAMES);
+        let containments: Vec<_> = CONTAINMENTS.iter().map(|mode| mode.as_str()).collect();
+        assert_eq!(containments, CONTAINMENT_NAMES);
         let discloses: Vec<_> = DISCLOSES.iter().map(|disclose| disclose.as_str()).collect();
         assert_eq!(discloses, DISCLOSE_NAMES);
     }

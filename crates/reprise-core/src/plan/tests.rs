@@ -206,6 +206,8 @@ fn plan_builtin_defaults_apply_without_a_defaults_section() {
     assert!(!task.agent_restart_between_retries);
     assert_eq!(task.budget_micro_usd, None);
     assert_eq!(task.sandbox, Sandbox::Worktree);
+    assert_eq!(task.containment, Containment::Strict);
+    assert!(task.allowed_paths.is_empty());
     assert!(task.depends_on.is_empty());
     assert!(task.gates.is_empty());
     assert_eq!(
@@ -312,7 +314,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment)",
         ),
         bad(
             "id in defaults",
@@ -1062,4 +1064,24 @@ fn only_cold_retries_roll_back_unless_the_plan_says_otherwise() {
     ] {
         assert_eq!(policy.rolls_back(cold), expected, "{policy:?} cold={cold}");
     }
+}
+
+#[test]
+fn containment_comes_from_the_task_then_defaults_then_strict() {
+    let text = "version: 1\nname: c\ndefaults: { agent: sim, containment: off }\ntasks:\n  - id: a\n    prompt: p\n  - id: b\n    prompt: p\n    containment: required\n    allowed_paths: [/tmp/cache, build-cache]\n";
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    assert_eq!(plan.tasks()[0].containment, Containment::Off);
+    assert!(!plan.tasks()[0].containment.confines());
+    assert_eq!(plan.tasks()[1].containment, Containment::Required);
+    assert_eq!(plan.tasks()[1].allowed_paths, ["/tmp/cache", "build-cache"]);
+    let bad = parse_plan(
+        "version: 1\nname: c\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n    containment: loose\n",
+        "plan.yaml",
+    )
+    .unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("unknown containment \"loose\" (expected one of strict, off, required)"),
+        "{bad}"
+    );
 }
