@@ -102,6 +102,16 @@ impl Adapter for ClaudeAdapter {
     /// hash suffix; for those the directory is discovered (one whose name
     /// starts with the first 200 characters and holds the transcript), and
     /// `None` is returned if there is none.
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
+        crate::home::state_paths(
+            config_home,
+            "CLAUDE_CONFIG_DIR",
+            home,
+            ".claude",
+            &[".claude.json", ".claude.json.backup"],
+        )
+    }
+
     fn transcript_path(
         &self,
         session_id: &str,

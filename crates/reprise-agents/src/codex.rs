@@ -74,6 +74,10 @@ impl Adapter for CodexAdapter {
     /// `$HOME/.codex`, and the date is the session's start, which only the
     /// file system knows. `None` when no such file exists (rollouts are keyed
     /// by id, not cwd).
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
+        crate::home::state_paths(config_home, "CODEX_HOME", home, ".codex", &[])
+    }
+
     fn transcript_path(
         &self,
         session_id: &str,

@@ -95,7 +95,13 @@ impl Adapter for CommandAdapter {
             return report;
         }
         let invocation = invocation(request, program, &self.argv[1..]);
-        let finished = match run_process(&invocation, &request.cwd, request.timeout, cancel) {
+        let finished = match run_process(
+            &invocation,
+            &request.cwd,
+            request.timeout,
+            cancel,
+            request.supervision.as_ref(),
+        ) {
             Ok(finished) => finished,
             Err(error) => {
                 report.outcome = infra(

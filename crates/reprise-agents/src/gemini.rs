@@ -99,6 +99,10 @@ impl Adapter for GeminiAdapter {
     /// `$HOME`. The project directory is a per-cwd name the CLI assigns (in
     /// `.gemini/projects.json`), so every project is searched. `None` when no
     /// chat file names the session.
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
+        crate::home::state_paths(config_home, "GEMINI_CLI_HOME", home, ".gemini", &[])
+    }
+
     fn transcript_path(
         &self,
         session_id: &str,

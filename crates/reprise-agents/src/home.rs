@@ -34,3 +34,38 @@ pub(crate) fn config_root(
         home.join(home_dir)
     })
 }
+
+/// A CLI's state paths for the sandbox: its config root (`config_home`,
+/// else `$<env_var>`, else `<home>/<home_dir>`) and the files beside it in
+/// `home` that it also keeps (`extra_files`, when they exist).
+pub(crate) fn state_paths(
+    config_home: Option<&std::path::Path>,
+    env_var: &str,
+    home: Option<&std::path::Path>,
+    home_dir: &str,
+    extra_files: &[&str],
+) -> Vec<PathBuf> {
+    let home = home
+        .map(std::path::Path::to_path_buf)
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+    let root = config_home
+        .map(std::path::Path::to_path_buf)
+        .or_else(|| {
+            std::env::var_os(env_var)
+                .filter(|value| !value.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| home.as_ref().map(|home| home.join(home_dir)));
+    let mut paths: Vec<PathBuf> = root.into_iter().collect();
+    if config_home.is_none()
+        && let Some(home) = &home
+    {
+        paths.extend(
+            extra_files
+                .iter()
+                .map(|file| home.join(file))
+                .filter(|path| path.exists()),
+        );
+    }
+    paths
+}

@@ -22,6 +22,7 @@ mod outcome;
 mod process;
 mod request;
 mod sim;
+pub mod supervise;
 
 pub use claude::ClaudeAdapter;
 pub use codex::CodexAdapter;
@@ -30,3 +31,4 @@ pub use gemini::GeminiAdapter;
 pub use outcome::{AttemptOutcome, AttemptReport, InfraKind};
 pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};
+pub use supervise::{SandboxRules, Supervision};

@@ -25,6 +25,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, wa
 
 use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, enforce_budget, infra};
 use crate::request::{AttemptRequest, CancelToken};
+use crate::supervise::{Supervision, record_finished, record_started, supervisor_args};
 
 /// How much of each output stream is kept; the rest is counted, not stored.
 pub(crate) const OUTPUT_CAP_BYTES: usize = 16 << 20;
@@ -113,11 +114,45 @@ pub(crate) fn run_process(
     cwd: &Path,
     timeout: Duration,
     cancel: &CancelToken,
+    supervision: Option<&Supervision>,
 ) -> io::Result<Finished> {
     let started = Instant::now();
-    let mut command = Command::new(&invocation.program);
+    let mut command = match supervision {
+        Some(supervision) => {
+            // The supervisor would only fail later, inside the attempt: a
+            // program that cannot be found is a spawn error, as it is without it.
+            let path_var = child_path_var(&invocation.env);
+            if find_executable(&invocation.program, cwd, path_var.as_deref()).is_none() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "'{}' is not an executable file",
+                        invocation.program.display()
+                    ),
+                ));
+            }
+            let mut command = Command::new(&supervision.supervisor);
+            command.args(supervisor_args(
+                supervision,
+                &invocation.program,
+                &invocation.args,
+            ));
+            command
+        }
+        None => {
+            let mut command = Command::new(&invocation.program);
+            command.args(&invocation.args);
+            command
+        }
+    };
+    // Nothing of reprise's own configuration reaches the child (the audit
+    // key's path least of all); what is meant for it is in `invocation.env`.
+    for (key, _) in std::env::vars_os() {
+        if key.as_encoded_bytes().starts_with(b"REPRISE_") {
+            command.env_remove(key);
+        }
+    }
     command
-        .args(&invocation.args)
         .envs(invocation.env.iter().map(|(key, value)| (key, value)))
         .current_dir(cwd)
         .stdin(match invocation.stdin {
@@ -129,6 +164,15 @@ pub(crate) fn run_process(
         .process_group(0);
     let mut child = command.spawn()?;
     let pid = Pid::from_child(&child);
+    let records = supervision.and_then(|supervision| supervision.records.as_deref());
+    if let Some(records) = records
+        && let Err(error) = record_started(records, pid)
+    {
+        // Unrecorded, a dead reprise could leave it running: not started.
+        let _ = kill_process_group(pid, Signal::KILL);
+        let _ = child.wait();
+        return Err(error);
+    }
 
     // Written on its own thread: a child that does not read stdin must not
     // block the driver. The thread ends when the pipe's reader is gone.
@@ -178,6 +222,9 @@ pub(crate) fn run_process(
             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
         Err(_) => -1,
     };
+    if let Some(records) = records {
+        record_finished(records, pid);
+    }
     let elapsed = started.elapsed();
 
     let drain_over = Instant::now() + DRAIN_GRACE;
@@ -355,11 +402,12 @@ impl VersionCache {
         env: &[(String, String)],
         cwd: &Path,
         cancel: &CancelToken,
+        supervision: Option<&Supervision>,
     ) -> Option<String> {
         if let Some(known) = self.lock().get(program) {
             return known.clone();
         }
-        let probed = probe_version(program, env, cwd, cancel);
+        let probed = probe_version(program, env, cwd, cancel, supervision);
         if !cancel.is_cancelled() {
             self.lock().insert(program.to_path_buf(), probed.clone());
         }
@@ -376,6 +424,7 @@ fn probe_version(
     env: &[(String, String)],
     cwd: &Path,
     cancel: &CancelToken,
+    supervision: Option<&Supervision>,
 ) -> Option<String> {
     let invocation = Invocation {
         program: program.to_path_buf(),
@@ -385,7 +434,7 @@ fn probe_version(
         prompt_arg: None,
         session_id: None,
     };
-    let finished = run_process(&invocation, cwd, VERSION_TIMEOUT, cancel).ok()?;
+    let finished = run_process(&invocation, cwd, VERSION_TIMEOUT, cancel, supervision).ok()?;
     if finished.end != End::Exited || finished.exit_code != 0 {
         return None;
     }
@@ -473,9 +522,21 @@ pub(crate) fn run_cli(
         report.outcome = outcome;
         return report;
     }
-    report.cli_version =
-        versions.version(&invocation.program, &invocation.env, &request.cwd, cancel);
-    let finished = match run_process(&invocation, &request.cwd, request.timeout, cancel) {
+    let supervision = request.supervision.as_ref();
+    report.cli_version = versions.version(
+        &invocation.program,
+        &invocation.env,
+        &request.cwd,
+        cancel,
+        supervision,
+    );
+    let finished = match run_process(
+        &invocation,
+        &request.cwd,
+        request.timeout,
+        cancel,
+        supervision,
+    ) {
         Ok(finished) => finished,
         Err(error) => {
             report.outcome = infra(
@@ -568,6 +629,7 @@ pub(crate) mod tests {
             Path::new("/"),
             timeout,
             &CancelToken::new(),
+            None,
         )
         .expect("spawn /bin/sh")
     }
@@ -671,6 +733,7 @@ pub(crate) mod tests {
             Path::new("/"),
             Duration::from_secs(120),
             &cancel,
+            None,
         )
         .expect("spawn");
         canceller.join().expect("canceller");
@@ -689,6 +752,7 @@ pub(crate) mod tests {
             Path::new("/"),
             Duration::from_secs(30),
             &CancelToken::new(),
+            None,
         )
         .expect("spawn");
         assert_eq!(finished.stdout, b"hello\nworld");
@@ -704,6 +768,7 @@ pub(crate) mod tests {
             Path::new("/"),
             Duration::from_secs(30),
             &CancelToken::new(),
+            None,
         )
         .expect("spawn");
         assert_eq!(finished.end, End::Exited);
@@ -732,7 +797,8 @@ pub(crate) mod tests {
                 &invocation,
                 Path::new("/"),
                 Duration::from_secs(5),
-                &CancelToken::new()
+                &CancelToken::new(),
+                None,
             )
             .is_err()
         );
@@ -834,13 +900,13 @@ pub(crate) mod tests {
         let cancel = CancelToken::new();
         for _ in 0..3 {
             assert_eq!(
-                cache.version(&bin, &[], dir.path(), &cancel),
+                cache.version(&bin, &[], dir.path(), &cancel, None),
                 Some("fake 1.2.3".into())
             );
         }
         assert_eq!(std::fs::read_to_string(&counter).expect("count"), "probe\n");
         assert_eq!(
-            cache.version(Path::new("/bin/false"), &[], dir.path(), &cancel),
+            cache.version(Path::new("/bin/false"), &[], dir.path(), &cancel, None),
             None
         );
     }

@@ -15,6 +15,7 @@ use reprise_core::TaskId;
 use reprise_core::retry::ResumeStrategy;
 
 use crate::outcome::AttemptReport;
+use crate::supervise::Supervision;
 
 /// How this attempt talks to the agent's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +62,9 @@ pub struct AttemptRequest {
     /// Spend beyond this stops the attempt (the sim, and CLIs that report
     /// cost).
     pub budget_micro_usd: Option<u64>,
+    /// How the process is supervised and contained; `None` runs it directly
+    /// (in its own process group, without a sandbox: library tests only).
+    pub supervision: Option<Supervision>,
 }
 
 /// Shared cancellation flag (Ctrl-C); cheap to clone, all clones see one flag.
@@ -109,6 +113,14 @@ pub trait Adapter: Send + Sync + fmt::Debug {
         cwd: &Path,
         config_home: Option<&Path>,
     ) -> Option<PathBuf>;
+
+    /// Where the CLI writes its own state (config home, session store), so
+    /// the sandbox lets it: `config_home` if given, else the CLI's default
+    /// under `home` (the child's `$HOME`).
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
+        let _ = (config_home, home);
+        Vec::new()
+    }
 }
 
 /// The request with every session id the CLI lets us choose filled in with a
@@ -154,6 +166,7 @@ pub(crate) mod tests {
             bin: None,
             config_home: None,
             budget_micro_usd: None,
+            supervision: None,
         }
     }
 

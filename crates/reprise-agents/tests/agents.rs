@@ -51,6 +51,7 @@ impl World {
             bin: None,
             config_home: None,
             budget_micro_usd: None,
+            supervision: None,
         }
     }
 

@@ -13,21 +13,56 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
+use reprise_agents::supervise;
 
 use crate::cli::Cli;
 use crate::error::CliError;
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
+    // The hidden subcommands that supervise and contain each agent and gate
+    // process (reprise_agents::supervise): not for users, never in --help.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match args.get(1).and_then(|arg| arg.to_str()) {
+        Some(supervise::SUPERVISE_COMMAND) => {
+            return match supervise::supervise_main(&args[2..]) {
+                Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                Err(err) => hop_failed(&err),
+            };
+        }
+        Some(supervise::CONTAIN_COMMAND) => {
+            return hop_failed(&supervise::contain_main(&args[2..]));
+        }
+        _ => {}
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
     let settings = Settings::from_env(&cli.global, |name| std::env::var(name).ok());
-    match commands::run(cli.command, &settings) {
+    let result = commands::run(cli.command, &settings);
+    // A run stopped by SIGINT, SIGTERM or SIGHUP exits as the shell would
+    // report the signal: 130, 143, 129.
+    if let Some(signal) = commands::stopped_by() {
+        if let Err(err) = &result {
+            report(err);
+        }
+        return ExitCode::from(u8::try_from(128 + signal).unwrap_or(1));
+    }
+    match result {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         Err(err) => report(&err),
     }
+}
+
+/// A supervisor or containment hop that could not run the program: one
+/// line on the attempt's stderr and the shell's exit codes (127: not found,
+/// 126: could not run).
+fn hop_failed(err: &supervise::SuperviseError) -> ExitCode {
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "reprise: {err}");
+    let not_found = matches!(err, supervise::SuperviseError::Exec { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+    ExitCode::from(if not_found { 127 } else { 126 })
 }
 
 /// Prints clap's help and version as clap does; reduces its errors to one

@@ -40,11 +40,16 @@ impl Settings {
     }
 
     /// The existing state directory this invocation works on.
+    ///
+    /// Opening it first stops what a dead run left running: supervisors
+    /// recorded by a reprise that is gone (`reprise_agents::supervise`).
     pub(crate) fn state(&self) -> Result<StateDir, CliError> {
-        Ok(match &self.state_dir {
+        let state = match &self.state_dir {
             Some(dir) => StateDir::open(dir)?,
             None => StateDir::discover(&self.cwd)?,
-        })
+        };
+        reprise_agents::supervise::reap_leftovers(&state.supervision_dir());
+        Ok(state)
     }
 
     /// Where `init` creates the state directory.

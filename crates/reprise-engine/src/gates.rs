@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use reprise_agents::{
-    Adapter, AttemptOutcome, AttemptRequest, CancelToken, CommandAdapter, SessionMode,
+    Adapter, AttemptOutcome, AttemptRequest, CancelToken, CommandAdapter, SessionMode, Supervision,
 };
 use reprise_core::TaskId;
 use reprise_core::plan::{Gate, GateCheck};
@@ -24,6 +24,8 @@ pub(crate) struct GateRun<'a> {
     pub(crate) cancel: &'a CancelToken,
     /// Extra environment for gate commands.
     pub(crate) env: &'a [(String, String)],
+    /// How gate commands are supervised and contained.
+    pub(crate) supervision: Option<&'a Supervision>,
 }
 
 impl GateRun<'_> {
@@ -83,7 +85,11 @@ impl GateRun<'_> {
                     bin: None,
                     config_home: None,
                     budget_micro_usd: None,
+                    supervision: self.supervision.cloned(),
                 };
+                let contained = self
+                    .supervision
+                    .is_some_and(|supervision| supervision.sandbox.is_some());
                 match shell.run(&request, self.cancel).outcome {
                     // 126 and 127: the command was not executable or not
                     // found. The gate said nothing about the work.
@@ -93,6 +99,11 @@ impl GateRun<'_> {
                         verdict(false, true, Some(exit_code), reply)
                     }
                     AttemptOutcome::Replied { exit_code, reply } => {
+                        let reply = if exit_code != 0 && contained {
+                            with_denial_hint(reply)
+                        } else {
+                            reply
+                        };
                         verdict(exit_code == 0, false, Some(exit_code), reply)
                     }
                     // Stopped midway (its timeout): it may have left the tree
@@ -109,6 +120,38 @@ impl GateRun<'_> {
             }
         }
     }
+}
+
+/// What a failed, contained gate's output gains when it reads like a denied
+/// write: where the fix goes.
+pub(crate) const DENIAL_HINT: &str = "reprise: this gate runs contained: it may write only in the worktree and its TMPDIR; add a path it must write elsewhere (a cache, say) to the task's allowed_paths";
+
+fn with_denial_hint(output: String) -> String {
+    if denied_lines(&output).is_empty() {
+        return output;
+    }
+    let sep = if output.is_empty() || output.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    format!("{output}{sep}{DENIAL_HINT}\n")
+}
+
+/// The lines of `output` that report a permission error, as a contained
+/// process sees a denied access (at most 10).
+pub(crate) fn denied_lines(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .filter(|line| {
+            line.contains("Permission denied")
+                || line.contains("Operation not permitted")
+                || line.contains("EACCES")
+                || line.contains("EPERM")
+        })
+        .take(10)
+        .map(|line| crate::task::clip(line, 300))
+        .collect()
 }
 
 /// The gate's command with `{{ level }}` (or `{{level}}`) replaced.

@@ -31,7 +31,7 @@ pub use delivery::{
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink};
 pub use records::{DecisionRow, read_decisions};
-pub use run::{AgentSetup, RunOptions, load_plan, lock_tasks, new_run_id, run_plan};
+pub use run::{AgentSetup, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id, run_plan};
 pub use sandbox::{TaskOutput, Workspace, result_branch};
 pub use state::{
     AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, latest_run, load_run,

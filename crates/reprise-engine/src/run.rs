@@ -48,6 +48,22 @@ pub struct RunOptions {
     pub key: AuditKey,
     /// Snapshot the project's uncommitted changes into the run's base.
     pub include_uncommitted: bool,
+    /// How agent and gate processes are supervised and contained; `None`
+    /// starts them directly (library tests that have no reprise binary).
+    pub supervisor: Option<Supervisor>,
+}
+
+/// What the engine needs to supervise and contain each attempt's processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervisor {
+    /// The reprise binary, which runs the hidden supervisor subcommands.
+    pub program: PathBuf,
+    /// The audit key: its directory is hidden from every contained process.
+    pub key_path: Option<PathBuf>,
+    /// Whether the kernel enforces Landlock (probed once by the caller).
+    pub landlock: bool,
+    /// Whether children get a parent-death signal.
+    pub parent_death: bool,
 }
 
 /// Extra environment and a config home for one task's agent process, as
@@ -294,6 +310,15 @@ pub fn run_plan(
     sink.event(&Event::Workspace {
         workspace: workspace.clone(),
     });
+    if let Some(supervisor) = &options.supervisor
+        && !supervisor.landlock
+        && order.iter().any(|task| task.containment.confines())
+    {
+        sink.event(&Event::Warning {
+            task: None,
+            message: "this kernel has no Landlock: agents and gates run NOT contained (they can read the audit key and write anywhere you can); set containment: required to refuse such runs".to_owned(),
+        });
+    }
     for (task, message) in warnings {
         sink.event(&Event::Warning {
             task: Some(task),
@@ -452,6 +477,7 @@ pub fn run_plan(
                     .unwrap_or_default();
                 let project = options.project.as_path();
                 let run_id = options.run_id.as_str();
+                let supervisor = options.supervisor.as_ref();
                 scope.spawn(move || {
                     let result = TaskRun {
                         state,
@@ -470,6 +496,7 @@ pub fn run_plan(
                         budget,
                         carried: carried_reply,
                         cancel,
+                        supervisor,
                         events: sender.clone(),
                     }
                     .execute();

@@ -384,3 +384,33 @@ pub(crate) fn commit_result(
         files_changed,
     })
 }
+
+/// What of the main repository an agent needs to write for `git add` and
+/// `git commit` in its worktree `cwd`: the worktree's own admin directory
+/// (`.git/worktrees/<name>`: index, HEAD), the object store, and the refs and
+/// reflogs under `reprise/` (its branch). Not the hooks, the config, other
+/// branches or the main HEAD. Empty when `cwd` is not a linked worktree.
+pub(crate) fn git_writable(cwd: &Path) -> Vec<PathBuf> {
+    let Ok(link) = std::fs::read_to_string(cwd.join(".git")) else {
+        return Vec::new();
+    };
+    let Some(admin) = link.trim().strip_prefix("gitdir:").map(str::trim) else {
+        return Vec::new();
+    };
+    let admin = cwd.join(admin);
+    let common = std::fs::read_to_string(admin.join("commondir"))
+        .map(|dir| admin.join(dir.trim()))
+        .unwrap_or_else(|_| admin.join("../.."));
+    let Ok(common) = common.canonicalize() else {
+        return Vec::new();
+    };
+    [
+        admin.clone(),
+        common.join("objects"),
+        common.join("refs/heads/reprise"),
+        common.join("logs/refs/heads/reprise"),
+    ]
+    .into_iter()
+    .filter(|path| path.exists())
+    .collect()
+}

@@ -9,7 +9,8 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use reprise_agents::{
-    Adapter, AttemptOutcome, AttemptReport, AttemptRequest, CancelToken, InfraKind, SessionMode,
+    Adapter, AttemptOutcome, AttemptReport, AttemptRequest, CancelToken, InfraKind, SandboxRules,
+    SessionMode, Supervision,
 };
 use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
 use reprise_core::digest::AuditKey;
@@ -37,7 +38,7 @@ use crate::events::{Event, Message};
 use crate::gates::GateRun;
 use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
 use crate::recovery;
-use crate::run::AgentSetup;
+use crate::run::{AgentSetup, Supervisor};
 use crate::sandbox::{self, Provenance, TaskOutput, Workspace};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 use reprise_core::digest::Digest;
@@ -76,6 +77,8 @@ pub(crate) struct TaskRun<'a> {
     /// each task consumes its own copy.
     pub(crate) budget: Option<(&'a BudgetSpec, &'a [CriterionLadder])>,
     pub(crate) cancel: &'a CancelToken,
+    /// How processes are supervised and contained, if they are.
+    pub(crate) supervisor: Option<&'a Supervisor>,
     pub(crate) events: Sender<Message>,
 }
 
@@ -131,6 +134,61 @@ impl TaskRun<'_> {
             result.reason = Some(err.to_string());
         }
         result
+    }
+
+    /// How this task's processes run: supervised always (when the run has a
+    /// supervisor), and contained unless the plan says `containment: off` or
+    /// the kernel has no Landlock. The agent may also write its CLI's state;
+    /// a gate may not.
+    fn supervision(&self, cwd: &Path, tmp: &Path, agent: bool) -> Option<Supervision> {
+        let supervisor = self.supervisor?;
+        let sandbox = (self.task.containment.confines() && supervisor.landlock).then(|| {
+            let mut writable = vec![cwd.to_path_buf(), tmp.to_path_buf()];
+            writable.extend(sandbox::git_writable(cwd));
+            writable.extend(
+                self.task
+                    .allowed_paths
+                    .iter()
+                    .map(|path| self.project.join(path)),
+            );
+            if agent {
+                // A home the caller made for this task (rehearsal) is the agent's.
+                let home = self
+                    .setup
+                    .env
+                    .iter()
+                    .rev()
+                    .find(|(key, _)| key == "HOME")
+                    .map(|(_, value)| PathBuf::from(value));
+                writable.extend(home.clone());
+                writable.extend(
+                    self.adapter
+                        .state_paths(self.setup.config_home.as_deref(), home.as_deref()),
+                );
+            }
+            let mut hidden = vec![self.state.root().to_path_buf()];
+            if let Some(dir) = supervisor.key_path.as_deref().and_then(Path::parent) {
+                hidden.push(dir.to_path_buf());
+            }
+            SandboxRules { writable, hidden }
+        });
+        Some(Supervision {
+            supervisor: supervisor.program.clone(),
+            sandbox,
+            records: Some(self.state.supervision_dir()),
+            parent_death: supervisor.parent_death,
+        })
+    }
+
+    /// What the journal says of the attempt's containment: the plan's mode,
+    /// whether a sandbox was applied, and the lines of the reply that report
+    /// a denied access.
+    fn containment_body(&self, report: &AttemptReport, sandboxed: bool) -> Value {
+        let denied = match &report.outcome {
+            AttemptOutcome::Replied { reply, .. } if sandboxed => crate::gates::denied_lines(reply),
+            _ => Vec::new(),
+        };
+        json!({"mode": self.task.containment.as_str(), "sandboxed": sandboxed, "denied": denied})
     }
 
     fn emit(&self, event: Event) {
@@ -244,9 +302,18 @@ impl TaskRun<'_> {
                 &json!({"run_id": self.run_id, "attempt": attempt, "mode": next.mode, "session": session_json(&next.session)}),
             )?;
             let started = Instant::now();
+            // A TMPDIR of the attempt's own, inside what the sandbox lets it write.
+            let tmp = self.state.attempt_tmp_dir(self.run_id, &task.id, attempt);
+            let _ = fs::create_dir_all(&tmp);
+            let mut attempt_env = env.clone();
+            attempt_env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
             let remaining = self
                 .envelope_micro_usd
                 .map(|envelope| envelope.saturating_sub(result.spent_micro_usd));
+            let attempt_supervision = self.supervision(&cwd, &tmp, true);
+            let attempt_supervision_sandboxed = attempt_supervision
+                .as_ref()
+                .is_some_and(|supervision| supervision.sandbox.is_some());
             let report = self.adapter.run(
                 &AttemptRequest {
                     task_id: task.id.clone(),
@@ -255,10 +322,11 @@ impl TaskRun<'_> {
                     session: next.session.clone(),
                     cwd: cwd.clone(),
                     timeout: task.timeout,
-                    env: env.clone(),
+                    env: attempt_env.clone(),
                     bin: self.bin.clone(),
                     config_home: self.setup.config_home.clone(),
                     budget_micro_usd: remaining,
+                    supervision: attempt_supervision.clone(),
                 },
                 self.cancel,
             );
@@ -285,6 +353,7 @@ impl TaskRun<'_> {
                     record: Box::new(second),
                 });
                 next = self.cold(attempt, previous.as_ref());
+                let _ = fs::remove_dir_all(&tmp);
                 continue;
             }
             last_decision = None;
@@ -303,16 +372,19 @@ impl TaskRun<'_> {
                 Some(budget) => budget.level(criterion),
                 None => self.budget_free_level(criterion),
             };
+            let gate_supervision = self.supervision(&cwd, &tmp, false);
             let gate_run = GateRun {
                 task: &task.id,
                 attempt,
                 cwd: &cwd,
                 reply: "",
                 cancel: self.cancel,
-                env: &env,
+                env: &attempt_env,
+                supervision: gate_supervision.as_ref(),
             };
             let (summary, classified) =
                 self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
+            let _ = fs::remove_dir_all(&tmp);
             let judged_now = Previous::of(task, &summary, &report);
             self.keep_or_drop_reply(&summary, &judged_now);
             previous = Some(judged_now);
@@ -325,7 +397,12 @@ impl TaskRun<'_> {
                 .append(
                     "attempt.finished",
                     &now_rfc3339(),
-                    &attempt_body(self.run_id, &summary, &report),
+                    &attempt_body(
+                        self.run_id,
+                        &summary,
+                        &report,
+                        self.containment_body(&report, attempt_supervision_sandboxed),
+                    ),
                 )
                 .map(Some)?;
             self.emit(Event::AttemptFinished {
@@ -1059,8 +1136,23 @@ fn session_json(session: &SessionMode) -> Value {
     }
 }
 
-fn attempt_body(run_id: &str, summary: &AttemptSummary, report: &AttemptReport) -> Value {
+/// `text` cut to at most `max` bytes at a character boundary.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+fn attempt_body(
+    run_id: &str,
+    summary: &AttemptSummary,
+    report: &AttemptReport,
+    containment: Value,
+) -> Value {
     json!({
+        "containment": containment,
         "run_id": run_id,
         "attempt": summary.n,
         "mode": summary.mode,

@@ -150,6 +150,7 @@ impl World {
                 agent_setup: Default::default(),
                 key: self.fixture.key.clone(),
                 include_uncommitted: false,
+                supervisor: None,
             },
             &CancelToken::new(),
             &mut recorder,

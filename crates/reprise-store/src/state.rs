@@ -227,6 +227,20 @@ impl StateDir {
         self.root.join("sessions").join(adapter)
     }
 
+    /// `supervised/`: one record per running attempt supervisor, so the next
+    /// command can stop what a dead run left.
+    pub fn supervision_dir(&self) -> PathBuf {
+        self.root.join("supervised")
+    }
+
+    /// `tmp/<run>/<task>-<attempt>/`: the attempt's `TMPDIR`, removed after it.
+    pub fn attempt_tmp_dir(&self, run_id: &str, task: &TaskId, attempt: u32) -> PathBuf {
+        self.root
+            .join("tmp")
+            .join(run_id)
+            .join(format!("{}-{attempt}", task.as_str()))
+    }
+
     /// `sim/`: the built-in sim agent's own session store.
     pub fn sim_store(&self) -> PathBuf {
         self.root.join("sim")

@@ -23,6 +23,8 @@ use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
+pub(crate) use run::stopped_by;
+
 pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
     let outcome = match command {
         Command::Init => init::run(settings)?,

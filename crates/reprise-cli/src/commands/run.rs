@@ -11,10 +11,12 @@ use reprise_agents::CancelToken;
 use reprise_core::TaskId;
 use reprise_core::budget::BudgetSpec;
 use reprise_core::digest::AuditKey;
-use reprise_core::plan::Plan;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use reprise_core::plan::{Containment, Plan};
 use reprise_engine::{
-    AgentSetup, Event, EventSink, RunOptions, RunState, Workspace, load_plan, lock_tasks,
-    new_run_id, resolve_budget, run_plan,
+    AgentSetup, Event, EventSink, RunOptions, RunState, Supervisor, Workspace, load_plan,
+    lock_tasks, new_run_id, resolve_budget, run_plan,
 };
 use reprise_store::audit::{AuditLog, migrate_state_dir};
 use reprise_store::key::{check_key, load_key, load_or_create_key};
@@ -209,6 +211,7 @@ pub(crate) fn prepare_checked(
     };
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    check_containment(&plan)?;
     check(&plan)?;
     // So does a retry budget that the plan's gates cannot honour.
     let retry_budget =
@@ -300,10 +303,10 @@ pub(crate) fn execute(
     let _held = lock_tasks(&state, &plan, prior.as_ref(), &run_id)
         .map_err(|err| CliError::usage(err.to_string()))?;
     let cancel = CancelToken::new();
-    let handler_token = cancel.clone();
-    // A second Ctrl-C while tasks wind down does nothing more: children are
-    // being reaped and the state written.
-    let _ = ctrlc::set_handler(move || handler_token.cancel());
+    watch_stop_signals(&cancel)?;
+    // Orphans among the agents' descendants come to reprise, not init: a
+    // supervisor that dies before its sweep leaves nothing behind.
+    let _ = reprise_agents::supervise::become_subreaper();
     let options = RunOptions {
         run_id,
         plan_path,
@@ -314,16 +317,90 @@ pub(crate) fn execute(
         agent_setup,
         key,
         include_uncommitted,
+        supervisor: Some(supervisor(settings)),
     };
-    if settings.json {
+    let ran = if settings.json {
         run_plan(&state, &plan, options, &cancel, &mut Quiet)
     } else {
         run_plan(&state, &plan, options, &cancel, &mut LivePrinter)
-    }
-    .map_err(|err| CliError {
+    };
+    reprise_agents::supervise::reap_adopted();
+    ran.map_err(|err| CliError {
         message: err.to_string(),
         code: crate::error::EXIT_FAILED,
     })
+}
+
+/// The signal that stopped the run (SIGINT, SIGTERM or SIGHUP), 0 if none.
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// The signal that stopped this run, if one did: the process then exits
+/// with 128 + its number (130, 143, 129).
+pub(crate) fn stopped_by() -> Option<i32> {
+    match STOPPED_BY.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP all stop a run the same way: every task is
+/// cancelled, its agents and gates are killed and reaped, journals sealed
+/// and the run state written. A second signal while that happens does
+/// nothing more.
+fn watch_stop_signals(cancel: &CancelToken) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|err| CliError::usage(format!("cannot watch for stop signals: {err}")))?;
+    let token = cancel.clone();
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            let _ = STOPPED_BY.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+            token.cancel();
+        }
+    });
+    Ok(())
+}
+
+/// Whether this kernel enforces Landlock. Debug builds let tests pretend it
+/// does not (`REPRISE_TEST_NO_LANDLOCK=1`).
+pub(crate) fn landlock_available() -> bool {
+    if cfg!(debug_assertions) && std::env::var_os("REPRISE_TEST_NO_LANDLOCK").is_some() {
+        return false;
+    }
+    reprise_agents::supervise::landlock_available()
+}
+
+/// How this run supervises its agents: through this very binary. Debug
+/// builds let tests turn the parent-death signal off
+/// (`REPRISE_TEST_NO_PARENT_DEATH=1`) to show the records alone clean up.
+fn supervisor(settings: &Settings) -> Supervisor {
+    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    Supervisor {
+        program,
+        key_path: settings.key_path().ok().map(Path::to_path_buf),
+        landlock: landlock_available(),
+        parent_death: !(cfg!(debug_assertions)
+            && std::env::var_os("REPRISE_TEST_NO_PARENT_DEATH").is_some()),
+    }
+}
+
+/// Refuses, before anything is written, a plan with a task that requires
+/// containment on a kernel without Landlock.
+fn check_containment(plan: &Plan) -> Result<(), CliError> {
+    let Some(task) = plan
+        .tasks()
+        .iter()
+        .find(|task| task.containment == Containment::Required)
+    else {
+        return Ok(());
+    };
+    if landlock_available() {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "task {} has containment: required but this kernel has no Landlock; run it on a kernel with Landlock, or set containment: strict to run uncontained with a warning",
+        task.id
+    )))
 }
 
 /// `{"run_id","ok","tasks":[{"task_id","state","attempts":[{"n","mode","session_id","outcome","judged"}]}]}`

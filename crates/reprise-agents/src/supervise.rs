@@ -1,0 +1,745 @@
+//! Supervision and containment of every agent and gate process.
+//!
+//! The agent is the untrusted party: it runs commands a model chose, as the
+//! same user as reprise. So no child is started directly. The driver starts
+//! the reprise binary itself as a small per-attempt *supervisor*
+//! (`reprise __supervise`), which
+//!
+//! - takes a parent-death signal (SIGTERM) from the driver's thread, so a
+//!   `kill -9` of reprise still ends the attempt (the signal fires when the
+//!   spawning *thread* exits: the driver's thread lives until the attempt is
+//!   reaped, so that is the same moment);
+//! - makes itself a child subreaper, so everything the agent starts, a
+//!   `setsid` daemon included, stays its descendant, and kills all of it when
+//!   the agent exits or when it is told to stop (SIGTERM, SIGINT, SIGHUP);
+//! - starts the program through a second hop of the same binary
+//!   (`reprise __contain`), which takes a parent-death signal (SIGKILL) from
+//!   the supervisor, applies the Landlock ruleset to itself and execs the
+//!   program. The ruleset also scopes signals, so the contained agent cannot
+//!   signal its supervisor or reprise.
+//!
+//! Why a re-exec and not `pre_exec`: the workspace forbids unsafe code, and a
+//! `pre_exec` closure is unsafe for a good reason: between fork and exec in a
+//! multi-threaded process only async-signal-safe calls are allowed, and
+//! building a ruleset allocates and opens files. The extra exec costs about a
+//! millisecond per attempt (scripts/bench-containment measures it).
+//!
+//! The driver records each supervisor's pid (its process group id) and start
+//! time under the state directory before it waits on it; the next reprise
+//! command that opens the state directory stops what a dead run left
+//! ([`reap_leftovers`]), checking the start time so a reused pid is never
+//! signalled.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+use rustix::process::{
+    Pid, Signal, WaitOptions, getpid, getppid, kill_process, kill_process_group,
+    set_child_subreaper, set_parent_process_death_signal, waitpid,
+};
+use serde::{Deserialize, Serialize};
+
+/// The hidden subcommand of the reprise binary that supervises one attempt.
+pub const SUPERVISE_COMMAND: &str = "__supervise";
+/// The hidden subcommand that contains itself and execs the program.
+pub const CONTAIN_COMMAND: &str = "__contain";
+/// The record format under the state directory's supervision directory.
+const RECORD_VERSION: u64 = 1;
+/// How long the supervisor lets its descendants end on SIGTERM before
+/// SIGKILL; shorter than the driver's own grace, so the supervisor always
+/// finishes its sweep first.
+const SUPERVISOR_GRACE: Duration = Duration::from_millis(1000);
+/// Bound on the final sweep (a fork bomb must not keep the supervisor alive).
+const SWEEP_LIMIT: Duration = Duration::from_secs(10);
+/// The Landlock ABI the rules are written for: filesystem rights of ABI 5
+/// and signal scoping of ABI 6. Older kernels get what they support.
+const LANDLOCK_ABI: ABI = ABI::V6;
+
+/// How the driver starts an attempt's process, decided by the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Supervision {
+    /// The reprise binary: it runs the hidden supervisor subcommands.
+    pub supervisor: PathBuf,
+    /// The filesystem sandbox; `None` when containment is off (or the kernel
+    /// has no Landlock: the run warned once).
+    pub sandbox: Option<SandboxRules>,
+    /// Where each supervisor is recorded while it runs, so a later command
+    /// can stop what a dead run left; `None` records nothing.
+    pub records: Option<PathBuf>,
+    /// Whether children get a parent-death signal (tests turn it off to show
+    /// that the records alone still clean up).
+    pub parent_death: bool,
+}
+
+/// What a contained process may touch. Everything not hidden stays
+/// readable; only `writable` (and a few device files) may be written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxRules {
+    /// Trees the process may read and write: the worktree, the attempt's
+    /// `TMPDIR`, the CLI's config home, the task's `allowed_paths`.
+    pub writable: Vec<PathBuf>,
+    /// Trees the process may neither read nor write: the state directory
+    /// and the audit key's directory. A writable tree inside a hidden one
+    /// stays writable.
+    pub hidden: Vec<PathBuf>,
+}
+
+/// Device files every program expects to open for writing.
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+
+/// Why a supervisor or containment hop could not do its job.
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error("bad arguments to the hidden {0} subcommand; it is for reprise's own use")]
+    Usage(&'static str),
+    #[error("the process that started this attempt is gone; nothing was run")]
+    ParentGone,
+    #[error("cannot start the contained program: {0}")]
+    Spawn(io::Error),
+    #[error("cannot apply the Landlock sandbox: {0}")]
+    Landlock(String),
+    #[error("cannot run '{program}': {source}")]
+    Exec { program: String, source: io::Error },
+}
+
+/// Whether this kernel enforces Landlock.
+pub fn landlock_available() -> bool {
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(ABI::V1))
+        .and_then(Ruleset::create)
+        .is_ok()
+}
+
+/// Makes the calling process a child subreaper: orphans among its
+/// descendants are reparented to it rather than to init.
+pub fn become_subreaper() -> io::Result<()> {
+    set_child_subreaper(Some(getpid())).map_err(io::Error::from)
+}
+
+/// What the supervisor is given after its subcommand name.
+#[derive(Debug, Serialize, Deserialize)]
+struct Spec {
+    v: u64,
+    /// The pid that started the supervisor, to notice it died before the
+    /// death signal was set.
+    parent: i32,
+    parent_death: bool,
+    sandbox: Option<SandboxRules>,
+}
+
+/// The argv (after the program) that runs `program args` under `supervision`.
+pub(crate) fn supervisor_args(
+    supervision: &Supervision,
+    program: &Path,
+    args: &[String],
+) -> Vec<OsString> {
+    let spec = Spec {
+        v: 1,
+        parent: getpid().as_raw_nonzero().get(),
+        parent_death: supervision.parent_death,
+        sandbox: supervision.sandbox.clone(),
+    };
+    let mut argv: Vec<OsString> = vec![
+        SUPERVISE_COMMAND.into(),
+        serde_json::to_string(&spec)
+            .unwrap_or_else(|_| "{}".to_owned())
+            .into(),
+        "--".into(),
+        program.as_os_str().to_owned(),
+    ];
+    argv.extend(args.iter().map(OsString::from));
+    argv
+}
+
+/// Splits `SPEC -- PROGRAM ARGS...`.
+fn split_args(
+    args: &[OsString],
+    command: &'static str,
+) -> Result<(String, OsString, Vec<OsString>), SuperviseError> {
+    let usage = || SuperviseError::Usage(command);
+    let [spec, dashes, program, rest @ ..] = args else {
+        return Err(usage());
+    };
+    if dashes != "--" {
+        return Err(usage());
+    }
+    let spec = spec.to_str().ok_or_else(usage)?.to_owned();
+    Ok((spec, program.clone(), rest.to_vec()))
+}
+
+/// `reprise __supervise SPEC -- PROGRAM ARGS...`: runs the program through
+/// the containment hop, then kills and reaps every descendant. Returns the
+/// exit code to exit with: the program's, or 128 + the signal that ended it
+/// (or that stopped the supervisor).
+pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
+    let (spec, program, rest) = split_args(args, SUPERVISE_COMMAND)?;
+    let spec: Spec =
+        serde_json::from_str(&spec).map_err(|_| SuperviseError::Usage(SUPERVISE_COMMAND))?;
+    if spec.v != 1 {
+        return Err(SuperviseError::Usage(SUPERVISE_COMMAND));
+    }
+    if spec.parent_death {
+        let _ = set_parent_process_death_signal(Some(Signal::TERM));
+    }
+    if getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(spec.parent) {
+        return Err(SuperviseError::ParentGone);
+    }
+    let _ = become_subreaper();
+    let stop = Arc::new(AtomicUsize::new(0));
+    for signal in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
+    }
+    let me = getpid();
+    let hop = Spec {
+        v: 1,
+        parent: me.as_raw_nonzero().get(),
+        ..spec
+    };
+    let hop = serde_json::to_string(&hop).map_err(|_| SuperviseError::Usage(SUPERVISE_COMMAND))?;
+    let child = Command::new("/proc/self/exe")
+        .arg0("reprise")
+        .arg(CONTAIN_COMMAND)
+        .arg(hop)
+        .arg("--")
+        .arg(&program)
+        .args(&rest)
+        .spawn()
+        .map_err(SuperviseError::Spawn)?;
+    let child_pid = Pid::from_child(&child);
+    drop(child);
+
+    let mut status: Option<i32> = None;
+    let mut pause = Duration::from_micros(100);
+    while status.is_none() && stop.load(Ordering::SeqCst) == 0 {
+        if let ReapResult::Gone = reap_ready(child_pid, &mut status) {
+            break;
+        }
+        if status.is_some() {
+            break;
+        }
+        thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+    let signal = stop.load(Ordering::SeqCst);
+    if signal != 0 {
+        // Asked to stop: the tree gets a chance to end on SIGTERM first.
+        signal_tree(me, Signal::TERM);
+        let grace_over = Instant::now() + SUPERVISOR_GRACE;
+        while Instant::now() < grace_over {
+            if let ReapResult::Gone = reap_ready(child_pid, &mut status) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    sweep(me, child_pid, &mut status);
+    Ok(match (status, signal) {
+        (Some(code), _) => code,
+        (None, signal) => 128 + signal as i32,
+    })
+}
+
+enum ReapResult {
+    /// Children remain.
+    Pending,
+    /// No children at all.
+    Gone,
+}
+
+/// Reaps every child that has exited, keeping the program's status.
+fn reap_ready(program: Pid, status: &mut Option<i32>) -> ReapResult {
+    loop {
+        match waitpid(None, WaitOptions::NOHANG) {
+            Ok(Some((pid, wait_status))) => {
+                if pid == program {
+                    *status = Some(
+                        wait_status
+                            .exit_status()
+                            .or_else(|| wait_status.terminating_signal().map(|sig| 128 + sig))
+                            .unwrap_or(-1),
+                    );
+                }
+            }
+            Ok(None) => return ReapResult::Pending,
+            Err(_) => return ReapResult::Gone,
+        }
+    }
+}
+
+/// Kills every descendant of `root` until none is left, reaping as it goes.
+fn sweep(root: Pid, program: Pid, status: &mut Option<i32>) {
+    let give_up = Instant::now() + SWEEP_LIMIT;
+    while Instant::now() < give_up {
+        signal_tree(root, Signal::KILL);
+        if let ReapResult::Gone = reap_ready(program, status) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Sends `signal` to every descendant of `root`.
+fn signal_tree(root: Pid, signal: Signal) {
+    for pid in descendants(root) {
+        if let Some(pid) = Pid::from_raw(pid) {
+            let _ = kill_process(pid, signal);
+        }
+    }
+}
+
+/// Every process below `root` in the process tree, from `/proc`.
+pub fn descendants(root: Pid) -> Vec<i32> {
+    let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some(stat) = read_stat(pid) {
+            children.entry(stat.ppid).or_default().push(pid);
+        }
+    }
+    let mut found = Vec::new();
+    let mut queue = vec![root.as_raw_nonzero().get()];
+    let mut seen = BTreeSet::new();
+    while let Some(next) = queue.pop() {
+        for &child in children.get(&next).map(Vec::as_slice).unwrap_or(&[]) {
+            if seen.insert(child) {
+                found.push(child);
+                queue.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// The fields of `/proc/<pid>/stat` supervision needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    ppid: i32,
+    /// Clock ticks after boot at which the process started.
+    start_time: u64,
+}
+
+fn read_stat(pid: i32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// Parses `/proc/<pid>/stat`; the command name may hold spaces and
+/// parentheses, so fields are counted after the last `)`.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); ppid is field 4, starttime field 22.
+    Some(Stat {
+        ppid: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// `reprise __contain SPEC -- PROGRAM ARGS...`: takes the parent-death
+/// signal, applies the sandbox to itself and execs the program. Returns only
+/// on failure.
+pub fn contain_main(args: &[OsString]) -> SuperviseError {
+    match contain(args) {
+        Ok(never) => match never {},
+        Err(err) => err,
+    }
+}
+
+enum Never {}
+
+fn contain(args: &[OsString]) -> Result<Never, SuperviseError> {
+    let (spec, program, rest) = split_args(args, CONTAIN_COMMAND)?;
+    let spec: Spec =
+        serde_json::from_str(&spec).map_err(|_| SuperviseError::Usage(CONTAIN_COMMAND))?;
+    if spec.parent_death {
+        let _ = set_parent_process_death_signal(Some(Signal::KILL));
+    }
+    if getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(spec.parent) {
+        return Err(SuperviseError::ParentGone);
+    }
+    if let Some(rules) = &spec.sandbox {
+        apply_sandbox(rules).map_err(SuperviseError::Landlock)?;
+    }
+    let source = Command::new(&program).args(&rest).exec();
+    Err(SuperviseError::Exec {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })
+}
+
+/// Restricts the calling process (and what it execs) to `rules`.
+fn apply_sandbox(rules: &SandboxRules) -> Result<(), String> {
+    let read = AccessFs::from_read(LANDLOCK_ABI);
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let mut ruleset = Ruleset::default()
+        .handle_access(all)
+        .and_then(|ruleset| ruleset.scope(Scope::Signal))
+        .and_then(Ruleset::create)
+        .map_err(|err| err.to_string())?;
+    let hidden: Vec<PathBuf> = rules
+        .hidden
+        .iter()
+        .filter_map(|path| path.canonicalize().ok())
+        .collect();
+    for path in readable_roots(&hidden) {
+        if let Ok(fd) = PathFd::new(&path) {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, read))
+                .map_err(|err| err.to_string())?;
+        }
+    }
+    let writable = rules
+        .writable
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(WRITABLE_DEVICES.iter().map(Path::new));
+    for path in writable {
+        if let Ok(fd) = PathFd::new(path) {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, all))
+                .map_err(|err| err.to_string())?;
+        }
+    }
+    ruleset.restrict_self().map_err(|err| err.to_string())?;
+    Ok(())
+}
+
+/// The trees that together make everything readable except `hidden`
+/// (canonical paths): Landlock only grants, so the hidden trees are cut out
+/// by granting each sibling along the way down to them instead of `/`.
+fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut roots = Vec::new();
+    let mut walked = BTreeSet::new();
+    walk_readable(Path::new("/"), hidden, &mut walked, &mut roots);
+    roots
+}
+
+fn walk_readable(
+    dir: &Path,
+    hidden: &[PathBuf],
+    walked: &mut BTreeSet<PathBuf>,
+    roots: &mut Vec<PathBuf>,
+) {
+    if !walked.insert(dir.to_path_buf()) {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        // A symlink is judged by where it leads.
+        let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+        if hidden.iter().any(|secret| real.starts_with(secret)) {
+            continue;
+        }
+        if hidden.iter().any(|secret| secret.starts_with(&real)) {
+            walk_readable(&real, hidden, walked, roots);
+            continue;
+        }
+        roots.push(real);
+    }
+}
+
+/// One running supervisor as recorded on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Record {
+    v: u64,
+    /// The supervisor's pid, which is also its process group id.
+    pid: i32,
+    start_time: u64,
+    /// The reprise that started it, and when that one started: while it
+    /// lives, the supervisor is its business and no one else's.
+    owner_pid: i32,
+    owner_start_time: u64,
+    boot_id: String,
+}
+
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn record_path(dir: &Path, pid: i32) -> PathBuf {
+    dir.join(format!("{pid}.json"))
+}
+
+/// Records a started supervisor durably; the record is what lets a later
+/// command stop it if this process dies.
+pub(crate) fn record_started(dir: &Path, pid: Pid) -> io::Result<()> {
+    let pid = pid.as_raw_nonzero().get();
+    let start_time = read_stat(pid)
+        .map(|stat| stat.start_time)
+        .ok_or_else(|| io::Error::other(format!("process {pid} has no readable stat")))?;
+    let owner_pid = getpid().as_raw_nonzero().get();
+    let owner_start_time = read_stat(owner_pid).map_or(0, |stat| stat.start_time);
+    let record = Record {
+        v: RECORD_VERSION,
+        pid,
+        start_time,
+        owner_pid,
+        owner_start_time,
+        boot_id: boot_id(),
+    };
+    fs::create_dir_all(dir)?;
+    let bytes = serde_json::to_vec(&record).map_err(io::Error::other)?;
+    reprise_store::write_atomic(&record_path(dir, pid), &bytes, 0o600).map_err(io::Error::other)
+}
+
+/// Drops the record of a supervisor that has been reaped.
+pub(crate) fn record_finished(dir: &Path, pid: Pid) {
+    let _ = fs::remove_file(record_path(dir, pid.as_raw_nonzero().get()));
+}
+
+/// Stops every supervisor recorded in `dir` that is still the process that
+/// was recorded (same boot, same start time) and kills what is left in its
+/// process group; drops every record. Returns the pids it signalled.
+///
+/// Records whose reprise is still alive are left alone.
+pub fn reap_leftovers(dir: &Path) -> Vec<i32> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let boot = boot_id();
+    let mut stopped = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|ext| ext != "json") {
+            continue;
+        }
+        let record: Option<Record> = fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        if let Some(record) = &record
+            && record.v == RECORD_VERSION
+            && record.boot_id == boot
+            && read_stat(record.owner_pid)
+                .is_some_and(|owner| owner.start_time == record.owner_start_time)
+        {
+            // Its reprise is alive and will reap it.
+            continue;
+        }
+        if let Some(record) = record
+            && record.v == RECORD_VERSION
+            && record.boot_id == boot
+            && let Some(pid) = Pid::from_raw(record.pid)
+        {
+            match read_stat(record.pid) {
+                Some(stat) if stat.start_time == record.start_time => {
+                    // The supervisor itself: it kills its whole tree on SIGTERM.
+                    let _ = kill_process(pid, Signal::TERM);
+                    let give_up = Instant::now() + SUPERVISOR_GRACE * 2;
+                    while Instant::now() < give_up
+                        && read_stat(record.pid)
+                            .is_some_and(|now| now.start_time == stat.start_time)
+                    {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    let _ = kill_process_group(pid, Signal::KILL);
+                    stopped.push(record.pid);
+                }
+                // Gone: nothing else can take its group id while members
+                // of the group live, so what is left there is ours.
+                None => {
+                    if kill_process_group(pid, Signal::KILL).is_ok() {
+                        stopped.push(record.pid);
+                    }
+                }
+                // The pid now names another process: never touched.
+                Some(_) => {}
+            }
+        }
+        let _ = fs::remove_file(&path);
+    }
+    stopped
+}
+
+/// Kills and reaps every child of this process. For the end of a run, when
+/// reprise has no child of its own left: what remains was adopted (as the
+/// subreaper) from a supervisor that died before its sweep.
+pub fn reap_adopted() {
+    let me = getpid();
+    let give_up = Instant::now() + SWEEP_LIMIT;
+    while Instant::now() < give_up {
+        signal_tree(me, Signal::KILL);
+        match waitpid(None, WaitOptions::NOHANG) {
+            Ok(Some(_)) => continue,
+            Ok(None) => thread::sleep(Duration::from_millis(1)),
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_command_name() {
+        let stat =
+            "42 (a (weird) name) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10";
+        assert_eq!(
+            parse_stat(stat),
+            Some(Stat {
+                ppid: 7,
+                start_time: 123456
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        let own = read_stat(getpid().as_raw_nonzero().get()).expect("own stat");
+        assert_eq!(
+            Some(own.ppid),
+            getppid().map(|pid| pid.as_raw_nonzero().get())
+        );
+    }
+
+    #[test]
+    fn readable_roots_leave_out_hidden_trees_and_keep_their_siblings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = dir.path().canonicalize().expect("canonical");
+        for sub in [
+            "project/.reprise/tasks",
+            "project/src",
+            "home/.local/state/reprise",
+        ] {
+            fs::create_dir_all(base.join(sub)).expect("mkdir");
+        }
+        fs::write(base.join("project/README"), "r").expect("write");
+        std::os::unix::fs::symlink(base.join("project/.reprise"), base.join("project/link"))
+            .expect("symlink");
+        let hidden = vec![
+            base.join("project/.reprise"),
+            base.join("home/.local/state/reprise"),
+        ];
+        let roots = readable_roots(&hidden);
+        assert!(roots.contains(&base.join("project/src")), "{roots:?}");
+        assert!(roots.contains(&base.join("project/README")));
+        assert!(roots.contains(&PathBuf::from("/usr")) || !Path::new("/usr").exists());
+        for root in &roots {
+            for secret in &hidden {
+                assert!(!root.starts_with(secret), "{root:?} exposes {secret:?}");
+                assert!(!secret.starts_with(root), "{root:?} contains {secret:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn supervisor_arguments_round_trip() {
+        let supervision = Supervision {
+            supervisor: PathBuf::from("/bin/reprise"),
+            sandbox: Some(SandboxRules {
+                writable: vec![PathBuf::from("/w")],
+                hidden: vec![PathBuf::from("/s")],
+            }),
+            records: None,
+            parent_death: true,
+        };
+        let argv = supervisor_args(&supervision, Path::new("sh"), &["-c".into(), "x".into()]);
+        assert_eq!(argv[0], SUPERVISE_COMMAND);
+        let (spec, program, rest) = split_args(&argv[1..], SUPERVISE_COMMAND).expect("split");
+        let spec: Spec = serde_json::from_str(&spec).expect("spec");
+        assert_eq!(spec.sandbox, supervision.sandbox);
+        assert!(spec.parent_death);
+        assert_eq!(program, "sh");
+        assert_eq!(rest, [OsString::from("-c"), OsString::from("x")]);
+        assert!(matches!(
+            split_args(&argv[1..2], SUPERVISE_COMMAND),
+            Err(SuperviseError::Usage(_))
+        ));
+    }
+
+    /// Rewrites every record in `dir` as if its owner had died.
+    fn orphan_records(dir: &Path) {
+        for entry in fs::read_dir(dir).expect("dir").flatten() {
+            let mut record: Record =
+                serde_json::from_slice(&fs::read(entry.path()).expect("read")).expect("record");
+            record.owner_pid = i32::MAX;
+            fs::write(entry.path(), serde_json::to_vec(&record).expect("json")).expect("write");
+        }
+    }
+
+    #[test]
+    fn leftovers_are_killed_only_when_the_start_time_matches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut alive = Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let pid = Pid::from_child(&alive);
+        record_started(dir.path(), pid).expect("record");
+        // While this process (the owner) lives, nothing is touched.
+        assert_eq!(reap_leftovers(dir.path()), Vec::<i32>::new());
+        orphan_records(dir.path());
+        // A record of the same pid with another start time is a reused pid.
+        let mut other = Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let other_pid = other.id() as i32;
+        let forged = Record {
+            v: RECORD_VERSION,
+            pid: other_pid,
+            start_time: 1,
+            owner_pid: i32::MAX,
+            owner_start_time: 0,
+            boot_id: boot_id(),
+        };
+        fs::write(
+            record_path(dir.path(), other_pid),
+            serde_json::to_vec(&forged).expect("json"),
+        )
+        .expect("write");
+        let stopped = reap_leftovers(dir.path());
+        assert_eq!(stopped, [pid.as_raw_nonzero().get()]);
+        let status = alive.wait().expect("wait");
+        assert!(!status.success());
+        assert_eq!(
+            other.try_wait().expect("try_wait"),
+            None,
+            "a reused pid was killed"
+        );
+        let _ = other.kill();
+        let _ = other.wait();
+        assert_eq!(fs::read_dir(dir.path()).expect("dir").count(), 0);
+    }
+}
