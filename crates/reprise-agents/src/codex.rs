@@ -15,6 +15,13 @@
 //! | warm | `exec resume --json --skip-git-repo-check -c sandbox_mode=workspace-write -- <id> P` |
 //! | fork | `exec fork --json --skip-git-repo-check -c sandbox_mode=workspace-write -- <id> P` |
 //!
+//! Contained by reprise (Landlock), the mode is `sandbox_mode=danger-full-access`
+//! instead: Codex's workspace-write sandbox is bubblewrap, which must change
+//! mounts, and no process in a Landlock domain may; reprise's sandbox then
+//! confines the commands Codex runs (writes to the worktree, its `TMPDIR`
+//! and `CODEX_HOME`), but not their network access, which Codex's own
+//! sandbox would have cut.
+//!
 //! `exec resume` takes neither `-s` nor `-C`, so the sandbox mode goes
 //! through `-c` in every mode (the same policy for new, warm and fork) and
 //! the child is spawned in the session's cwd. Positionals follow `--`: a
@@ -134,6 +141,21 @@ pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocati
         ]
         .map(String::from),
     );
+    if request
+        .supervision
+        .as_ref()
+        .is_some_and(|supervision| supervision.sandbox.is_some())
+    {
+        // Codex's workspace-write sandbox is bubblewrap, which changes
+        // mounts, which no process inside a Landlock domain may do (and its
+        // legacy Landlock backend refuses workspace-write). reprise's sandbox
+        // takes its place.
+        for arg in &mut args {
+            if arg == "sandbox_mode=workspace-write" {
+                *arg = "sandbox_mode=danger-full-access".to_owned();
+            }
+        }
+    }
     args.extend(session.cloned());
     args.push(request.prompt.clone());
     let mut env = request.env.clone();
@@ -256,6 +278,36 @@ mod tests {
             &request(session, Path::new("/work/sandbox")),
             PathBuf::from("codex"),
         )
+    }
+
+    #[test]
+    fn a_contained_codex_leaves_the_sandbox_to_reprise() {
+        let mut contained = request(
+            SessionMode::New { session_id: None },
+            Path::new("/work/sandbox"),
+        );
+        contained.supervision = Some(crate::Supervision {
+            supervisor: PathBuf::from("/bin/reprise"),
+            sandbox: Some(crate::SandboxRules {
+                writable: Vec::new(),
+                hidden: Vec::new(),
+            }),
+            records: None,
+            parent_death: true,
+        });
+        let args = invocation(&contained, PathBuf::from("codex")).args;
+        assert_eq!(
+            args,
+            [
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "-c",
+                "sandbox_mode=danger-full-access",
+                "--",
+                "Create greeting.txt containing hello"
+            ]
+        );
     }
 
     #[test]

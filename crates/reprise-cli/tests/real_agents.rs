@@ -137,6 +137,7 @@ impl Project {
             text.replace("@ASIDE@", &self.aside().to_string_lossy())
                 .replace("@STATE@", &self.root().join(".reprise").to_string_lossy())
         };
+        fs::create_dir_all(self.aside()).unwrap();
         fs::write(self.temp.path().join("plan.yaml"), fill(plan)).unwrap();
         fs::write(self.temp.path().join("scenario.yaml"), fill(scenario)).unwrap();
         let output = Command::new(BIN)
@@ -337,6 +338,14 @@ const PROMPT: &str =
 /// A one-task plan for `cli` with `policy` and the given gates (YAML flow
 /// mappings, one per line).
 fn plan(cli: Cli, task: &str, policy: &str, max_retries: u32, gates: &[String]) -> String {
+    // Containment stays strict (the default). Gates that play the outside
+    // world (a lost transcript, a copy kept aside) reach into the session
+    // stores and the aside directory, so the plan grants those paths, as a
+    // user grants a test runner its cache.
+    let mut allowed = vec!["@ASIDE@"];
+    if gates.iter().any(|gate| gate.contains("@STATE@")) {
+        allowed.extend(["@STATE@/runs", "@STATE@/sessions"]);
+    }
     let gates: String = gates
         .iter()
         .map(|gate| format!("      - {gate}\n"))
@@ -344,8 +353,9 @@ fn plan(cli: Cli, task: &str, policy: &str, max_retries: u32, gates: &[String]) 
     format!(
         "version: 1\nname: real-{cli}\n{AGENTS}\
          defaults: {{ agent: {cli}, max_retries: {max_retries}, timeout: 60s }}\n\
-         tasks:\n  - id: {task}\n    prompt: {PROMPT:?}\n    retry_policy: {policy}\n    gates:\n{gates}",
-        cli = cli.name()
+         tasks:\n  - id: {task}\n    prompt: {PROMPT:?}\n    retry_policy: {policy}\n    allowed_paths: [{allowed}]\n    gates:\n{gates}",
+        cli = cli.name(),
+        allowed = allowed.join(", ")
     )
 }
 

@@ -405,7 +405,7 @@ pub(crate) fn git_writable(cwd: &Path) -> Vec<PathBuf> {
         return Vec::new();
     };
     [
-        admin.clone(),
+        admin,
         common.join("objects"),
         common.join("refs/heads/reprise"),
         common.join("logs/refs/heads/reprise"),

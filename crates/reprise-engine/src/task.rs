@@ -385,6 +385,11 @@ impl TaskRun<'_> {
             let (summary, classified) =
                 self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
             let _ = fs::remove_dir_all(&tmp);
+            // The run's directory goes with its last attempt (another task's
+            // attempt still in it keeps it).
+            if let Some(run_tmp) = tmp.parent() {
+                let _ = fs::remove_dir(run_tmp);
+            }
             let judged_now = Previous::of(task, &summary, &report);
             self.keep_or_drop_reply(&summary, &judged_now);
             previous = Some(judged_now);

@@ -1,0 +1,656 @@
+//! Hostile agents and gates against the built binary: what a `command`
+//! agent tries (read the audit key, write outside its worktree, plant git
+//! hooks, outlive reprise) fails, and the run says so.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_reprise");
+
+struct Env {
+    temp: tempfile::TempDir,
+    /// Extra variables for reprise itself.
+    vars: Vec<(String, String)>,
+}
+
+impl Env {
+    fn new() -> Self {
+        let temp = tempfile::tempdir().unwrap();
+        fs::create_dir(temp.path().join("home")).unwrap();
+        fs::create_dir(temp.path().join("project")).unwrap();
+        Self {
+            temp,
+            vars: Vec::new(),
+        }
+    }
+
+    /// A project that is a git repository with one commit, so tasks get
+    /// worktrees.
+    fn git() -> Self {
+        let env = Self::new();
+        let project = env.project();
+        fs::write(project.join("README"), "the main checkout\n").unwrap();
+        for args in [
+            &["init", "-q"][..],
+            &["add", "README"],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "init",
+            ],
+        ] {
+            let status = Command::new("git")
+                .args(args)
+                .current_dir(&project)
+                .env("HOME", env.home())
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success(), "git {args:?}");
+        }
+        env
+    }
+
+    fn project(&self) -> PathBuf {
+        self.temp.path().join("project")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.temp.path().join("home")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("HOME", self.home())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.vars.iter().map(|(key, value)| (key, value)));
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn plan(&self, text: &str) {
+        fs::write(self.project().join("plan.yaml"), text).unwrap();
+    }
+
+    fn journal_rows(&self, task: &str) -> Vec<Value> {
+        let output = self.run(&["journal", "show", task, "--json"]);
+        assert_success(&output);
+        json_of(&output)["rows"].as_array().unwrap().clone()
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+fn assert_success(output: &Output) {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        stderr(output)
+    );
+}
+
+/// Every file under `dir` with its bytes, skipping the named subtrees.
+fn snapshot(dir: &Path, skip: &[&str]) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut entries = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        for entry in fs::read_dir(&next).unwrap().flatten() {
+            let path = entry.path();
+            let relative = path.strip_prefix(dir).unwrap().to_path_buf();
+            if skip.iter().any(|skipped| relative.starts_with(skipped)) {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path.clone());
+                entries.push((relative, Vec::new()));
+            } else {
+                entries.push((relative, fs::read(&path).unwrap()));
+            }
+        }
+    }
+    entries.sort();
+    entries
+}
+
+/// Whether `pid` names a live process (a zombie is not live).
+fn is_live(pid: &str) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        !matches!(state, Some('Z' | 'X') | None)
+    })
+}
+
+/// Live processes whose environment holds `marker`.
+fn marked(marker: &str) -> Vec<String> {
+    let needle = format!("HOSTILE_MARKER={marker}");
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|&b| b == 0)
+                    .any(|var| var == needle.as_bytes())
+            })
+        })
+        .filter(|pid| is_live(pid))
+        .collect()
+}
+
+/// Waits up to `limit` for `done`; whether it came true.
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let give_up = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= give_up {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for_file(path: &Path) -> String {
+    assert!(
+        within(Duration::from_secs(60), || fs::read_to_string(path)
+            .is_ok_and(|text| !text.trim().is_empty())),
+        "{} never appeared",
+        path.display()
+    );
+    fs::read_to_string(path).unwrap().trim().to_owned()
+}
+
+/// The agent's attacks, each reported on a line of its stdout.
+const ATTACKS: &str = r#"
+exec 2>&1
+try() { if sh -c "$2" >/dev/null 2>err.txt; then echo "$1: DONE"; else echo "$1: $(cat err.txt)"; fi; }
+try key-default "cat $HOME/.local/state/reprise/audit.key"
+try key-env "cat $KEY_AT"
+try ledger "echo x >> ../../ledger.jsonl"
+try ledger-up "echo x >> ../../../ledger.jsonl"
+try main-checkout "echo x >> $PROJECT/README"
+try main-new "echo x > $PROJECT/planted"
+try home "echo x > $HOME/x"
+try hook "echo 'touch $PROJECT/pwned' > $PROJECT/.git/hooks/post-checkout"
+try git-config-file "echo '[core] hooksPath = /tmp' >> $PROJECT/.git/config"
+try git-config "git config core.hooksPath /tmp"
+env | grep '^REPRISE_' > env.txt
+echo mine > mine.txt && git add mine.txt && git -c user.name=a -c user.email=a@a commit -qm mine && echo "commit: ok"
+"#;
+
+fn hostile_plan(key_at: &Path, project: &Path) -> String {
+    format!(
+        r#"
+version: 1
+name: hostile
+defaults: {{ agent: command, timeout: 2m, max_retries: 0 }}
+tasks:
+  - id: evil
+    prompt: "take over"
+    command: ["sh", "-c", {attacks:?}]
+"#,
+        attacks = format!(
+            "KEY_AT='{}'; PROJECT='{}'; {ATTACKS}",
+            key_at.display(),
+            project.display()
+        )
+    )
+}
+
+/// Runs the hostile agent with the key at the default path, or at a path
+/// named by `REPRISE_AUDIT_KEY_FILE`.
+fn hostile_run(key_in_env: bool) {
+    let mut env = Env::git();
+    let key_at = if key_in_env {
+        let path = env.temp.path().join("keys/audit.key");
+        env.vars.push((
+            "REPRISE_AUDIT_KEY_FILE".into(),
+            path.to_string_lossy().into_owned(),
+        ));
+        path
+    } else {
+        env.home().join(".local/state/reprise/audit.key")
+    };
+    assert_success(&env.run(&["init"]));
+    assert!(key_at.is_file());
+    env.plan(&hostile_plan(&key_at, &env.project()));
+    let home_before = snapshot(&env.home(), &[]);
+    let project_before = snapshot(&env.project(), &[".reprise", ".git"]);
+    let git_before = snapshot(
+        &env.project().join(".git"),
+        &[
+            "objects",
+            "refs",
+            "logs",
+            "worktrees",
+            "index",
+            "COMMIT_EDITMSG",
+            "ORIG_HEAD",
+        ],
+    );
+
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+
+    // The agent saw every attack fail with a permission error.
+    let rows = env.journal_rows("evil");
+    let finished = rows
+        .iter()
+        .find(|row| row["kind"] == "attempt.finished")
+        .expect("attempt.finished");
+    let containment = &finished["body"]["containment"];
+    assert_eq!(containment["mode"], "strict");
+    assert_eq!(containment["sandboxed"], true);
+    let denied: Vec<&str> = containment["denied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| line.as_str().unwrap())
+        .collect();
+    let keys: &[&str] = if key_in_env {
+        &["key-env"]
+    } else {
+        &["key-default"]
+    };
+    for attack in keys.iter().copied().chain([
+        "ledger",
+        "ledger-up",
+        "main-checkout",
+        "main-new",
+        "home",
+        "hook",
+        "git-config-file",
+        "git-config",
+    ]) {
+        let line = denied
+            .iter()
+            .find(|line| line.starts_with(&format!("{attack}: ")))
+            .unwrap_or_else(|| panic!("{attack} not reported as denied: {denied:?}"));
+        assert!(line.contains("Permission denied"), "{line}");
+    }
+    let worktree = env.project().join(".reprise/worktrees/evil");
+    // The agent's environment holds only what is meant for it.
+    let seen = fs::read_to_string(worktree.join("env.txt")).unwrap();
+    assert!(seen.contains("REPRISE_PROMPT="), "{seen}");
+    assert!(!seen.contains("REPRISE_AUDIT_KEY_FILE"), "{seen}");
+    let status = Command::new("git")
+        .args(["log", "--format=%s", "reprise/evil"])
+        .current_dir(env.project())
+        .output()
+        .unwrap();
+    // git commit in the worktree still works: its branch has the commit.
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "mine\ninit\n");
+
+    assert_eq!(snapshot(&env.home(), &[]), home_before, "$HOME changed");
+    assert_eq!(
+        snapshot(&env.project(), &[".reprise", ".git"]),
+        project_before,
+        "the main checkout changed"
+    );
+    assert_eq!(
+        snapshot(
+            &env.project().join(".git"),
+            &[
+                "objects",
+                "refs",
+                "logs",
+                "worktrees",
+                "index",
+                "COMMIT_EDITMSG",
+                "ORIG_HEAD"
+            ]
+        ),
+        git_before,
+        "the main repository's hooks or config changed"
+    );
+    // The chains are intact and still verify with the untouched key.
+    let verify = env.run(&["journal", "verify", "evil", "--json"]);
+    assert_success(&verify);
+    assert_success(&env.run(&["audit", "verify"]));
+}
+
+#[test]
+fn a_hostile_agent_cannot_read_the_default_key_or_write_outside_its_worktree() {
+    hostile_run(false);
+}
+
+#[test]
+fn a_hostile_agent_cannot_read_the_key_named_in_the_environment() {
+    hostile_run(true);
+}
+
+#[test]
+fn the_agent_environment_has_no_reprise_configuration() {
+    let mut env = Env::new();
+    env.vars.push((
+        "REPRISE_AUDIT_KEY_FILE".into(),
+        env.temp
+            .path()
+            .join("keys/audit.key")
+            .to_string_lossy()
+            .into_owned(),
+    ));
+    env.vars
+        .push(("REPRISE_CLAUDE_BIN".into(), "/nonexistent".into()));
+    assert_success(&env.run(&["init"]));
+    env.plan(
+        r#"
+version: 1
+name: environ
+defaults: { agent: command, sandbox: none, timeout: 1m, max_retries: 0 }
+tasks:
+  - id: look
+    prompt: "look around"
+    command: ["sh", "-c", "env | grep '^REPRISE_' | cut -d= -f1 | sort > agent-env.txt; echo \"$TMPDIR\" > agent-tmp.txt; touch \"$TMPDIR/scratch\""]
+    gates:
+      - { name: look, run: "env | grep '^REPRISE_' | cut -d= -f1 | sort > gate-env.txt" }
+"#,
+    );
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+    let agent = fs::read_to_string(env.project().join("agent-env.txt")).unwrap();
+    assert_eq!(
+        agent,
+        "REPRISE_ATTEMPT\nREPRISE_PROMPT\nREPRISE_RUN_ID\nREPRISE_TASK_ID\n"
+    );
+    let gate = fs::read_to_string(env.project().join("gate-env.txt")).unwrap();
+    assert_eq!(
+        gate,
+        "REPRISE_ATTEMPT\nREPRISE_GATE\nREPRISE_PROMPT\nREPRISE_RUN_ID\nREPRISE_TASK_ID\n"
+    );
+    // A TMPDIR of the attempt's own, writable, and gone after it.
+    let tmp = fs::read_to_string(env.project().join("agent-tmp.txt")).unwrap();
+    let tmp = Path::new(tmp.trim());
+    assert!(tmp.starts_with(env.project().join(".reprise")), "{tmp:?}");
+    assert!(!tmp.exists(), "{tmp:?} was left");
+}
+
+#[test]
+fn setsid_daemons_of_an_agent_and_of_a_gate_are_gone_when_the_attempt_ends() {
+    let env = Env::new();
+    assert_success(&env.run(&["init"]));
+    let daemon = |name: &str| {
+        format!(
+            "setsid sh -c 'echo $$ > {name}.pid; exec sleep 300' </dev/null >/dev/null 2>&1 & while [ ! -s {name}.pid ]; do sleep 0.01; done"
+        )
+    };
+    env.plan(&format!(
+        r#"
+version: 1
+name: daemons
+defaults: {{ agent: command, sandbox: none, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: spawner
+    prompt: "start a daemon"
+    command: ["sh", "-c", {agent:?}]
+    gates:
+      - {{ name: spawner, run: {gate:?} }}
+"#,
+        agent = daemon("agent-daemon"),
+        gate = daemon("gate-daemon"),
+    ));
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+    for name in ["agent-daemon", "gate-daemon"] {
+        let pid = fs::read_to_string(env.project().join(format!("{name}.pid"))).unwrap();
+        let pid = pid.trim();
+        assert!(
+            within(Duration::from_secs(5), || !is_live(pid)),
+            "the {name} ({pid}) outlived its attempt"
+        );
+    }
+}
+
+/// A plan whose agent runs until killed, with a background child and a
+/// `setsid` daemon of its own.
+const LONG: &str = r#"
+version: 1
+name: long
+defaults: { agent: command, sandbox: none, timeout: 10m, max_retries: 0 }
+tasks:
+  - id: long
+    prompt: "take forever"
+    command: ["sh", "-c", "sleep 600 & setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $$ > agent.pid; wait"]
+"#;
+
+#[test]
+fn kill_9_of_reprise_takes_its_agents_down_every_time() {
+    for round in 0..20 {
+        let mut env = Env::new();
+        let marker = format!("kill9-{}-{round}", std::process::id());
+        env.vars.push(("HOSTILE_MARKER".into(), marker.clone()));
+        env.plan(LONG);
+        let mut child = env.spawn(&["run", "plan.yaml", "--json"]);
+        wait_for_file(&env.project().join("agent.pid"));
+        assert!(
+            within(Duration::from_secs(10), || marked(&marker).len() >= 3),
+            "round {round}: the agents never all started: {:?}",
+            marked(&marker)
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            within(Duration::from_secs(2), || marked(&marker).is_empty()),
+            "round {round}: agents outlived kill -9: {:?}",
+            marked(&marker)
+        );
+    }
+}
+
+#[test]
+fn without_the_parent_death_signal_the_next_command_reaps_what_a_dead_run_left() {
+    let mut env = Env::new();
+    let marker = format!("leftover-{}", std::process::id());
+    env.vars.push(("HOSTILE_MARKER".into(), marker.clone()));
+    env.vars
+        .push(("REPRISE_TEST_NO_PARENT_DEATH".into(), "1".into()));
+    env.plan(LONG);
+    let mut child = env.spawn(&["run", "plan.yaml", "--json"]);
+    wait_for_file(&env.project().join("agent.pid"));
+    assert!(within(Duration::from_secs(10), || marked(&marker).len() >= 3));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    thread::sleep(Duration::from_millis(500));
+    // Nothing took them down: the test build really has no death signal.
+    assert!(
+        marked(&marker).len() >= 3,
+        "the agents died without the parent-death signal: {:?}",
+        marked(&marker)
+    );
+    let status = env.run(&["status", "--json"]);
+    assert_success(&status);
+    assert!(
+        within(Duration::from_secs(2), || marked(&marker).is_empty()),
+        "reprise status left them running: {:?}",
+        marked(&marker)
+    );
+    assert_eq!(
+        fs::read_dir(env.project().join(".reprise/supervised"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+fn stop_with(signal: &str, code: i32) {
+    let mut env = Env::new();
+    let marker = format!("stop-{signal}-{}", std::process::id());
+    env.vars.push(("HOSTILE_MARKER".into(), marker.clone()));
+    env.plan(LONG);
+    let child = env.spawn(&["run", "plan.yaml", "--json"]);
+    wait_for_file(&env.project().join("agent.pid"));
+    assert!(within(Duration::from_secs(10), || marked(&marker).len() >= 3));
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stderr: {}",
+        stderr(&output)
+    );
+    // reprise waited for its agents: none is left when it exits.
+    assert_eq!(marked(&marker), Vec::<String>::new());
+    let report = json_of(&output);
+    assert_eq!(report["tasks"][0]["state"], "cancelled");
+    let verify = env.run(&["journal", "verify", "long", "--json"]);
+    assert_success(&verify);
+    assert_eq!(json_of(&verify)["identity"], "verified");
+    let rows = env.journal_rows("long");
+    assert_eq!(rows.last().unwrap()["kind"], "task.finished");
+}
+
+#[test]
+fn sigterm_stops_a_run_like_ctrl_c_and_exits_143() {
+    stop_with("TERM", 143);
+}
+
+#[test]
+fn sighup_stops_a_run_like_ctrl_c_and_exits_129() {
+    stop_with("HUP", 129);
+}
+
+#[test]
+fn sigint_exits_130() {
+    stop_with("INT", 130);
+}
+
+#[test]
+fn without_landlock_a_run_warns_once_and_required_refuses_before_writing() {
+    let mut env = Env::new();
+    env.vars
+        .push(("REPRISE_TEST_NO_LANDLOCK".into(), "1".into()));
+    env.plan(
+        r#"
+version: 1
+name: uncontained
+defaults: { agent: command, sandbox: none, timeout: 1m, max_retries: 0 }
+tasks:
+  - id: one
+    prompt: "p"
+    command: ["true"]
+  - id: two
+    prompt: "p"
+    command: ["true"]
+"#,
+    );
+    let output = env.run(&["run", "plan.yaml"]);
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout
+            .matches("warning: this kernel has no Landlock")
+            .count(),
+        1,
+        "{stdout}"
+    );
+
+    let fresh = {
+        let mut fresh = Env::new();
+        fresh.vars = env.vars.clone();
+        fresh
+    };
+    fresh.plan(
+        r#"
+version: 1
+name: must-contain
+defaults: { agent: command, sandbox: none, timeout: 1m, containment: required }
+tasks:
+  - id: one
+    prompt: "p"
+    command: ["true"]
+"#,
+    );
+    let before = snapshot(fresh.temp.path(), &[]);
+    let output = fresh.run(&["run", "plan.yaml"]);
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.starts_with(
+            "error: task one has containment: required but this kernel has no Landlock"
+        ),
+        "{message}"
+    );
+    assert_eq!(snapshot(fresh.temp.path(), &[]), before);
+}
+
+#[test]
+fn a_contained_gate_that_writes_outside_is_told_about_allowed_paths() {
+    let env = Env::git();
+    let cache = env.temp.path().join("cache");
+    fs::create_dir(&cache).unwrap();
+    let plan = |allowed: &str| {
+        format!(
+            r#"
+version: 1
+name: gate-cache
+defaults: {{ agent: command, timeout: 1m, max_retries: 1 }}
+tasks:
+  - id: cached
+    prompt: "p"
+    command: ["sh", "-c", "printf '%s' \"$REPRISE_PROMPT\" > prompt-$REPRISE_ATTEMPT.txt"]
+    {allowed}
+    gates:
+      - {{ name: test, run: "echo hit > {cache}/entry" }}
+"#,
+            cache = cache.display()
+        )
+    };
+    env.plan(&plan(""));
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(output.status.code(), Some(1));
+    let gate = &json_of(&output)["tasks"][0]["attempts"][0]["gates"][0];
+    assert_eq!(gate["passed"], false);
+    // The gate's output, as the retry prompt quotes it.
+    let text =
+        fs::read_to_string(env.project().join(".reprise/worktrees/cached/prompt-2.txt")).unwrap();
+    assert!(text.contains("Permission denied"), "{text}");
+    assert!(text.contains("allowed_paths"), "{text}");
+    assert!(!cache.join("entry").exists());
+
+    env.plan(&plan(&format!("allowed_paths: [{}]", cache.display())));
+    assert_success(&env.run(&["run", "plan.yaml", "--json"]));
+    assert_eq!(fs::read_to_string(cache.join("entry")).unwrap(), "hit\n");
+}
