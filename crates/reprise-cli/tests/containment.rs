@@ -188,6 +188,20 @@ fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The worktree `task` ran in (`.reprise/worktrees/<run>/<task>`), of the
+/// only run that ran it.
+fn worktree_of(env: &Env, task: &str) -> PathBuf {
+    let runs = env.project().join(".reprise/worktrees");
+    let found: Vec<PathBuf> = fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|run| run.path().join(task))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0].clone()
+}
+
 fn wait_for_file(path: &Path) -> String {
     assert!(
         within(Duration::from_secs(60), || fs::read_to_string(path)
@@ -213,7 +227,7 @@ try hook "echo 'touch $PROJECT/pwned' > $PROJECT/.git/hooks/post-checkout"
 try git-config-file "echo '[core] hooksPath = /tmp' >> $PROJECT/.git/config"
 try git-config "git config core.hooksPath /tmp"
 env | grep '^REPRISE_' > env.txt
-echo mine > mine.txt && git add mine.txt && git -c user.name=a -c user.email=a@a commit -qm mine && echo "commit: ok"
+echo mine > mine.txt && git add mine.txt && git -c user.name=a -c user.email=a@a commit -qm mine && git log --format=%s -1 > committed.txt
 "#;
 
 fn hostile_plan(key_at: &Path, project: &Path) -> String {
@@ -306,18 +320,16 @@ fn hostile_run(key_in_env: bool) {
             .unwrap_or_else(|| panic!("{attack} not reported as denied: {denied:?}"));
         assert!(line.contains("Permission denied"), "{line}");
     }
-    let worktree = env.project().join(".reprise/worktrees/evil");
+    let worktree = worktree_of(&env, "evil");
     // The agent's environment holds only what is meant for it.
     let seen = fs::read_to_string(worktree.join("env.txt")).unwrap();
     assert!(seen.contains("REPRISE_PROMPT="), "{seen}");
     assert!(!seen.contains("REPRISE_AUDIT_KEY_FILE"), "{seen}");
-    let status = Command::new("git")
-        .args(["log", "--format=%s", "reprise/evil"])
-        .current_dir(env.project())
-        .output()
-        .unwrap();
-    // git commit in the worktree still works: its branch has the commit.
-    assert_eq!(String::from_utf8_lossy(&status.stdout), "mine\ninit\n");
+    // git commit in the worktree still works.
+    assert_eq!(
+        fs::read_to_string(worktree.join("committed.txt")).unwrap(),
+        "mine\n"
+    );
 
     assert_eq!(snapshot(&env.home(), &[]), home_before, "$HOME changed");
     assert_eq!(
@@ -644,8 +656,7 @@ tasks:
     let gate = &json_of(&output)["tasks"][0]["attempts"][0]["gates"][0];
     assert_eq!(gate["passed"], false);
     // The gate's output, as the retry prompt quotes it.
-    let text =
-        fs::read_to_string(env.project().join(".reprise/worktrees/cached/prompt-2.txt")).unwrap();
+    let text = fs::read_to_string(worktree_of(&env, "cached").join("prompt-2.txt")).unwrap();
     assert!(text.contains("Permission denied"), "{text}");
     assert!(text.contains("allowed_paths"), "{text}");
     assert!(!cache.join("entry").exists());
