@@ -865,10 +865,12 @@ tasks:
   - id: judged
     prompt: "Say DONE"
     command: ["sh", "-c", "cat > '{aside}/judged-'$REPRISE_RUN_ID; echo {leg}"]
+    allowed_paths: ["{aside}"]
     gates: [ {{ name: answer, result_matches: "^DONE" }} ]
   - id: broken
     prompt: "Be quick"
     command: ["sh", "-c", "cat > '{aside}/broken-'$REPRISE_RUN_ID; [ {leg} = DONE ] || sleep 10; echo DONE"]
+    allowed_paths: ["{aside}"]
   - id: fine
     prompt: "Say DONE"
     command: ["sh", "-c", "echo DONE"]

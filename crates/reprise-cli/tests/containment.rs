@@ -665,3 +665,35 @@ tasks:
     assert_success(&env.run(&["run", "plan.yaml", "--json"]));
     assert_eq!(fs::read_to_string(cache.join("entry")).unwrap(), "hit\n");
 }
+
+#[test]
+fn containment_off_keeps_supervision_but_not_the_sandbox() {
+    let env = Env::git();
+    assert_success(&env.run(&["init"]));
+    let daemon_pid = env.temp.path().join("daemon.pid");
+    env.plan(&format!(
+        r#"
+version: 1
+name: uncontained
+defaults: {{ agent: command, timeout: 1m, max_retries: 0, containment: off }}
+tasks:
+  - id: free
+    prompt: "p"
+    command: ["sh", "-c", "echo x > $HOME/x; setsid sh -c 'echo $$ > {pid}; exec sleep 300' </dev/null >/dev/null 2>&1 & while [ ! -s {pid} ]; do sleep 0.01; done"]
+"#,
+        pid = daemon_pid.display()
+    ));
+    assert_success(&env.run(&["run", "plan.yaml", "--json"]));
+    // Written: nothing confined it.
+    assert_eq!(fs::read_to_string(env.home().join("x")).unwrap(), "x\n");
+    let finished = env
+        .journal_rows("free")
+        .into_iter()
+        .find(|row| row["kind"] == "attempt.finished")
+        .unwrap();
+    assert_eq!(finished["body"]["containment"]["mode"], "off");
+    assert_eq!(finished["body"]["containment"]["sandboxed"], false);
+    // Still supervised: its daemon died with the attempt.
+    let pid = fs::read_to_string(&daemon_pid).unwrap();
+    assert!(within(Duration::from_secs(5), || !is_live(pid.trim())));
+}

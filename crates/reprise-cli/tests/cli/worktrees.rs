@@ -414,8 +414,12 @@ fn fifty_fresh_runs_at_six_seats_never_race_in_git() {
 #[test]
 fn a_second_run_of_the_same_tasks_is_refused_while_the_first_runs() {
     let env = git_env();
-    let gate = env.temp.path().join("release");
-    let started = env.temp.path().join("started");
+    // The agent signals through a directory outside its worktree, which
+    // the plan lets it write (agents are contained).
+    let signals = env.temp.path().join("signals");
+    fs::create_dir(&signals).unwrap();
+    let gate = signals.join("release");
+    let started = signals.join("started");
     let plan = write_plan(
         &env,
         "slow",
@@ -428,9 +432,11 @@ tasks:
   - id: wait
     prompt: w
     command: [sh, -c, "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; echo DONE"]
+    allowed_paths: ['{}']
 "#,
             started.display(),
-            gate.display()
+            gate.display(),
+            signals.display()
         ),
     );
     let mut first = Command::new(BIN)
