@@ -209,15 +209,29 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
         return Err(SuperviseError::ParentGone);
     }
     let _ = become_subreaper();
+    let me = getpid();
+    // A stop signal is handled on its own thread, so the main thread can
+    // block in waitpid and see the program's exit at once: SIGTERM to the
+    // whole tree, SIGKILL after the grace period; the program's death ends
+    // the wait below and the sweep does the rest.
     let stop = Arc::new(AtomicUsize::new(0));
-    for signal in [
+    let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGHUP,
-    ] {
-        let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
+    ])
+    .map_err(SuperviseError::Spawn)?;
+    {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                stop.store(signal as usize, Ordering::SeqCst);
+                signal_tree(me, Signal::TERM);
+                thread::sleep(SUPERVISOR_GRACE);
+                signal_tree(me, Signal::KILL);
+            }
+        });
     }
-    let me = getpid();
     let hop = Spec {
         v: 1,
         parent: me.as_raw_nonzero().get(),
@@ -237,33 +251,24 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     drop(child);
 
     let mut status: Option<i32> = None;
-    let mut pause = Duration::from_micros(100);
-    while status.is_none() && stop.load(Ordering::SeqCst) == 0 {
-        if let ReapResult::Gone = reap_ready(child_pid, &mut status) {
-            break;
-        }
-        if status.is_some() {
-            break;
-        }
-        thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(10));
-    }
-    let signal = stop.load(Ordering::SeqCst);
-    if signal != 0 {
-        // Asked to stop: the tree gets a chance to end on SIGTERM first.
-        signal_tree(me, Signal::TERM);
-        let grace_over = Instant::now() + SUPERVISOR_GRACE;
-        while Instant::now() < grace_over {
-            if let ReapResult::Gone = reap_ready(child_pid, &mut status) {
-                break;
+    while status.is_none() {
+        match waitpid(None, WaitOptions::empty()) {
+            Ok(Some((pid, wait_status))) if pid == child_pid => {
+                status = Some(exit_code_of(wait_status));
             }
-            thread::sleep(Duration::from_millis(5));
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
         }
     }
     sweep(me, child_pid, &mut status);
+    let signal = stop.load(Ordering::SeqCst);
+    // Stopped by a signal: the supervisor reports that signal, as the
+    // program itself would have.
     Ok(match (status, signal) {
+        (_, signal) if signal != 0 => 128 + signal as i32,
         (Some(code), _) => code,
-        (None, signal) => 128 + signal as i32,
+        (None, _) => 128 + Signal::KILL.as_raw(),
     })
 }
 
@@ -274,18 +279,21 @@ enum ReapResult {
     Gone,
 }
 
+/// The exit code, or 128 + the signal that ended the process.
+fn exit_code_of(status: rustix::process::WaitStatus) -> i32 {
+    status
+        .exit_status()
+        .or_else(|| status.terminating_signal().map(|sig| 128 + sig))
+        .unwrap_or(-1)
+}
+
 /// Reaps every child that has exited, keeping the program's status.
 fn reap_ready(program: Pid, status: &mut Option<i32>) -> ReapResult {
     loop {
         match waitpid(None, WaitOptions::NOHANG) {
             Ok(Some((pid, wait_status))) => {
                 if pid == program {
-                    *status = Some(
-                        wait_status
-                            .exit_status()
-                            .or_else(|| wait_status.terminating_signal().map(|sig| 128 + sig))
-                            .unwrap_or(-1),
-                    );
+                    *status = Some(exit_code_of(wait_status));
                 }
             }
             Ok(None) => return ReapResult::Pending,
