@@ -642,7 +642,7 @@ defaults: {{ agent: command, timeout: 1m, max_retries: 1 }}
 tasks:
   - id: cached
     prompt: "p"
-    command: ["sh", "-c", "printf '%s' \"$REPRISE_PROMPT\" > prompt-$REPRISE_ATTEMPT.txt"]
+    command: ["sh", "-c", "printf '%s' \"$REPRISE_PROMPT\""]
     {allowed}
     gates:
       - {{ name: test, run: "echo hit > {cache}/entry" }}
@@ -655,8 +655,14 @@ tasks:
     assert_eq!(output.status.code(), Some(1));
     let gate = &json_of(&output)["tasks"][0]["attempts"][0]["gates"][0];
     assert_eq!(gate["passed"], false);
-    // The gate's output, as the retry prompt quotes it.
-    let text = fs::read_to_string(worktree_of(&env, "cached").join("prompt-2.txt")).unwrap();
+    // The gate's output, as the retry prompt quotes it: the agent replies
+    // with its prompt, and the last judged reply is kept.
+    let run_id = json_of(&output)["run_id"].as_str().unwrap().to_owned();
+    let text = fs::read_to_string(
+        env.project()
+            .join(format!(".reprise/runs/{run_id}/failed/cached.out")),
+    )
+    .unwrap();
     assert!(text.contains("Permission denied"), "{text}");
     assert!(text.contains("allowed_paths"), "{text}");
     assert!(!cache.join("entry").exists());

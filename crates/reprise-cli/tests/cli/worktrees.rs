@@ -697,7 +697,11 @@ tasks:
 #[test]
 fn a_cold_retry_starts_from_the_checkpoint_and_a_failed_task_goes_back_to_its_base() {
     let env = git_env();
-    let count = env.temp.path().join("count");
+    // The agent counts its attempts in a directory outside its worktree,
+    // which the plan lets it write (agents are contained).
+    let counter = env.temp.path().join("counter");
+    fs::create_dir(&counter).unwrap();
+    let count = counter.join("count");
     let plan = write_plan(
         &env,
         "roll",
@@ -711,6 +715,7 @@ tasks:
     prompt: m
     max_retries: 1
     command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; if [ $n = 1 ]; then echo junk > junk.txt; echo broken >> shop.py; else [ -e junk.txt ] && echo seen > seen.txt; echo ok > done.txt; fi; echo DONE"]
+    allowed_paths: ['{counter}']
     gates: [ {{ name: done, run: "test -e done.txt && test ! -e seen.txt && ! grep -q broken shop.py" }} ]
   - id: doomed
     prompt: d
@@ -718,7 +723,8 @@ tasks:
     command: [sh, -c, "echo junk > junk.txt; mkdir -p made; echo x > made/f; echo DONE"]
     gates: [ {{ name: never, run: "false" }} ]
 "#,
-            count = count.display()
+            count = count.display(),
+            counter = counter.display()
         ),
     );
     let output = env.run(&["run", &plan, "--json"]);
