@@ -88,7 +88,15 @@ pub(crate) fn anomalies(
     scratch: &Path,
 ) -> Result<Vec<Anomaly>> {
     let mut found = Vec::new();
-    if !task.allowed_paths.is_empty()
+    // Absolute entries name places outside the worktree the sandbox lets the
+    // task write (issue 12); only the relative globs restrict the tree.
+    let globs: Vec<String> = task
+        .allowed_paths
+        .iter()
+        .filter(|path| !Path::new(path.as_str()).is_absolute())
+        .cloned()
+        .collect();
+    if !globs.is_empty()
         && let Some((store, checkpoint)) = checkpoint
     {
         let changes = store.changes(checkpoint, scratch)?;
@@ -99,10 +107,9 @@ pub(crate) fn anomalies(
             .filter(|path| match path.strip_suffix('/') {
                 // A directory is inside when something under it may be.
                 Some(dir) => {
-                    !path_allowed(dir, &task.allowed_paths)
-                        && !path_allowed(&format!("{dir}/."), &task.allowed_paths)
+                    !path_allowed(dir, &globs) && !path_allowed(&format!("{dir}/."), &globs)
                 }
-                None => !path_allowed(path, &task.allowed_paths),
+                None => !path_allowed(path, &globs),
             })
             .map(|path| path.trim_end_matches('/').to_owned())
             .collect();

@@ -145,11 +145,14 @@ impl TaskRun<'_> {
         let sandbox = (self.task.containment.confines() && supervisor.landlock).then(|| {
             let mut writable = vec![cwd.to_path_buf(), tmp.to_path_buf()];
             writable.extend(sandbox::git_writable(cwd));
+            // The absolute entries of allowed_paths are outside the worktree;
+            // the relative ones are globs inside it, already writable.
             writable.extend(
                 self.task
                     .allowed_paths
                     .iter()
-                    .map(|path| self.project.join(path)),
+                    .map(PathBuf::from)
+                    .filter(|path| path.is_absolute()),
             );
             if agent {
                 // A home the caller made for this task (rehearsal) is the agent's.
