@@ -36,7 +36,11 @@ fn diagnoses(rows: &[Value]) -> Vec<(String, String)> {
 #[test]
 fn a_timeout_retries_with_the_half_written_file_still_there() {
     let env = git_env();
-    let count = env.temp.path().join("count");
+    // The agent counts its attempts outside its worktree, in a directory the
+    // plan lets it write (agents are contained).
+    let counter = env.temp.path().join("counter");
+    fs::create_dir(&counter).unwrap();
+    let count = counter.join("count");
     let plan = write_plan(
         &env,
         "slow",
@@ -48,10 +52,12 @@ defaults: {{ agent: command, max_retries: 1, timeout: 1s, retry_policy: cold }}
 tasks:
   - id: write
     prompt: w
+    allowed_paths: ['{counter}']
     command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; if [ $n = 1 ]; then echo half > half.txt; sleep 30; fi; test -e half.txt && echo whole > whole.txt; echo DONE"]
     gates: [ {{ name: whole, run: "test -e whole.txt" }} ]
 "#,
-            count = count.display()
+            count = count.display(),
+            counter = counter.display()
         ),
     );
     let output = env.run(&["run", &plan, "--json"]);
@@ -67,7 +73,11 @@ tasks:
 #[test]
 fn a_write_outside_the_allowed_paths_rolls_back_then_retries() {
     let env = git_env();
-    let count = env.temp.path().join("count");
+    // The agent counts its attempts outside its worktree, in a directory the
+    // plan lets it write (agents are contained).
+    let counter = env.temp.path().join("counter");
+    fs::create_dir(&counter).unwrap();
+    let count = counter.join("count");
     let plan = write_plan(
         &env,
         "fence",
@@ -79,11 +89,12 @@ defaults: {{ agent: command, max_retries: 1, timeout: 30s }}
 tasks:
   - id: stay
     prompt: s
-    allowed_paths: ["src/**"]
+    allowed_paths: ["src/**", '{counter}']
     command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; mkdir -p src; echo ok > src/a.py; if [ $n = 1 ]; then echo stray > stray.txt; fi; echo DONE"]
     gates: [ {{ name: never-first, run: "test $(cat '{count}') = 2" }} ]
 "#,
-            count = count.display()
+            count = count.display(),
+            counter = counter.display()
         ),
     );
     let output = env.run(&["run", &plan, "--json"]);
