@@ -77,13 +77,13 @@ const TASK_KEYS: &[&str] = &[
 const SIM_STEP_KEYS: &[&str] = &["reply", "write", "exit_code", "cost_usd", "delay"];
 const GATE_KEYS: &[&str] = &[
     "name",
-    "weight",
     "run",
     "result_matches",
     "disclose",
     "timeout",
     "criterion",
     "levels",
+    "weight",
 ];
 
 // Names and values in the same order; a test checks them against `as_str`.

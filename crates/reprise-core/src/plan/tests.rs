@@ -307,7 +307,7 @@ fn bad_plans() -> Vec<Bad> {
             ),
             10,
             "tasks[0].gates[0]",
-            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels)",
+            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight)",
         ),
         bad(
             "unknown key in defaults",
@@ -953,7 +953,7 @@ fn plan_error_lines_read_as_documented() {
             &with_head(
                 "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
             ),
-            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels)",
+            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight)",
         ),
         (
             "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",
@@ -1084,4 +1084,42 @@ fn containment_comes_from_the_task_then_defaults_then_strict() {
             .contains("unknown containment \"loose\" (expected one of strict, off, required)"),
         "{bad}"
     );
+}
+
+#[test]
+fn checkpoint_and_recovery_keys_resolve_with_their_defaults() {
+    use crate::plan::{DEFAULT_CHECKPOINT_MAX_FILE_BYTES, RollbackOnRetry};
+    let text = "version: 1\nname: r\ndefaults: { agent: sim, rollback_on_retry: never }\ntasks:\n  - id: a\n    prompt: p\n  - id: b\n    prompt: p\n    read_only: true\n    rollback_on_retry: always\n    checkpoint_max_file_bytes: 1024\n    accept_partial: 0.5\n    gates:\n      - { name: heavy, run: \"true\", weight: 2 }\n      - { name: light, run: \"true\" }\n";
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    let (a, b) = (&plan.tasks()[0], &plan.tasks()[1]);
+    assert!(!a.read_only);
+    assert_eq!(a.rollback_on_retry, RollbackOnRetry::Never);
+    assert_eq!(
+        a.checkpoint_max_file_bytes,
+        DEFAULT_CHECKPOINT_MAX_FILE_BYTES
+    );
+    assert_eq!(a.accept_partial_basis_points, None);
+    assert!(b.read_only);
+    assert_eq!(b.rollback_on_retry, RollbackOnRetry::Always);
+    assert_eq!(b.checkpoint_max_file_bytes, 1024);
+    assert_eq!(b.accept_partial_basis_points, Some(5_000));
+    assert_eq!(
+        b.gates.iter().map(|gate| gate.weight).collect::<Vec<_>>(),
+        [2, 1]
+    );
+    for (bad, needle) in [
+        ("accept_partial: 1.5", "out of range"),
+        ("accept_partial: \"half\"", "a number from 0.0 to 1.0"),
+        (
+            "rollback_on_retry: sometimes",
+            "expected one of auto, always, never",
+        ),
+        ("checkpoint_max_file_bytes: 0", "out of range"),
+    ] {
+        let text = format!(
+            "version: 1\nname: r\ntasks:\n  - id: a\n    prompt: p\n    agent: sim\n    {bad}\n"
+        );
+        let err = parse_plan(&text, "plan.yaml").unwrap_err().to_string();
+        assert!(err.contains(needle), "{bad}: {err}");
+    }
 }
