@@ -265,9 +265,15 @@ pub(crate) enum AuditCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ReplayCommand {
-    /// Cut a torn final line off a task's journal (and nothing else).
+    /// Cut a torn final line (and nothing else) off a task's journal and
+    /// spine (TASK), the ledger (`ledger`) or the audit chain (`audit`).
     Repair {
-        task: String,
+        /// A task id (or PLAN/TASK), `ledger` or `audit`.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        target: Option<String>,
+        /// Every chain: the audit chain, the ledger, then every plan's tasks.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         plan: PlanArg,
     },

@@ -42,7 +42,9 @@ impl From<StoreError> for CliError {
             | StoreError::Poisoned { .. }
             | StoreError::Io { .. }
             | StoreError::Encode(_)
-            | StoreError::Random(_) => EXIT_FAILED,
+            | StoreError::Random(_)
+            | StoreError::Witness { .. }
+            | StoreError::LedgerMismatch { .. } => EXIT_FAILED,
             StoreError::NoStateDir { .. }
             | StoreError::NotAStateDir { .. }
             | StoreError::UnsupportedLayout { .. }
@@ -52,7 +54,11 @@ impl From<StoreError> for CliError {
             | StoreError::KeyLength { .. }
             | StoreError::KeyMissing { .. }
             | StoreError::NoKeyHome
-            | StoreError::NoJournal { .. } => EXIT_USAGE,
+            | StoreError::NoJournal { .. }
+            | StoreError::Symlink { .. }
+            | StoreError::StateDirIsFile { .. }
+            | StoreError::KeyMismatch { .. }
+            | StoreError::RunId(_) => EXIT_USAGE,
         };
         Self {
             message: err.to_string(),

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use reprise_store::key::key_path;
+use reprise_store::StoreError;
+use reprise_store::audit::check_key_binding;
+use reprise_store::key::{KeyFile, key_path, load_key};
 use reprise_store::state::{STATE_DIR_NAME, StateDir};
 
 use crate::cli::GlobalArgs;
@@ -17,6 +19,8 @@ pub(crate) struct Settings {
     pub(crate) cwd: PathBuf,
     /// Where the audit key lives, or why it cannot be placed.
     pub(crate) key_path: Result<PathBuf, String>,
+    /// Where that path came from, for messages.
+    pub(crate) key_origin: &'static str,
     /// `--plan`: the plan a TASK argument belongs to.
     pub(crate) plan: Option<String>,
 }
@@ -30,7 +34,16 @@ impl Settings {
                 .map(PathBuf::from)
         });
         let state_dir = state_dir.map(|dir| absolute(&cwd, &dir));
+        let set = |name: &str| env(name).is_some_and(|value| !value.is_empty());
+        let key_origin = if set("REPRISE_AUDIT_KEY_FILE") {
+            "from REPRISE_AUDIT_KEY_FILE"
+        } else if set("XDG_STATE_HOME") {
+            "from XDG_STATE_HOME"
+        } else {
+            "the default under HOME"
+        };
         Self {
+            key_origin,
             json: global.json,
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
@@ -66,7 +79,35 @@ impl Settings {
             state_dir: self.state_dir.clone(),
             cwd: self.cwd.clone(),
             key_path: self.key_path.clone(),
+            key_origin: self.key_origin,
             plan,
+        }
+    }
+
+    /// The state directory and the key that signs it: a valid key that does
+    /// not match this state directory is refused here, before any write.
+    pub(crate) fn keyed_state(&self) -> Result<(StateDir, KeyFile), CliError> {
+        let state = self.state()?;
+        let key = load_key(self.key_path()?)?;
+        self.check_binding(&state, &key)?;
+        Ok((state, key))
+    }
+
+    /// Refuses `key` when it does not sign `state`, naming where it came from.
+    pub(crate) fn check_binding(&self, state: &StateDir, key: &KeyFile) -> Result<(), CliError> {
+        check_key_binding(state, key).map_err(|err| self.binding_error(err))
+    }
+
+    /// The CLI's message for a key that does not sign a state directory.
+    pub(crate) fn binding_error(&self, err: StoreError) -> CliError {
+        match err {
+            StoreError::KeyMismatch { path, state } => CliError::usage(format!(
+                "audit key {} ({}) does not sign the audit chain of {}: its state.init row does not verify with it; point REPRISE_AUDIT_KEY_FILE at the key this state directory was initialised with",
+                path.display(),
+                self.key_origin,
+                state.display()
+            )),
+            other => other.into(),
         }
     }
 

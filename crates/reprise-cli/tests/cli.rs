@@ -43,6 +43,47 @@ impl Env {
             .unwrap()
     }
 
+    /// As `run`, with extra environment variables.
+    fn run_env(&self, args: &[&str], extra: &[(&str, &Path)]) -> Output {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(self.project())
+            .env_clear()
+            .env("HOME", self.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        command.output().unwrap()
+    }
+
+    fn reprise_dir(&self) -> PathBuf {
+        self.project().join(".reprise")
+    }
+
+    /// Runs `plan` (written to `plan.yaml`) and returns its run id.
+    fn run_plan(&self, plan: &str) -> String {
+        fs::write(self.project().join("plan.yaml"), plan).unwrap();
+        let output = self.run(&["run", "plan.yaml", "--json"]);
+        assert!(
+            output.status.code() == Some(0) || output.status.code() == Some(1),
+            "stderr: {}",
+            stderr(&output)
+        );
+        json_of(&output)["run_id"].as_str().unwrap().to_owned()
+    }
+
+    /// The run directories under `runs/`.
+    fn runs(&self) -> Vec<PathBuf> {
+        let mut runs: Vec<PathBuf> = fs::read_dir(self.reprise_dir().join("runs"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        runs.sort();
+        runs
+    }
+
     fn init(&self) {
         let output = self.run(&["init"]);
         assert_success(&output);
@@ -299,7 +340,7 @@ fn audit_verify_finds_a_flipped_byte() {
     assert_eq!(
         json_of(&output),
         json!({"ok": true, "rows": 1, "first_bad_row": null, "reason": null,
-        "head": json_of(&output)["head"].clone()})
+        "head": json_of(&output)["head"].clone(), "witness": json_of(&output)["witness"].clone()})
     );
     let path = env.project().join(".reprise/audit/audit.jsonl");
     let mut bytes = fs::read(&path).unwrap();
@@ -633,7 +674,12 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         assert_eq!(status["ledger"]["ok"], true, "{status}");
         // The run's start (with where its tasks work) and two transitions.
         assert_eq!(status["ledger"]["rows"], 3, "{status}");
-        status.as_object_mut().unwrap().remove("ledger");
+        assert_eq!(status["ledger"]["identity"], "verified", "{status}");
+        assert_eq!(status["audit"]["ok"], true, "{status}");
+        assert_eq!(status["state_disagrees"], json!([]), "{status}");
+        for extra in ["ledger", "audit", "state_disagrees"] {
+            status.as_object_mut().unwrap().remove(extra);
+        }
         assert_eq!(status, report);
     }
 
@@ -655,7 +701,9 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     let output = env.run(&["status", "--json"]);
     assert_success(&output);
     let mut status = json_of(&output);
-    status.as_object_mut().unwrap().remove("ledger");
+    for extra in ["ledger", "audit", "state_disagrees"] {
+        status.as_object_mut().unwrap().remove(extra);
+    }
     assert_eq!(status, failed, "status shows the latest run");
 }
 
@@ -1056,3 +1104,531 @@ mod worktrees;
 
 #[path = "cli/recovery.rs"]
 mod recovery;
+
+// ---- Evidence nobody can quietly lose (issue 13) ----
+
+fn code(output: &Output) -> Option<i32> {
+    output.status.code()
+}
+
+/// Keeps the first `rows` lines of the file at `path`.
+fn keep_rows(path: &Path, rows: usize) {
+    let text = fs::read_to_string(path).unwrap();
+    let kept: String = text.split_inclusive('\n').take(rows).collect();
+    fs::write(path, kept).unwrap();
+}
+
+fn line_count(path: &Path) -> usize {
+    fs::read_to_string(path).unwrap().lines().count()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn audit_reason(env: &Env) -> Value {
+    let output = env.run(&["audit", "verify", "--json"]);
+    assert_eq!(code(&output), Some(1), "{}", stdout(&output));
+    json_of(&output)["reason"].clone()
+}
+
+/// A run that must be refused before anything is written: exit 2, one line
+/// naming `needle`, and no new run directory.
+fn assert_run_refused(env: &Env, needle: &str) {
+    let before = env.runs();
+    let output = env.run(&["run", "plan.yaml"]);
+    assert_one_line_error(&output, 2, needle);
+    assert_eq!(env.runs(), before, "a refused run wrote a run directory");
+}
+
+#[test]
+fn a_deleted_or_emptied_audit_chain_fails_everywhere_and_stops_runs() {
+    for emptied in [false, true] {
+        let env = Env::new();
+        env.init();
+        env.run_plan(SIM_PLAN);
+        let audit = env.reprise_dir().join("audit/audit.jsonl");
+        if emptied {
+            fs::write(&audit, b"").unwrap();
+        } else {
+            fs::remove_file(&audit).unwrap();
+        }
+        // Cut the sealed journal too: before, this verified with identity
+        // `unverifiable` and exit 0.
+        let journal = env
+            .reprise_dir()
+            .join("plans/cli/tasks/greet/journal.jsonl");
+        keep_rows(&journal, 3);
+        assert_eq!(audit_reason(&env), "audit_missing");
+        let verify = env.run(&["journal", "verify", "greet", "--json"]);
+        assert_eq!(code(&verify), Some(1), "{}", stdout(&verify));
+        assert_eq!(json_of(&verify)["audit"]["reason"], "audit_missing");
+        assert_eq!(code(&env.run(&["status"])), Some(1));
+        assert_eq!(code(&env.run(&["lineage", "show", "greet"])), Some(1));
+        // And another run does not paper over it.
+        assert_run_refused(&env, "audit_missing");
+        assert_eq!(audit_reason(&env), "audit_missing");
+    }
+}
+
+#[test]
+fn cutting_the_last_audit_rows_is_audit_truncated() {
+    for cut in [1, 5] {
+        let env = Env::new();
+        env.init();
+        env.run_plan(SIM_PLAN);
+        env.run_plan(SIM_PLAN);
+        let audit = env.reprise_dir().join("audit/audit.jsonl");
+        let rows = line_count(&audit);
+        assert!(rows > 5, "{rows} audit rows");
+        keep_rows(&audit, rows - cut);
+        assert_eq!(audit_reason(&env), "audit_truncated");
+        let verify = env.run(&["journal", "verify", "greet", "--json"]);
+        assert_eq!(code(&verify), Some(1));
+        assert_eq!(json_of(&verify)["audit"]["reason"], "audit_truncated");
+        assert_run_refused(&env, "audit_truncated");
+    }
+}
+
+#[test]
+fn rolling_back_the_audit_chain_or_the_whole_state_directory_is_detected() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    let earlier = env.temp.path().join("earlier");
+    copy_dir(&env.reprise_dir(), &earlier);
+    env.run_plan(SIM_PLAN);
+    assert_success(&env.run(&["audit", "verify"]));
+
+    // The audit chain alone, put back.
+    let audit = env.reprise_dir().join("audit/audit.jsonl");
+    let current = fs::read(&audit).unwrap();
+    fs::copy(earlier.join("audit/audit.jsonl"), &audit).unwrap();
+    assert_eq!(audit_reason(&env), "audit_truncated");
+    fs::write(&audit, current).unwrap();
+    assert_success(&env.run(&["audit", "verify"]));
+
+    // The whole state directory, put back.
+    fs::remove_dir_all(env.reprise_dir()).unwrap();
+    copy_dir(&earlier, &env.reprise_dir());
+    assert_eq!(audit_reason(&env), "audit_truncated");
+    assert_eq!(code(&env.run(&["journal", "verify", "greet"])), Some(1));
+    assert_eq!(code(&env.run(&["status"])), Some(1));
+    assert_run_refused(&env, "audit_truncated");
+}
+
+#[test]
+fn another_projects_state_directory_is_foreign() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    // A second project of the same user, with the same key.
+    let other = env.temp.path().join("other");
+    fs::create_dir(&other).unwrap();
+    let output = Command::new(BIN)
+        .args(["init"])
+        .current_dir(&other)
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .output()
+        .unwrap();
+    assert_success(&output);
+    fs::remove_dir_all(env.reprise_dir()).unwrap();
+    copy_dir(&other.join(".reprise"), &env.reprise_dir());
+    assert_eq!(audit_reason(&env), "foreign_state_dir");
+    assert_eq!(
+        code(&env.run(&["status"])),
+        Some(2),
+        "no run in the swapped dir"
+    );
+    assert_run_refused(&env, "foreign_state_dir");
+}
+
+#[test]
+fn a_missing_witness_is_reported_and_not_recreated() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    let witness_dir = env.temp.path().join("home/.local/state/reprise/witness");
+    fs::remove_dir_all(&witness_dir).unwrap();
+    assert_eq!(audit_reason(&env), "witness_missing");
+    assert_run_refused(&env, "witness_missing");
+    assert!(!witness_dir.exists(), "the witness was silently recreated");
+}
+
+/// The spine row with its decision changed from warm to cold, re-chained.
+fn rewritten_spine(path: &Path) -> Vec<u8> {
+    let text = fs::read_to_string(path).unwrap();
+    let mut previous = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let row: reprise_core::record::SpineRow = serde_json::from_str(line).unwrap();
+        let mut decision = row.decision.clone();
+        decision["retry_mode"] = json!("cold");
+        let encoded =
+            reprise_core::record::encode_spine_row(previous, &row.kind, &decision, row.sealed_at)
+                .unwrap();
+        previous = Some(encoded.head);
+        out.extend_from_slice(&encoded.line);
+    }
+    out
+}
+
+#[test]
+fn a_spine_deleted_cut_or_rewritten_does_not_match_its_bindings() {
+    for attack in ["delete", "cut", "rewrite"] {
+        let env = Env::new();
+        env.init();
+        env.run_plan(SIM_PLAN);
+        assert_success(&env.run(&["journal", "verify", "greet"]));
+        let spine = env.reprise_dir().join("plans/cli/tasks/greet/spine.jsonl");
+        match attack {
+            "delete" => fs::remove_file(&spine).unwrap(),
+            "cut" => keep_rows(&spine, 0),
+            _ => {
+                let rewritten = rewritten_spine(&spine);
+                fs::write(&spine, rewritten).unwrap();
+            }
+        }
+        let verify = env.run(&["journal", "verify", "greet", "--json"]);
+        assert_eq!(code(&verify), Some(1), "{attack}: {}", stdout(&verify));
+        let report = json_of(&verify);
+        assert_eq!(report["decisions"], "mismatched", "{attack}");
+        // Re-chained, the spine verifies on its own: only the bindings catch it.
+        if attack == "rewrite" {
+            assert_eq!(report["spine"]["ok"], true);
+        }
+        let lineage = env.run(&["lineage", "show", "greet"]);
+        assert_eq!(code(&lineage), Some(1), "{attack}: {}", stdout(&lineage));
+        assert!(
+            stdout(&lineage).contains("SPINE BROKEN"),
+            "{}",
+            stdout(&lineage)
+        );
+        assert!(
+            !stdout(&lineage).contains("attempt 2: warm"),
+            "{}",
+            stdout(&lineage)
+        );
+    }
+}
+
+#[test]
+fn lineage_show_prints_a_tampered_decision_as_broken_and_exits_1() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    let lineage = env.run(&["lineage", "show", "greet"]);
+    assert_success(&lineage);
+    assert!(
+        stdout(&lineage).contains("attempt 2: warm"),
+        "{}",
+        stdout(&lineage)
+    );
+    let journal = env
+        .reprise_dir()
+        .join("plans/cli/tasks/greet/journal.jsonl");
+    let clean = fs::read_to_string(&journal).unwrap();
+    let edited = clean.replacen("\"retry_mode\":\"warm\"", "\"retry_mode\":\"cold\"", 1);
+    assert_ne!(edited, clean);
+    fs::write(&journal, edited).unwrap();
+    let lineage = env.run(&["lineage", "show", "greet", "--json"]);
+    assert_eq!(code(&lineage), Some(1), "{}", stdout(&lineage));
+    let report = json_of(&lineage);
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["decisions"][0]["verified"], false);
+    assert!(report["decisions"][0].get("decision").is_none(), "{report}");
+    let text = stdout(&env.run(&["lineage", "show", "greet"]));
+    assert!(text.contains("BROKEN"), "{text}");
+    assert!(
+        !text.contains(": cold ("),
+        "a tampered decision shown as fact: {text}"
+    );
+}
+
+/// The ledger with every `failed` rewritten to `passed`, re-chained.
+fn rewritten_ledger(path: &Path) -> Vec<u8> {
+    let text = fs::read_to_string(path).unwrap();
+    let mut previous = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let row: reprise_core::record::LedgerRow = serde_json::from_str(line).unwrap();
+        let mut body = row.body.clone();
+        if body["to"] == "failed" {
+            body["to"] = json!("passed");
+        }
+        let encoded =
+            reprise_core::record::encode_ledger_row(previous, &row.kind, &row.at, &body).unwrap();
+        previous = Some(encoded.head);
+        out.extend_from_slice(&encoded.line);
+    }
+    out
+}
+
+#[test]
+fn a_ledger_deleted_cut_rolled_back_or_rewritten_fails_status_and_stops_runs() {
+    for attack in ["delete", "cut", "rollback", "rewrite"] {
+        let env = Env::new();
+        env.init();
+        env.run_plan(FAILING_PLAN);
+        let ledger = env.reprise_dir().join("ledger.jsonl");
+        let earlier = fs::read(&ledger).unwrap();
+        env.run_plan(FAILING_PLAN);
+        assert_success(&env.run(&["status"]));
+        match attack {
+            "delete" => fs::remove_file(&ledger).unwrap(),
+            "cut" => keep_rows(&ledger, line_count(&ledger) - 1),
+            "rollback" => fs::write(&ledger, &earlier).unwrap(),
+            _ => {
+                let rewritten = rewritten_ledger(&ledger);
+                fs::write(&ledger, rewritten).unwrap();
+            }
+        }
+        let status = env.run(&["status", "--json"]);
+        assert_eq!(code(&status), Some(1), "{attack}: {}", stdout(&status));
+        assert_eq!(json_of(&status)["ledger"]["ok"], false, "{attack}");
+        assert_eq!(
+            json_of(&status)["ledger"]["identity"],
+            "mismatched",
+            "{attack}"
+        );
+        assert!(
+            stdout(&env.run(&["status"])).contains("ledger: MISMATCHED"),
+            "{attack}"
+        );
+        fs::write(env.project().join("plan.yaml"), FAILING_PLAN).unwrap();
+        assert_run_refused(&env, "ledger");
+    }
+}
+
+#[test]
+fn an_edited_state_json_is_shown_as_the_ledger_says() {
+    let env = Env::new();
+    env.init();
+    let run_id = env.run_plan(FAILING_PLAN);
+    let path = env
+        .reprise_dir()
+        .join("runs")
+        .join(&run_id)
+        .join("state.json");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(
+        &path,
+        text.replace("\"state\":\"failed\"", "\"state\":\"passed\""),
+    )
+    .unwrap();
+    let status = env.run(&["status"]);
+    assert_eq!(code(&status), Some(1), "{}", stdout(&status));
+    let text = stdout(&status);
+    assert!(
+        text.contains("stubborn: failed (state.json says passed"),
+        "{text}"
+    );
+    let show = env.run(&["task", "show", "stubborn", "--json"]);
+    assert_eq!(code(&show), Some(1));
+    assert_eq!(json_of(&show)["ledger_state"], "failed");
+}
+
+#[test]
+fn a_torn_ledger_or_audit_chain_stops_runs_until_repaired() {
+    for (file, target) in [("ledger.jsonl", "ledger"), ("audit/audit.jsonl", "audit")] {
+        let env = Env::new();
+        env.init();
+        env.run_plan(SIM_PLAN);
+        let path = env.reprise_dir().join(file);
+        let clean = fs::read(&path).unwrap();
+        fs::write(&path, [&clean[..], b"{\"at\":\"2026-"].concat()).unwrap();
+        assert_run_refused(&env, &format!("run `reprise replay repair {target}`"));
+        let output = env.run(&["replay", "repair", target, "--json"]);
+        assert_success(&output);
+        assert_eq!(json_of(&output)["repaired"], true, "{target}");
+        assert_eq!(json_of(&output)["removed_bytes"], 12, "{target}");
+        if target == "ledger" {
+            assert_eq!(fs::read(&path).unwrap(), clean);
+        } else {
+            // The repair is the audit chain's newest row.
+            assert!(fs::read(&path).unwrap().starts_with(&clean));
+            assert!(
+                fs::read_to_string(&path)
+                    .unwrap()
+                    .contains("\"kind\":\"audit.repair\"")
+            );
+        }
+        let again = env.run(&["replay", "repair", target, "--json"]);
+        assert_eq!(json_of(&again)["repaired"], false);
+        assert_success(&env.run(&["audit", "verify"]));
+        assert_success(&env.run(&["run", "plan.yaml"]));
+    }
+}
+
+#[test]
+fn a_torn_spine_is_repaired_by_its_task() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    let spine = env.reprise_dir().join("plans/cli/tasks/greet/spine.jsonl");
+    let clean = fs::read(&spine).unwrap();
+    fs::write(&spine, [&clean[..], b"{\"decision\":{"].concat()).unwrap();
+    let verify = env.run(&["journal", "verify", "greet"]);
+    assert_eq!(code(&verify), Some(1));
+    assert!(
+        stdout(&verify).contains("run `reprise replay repair cli/greet`"),
+        "{}",
+        stdout(&verify)
+    );
+    let output = env.run(&["replay", "repair", "greet", "--json"]);
+    assert_success(&output);
+    let report = json_of(&output);
+    assert_eq!(report["repaired"], false, "the journal was whole");
+    assert_eq!(report["spine"]["repaired"], true);
+    assert_eq!(fs::read(&spine).unwrap(), clean);
+    assert_success(&env.run(&["journal", "verify", "greet"]));
+    assert_success(&env.run(&["lineage", "show", "greet"]));
+}
+
+#[test]
+fn a_torn_hint_names_the_target_and_repair_all_covers_every_chain() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    let ledger = env.reprise_dir().join("ledger.jsonl");
+    let clean = fs::read(&ledger).unwrap();
+    fs::write(&ledger, [&clean[..], b"{"].concat()).unwrap();
+    let status = stdout(&env.run(&["status"]));
+    assert!(
+        status.contains("run `reprise replay repair ledger`"),
+        "{status}"
+    );
+    let output = env.run(&["replay", "repair", "--all", "--json"]);
+    assert_success(&output);
+    let repairs = json_of(&output)["repairs"].clone();
+    let repaired: Vec<&str> = repairs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|repair| repair["repaired"] == true)
+        .map(|repair| repair["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(repaired, ["ledger"]);
+    assert_eq!(fs::read(&ledger).unwrap(), clean);
+}
+
+#[test]
+fn a_changed_final_newline_is_refused_by_repair_not_cut() {
+    for replacement in [&b""[..], b"x", b"\0"] {
+        let env = Env::new();
+        env.init();
+        let path = env.journal("acked", 3);
+        let mut bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.pop(), Some(b'\n'));
+        bytes.extend_from_slice(replacement);
+        fs::write(&path, &bytes).unwrap();
+        let output = env.run(&["replay", "repair", "acked", "--json"]);
+        assert_eq!(code(&output), Some(1), "{}", stdout(&output));
+        assert_eq!(json_of(&output)["refused"], "complete_row");
+        assert_eq!(fs::read(&path).unwrap(), bytes, "the file was changed");
+    }
+}
+
+#[test]
+fn run_ids_are_checked_before_they_become_paths() {
+    let env = Env::new();
+    env.init();
+    // A planted run state outside the state directory naming its own plan.
+    let outside = env.temp.path().join("x");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(env.temp.path().join("evil.yaml"), SIM_PLAN).unwrap();
+    let planted = json!({"v": 1, "run_id": "../../../x", "plan": env.temp.path().join("evil.yaml"),
+        "plan_name": "evil", "started_at": "2026-01-01T00:00:00.000Z",
+        "finished_at": "2026-01-01T00:00:01.000Z", "ok": false, "tasks": []});
+    fs::write(outside.join("state.json"), planted.to_string()).unwrap();
+    let traversal = format!("../../{}", "../x");
+    for bad in ["../../../x", traversal.as_str(), "R-nope"] {
+        let before = env.snapshot();
+        let output = env.run(&["run", "--retry-failed", bad]);
+        assert_one_line_error(&output, 2, "is not `R-`");
+        assert_eq!(env.snapshot(), before);
+        assert_one_line_error(&env.run(&["status", bad]), 2, "is not `R-`");
+    }
+}
+
+#[test]
+fn symlinked_state_paths_are_refused() {
+    let env = Env::new();
+    env.init();
+    let run_id = env.run_plan(SIM_PLAN);
+    // A task directory that is a link to a copy elsewhere.
+    let task_dir = env.reprise_dir().join("plans/cli/tasks/greet");
+    let elsewhere = env.temp.path().join("elsewhere");
+    copy_dir(&task_dir, &elsewhere);
+    fs::remove_dir_all(&task_dir).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &task_dir).unwrap();
+    assert_one_line_error(&env.run(&["journal", "verify", "greet"]), 2, "is a symlink");
+    assert_one_line_error(&env.run(&["lineage", "show", "greet"]), 2, "is a symlink");
+    // A run state that is a link.
+    let state_json = env
+        .reprise_dir()
+        .join("runs")
+        .join(&run_id)
+        .join("state.json");
+    let aside = env.temp.path().join("state.json");
+    fs::rename(&state_json, &aside).unwrap();
+    std::os::unix::fs::symlink(&aside, &state_json).unwrap();
+    assert_one_line_error(&env.run(&["status", &run_id]), 2, "is a symlink");
+}
+
+#[test]
+fn a_different_valid_key_is_refused_before_anything_is_written() {
+    let env = Env::new();
+    env.init();
+    fs::write(env.project().join("plan.yaml"), SIM_PLAN).unwrap();
+    let keys = env.temp.path().join("keys");
+    fs::create_dir(&keys).unwrap();
+    fs::set_permissions(&keys, fs::Permissions::from_mode(0o700)).unwrap();
+    let other = keys.join("other.key");
+    fs::write(&other, [9u8; 32]).unwrap();
+    fs::set_permissions(&other, fs::Permissions::from_mode(0o600)).unwrap();
+    let before = env.snapshot();
+    for args in [&["run", "plan.yaml"][..], &["audit", "verify"], &["init"]] {
+        let output = env.run_env(args, &[("REPRISE_AUDIT_KEY_FILE", &other)]);
+        assert_one_line_error(&output, 2, "does not sign the audit chain");
+        assert!(stderr(&output).contains(&other.display().to_string()));
+        assert!(stderr(&output).contains("from REPRISE_AUDIT_KEY_FILE"));
+    }
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn a_key_linked_into_a_world_writable_directory_is_refused() {
+    let env = Env::new();
+    let open_dir = env.temp.path().join("open");
+    fs::create_dir(&open_dir).unwrap();
+    fs::set_permissions(&open_dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let real = open_dir.join("audit.key");
+    fs::write(&real, [5u8; 32]).unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o600)).unwrap();
+    let private = env.temp.path().join("private");
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    let link = private.join("audit.key");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let output = env.run_env(&["init"], &[("REPRISE_AUDIT_KEY_FILE", &link)]);
+    assert_one_line_error(&output, 2, "is writable by others");
+    assert!(stderr(&output).contains(&open_dir.display().to_string()));
+    assert!(!env.reprise_dir().exists());
+}
+
+#[test]
+fn a_state_dir_that_names_a_file_is_bad_input() {
+    let env = Env::new();
+    let file = env.temp.path().join("not-a-dir");
+    fs::write(&file, "x").unwrap();
+    let output = env.run_env(&["status"], &[("REPRISE_STATE_DIR", &file)]);
+    assert_one_line_error(&output, 2, "is not a directory");
+}

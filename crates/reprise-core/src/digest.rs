@@ -19,6 +19,8 @@ pub const SPINE_TAG: &[u8] = b"reprise/spine/v1\n";
 pub const LEDGER_TAG: &[u8] = b"reprise/ledger/v1\n";
 /// Domain tag of a sealed decision's `decision_hash`.
 pub const DECISION_TAG: &[u8] = b"reprise/decision/v1\n";
+/// Domain tag of a witness file's `mac`.
+pub const WITNESS_TAG: &[u8] = b"reprise/witness/v1\n";
 
 /// The value of each lowercase hex digit; 0x80 marks every other byte.
 const HEX_VALUE: [u8; 256] = {

@@ -56,6 +56,34 @@ impl TaskId {
     }
 }
 
+/// A run id that is not `R-` and a ULID (26 Crockford base32 digits).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "run id {id:?} is not `R-` followed by a 26-character ULID; `reprise status` names the runs"
+)]
+pub struct RunIdError {
+    pub id: String,
+}
+
+/// Checks that `raw` is a run id (`^R-[0-9A-HJKMNP-TV-Z]{26}$`) before it is
+/// used to name a directory: a run id that could hold `/` or `..` would
+/// reach outside `runs/`.
+pub fn check_run_id(raw: &str) -> Result<(), RunIdError> {
+    let valid = raw.strip_prefix("R-").is_some_and(|ulid| {
+        ulid.len() == 26
+            && ulid.bytes().all(|byte| {
+                byte.is_ascii_digit()
+                    || (byte.is_ascii_uppercase() && !matches!(byte, b'I' | b'L' | b'O' | b'U'))
+            })
+            && ulid.as_bytes()[0] <= b'7'
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(RunIdError { id: raw.to_owned() })
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -153,6 +181,25 @@ impl fmt::Display for TaskKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_are_r_and_a_ulid_and_nothing_else() {
+        assert!(check_run_id("R-01JDZ3V6Q8M9K2N4P5R7S8T9VW").is_ok());
+        for bad in [
+            "",
+            "R-",
+            "../../../x",
+            "R-../../../../../../../tmp/x",
+            "R-01JDZ3V6Q8M9K2N4P5R7S8T9V",
+            "R-01JDZ3V6Q8M9K2N4P5R7S8T9VWX",
+            "R-01jdz3v6q8m9k2n4p5r7s8t9vw",
+            "R-01JDZ3V6Q8M9K2N4P5R7S8T9VI",
+            "R-81JDZ3V6Q8M9K2N4P5R7S8T9VW",
+            "X-01JDZ3V6Q8M9K2N4P5R7S8T9VW",
+        ] {
+            assert!(check_run_id(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn accepts_the_pattern() {

@@ -19,5 +19,6 @@ pub mod recovery;
 pub mod retry;
 mod scan;
 pub mod verify;
+pub mod witness;
 
-pub use id::{PlanId, TASK_ID_MAX_LEN, TaskId, TaskIdError, TaskKey};
+pub use id::{PlanId, RunIdError, TASK_ID_MAX_LEN, TaskId, TaskIdError, TaskKey, check_run_id};

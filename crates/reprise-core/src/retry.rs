@@ -89,6 +89,9 @@ pub enum DowngradeReason {
     ForkUnsupported,
     /// Recorded by the second decision, when the session could not be resumed.
     SessionUnavailable,
+    /// The decision path itself failed (a chain could not be read or
+    /// written): the retry goes cold, and this says why.
+    DecisionFailed,
 }
 
 impl DowngradeReason {
@@ -102,6 +105,7 @@ impl DowngradeReason {
             Self::WorkspaceHashMismatch => "workspace_hash_mismatch",
             Self::ForkUnsupported => "fork_unsupported",
             Self::SessionUnavailable => "session_unavailable",
+            Self::DecisionFailed => "decision_failed",
         }
     }
 }
@@ -276,6 +280,32 @@ impl DecisionRecord {
         }
     }
 
+    /// The cold fallback recorded when the decision path failed: no
+    /// checkpoint is trusted and no instruction is sent.
+    pub fn decision_failed(
+        task_id: &TaskId,
+        adapter: &str,
+        capability: Capability,
+        requested: RetryMode,
+        live_workspace_hash: Digest,
+    ) -> Self {
+        Self {
+            task_id: task_id.clone(),
+            adapter: adapter.to_owned(),
+            capability,
+            requested_mode: requested,
+            retry_mode: RetryMode::Cold,
+            checkpoint_session_id: None,
+            checkpoint_event_hash: None,
+            recorded_workspace_hash: None,
+            live_workspace_hash,
+            workspace_match: None,
+            downgrade_reason: Some(DowngradeReason::DecisionFailed),
+            template_id: None,
+            instruction_hash: None,
+        }
+    }
+
     /// The record as a JSON value (its canonical bytes are what is hashed).
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("decision records serialise")
@@ -339,7 +369,13 @@ impl DecisionRecord {
 /// The metadata stamp when the decision path itself failed: the retry goes
 /// on, cold.
 pub fn failed_decision_metadata() -> BTreeMap<String, Value> {
-    BTreeMap::from([("retry_mode".to_owned(), json!(RetryMode::Cold))])
+    BTreeMap::from([
+        ("retry_mode".to_owned(), json!(RetryMode::Cold)),
+        (
+            "retry_downgrade_reason".to_owned(),
+            json!(DowngradeReason::DecisionFailed),
+        ),
+    ])
 }
 
 #[cfg(test)]

@@ -126,6 +126,11 @@ pub(crate) fn record_decision(
 ) -> Result<Digest> {
     let decision_hash = record.hash()?;
     let decision = record.to_value();
+    // What can be checked before the first row is: the spine file opens and
+    // the audit chain would take the binding. A decision is then either in
+    // all three places or (with a failure here) in none.
+    spine.ready()?;
+    audit.ready()?;
     let journal_head = journal.append(
         DECISION_KIND,
         &now_rfc3339(),
@@ -137,11 +142,11 @@ pub(crate) fn record_decision(
         }),
     )?;
     let spine_head = spine.append(DECISION_KIND, &decision, journal_head.seq)?;
-    audit.append(
-        AUDIT_DECISION_KIND,
-        &now_rfc3339(),
-        &record.audit_body(journal_head.digest, spine_head.digest)?,
-    )?;
+    // The binding names the plan too: task ids are unique only per plan, and
+    // verification matches a spine to the bindings of its own plan's task.
+    let mut body = record.audit_body(journal_head.digest, spine_head.digest)?;
+    body["plan"] = json!(journal.task().plan.as_str());
+    audit.append(AUDIT_DECISION_KIND, &now_rfc3339(), &body)?;
     Ok(decision_hash)
 }
 
@@ -149,6 +154,8 @@ pub(crate) fn record_decision(
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecisionRow {
     pub seq: u64,
+    /// The row's stored `event_hash` (what an audit binding names).
+    pub event_hash: Digest,
     pub at: String,
     pub run_id: Option<String>,
     pub attempt: Option<u64>,
@@ -156,17 +163,19 @@ pub struct DecisionRow {
     pub decision_hash: Option<Digest>,
 }
 
-/// The retry decisions in a task's journal, in order.
+/// The retry decisions in a task's journal, in order, as parsed: not yet
+/// verified (see `reprise lineage show`, which checks each against the
+/// verified journal and its audit binding before showing it).
 pub fn read_decisions(state: &StateDir, task: &TaskKey) -> Result<Vec<DecisionRow>> {
     let path = state.existing_journal_path(task)?;
-    let bytes =
-        std::fs::read(&path).map_err(|source| reprise_store::StoreError::Io { path, source })?;
+    let bytes = reprise_store::read_no_follow(&path)?.unwrap_or_default();
     Ok(bytes
         .split(|&byte| byte == b'\n')
         .filter_map(|line| serde_json::from_slice::<JournalRow>(line).ok())
         .filter(|row| row.kind == DECISION_KIND)
         .map(|row| DecisionRow {
             seq: row.seq,
+            event_hash: row.event_hash,
             at: row.at,
             run_id: row.body["run_id"].as_str().map(str::to_owned),
             attempt: row.body["attempt"].as_u64(),

@@ -12,10 +12,9 @@ use reprise_agents::{
     Adapter, CancelToken, ClaudeAdapter, CodexAdapter, CommandAdapter, GeminiAdapter, SimAdapter,
     SimStep,
 };
-use reprise_core::digest::AuditKey;
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
 use reprise_core::{TaskId, TaskKey};
-use reprise_store::audit::{AuditSummary, read_audit};
+use reprise_store::audit::{AuditLog, read_audit, seal_ledger};
 use reprise_store::ledger::Ledger;
 use reprise_store::locks::{HeldLock, Holder, try_task_lock};
 use reprise_store::replies::{drop_kept_reply, read_kept_reply};
@@ -45,7 +44,7 @@ pub struct RunOptions {
     /// What each task's agent process gets besides the plan's settings;
     /// tasks not named get nothing extra.
     pub agent_setup: BTreeMap<TaskId, AgentSetup>,
-    pub key: AuditKey,
+    pub key: reprise_store::key::KeyFile,
     /// Snapshot the project's uncommitted changes into the run's base.
     pub include_uncommitted: bool,
     /// How agent and gate processes are supervised and contained; `None`
@@ -329,11 +328,10 @@ pub fn run_plan(
     // The audit chain is read once per run: each task's seal must respect the
     // seals its journal already has, and reading the chain per task would
     // make every task cost more than the one before.
-    let audit = if state.audit_path().is_file() {
-        read_audit(state, &options.key)?
-    } else {
-        AuditSummary::default()
-    };
+    let audit = read_audit(state, &options.key)?;
+    // The coordinator's own handle on the audit chain: it seals the ledger's
+    // head at each task's terminal transition and at the run's end.
+    let mut ledger_audit = AuditLog::open(state, options.key.clone())?;
     let criteria = crate::budget::plan_criteria(plan);
     let budget = options
         .retry_budget
@@ -371,7 +369,7 @@ pub fn run_plan(
                     None
                 };
                 if let Some(reason) = reason {
-                    ledger.transition(
+                    let head = ledger.transition(
                         &now_rfc3339(),
                         &run.run_id,
                         &task.id,
@@ -379,6 +377,7 @@ pub fn run_plan(
                         "blocked",
                         Some(&reason),
                     )?;
+                    seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
                     finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                 }
             }
@@ -419,7 +418,7 @@ pub fn run_plan(
                                     .join(", "),
                                 files.join(", ")
                             );
-                            ledger.transition(
+                            let head = ledger.transition(
                                 &now_rfc3339(),
                                 &run.run_id,
                                 &task.id,
@@ -427,6 +426,7 @@ pub fn run_plan(
                                 "blocked",
                                 Some(&reason),
                             )?;
+                            seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
                             finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                             continue;
                         }
@@ -439,7 +439,7 @@ pub fn run_plan(
                     Ok(Some(envelope)) => envelope,
                     Ok(None) => continue,
                     Err(reason) => {
-                        ledger.transition(
+                        let head = ledger.transition(
                             &now_rfc3339(),
                             &run.run_id,
                             &task.id,
@@ -447,6 +447,7 @@ pub fn run_plan(
                             "blocked",
                             Some(&reason),
                         )?;
+                        seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
                         finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                         continue;
                     }
@@ -519,7 +520,7 @@ pub fn run_plan(
                         // A pass also retires the earlier leg's kept reply.
                         let _ = drop_kept_reply(state, &prior.run_id, &id);
                     }
-                    ledger.transition(
+                    let head = ledger.transition(
                         &now_rfc3339(),
                         &run.run_id,
                         &id,
@@ -527,6 +528,7 @@ pub fn run_plan(
                         result.status.as_str(),
                         result.reason.as_deref(),
                     )?;
+                    seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
                     finish(&mut run, sink, &id, result.status, result.reason.clone());
                     saver.maybe_save(&run, state)?;
                 }

@@ -172,7 +172,7 @@ impl RunState {
     /// after a crash is rebuilt from them, so the run does not pay two fsyncs
     /// per transition.
     pub(crate) fn save(&self, state: &StateDir, durable: bool) -> Result<()> {
-        let path = state.run_state_path(&self.run_id);
+        let path = state.run_state_path(&self.run_id)?;
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(|source| reprise_store::StoreError::Io {
                 path: dir.to_path_buf(),
@@ -199,16 +199,23 @@ impl RunState {
 
 /// Reads the state of run `run_id`.
 pub fn load_run(state: &StateDir, run_id: &str) -> Result<RunState> {
-    let path = state.run_state_path(run_id);
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+    let path = state.run_state_path(run_id)?;
+    if let Some(dir) = path.parent()
+        && fs::symlink_metadata(dir).is_ok_and(|meta| meta.file_type().is_symlink())
+    {
+        return Err(reprise_store::StoreError::Symlink {
+            path: dir.to_path_buf(),
+        }
+        .into());
+    }
+    let bytes = match reprise_store::read_no_follow(&path)? {
+        Some(bytes) => bytes,
+        None => {
             return Err(EngineError::NoRun {
                 run: run_id.to_owned(),
                 dir: state.runs_dir(),
             });
         }
-        Err(source) => return Err(reprise_store::StoreError::Io { path, source }.into()),
     };
     serde_json::from_slice(&bytes).map_err(|err| EngineError::BadRunState {
         path,
@@ -249,6 +256,6 @@ fn list_runs(dir: &Path) -> Result<Vec<String>> {
         .filter_map(|entry| entry.ok())
         .filter(|entry| entry.path().join("state.json").is_file())
         .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.starts_with("R-"))
+        .filter(|name| reprise_core::check_run_id(name).is_ok())
         .collect())
 }

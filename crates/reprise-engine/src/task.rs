@@ -13,7 +13,6 @@ use reprise_agents::{
     SessionMode, Supervision,
 };
 use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
-use reprise_core::digest::AuditKey;
 use reprise_core::plan::{Disclose, Task};
 use reprise_core::prompt::{
     CORRECTIVE_TEMPLATE_ID, FailedGate, Nonce, PreviousAttempt, RetryContext, cold_prompt,
@@ -51,7 +50,7 @@ pub(crate) type CriterionLadder = (String, Vec<i64>);
 /// Everything one task's run needs.
 pub(crate) struct TaskRun<'a> {
     pub(crate) state: &'a StateDir,
-    pub(crate) key: AuditKey,
+    pub(crate) key: reprise_store::key::KeyFile,
     pub(crate) run_id: &'a str,
     /// The plan the task belongs to: its journal is the plan's.
     pub(crate) plan: &'a PlanId,
@@ -551,12 +550,50 @@ impl TaskRun<'_> {
                     next
                 }
                 Err(err) => {
-                    // The decision path failed: say so, stamp cold, go on.
-                    self.emit(Event::Warning {
-                        task: Some(task.id.clone()),
-                        message: format!("retry decision failed ({err}); retrying cold"),
-                    });
-                    result.metadata = failed_decision_metadata();
+                    // The decision path failed: the retry goes cold, and the
+                    // record says so (decision_failed) in all three places,
+                    // or, if even that cannot be written, in none, with a
+                    // warning. Never a row for a mode that did not run.
+                    let fallback = DecisionRecord::decision_failed(
+                        &task.id,
+                        self.adapter.name(),
+                        self.adapter.strategy().capability(),
+                        task.retry_policy,
+                        self.workspace_hash(&cwd).unwrap_or_default(),
+                    );
+                    match record_decision(
+                        &mut journal,
+                        &mut spine,
+                        &mut audit,
+                        self.run_id,
+                        attempt + 1,
+                        &fallback,
+                    ) {
+                        Ok(_) => {
+                            self.emit(Event::Warning {
+                                task: Some(task.id.clone()),
+                                message: format!(
+                                    "retry decision failed ({err}); retrying cold, recorded as decision_failed"
+                                ),
+                            });
+                            result.metadata = fallback
+                                .metadata(None)
+                                .unwrap_or_else(|_| failed_decision_metadata());
+                            self.emit(Event::Decision {
+                                task: task.id.clone(),
+                                record: Box::new(fallback),
+                            });
+                        }
+                        Err(second) => {
+                            self.emit(Event::Warning {
+                                task: Some(task.id.clone()),
+                                message: format!(
+                                    "retry decision failed ({err}) and its cold fallback could not be recorded ({second}); retrying cold with no decision on record"
+                                ),
+                            });
+                            result.metadata = failed_decision_metadata();
+                        }
+                    }
                     self.cold(attempt + 1, previous.as_ref())
                 }
             };

@@ -1658,10 +1658,15 @@ tasks:
     sim: [ { reply: "DONE" } ]
 "#,
     );
-    let report = reprise_store::ledger::verify_ledger(&world.fixture.state)
-        .expect("ledger")
-        .expect("a ledger exists");
+    let audit = reprise_store::audit::read_audit(&world.fixture.state, &world.fixture.key)
+        .expect("audit chain");
+    let ledger =
+        reprise_store::ledger::verify_ledger(&world.fixture.state, &audit).expect("ledger");
+    let report = ledger.report.as_ref().expect("a ledger exists");
     assert_eq!(report.first_problem(), None);
+    // Every terminal transition is sealed: the last row is covered.
+    assert_eq!(ledger.identity, reprise_core::verify::Identity::Verified);
+    assert_eq!(ledger.unsealed_rows(), 0);
     let rows: Vec<reprise_core::record::LedgerRow> = rows(&world.fixture.state.ledger_path());
     let of_run: Vec<_> = rows
         .iter()

@@ -119,9 +119,11 @@ impl ChainFile {
             .append(true)
             .create(true)
             .mode(0o644)
-            .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+            .custom_flags(
+                (rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOFOLLOW).bits() as i32,
+            )
             .open(path)
-            .at(path)?;
+            .map_err(|err| refuse_symlink(err, path))?;
         if !existed {
             sync_dir(dir)?;
         }
@@ -216,9 +218,11 @@ impl ChainFile {
             .append(true)
             .create(true)
             .mode(0o644)
-            .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+            .custom_flags(
+                (rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOFOLLOW).bits() as i32,
+            )
             .open(&self.path)
-            .at(&self.path)?;
+            .map_err(|err| refuse_symlink(err, &self.path))?;
         self.cached = None;
         Ok(())
     }
@@ -228,6 +232,17 @@ impl ChainFile {
     pub fn append(
         &mut self,
         encode: impl FnOnce(Option<Head>) -> Result<EncodedRow>,
+    ) -> Result<Head> {
+        self.append_then(encode, |_| Ok(()))
+    }
+
+    /// As [`append`](Self::append), then runs `after` with the new head while
+    /// the lock is still held (the audit chain replaces its witness there, so
+    /// witnesses are written in the order of the rows they name).
+    pub fn append_then(
+        &mut self,
+        encode: impl FnOnce(Option<Head>) -> Result<EncodedRow>,
+        after: impl FnOnce(Head) -> Result<()>,
     ) -> Result<Head> {
         if self.poisoned {
             return Err(StoreError::Poisoned {
@@ -275,7 +290,24 @@ impl ChainFile {
         if self.expected.is_some() {
             self.expected = Some(Fingerprint::of(&self.file.metadata().at(&self.path)?));
         }
+        after(row.head)?;
         Ok(row.head)
+    }
+
+    /// The head an append would build on now (the cached one if the file did
+    /// not change length); refuses a torn or damaged end, as an append would.
+    pub fn head(&mut self) -> Result<Option<Head>> {
+        self.follow_replacement()?;
+        let _lock = LockGuard::take(&self.file, &self.path)?;
+        let len = self.file.metadata().at(&self.path)?.len();
+        match self.cached {
+            Some((cached_len, head)) if cached_len == len => Ok(head),
+            _ => {
+                let head = self.read_head(len)?;
+                self.cached = Some((len, head));
+                Ok(head)
+            }
+        }
     }
 
     /// Reads the last line to find the head; refuses a torn or damaged end.
@@ -285,7 +317,7 @@ impl ChainFile {
         }
         let torn = || StoreError::TornTail {
             path: self.path.clone(),
-            task: self.task.clone().unwrap_or_default(),
+            task: repair_target(self.format, self.task.as_deref()),
         };
         let mut last_byte = [0u8; 1];
         self.file
@@ -328,6 +360,30 @@ impl ChainFile {
     }
 }
 
+/// What to name in `reprise replay repair TARGET` for a chained file.
+pub(crate) fn repair_target(format: ChainFormat, task: Option<&str>) -> String {
+    match (format, task) {
+        (ChainFormat::Audit, _) => "audit".to_owned(),
+        (ChainFormat::Ledger, _) => "ledger".to_owned(),
+        (_, Some(task)) => task.to_owned(),
+        (_, None) => "TASK".to_owned(),
+    }
+}
+
+/// `O_NOFOLLOW` on a symlink fails with `ELOOP`: name it for what it is.
+pub(crate) fn refuse_symlink(err: std::io::Error, path: &Path) -> StoreError {
+    if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+        StoreError::Symlink {
+            path: path.to_path_buf(),
+        }
+    } else {
+        StoreError::Io {
+            path: path.to_path_buf(),
+            source: err,
+        }
+    }
+}
+
 /// Reads the chained file at `path` through the verifier, in chunks, calling
 /// `observe` on each row of the verified prefix.
 pub fn read_chain(
@@ -354,7 +410,11 @@ pub fn read_chain_from(
     mut verifier: ChainVerifier<'_>,
     mut observe: impl FnMut(&CheckedRow<'_>, &[u8]),
 ) -> Result<(ChainReport, u64)> {
-    let mut file = File::open(path).at(path)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|err| refuse_symlink(err, path))?;
     file.seek(SeekFrom::Start(offset)).at(path)?;
     let mut consumed = offset;
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_CHUNK * 2);

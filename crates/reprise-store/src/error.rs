@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use reprise_core::canonical::EncodeError;
+use reprise_core::witness::WitnessReason;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -80,6 +81,29 @@ pub enum StoreError {
     NoJournal { task: String, path: PathBuf },
     #[error(transparent)]
     Encode(#[from] EncodeError),
+    #[error(transparent)]
+    RunId(#[from] reprise_core::RunIdError),
+    #[error(
+        "{path} is a symlink; reprise does not follow links in its state directory: replace it with the real file or directory"
+    )]
+    Symlink { path: PathBuf },
+    #[error(
+        "{path} is not a directory; point --state-dir or REPRISE_STATE_DIR at a state directory"
+    )]
+    StateDirIsFile { path: PathBuf },
+    #[error("{chain}: {}; nothing was appended: run `reprise audit verify`", reason.explain())]
+    Witness {
+        chain: PathBuf,
+        reason: WitnessReason,
+    },
+    #[error(
+        "audit key {path} does not sign the audit chain of {state} (its state.init row does not verify with it); use the key this state directory was initialised with"
+    )]
+    KeyMismatch { path: PathBuf, state: PathBuf },
+    #[error(
+        "the ledger {path} does not match its seals in the audit chain ({reason}); nothing was appended: run `reprise status` to inspect it"
+    )]
+    LedgerMismatch { path: PathBuf, reason: &'static str },
 }
 
 /// Attaches the path to an I/O error.

@@ -79,3 +79,21 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
     }
     Ok(())
 }
+
+/// Reads a file without following a symlink in its place: `Ok(None)` when
+/// there is no file, `Symlink` when a link is there.
+pub fn read_no_follow(path: &Path) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(crate::chainfile::refuse_symlink(err, path)),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).at(path)?;
+    Ok(Some(bytes))
+}

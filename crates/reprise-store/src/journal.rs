@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
-use reprise_core::digest::AuditKey;
+use reprise_core::digest::Digest;
 use reprise_core::record::{Head, encode_journal_row, encode_spine_row};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use serde_json::Value;
@@ -15,6 +15,7 @@ use crate::audit::{AuditSummary, read_audit};
 use crate::chainfile::{ChainFile, read_chain};
 use crate::error::Result;
 use crate::io::{IoSeam, RealIo};
+use crate::key::KeyFile;
 use crate::state::StateDir;
 
 /// A task's journal, open for appending.
@@ -31,6 +32,7 @@ impl Journal {
 
     /// Opens through a given I/O seam (tests inject faults here).
     pub fn open_with(state: &StateDir, task: &TaskKey, io: Arc<dyn IoSeam>) -> Result<Self> {
+        state.check_task_dir(task)?;
         let file = ChainFile::open(
             &state.journal_path(task),
             ChainFormat::Journal,
@@ -49,6 +51,11 @@ impl Journal {
         let task = &self.task;
         self.file
             .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))
+    }
+
+    /// The plan's task this journal belongs to.
+    pub fn task(&self) -> &TaskKey {
+        &self.task
     }
 
     pub fn path(&self) -> &Path {
@@ -82,6 +89,7 @@ pub struct Spine {
 
 impl Spine {
     pub fn open(state: &StateDir, task: &TaskKey) -> Result<Self> {
+        state.check_task_dir(task)?;
         Ok(Self {
             path: state.spine_path(task),
             task: task.clone(),
@@ -103,7 +111,25 @@ impl Spine {
         };
         file.append(|previous| Ok(encode_spine_row(previous, kind, decision, sealed_at)?))
     }
+
+    /// Opens (creating) the spine file now, so a decision whose spine cannot
+    /// be written fails before its journal row is.
+    pub fn ready(&mut self) -> Result<()> {
+        if self.file.is_none() {
+            self.file = Some(ChainFile::open(
+                &self.path,
+                ChainFormat::Spine,
+                Some(self.task.task.as_str()),
+                None,
+                Arc::new(RealIo),
+            )?);
+        }
+        Ok(())
+    }
 }
+
+/// Journal (and spine) row kind of a retry decision.
+pub const DECISION_KIND: &str = "retry.decision";
 
 /// Everything `journal verify` reports about one task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,70 +143,95 @@ pub struct JournalVerification {
     pub unsealed_rows: u64,
     /// The spine's own chain, when the task has one.
     pub spine: Option<ChainReport>,
-    /// The audit chain that supplied the seals.
-    pub audit: Option<AuditSummary>,
+    /// The spine and the journal's decision rows against the audit chain's
+    /// bindings: `mismatched` when a bound row is missing from either.
+    pub decisions: Identity,
+    /// Journal `retry.decision` rows (their event hashes) that a binding names.
+    pub bound_decision_rows: Vec<Digest>,
+    /// The audit chain that supplied the seals and bindings.
+    pub audit: AuditSummary,
 }
 
 impl JournalVerification {
-    /// Chain verifies, coverage complete, identity not mismatched, and the
-    /// spine and audit chain (where present) verify too.
+    /// Chain verifies, coverage complete, identity not mismatched, the spine
+    /// verifies and matches its bindings, and the audit chain verifies and
+    /// agrees with its witness.
     pub fn ok(&self) -> bool {
         self.chain.first_problem().is_none()
             && self.identity != Identity::Mismatched
+            && self.decisions != Identity::Mismatched
             && self
                 .spine
                 .as_ref()
                 .is_none_or(|spine| spine.first_problem().is_none())
-            && self
-                .audit
-                .as_ref()
-                .is_none_or(|audit| audit.report.first_problem().is_none())
+            && self.audit.ok()
     }
 }
 
 /// Verifies a task's spine; `None` when the task has made no decision yet.
 pub fn verify_spine(state: &StateDir, task: &TaskKey) -> Result<Option<ChainReport>> {
-    let path = state.spine_path(task);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    Ok(Some(read_chain(
-        &path,
-        ChainFormat::Spine,
-        None,
-        None,
-        &[],
-        |_, _| {},
-    )?))
+    Ok(read_spine(state, task)?.map(|(report, _)| report))
 }
 
-/// Verifies a task's journal, its spine, and its seals. `key` is needed only
-/// when the state directory has an audit chain; it is loaded lazily.
+/// The spine's report and the entry hashes of its verified prefix.
+fn read_spine(state: &StateDir, task: &TaskKey) -> Result<Option<(ChainReport, Vec<Digest>)>> {
+    state.check_task_dir(task)?;
+    let path = state.spine_path(task);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let mut entries = Vec::new();
+    let report = read_chain(&path, ChainFormat::Spine, None, None, &[], |row, _| {
+        entries.push(row.digest);
+    })?;
+    Ok(Some((report, entries)))
+}
+
+/// Verifies a task's journal, its spine, its seals and the decisions the
+/// audit chain binds. The key is loaded lazily.
 pub fn verify_journal(
     state: &StateDir,
     task: &TaskKey,
-    key: impl FnOnce() -> Result<AuditKey>,
+    key: impl FnOnce() -> Result<KeyFile>,
 ) -> Result<JournalVerification> {
     let path = state.existing_journal_path(task)?;
-    let audit = if state.audit_path().is_file() {
-        Some(read_audit(state, &key()?)?)
-    } else {
-        None
-    };
-    let seals: Vec<Head> = audit
-        .as_ref()
-        .map(|audit| audit.seals_of(task))
-        .unwrap_or_default();
+    let audit = read_audit(state, &key()?)?;
+    let seals: Vec<Head> = audit.seals_of(task);
     let watch: Vec<u64> = seals.iter().map(|seal| seal.seq).collect();
+    let mut decision_rows = std::collections::HashSet::new();
     let chain = read_chain(
         &path,
         ChainFormat::Journal,
         None,
         Some(task.task.as_str()),
         &watch,
-        |_, _| {},
+        |row, _| {
+            if row.kind == DECISION_KIND {
+                decision_rows.insert(row.digest);
+            }
+        },
     )?;
-    let spine = verify_spine(state, task)?;
+    let spine_read = read_spine(state, task)?;
+    let entries: std::collections::HashSet<Digest> = spine_read
+        .as_ref()
+        .map(|(_, entries)| entries.iter().copied().collect())
+        .unwrap_or_default();
+    let bindings = audit.decisions_of(task);
+    let decisions = if bindings.is_empty() {
+        Identity::Unverifiable
+    } else if bindings.iter().all(|binding| {
+        entries.contains(&binding.spine_entry_hash)
+            && decision_rows.contains(&binding.journal_event_hash)
+    }) {
+        Identity::Verified
+    } else {
+        Identity::Mismatched
+    };
+    let bound_decision_rows = bindings
+        .iter()
+        .map(|binding| binding.journal_event_hash)
+        .filter(|hash| decision_rows.contains(hash))
+        .collect();
     let sealed_through = seals.iter().map(|seal| seal.seq).max();
     let last_seq = chain.head.map(|head| head.seq);
     let unsealed_rows = match (last_seq, sealed_through) {
@@ -194,7 +245,9 @@ pub fn verify_journal(
         chain,
         sealed_through,
         unsealed_rows,
-        spine,
+        spine: spine_read.map(|(report, _)| report),
+        decisions,
+        bound_decision_rows,
         audit,
     })
 }

@@ -7,6 +7,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
+use std::ops::Deref;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,22 @@ use reprise_core::digest::AuditKey;
 
 use crate::error::{IoContext, Result, StoreError};
 use crate::fsutil::{create_dir_all_durable, sync_dir};
+
+/// The audit key with the path it was read from: the witness of each state
+/// directory lives beside it (see `witness`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFile {
+    pub key: AuditKey,
+    /// The key file's real path (symlinks resolved).
+    pub path: PathBuf,
+}
+
+impl Deref for KeyFile {
+    type Target = AuditKey;
+    fn deref(&self) -> &AuditKey {
+        &self.key
+    }
+}
 
 /// Where the key lives: `REPRISE_AUDIT_KEY_FILE`, else
 /// `$XDG_STATE_HOME/reprise/audit.key`, else `~/.local/state/reprise/audit.key`.
@@ -30,21 +47,29 @@ pub fn key_path(env: impl Fn(&str) -> Option<String>) -> Result<PathBuf> {
 }
 
 /// Checks the key file's permissions without reading it. `Ok(false)` when
-/// there is no key yet.
+/// there is no key yet. A symlink is judged by its real target and the
+/// target's directory, not by the link: a private-looking link into a
+/// directory others can write protects nothing.
 pub fn check_key(path: &Path) -> Result<bool> {
-    let meta = match fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+    let real = match fs::canonicalize(path) {
+        Ok(real) => real,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if fs::symlink_metadata(path).is_ok() {
+                // A dangling link: its target is where a new key would land.
+                return Err(StoreError::KeyMissing {
+                    path: path.to_path_buf(),
+                });
+            }
+            return Ok(false);
+        }
         Err(err) => return Err(err).at(path),
     };
+    let meta = fs::metadata(&real).at(&real)?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
-        return Err(StoreError::KeyPermissions {
-            path: path.to_path_buf(),
-            mode,
-        });
+        return Err(StoreError::KeyPermissions { path: real, mode });
     }
-    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+    if let Some(dir) = real.parent().filter(|dir| !dir.as_os_str().is_empty()) {
         let dir_mode = fs::metadata(dir).at(dir)?.permissions().mode() & 0o777;
         if dir_mode & 0o022 != 0 {
             return Err(StoreError::KeyDirPermissions {
@@ -55,7 +80,7 @@ pub fn check_key(path: &Path) -> Result<bool> {
     }
     if meta.len() != 32 {
         return Err(StoreError::KeyLength {
-            path: path.to_path_buf(),
+            path: real,
             len: meta.len(),
         });
     }
@@ -63,21 +88,25 @@ pub fn check_key(path: &Path) -> Result<bool> {
 }
 
 /// Reads the key, refusing loose permissions or a wrong length.
-pub fn load_key(path: &Path) -> Result<AuditKey> {
+pub fn load_key(path: &Path) -> Result<KeyFile> {
     if !check_key(path)? {
         return Err(StoreError::KeyMissing {
             path: path.to_path_buf(),
         });
     }
+    let real = fs::canonicalize(path).at(path)?;
     let mut bytes = [0u8; 32];
-    fs::File::open(path)
+    fs::File::open(&real)
         .and_then(|mut file| file.read_exact(&mut bytes))
-        .at(path)?;
-    Ok(AuditKey(bytes))
+        .at(&real)?;
+    Ok(KeyFile {
+        key: AuditKey(bytes),
+        path: real,
+    })
 }
 
 /// Loads the key, creating it (0600 in a 0700 directory) if there is none.
-pub fn load_or_create_key(path: &Path) -> Result<AuditKey> {
+pub fn load_or_create_key(path: &Path) -> Result<KeyFile> {
     if check_key(path)? {
         return load_key(path);
     }
@@ -99,5 +128,5 @@ pub fn load_or_create_key(path: &Path) -> Result<AuditKey> {
     sync_dir(dir)?;
     // The directory check applies to keys we create as much as to found ones.
     check_key(path)?;
-    Ok(AuditKey(bytes))
+    load_key(path)
 }

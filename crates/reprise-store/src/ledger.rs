@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::{Head, encode_ledger_row};
-use reprise_core::verify::ChainReport;
+use reprise_core::verify::{ChainReport, Identity, identity};
 use reprise_core::{PlanId, TaskId};
+use serde::Deserialize;
 use serde_json::json;
 
+use crate::audit::AuditSummary;
 use crate::chainfile::{ChainFile, read_chain};
 use crate::error::Result;
 use crate::io::RealIo;
@@ -70,18 +72,97 @@ impl Ledger {
     }
 }
 
-/// Verifies the ledger; `None` when the state directory has none yet.
-pub fn verify_ledger(state: &StateDir) -> Result<Option<ChainReport>> {
-    let path = state.ledger_path();
-    if !path.is_file() {
-        return Ok(None);
+/// One transition as the verified ledger holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Transition {
+    pub run_id: String,
+    pub task_id: String,
+    pub from: String,
+    pub to: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The ledger's chain and its agreement with the seals of it in the audit
+/// chain (and the witness).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerVerification {
+    /// `None` when there is no ledger file.
+    pub report: Option<ChainReport>,
+    pub identity: Identity,
+    /// The highest sealed row, if any seal exists.
+    pub sealed_through: Option<u64>,
+    /// The transitions of the verified prefix, in order, with their seq.
+    pub transitions: Vec<(u64, Transition)>,
+}
+
+impl LedgerVerification {
+    /// The chain verifies and is whole, and no seal names a row it lacks.
+    pub fn ok(&self) -> bool {
+        self.identity != Identity::Mismatched
+            && self
+                .report
+                .as_ref()
+                .is_none_or(|report| report.first_problem().is_none())
     }
-    Ok(Some(read_chain(
+
+    /// Rows after the last seal.
+    pub fn unsealed_rows(&self) -> u64 {
+        let rows = self.report.as_ref().map_or(0, |report| report.rows);
+        match self.sealed_through {
+            Some(sealed) => rows.saturating_sub(sealed + 1),
+            None => rows,
+        }
+    }
+
+    /// The state the ledger last moved `task` of `run_id` to.
+    pub fn state_of(&self, run_id: &str, task: &str) -> Option<&str> {
+        self.transitions
+            .iter()
+            .rev()
+            .find(|(_, row)| row.run_id == run_id && row.task_id == task)
+            .map(|(_, row)| row.to.as_str())
+    }
+}
+
+/// Verifies the ledger against the seals `audit` holds for it: a ledger
+/// deleted, cut, rolled back or rewritten after a seal is `mismatched`.
+pub fn verify_ledger(state: &StateDir, audit: &AuditSummary) -> Result<LedgerVerification> {
+    let seals = audit.ledger_heads();
+    let sealed_through = seals.iter().map(|seal| seal.seq).max();
+    let path = state.ledger_path();
+    if !path.exists() {
+        return Ok(LedgerVerification {
+            report: None,
+            identity: if seals.is_empty() {
+                Identity::Unverifiable
+            } else {
+                Identity::Mismatched
+            },
+            sealed_through,
+            transitions: Vec::new(),
+        });
+    }
+    let watch: Vec<u64> = seals.iter().map(|seal| seal.seq).collect();
+    let mut transitions = Vec::new();
+    let report = read_chain(
         &path,
         ChainFormat::Ledger,
         None,
         None,
-        &[],
-        |_, _| {},
-    )?))
+        &watch,
+        |row, line| {
+            if row.kind == TRANSITION_KIND
+                && let Ok(body) = serde_json::from_slice::<Transition>(&line[row.payload.clone()])
+            {
+                transitions.push((row.seq, body));
+            }
+        },
+    )?;
+    Ok(LedgerVerification {
+        identity: identity(&seals, &report.watched),
+        report: Some(report),
+        sealed_through,
+        transitions,
+    })
 }

@@ -20,8 +20,9 @@ pub mod repair;
 pub mod replies;
 pub mod snapshot;
 pub mod state;
+pub mod witness;
 pub mod workspace;
 
 pub use chainfile::{ChainFile, Fingerprint, read_chain, read_chain_from};
 pub use error::{Result, StoreError};
-pub use fsutil::{replace_file, write_atomic};
+pub use fsutil::{read_no_follow, replace_file, write_atomic};

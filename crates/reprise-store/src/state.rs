@@ -53,6 +53,21 @@ impl StateDir {
 
     /// Opens the state directory at `root`, checking its layout version.
     pub fn open(root: &Path) -> Result<Self> {
+        match fs::symlink_metadata(root) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                // A linked state directory could be swapped for another
+                // behind the witness's back; use its real path instead.
+                return Err(StoreError::Symlink {
+                    path: root.to_path_buf(),
+                });
+            }
+            Ok(meta) if !meta.is_dir() => {
+                return Err(StoreError::StateDirIsFile {
+                    path: root.to_path_buf(),
+                });
+            }
+            _ => {}
+        }
         let layout_path = root.join("layout.json");
         let bytes = match fs::read(&layout_path) {
             Ok(bytes) => bytes,
@@ -122,6 +137,14 @@ impl StateDir {
         Ok(())
     }
 
+    /// The state directory at `root`, unchecked: for reading what an older
+    /// layout holds before it is migrated.
+    pub(crate) fn at(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -143,8 +166,50 @@ impl StateDir {
         self.task_dir(task).join("journal.jsonl")
     }
 
+    /// Every plan's tasks that have a directory here, in name order (names
+    /// that are not ids are skipped: reprise never made them).
+    pub fn task_keys(&self) -> Result<Vec<TaskKey>> {
+        let names = |dir: &Path| -> Result<Vec<String>> {
+            match fs::read_dir(dir) {
+                Ok(entries) => Ok(entries
+                    .filter_map(|entry| entry.ok())
+                    .filter_map(|entry| entry.file_name().into_string().ok())
+                    .collect()),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                Err(err) => Err(err).at(dir),
+            }
+        };
+        let mut keys = Vec::new();
+        for plan in names(&self.plans_dir())? {
+            let Ok(plan) = PlanId::parse(&plan) else {
+                continue;
+            };
+            for task in names(&self.plans_dir().join(plan.as_str()).join("tasks"))? {
+                if let Ok(task) = TaskId::parse(&task) {
+                    keys.push(TaskKey::new(plan.clone(), task));
+                }
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Refuses a task directory that is a symlink: the journal must be the
+    /// file in this state directory, not one a link points at.
+    pub fn check_task_dir(&self, task: &TaskKey) -> Result<()> {
+        let task_dir = self.task_dir(task);
+        let plan_dir = self.plans_dir().join(task.plan.as_str());
+        for dir in [plan_dir.clone(), plan_dir.join("tasks"), task_dir] {
+            if fs::symlink_metadata(&dir).is_ok_and(|meta| meta.file_type().is_symlink()) {
+                return Err(StoreError::Symlink { path: dir });
+            }
+        }
+        Ok(())
+    }
+
     /// The journal's path, or `NoJournal` when the task has none.
     pub fn existing_journal_path(&self, task: &TaskKey) -> Result<PathBuf> {
+        self.check_task_dir(task)?;
         let path = self.journal_path(task);
         if path.is_file() {
             Ok(path)
@@ -199,9 +264,11 @@ impl StateDir {
         self.root.join("runs")
     }
 
-    /// `runs/<run>/state.json`.
-    pub fn run_state_path(&self, run_id: &str) -> PathBuf {
-        self.runs_dir().join(run_id).join("state.json")
+    /// `runs/<run>/state.json`. The run id must be `R-<ulid>`: it is checked
+    /// here, before it becomes part of a path.
+    pub fn run_state_path(&self, run_id: &str) -> Result<PathBuf> {
+        reprise_core::check_run_id(run_id)?;
+        Ok(self.runs_dir().join(run_id).join("state.json"))
     }
 
     /// `worktrees/`: every run's task sandboxes.

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use reprise_core::chain::{ChainFormat, Reason};
-use reprise_core::digest::AuditKey;
 use reprise_core::record::Head;
 use reprise_core::verify::{Fault as ChainFault, Identity, verify_bytes};
 use reprise_core::{PlanId, TaskId, TaskKey};
@@ -27,7 +26,7 @@ const EIO: i32 = 5;
 struct Setup {
     _temp: tempfile::TempDir,
     state: StateDir,
-    key: AuditKey,
+    key: reprise_store::key::KeyFile,
 }
 
 fn setup() -> Setup {
@@ -38,10 +37,7 @@ fn setup() -> Setup {
     let key = load_or_create_key(&key_dir.join("audit.key")).unwrap();
     let (state, created) = StateDir::create(&temp.path().join(".reprise")).unwrap();
     assert!(created);
-    AuditLog::open(&state, key.clone())
-        .unwrap()
-        .append("state.init", AT, &json!({}))
-        .unwrap();
+    reprise_store::audit::init_audit(&state, key.clone(), AT).unwrap();
     Setup {
         _temp: temp,
         state,

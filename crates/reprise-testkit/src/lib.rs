@@ -13,10 +13,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use reprise_core::TaskId;
-use reprise_core::digest::AuditKey;
 use reprise_core::record::{Head, encode_journal_row};
-use reprise_store::audit::AuditLog;
-use reprise_store::key::load_or_create_key;
+use reprise_store::audit::{AuditLog, init_audit};
+use reprise_store::key::{KeyFile, load_or_create_key};
 use reprise_store::state::StateDir;
 use serde_json::{Value, json};
 
@@ -28,7 +27,7 @@ pub const FIXED_AT: &str = "2026-01-01T00:00:00.000Z";
 pub struct Fixture {
     pub state: StateDir,
     pub key_path: PathBuf,
-    pub key: AuditKey,
+    pub key: KeyFile,
 }
 
 impl Fixture {
@@ -41,11 +40,7 @@ impl Fixture {
         let key_path = key_dir.join("audit.key");
         let key = load_or_create_key(&key_path)?;
         let (state, _) = StateDir::create(&root.join(".reprise"))?;
-        AuditLog::open(&state, key.clone())?.append(
-            "state.init",
-            FIXED_AT,
-            &json!({"layout": 1}),
-        )?;
+        init_audit(&state, key.clone(), FIXED_AT)?;
         Ok(Self {
             state,
             key_path,

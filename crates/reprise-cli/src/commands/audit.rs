@@ -1,42 +1,73 @@
-//! `reprise audit verify`.
+//! `reprise audit verify`: the audit chain, row by row, and against its
+//! witness beside the key.
 
 use reprise_core::chain::ChainFormat;
-use reprise_store::audit::read_audit;
-use reprise_store::key::load_key;
-use serde_json::json;
+use reprise_store::audit::{AuditSummary, read_audit};
+use reprise_store::witness::witness_path;
+use serde_json::{Value, json};
 
 use crate::commands::journal::problem_json;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
-    let state = settings.state()?;
-    let key = load_key(settings.key_path()?)?;
-    if !state.audit_path().is_file() {
-        // `init` writes the first row, so a missing chain was removed.
-        let text = format!(
-            "audit chain {}: FAILED (missing)\n",
-            state.audit_path().display()
-        );
-        return Ok(Outcome {
-            json: json!({"ok": false, "rows": 0, "first_bad_row": 0, "reason": "missing_chain", "head": null}),
-            text,
-            ok: false,
-        });
+/// `{ok, rows, first_bad_row, reason, witness}` of an audit summary: a chain
+/// fault wins; else the witness's reason; an empty chain is `audit_missing`.
+pub(crate) fn audit_json(summary: &AuditSummary) -> Value {
+    let report = &summary.report;
+    let (mut first_bad_row, mut reason) = problem_json(ChainFormat::Audit, report);
+    if reason.is_null()
+        && let Some(problem) = summary.witness_problem
+    {
+        first_bad_row = json!(report.head.map_or(0, |head| head.seq + 1));
+        reason = json!(problem.as_str());
     }
+    json!({
+        "ok": summary.ok(),
+        "rows": report.rows,
+        "first_bad_row": first_bad_row,
+        "reason": reason,
+        "witness": summary.witness.as_ref().map(|witness| json!({
+            "state_id": witness.state_id,
+            "seq": witness.audit.seq,
+            "mac": witness.audit.digest.to_hex(),
+        })),
+    })
+}
+
+/// One line for a person about an audit summary's problem, if it has one.
+pub(crate) fn audit_problem_line(summary: &AuditSummary) -> Option<String> {
+    if let Some(fault) = summary.report.first_problem() {
+        let hint = if summary.report.fault.is_none() {
+            ": run `reprise replay repair audit`"
+        } else {
+            ""
+        };
+        return Some(format!(
+            "audit chain: broken at row {} ({}){hint}; seals after it are not trusted",
+            fault.row,
+            ChainFormat::Audit.reason_name(fault.reason)
+        ));
+    }
+    summary.witness_problem.map(|reason| {
+        format!(
+            "audit chain: FAILED ({}): {}",
+            reason.as_str(),
+            reason.explain()
+        )
+    })
+}
+
+pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
+    let (state, key) = settings.keyed_state()?;
     let summary = read_audit(&state, &key)?;
     let report = &summary.report;
-    let (first_bad_row, reason) = problem_json(ChainFormat::Audit, report);
-    let ok = report.first_problem().is_none() && report.rows > 0;
-    let (first_bad_row, reason) = if report.rows == 0 && ok {
-        (json!(0), json!("missing_chain"))
-    } else {
-        (first_bad_row, reason)
-    };
-    let head = report
-        .head
-        .map(|head| json!({"seq": head.seq, "mac": head.digest.to_hex()}));
+    let ok = summary.ok();
+    let mut json = audit_json(&summary);
+    json["head"] = report.head.map_or(
+        Value::Null,
+        |head| json!({"seq": head.seq, "mac": head.digest.to_hex()}),
+    );
     let mut text = format!(
         "audit chain: {} ({} rows",
         if ok { "ok" } else { "FAILED" },
@@ -56,12 +87,24 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
             fault.row,
             ChainFormat::Audit.reason_name(fault.reason)
         ));
-    } else if report.rows == 0 {
-        text.push_str("  the chain is empty: its rows were removed\n");
+        if report.fault.is_none() {
+            text.push_str(
+                "  the last line was torn by a crash: run `reprise replay repair audit`\n",
+            );
+        }
     }
-    Ok(Outcome {
-        json: json!({"ok": ok, "rows": report.rows, "first_bad_row": first_bad_row, "reason": reason, "head": head}),
-        text,
-        ok,
-    })
+    match (&summary.witness, summary.witness_problem) {
+        (_, Some(reason)) => text.push_str(&format!(
+            "  witness: {} ({}) at {}\n",
+            reason.explain(),
+            reason.as_str(),
+            witness_path(&key, &state).display()
+        )),
+        (Some(witness), None) => text.push_str(&format!(
+            "  witness: agrees (state {}, head seq {})\n",
+            witness.state_id, witness.audit.seq
+        )),
+        (None, None) => {}
+    }
+    Ok(Outcome { json, text, ok })
 }

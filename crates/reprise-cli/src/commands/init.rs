@@ -2,7 +2,7 @@
 //! first row.
 
 use reprise_store::StoreError;
-use reprise_store::audit::{AuditLog, migrate_state_dir};
+use reprise_store::audit::{check_key_binding_at, init_audit, migrate_state_dir};
 use reprise_store::key::{check_key, load_or_create_key};
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::json;
@@ -25,7 +25,11 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         .into());
     }
     let key = if key_existed {
-        Some(reprise_store::key::load_key(key_path)?)
+        let key = reprise_store::key::load_key(key_path)?;
+        // An existing directory must be this key's: refuse another one
+        // before anything (a migration included) is written.
+        check_key_binding_at(&target, &key).map_err(|err| settings.binding_error(err))?;
+        Some(key)
     } else {
         None
     };
@@ -39,13 +43,13 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         Some(key) => key,
         None => load_or_create_key(key_path)?,
     };
-    let mut audit = AuditLog::open(&state, key)?;
     if created {
-        audit.append(
-            "state.init",
-            &now_rfc3339(),
-            &json!({"layout": reprise_store::state::LAYOUT_VERSION}),
-        )?;
+        // The state directory's id, bound into the chain's first row and
+        // into the witness beside the key.
+        let initialised = init_audit(&state, key, &now_rfc3339())?;
+        if let Some(aside) = &initialised.superseded_witness {
+            superseded_note(aside);
+        }
     }
     let mut text = String::new();
     if let Some(migration) = &migration {
@@ -77,6 +81,17 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         text,
         ok: true,
     })
+}
+
+/// Says, on stderr, that a new state directory replaced the witness of an
+/// earlier one at the same path (which was removed), and where that went.
+pub(crate) fn superseded_note(aside: &std::path::Path) {
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "note: a state directory here was removed; its witness is kept at {}",
+        aside.display()
+    );
 }
 
 /// One line saying what a layout migration moved.

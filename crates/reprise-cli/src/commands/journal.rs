@@ -7,7 +7,6 @@ use reprise_core::record::JournalRow;
 use reprise_core::verify::{ChainReport, Coverage, Identity};
 use reprise_store::StoreError;
 use reprise_store::journal::verify_journal;
-use reprise_store::key::load_key;
 use serde_json::{Value, json};
 
 use crate::commands::resolve::task_key;
@@ -89,10 +88,9 @@ fn chain_json(format: ChainFormat, report: &ChainReport) -> Value {
 }
 
 pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let state = settings.state()?;
+    let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
-    let key_path = settings.key_path()?.to_path_buf();
-    let verification = verify_journal(&state, &task, || load_key(&key_path))?;
+    let verification = verify_journal(&state, &task, || Ok(key))?;
     let chain = &verification.chain;
     let (first_bad_row, reason) = problem_json(ChainFormat::Journal, chain);
     let ok = verification.ok();
@@ -113,7 +111,8 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         "sealed_through": verification.sealed_through,
         "unsealed_rows": verification.unsealed_rows,
         "spine": verification.spine.as_ref().map(|spine| chain_json(ChainFormat::Spine, spine)),
-        "audit": verification.audit.as_ref().map(|audit| chain_json(ChainFormat::Audit, &audit.report)),
+        "decisions": verification.decisions,
+        "audit": crate::commands::audit::audit_json(&verification.audit),
     });
 
     let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
@@ -165,17 +164,21 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
             ChainFormat::Spine.reason_name(fault.reason)
         );
     }
-    if let Some(audit) = &verification.audit
-        && let Some(fault) = audit.report.first_problem()
-    {
-        let _ = writeln!(
-            text,
-            "  audit chain: broken at row {} ({}); seals after it are not trusted",
-            fault.row,
-            ChainFormat::Audit.reason_name(fault.reason)
-        );
+    match verification.decisions {
+        Identity::Mismatched => text.push_str(
+            "  decisions: MISMATCHED: the audit chain binds a decision the spine or journal does not hold (deleted, cut or rewritten)\n",
+        ),
+        Identity::Verified => text.push_str("  decisions: every bound decision is in the journal and spine\n"),
+        Identity::Unverifiable => {}
     }
-    if chain.torn_tail.is_some() && chain.fault.is_none() {
+    if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
+        let _ = writeln!(text, "  {line}");
+    }
+    let spine_torn = verification
+        .spine
+        .as_ref()
+        .is_some_and(|spine| spine.fault.is_none() && spine.torn_tail.is_some());
+    if (chain.torn_tail.is_some() && chain.fault.is_none()) || spine_torn {
         let _ = writeln!(
             text,
             "  the last line was torn by a crash: run `reprise replay repair {task}`"

@@ -1,10 +1,16 @@
-//! `reprise lineage show TASK`: every retry decision of a task, from its
-//! journal, with the spine that seals them verified alongside.
+//! `reprise lineage show TASK`: every retry decision of a task, shown only
+//! where it verifies. The journal, the spine and the audit chain (with its
+//! witness) are verified first; a decision is printed as fact only when its
+//! journal row is in the verified prefix and bound by an audit row, and the
+//! spine matches its bindings. Anything else is printed as broken, and the
+//! exit status is 1.
 
 use std::fmt::Write as _;
 
+use reprise_core::chain::ChainFormat;
+use reprise_core::verify::Identity;
 use reprise_engine::read_decisions;
-use reprise_store::journal::verify_spine;
+use reprise_store::journal::verify_journal;
 use serde_json::json;
 
 use crate::commands::resolve::task_key;
@@ -13,27 +19,56 @@ use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
 pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let state = settings.state()?;
+    let (state, key) = settings.keyed_state()?;
     let id = task_key(settings, &state, task)?;
+    let verification = verify_journal(&state, &id, || Ok(key))?;
     let decisions = read_decisions(&state, &id).map_err(|err| CliError::usage(err.to_string()))?;
-    let spine = verify_spine(&state, &id)?;
-    let spine_ok = spine
+    let spine_ok = verification
+        .spine
         .as_ref()
-        .is_none_or(|report| report.first_problem().is_none());
-    let sealed = spine.as_ref().map_or(0, |report| report.rows);
+        .is_none_or(|report| report.first_problem().is_none())
+        && verification.decisions != Identity::Mismatched;
+    let sealed = verification.spine.as_ref().map_or(0, |report| report.rows);
+    let audit_ok = verification.audit.ok();
+    let journal_ok =
+        verification.chain.fault.is_none() && verification.identity != Identity::Mismatched;
     let mut text = format!(
         "lineage of {id}: {} decisions, {sealed} sealed in the spine ({})\n",
         decisions.len(),
         if spine_ok {
-            "spine intact"
+            "spine matches its audit bindings"
         } else {
-            "SPINE BROKEN"
+            "SPINE BROKEN: it does not match the decisions the audit chain binds"
         }
     );
+    if let Some(fault) = verification.chain.fault {
+        let _ = writeln!(
+            text,
+            "  journal: BROKEN at row {} ({}); decisions from there on are not shown",
+            fault.row,
+            ChainFormat::Journal.reason_name(fault.reason)
+        );
+    }
+    if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
+        let _ = writeln!(text, "  {line}; no decision is shown as fact");
+    }
     let mut rows = Vec::new();
+    let mut all_shown = spine_ok && audit_ok && journal_ok;
     for row in &decisions {
-        let Some(record) = &row.record else {
-            let _ = writeln!(text, "  seq {}: unreadable decision", row.seq);
+        let bound = verification.bound_decision_rows.contains(&row.event_hash);
+        let record = row
+            .record
+            .as_ref()
+            .filter(|_| bound && spine_ok && audit_ok && journal_ok);
+        let Some(record) = record else {
+            all_shown = false;
+            let why = if !bound {
+                "not in the verified journal, or no audit row binds it"
+            } else {
+                "its spine or audit chain does not verify"
+            };
+            let _ = writeln!(text, "  seq {}: BROKEN ({why})", row.seq);
+            rows.push(json!({"seq": row.seq, "verified": false}));
             continue;
         };
         let reason = record
@@ -60,6 +95,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         );
         rows.push(json!({
             "seq": row.seq,
+            "verified": true,
             "at": row.at,
             "run_id": row.run_id,
             "attempt": row.attempt,
@@ -68,8 +104,9 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         }));
     }
     Ok(Outcome {
-        json: json!({"plan": id.plan.as_str(), "task_id": id.task.as_str(), "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok}),
+        json: json!({"plan": id.plan.as_str(), "task_id": id.task.as_str(), "ok": all_shown, "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok,
+                     "audit": crate::commands::audit::audit_json(&verification.audit)}),
         text,
-        ok: spine_ok,
+        ok: all_shown,
     })
 }

@@ -114,8 +114,8 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             journal::verify(&settings.with_plan(plan.name), &task)?
         }
         Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,
-        Command::Replay(ReplayCommand::Repair { task, plan }) => {
-            replay::repair(&settings.with_plan(plan.name), &task)?
+        Command::Replay(ReplayCommand::Repair { target, all, plan }) => {
+            replay::repair(&settings.with_plan(plan.name), target.as_deref(), all)?
         }
         Command::Checkpoint(CheckpointCommand::List { task, run, plan }) => {
             checkpoint::list(&settings.with_plan(plan.name), &task, run.as_deref())?

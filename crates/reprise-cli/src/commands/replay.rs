@@ -1,9 +1,10 @@
-//! `reprise replay repair TASK`.
+//! `reprise replay repair TASK|ledger|audit` and `--all`: cut a torn final
+//! line off a chained file, and nothing else.
 
+use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::Head;
-use reprise_store::key::load_key;
-use reprise_store::repair::{Refusal, RepairOutcome, repair_journal};
+use reprise_store::repair::{Refusal, RepairOutcome, Target, repair as repair_chain};
 use serde_json::{Value, json};
 
 use crate::commands::resolve::task_key;
@@ -11,63 +12,151 @@ use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-fn head_json(head: Option<Head>) -> Value {
-    head.map_or(
-        Value::Null,
-        |head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}),
-    )
+fn head_json(target: &Target, head: Option<Head>) -> Value {
+    let mut value = json!({});
+    match head {
+        Some(head) => {
+            value["seq"] = json!(head.seq);
+            value[format_of(target).digest_key()] = json!(head.digest.to_hex());
+            value
+        }
+        None => Value::Null,
+    }
 }
 
-pub(crate) fn repair(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
-    let state = settings.state()?;
-    let task = task_key(settings, &state, task)?;
-    let key_path = settings.key_path()?.to_path_buf();
-    let outcome = repair_journal(&state, &task, || load_key(&key_path))?;
-    let id = task.to_string();
-    let id = id.as_str();
-    Ok(match outcome {
-        RepairOutcome::Repaired {
-            removed_bytes,
-            rows,
-            head,
-            backup,
-        } => Outcome {
-            text: format!(
-                "repaired journal {id}: cut {removed_bytes} torn bytes (kept in {})\n  rows: {rows}{}\n",
-                backup.display(),
-                head.map(|h| format!(", head: seq {} {}", h.seq, short(&h.digest.to_hex())))
-                    .unwrap_or_default()
-            ),
-            json: json!({"task_id": id, "repaired": true, "removed_bytes": removed_bytes, "rows": rows,
-                         "head": head_json(head), "backup": backup, "refused": null}),
-            ok: true,
-        },
-        RepairOutcome::NoOp { rows, head } => Outcome {
-            text: format!("journal {id} has no torn tail: nothing to repair ({rows} rows)\n"),
-            json: json!({"task_id": id, "repaired": false, "removed_bytes": 0, "rows": rows,
-                         "head": head_json(head), "backup": null, "refused": null}),
-            ok: true,
-        },
-        RepairOutcome::Refused { refusal, rows } => {
-            let (reason, detail) = match refusal {
-                Refusal::Corruption { row, reason } => (
-                    "corruption",
-                    format!(
-                        "row {row} is damaged ({}) and is not the last line: that is corruption, not a torn write",
-                        ChainFormat::Journal.reason_name(reason)
-                    ),
-                ),
-                Refusal::SealMismatch => (
-                    "seal_mismatch",
-                    "the repaired journal would not match its seal in the audit chain".to_owned(),
-                ),
-            };
-            Outcome {
-                text: format!("refused to repair journal {id}: {detail}; the file is untouched\n"),
-                json: json!({"task_id": id, "repaired": false, "removed_bytes": 0, "rows": rows,
-                             "head": null, "backup": null, "refused": reason}),
-                ok: false,
+fn format_of(target: &Target) -> ChainFormat {
+    match target {
+        Target::Journal(_) => ChainFormat::Journal,
+        Target::Spine(_) => ChainFormat::Spine,
+        Target::Ledger => ChainFormat::Ledger,
+        Target::Audit => ChainFormat::Audit,
+    }
+}
+
+fn repair_targets(
+    target: Option<&str>,
+    all: bool,
+    tasks: impl FnOnce() -> Result<Vec<TaskKey>, CliError>,
+    resolve: impl FnOnce(&str) -> Result<TaskKey, CliError>,
+) -> Result<Vec<Target>, CliError> {
+    Ok(match (target, all) {
+        (_, true) => {
+            let mut targets = vec![Target::Audit, Target::Ledger];
+            for task in tasks()? {
+                targets.push(Target::Journal(task.clone()));
+                targets.push(Target::Spine(task));
             }
+            targets
+        }
+        (Some("audit"), false) => vec![Target::Audit],
+        (Some("ledger"), false) => vec![Target::Ledger],
+        (Some(task), false) => {
+            let task = resolve(task)?;
+            vec![Target::Journal(task.clone()), Target::Spine(task)]
+        }
+        (None, false) => {
+            return Err(CliError::usage(
+                "name what to repair: a task id, `ledger`, `audit`, or --all",
+            ));
         }
     })
+}
+
+pub(crate) fn repair(
+    settings: &Settings,
+    target: Option<&str>,
+    all: bool,
+) -> Result<Outcome, CliError> {
+    let (state, key) = settings.keyed_state()?;
+    let targets = repair_targets(
+        target,
+        all,
+        || Ok(state.task_keys()?),
+        |raw| task_key(settings, &state, raw),
+    )?;
+    if let [Target::Journal(task), ..] = targets.as_slice() {
+        // A task that has no journal is bad input, as before.
+        state.existing_journal_path(task)?;
+    }
+    let mut text = String::new();
+    let mut reports = Vec::new();
+    let mut ok = true;
+    for target in &targets {
+        let name = target.name();
+        let outcome = repair_chain(&state, target, &key)?;
+        let (line, report) = match outcome {
+            RepairOutcome::Repaired {
+                removed_bytes,
+                rows,
+                head,
+                backup,
+            } => (
+                format!(
+                    "repaired {name}: cut {removed_bytes} torn bytes (kept in {})\n  rows: {rows}{}\n",
+                    backup.display(),
+                    head.map(|h| format!(", head: seq {} {}", h.seq, short(&h.digest.to_hex())))
+                        .unwrap_or_default()
+                ),
+                json!({"target": name, "repaired": true, "removed_bytes": removed_bytes, "rows": rows,
+                       "head": head_json(target, head), "backup": backup, "refused": null}),
+            ),
+            RepairOutcome::NoOp { rows, head } => (
+                format!("{name} has no torn tail: nothing to repair ({rows} rows)\n"),
+                json!({"target": name, "repaired": false, "removed_bytes": 0, "rows": rows,
+                       "head": head_json(target, head), "backup": null, "refused": null}),
+            ),
+            RepairOutcome::Refused { refusal, rows } => {
+                ok = false;
+                let (reason, detail) = match refusal {
+                    Refusal::Corruption { row, reason } => (
+                        "corruption",
+                        format!(
+                            "row {row} is damaged ({}) and is not the last line: that is corruption, not a torn write",
+                            format_of(target).reason_name(reason)
+                        ),
+                    ),
+                    Refusal::CompleteRow { row } => (
+                        "complete_row",
+                        format!(
+                            "the last line (row {row}) is a whole row that verifies with its final newline changed: an acknowledged row, not a torn write"
+                        ),
+                    ),
+                    Refusal::SealMismatch => (
+                        "seal_mismatch",
+                        "the repaired file would not match its seals or decision bindings in the audit chain".to_owned(),
+                    ),
+                    Refusal::WitnessMismatch => (
+                        "witness_mismatch",
+                        "the repaired audit chain would end before the head its witness recorded".to_owned(),
+                    ),
+                    Refusal::AuditBroken => (
+                        "audit_broken",
+                        "the audit chain does not verify, so the repair could not be recorded: run `reprise replay repair audit` first, or `reprise audit verify`".to_owned(),
+                    ),
+                };
+                (
+                    format!("refused to repair {name}: {detail}; the file is untouched\n"),
+                    json!({"target": name, "repaired": false, "removed_bytes": 0, "rows": rows,
+                           "head": null, "backup": null, "refused": reason}),
+                )
+            }
+        };
+        text.push_str(&line);
+        reports.push(report);
+    }
+    let json = match (reports.as_slice(), target) {
+        // One chain named: its report (with the task, for a task's journal).
+        ([first, spine], Some(_)) if !all => {
+            let mut first = first.clone();
+            if let [Target::Journal(task), ..] = targets.as_slice() {
+                first["plan"] = json!(task.plan.as_str());
+                first["task_id"] = json!(task.task.as_str());
+            }
+            first["spine"] = spine.clone();
+            first
+        }
+        ([only], _) if !all => only.clone(),
+        _ => json!({"ok": ok, "repairs": reports}),
+    };
+    Ok(Outcome { json, text, ok })
 }

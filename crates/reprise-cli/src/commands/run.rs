@@ -10,18 +10,18 @@ use std::path::{Path, PathBuf};
 use reprise_agents::CancelToken;
 use reprise_core::TaskId;
 use reprise_core::budget::BudgetSpec;
-use reprise_core::digest::AuditKey;
-use std::sync::atomic::{AtomicI32, Ordering};
-
+use reprise_core::chain::ChainFormat;
 use reprise_core::plan::{Containment, Plan};
 use reprise_engine::{
     AgentSetup, Event, EventSink, RunOptions, RunState, Supervisor, Workspace, load_plan,
     lock_tasks, new_run_id, resolve_budget, run_plan,
 };
-use reprise_store::audit::{AuditLog, migrate_state_dir};
-use reprise_store::key::{check_key, load_key, load_or_create_key};
+use reprise_store::audit::{check_key_binding_at, init_audit, migrate_state_dir, read_audit};
+use reprise_store::key::{KeyFile, check_key, load_key, load_or_create_key};
+use reprise_store::ledger::verify_ledger;
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::commands::status::{attempt_line, money};
 use crate::error::CliError;
@@ -165,7 +165,7 @@ pub(crate) struct Prepared {
     pub(crate) prior: Option<RunState>,
     pub(crate) retry_budget: Option<BudgetSpec>,
     pub(crate) state: StateDir,
-    pub(crate) key: AuditKey,
+    pub(crate) key: KeyFile,
 }
 
 /// Validates everything a run needs before anything is written, then finds
@@ -192,6 +192,7 @@ pub(crate) fn prepare_checked(
     // directory; its plan is the one that run recorded unless one is given.
     let prior = match retry_failed {
         Some(run_id) => {
+            reprise_core::check_run_id(run_id).map_err(|err| CliError::usage(err.to_string()))?;
             let state = settings.state()?;
             let prior = reprise_engine::load_run(&state, run_id)
                 .map_err(|err| CliError::usage(err.to_string()))?;
@@ -229,8 +230,11 @@ pub(crate) fn prepare_checked(
 
 /// The state directory and audit key, creating both when there is no state
 /// directory yet (as `reprise init` would), and migrating one of an older
-/// layout (as `reprise init` would, saying so).
-pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, AuditKey), CliError> {
+/// layout (as `reprise init` would, saying so). An existing one must be
+/// signed by the key and its audit chain and ledger must be whole: a run
+/// refuses to start on a torn or broken chain (exit 2, nothing written),
+/// naming the fix.
+pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, KeyFile), CliError> {
     let key_path = settings.key_path()?;
     let found = match settings.state() {
         Err(CliError { message, .. }) if message.contains("uses layout 1") => {
@@ -239,6 +243,7 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Aud
                 None => discover_root(&settings.cwd).unwrap_or_else(|| settings.init_target()),
             };
             let key = load_key(key_path)?;
+            check_key_binding_at(&root, &key).map_err(|err| settings.binding_error(err))?;
             if let Some(migration) = migrate_state_dir(&root, &key, &now_rfc3339())? {
                 let mut stderr = std::io::stderr().lock();
                 let _ = write!(
@@ -252,17 +257,20 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Aud
         other => other,
     };
     match found {
-        Ok(state) => Ok((state, load_key(key_path)?)),
+        Ok(_) => {
+            let (state, key) = settings.keyed_state()?;
+            preflight(&state, &key)?;
+            Ok((state, key))
+        }
         Err(_) if settings.state_dir.is_none() => {
             check_key(key_path)?;
             let (state, created) = StateDir::create(&settings.init_target())?;
             let key = load_or_create_key(key_path)?;
             if created {
-                AuditLog::open(&state, key.clone())?.append(
-                    "state.init",
-                    &now_rfc3339(),
-                    &json!({"layout": reprise_store::state::LAYOUT_VERSION}),
-                )?;
+                let initialised = init_audit(&state, key.clone(), &now_rfc3339())?;
+                if let Some(aside) = &initialised.superseded_witness {
+                    crate::commands::init::superseded_note(aside);
+                }
             }
             Ok((state, key))
         }
@@ -276,6 +284,62 @@ fn discover_root(start: &Path) -> Option<PathBuf> {
         .ancestors()
         .map(|dir| dir.join(reprise_store::state::STATE_DIR_NAME))
         .find(|candidate| candidate.is_dir())
+}
+
+/// Refuses to run on an audit chain or ledger that is torn, broken, or does
+/// not match its witness and seals.
+pub(crate) fn preflight(state: &StateDir, key: &KeyFile) -> Result<(), CliError> {
+    let audit = read_audit(state, key)?;
+    if let Some(fault) = audit.report.first_problem() {
+        let fix = if audit.report.fault.is_none() {
+            "run `reprise replay repair audit`".to_owned()
+        } else {
+            "inspect it with `reprise audit verify`".to_owned()
+        };
+        return Err(CliError::usage(format!(
+            "the audit chain {} is {} at row {}; nothing was run: {fix}",
+            state.audit_path().display(),
+            ChainFormat::Audit.reason_name(fault.reason),
+            fault.row
+        )));
+    }
+    if let Some(reason) = audit.witness_problem {
+        return Err(CliError::usage(format!(
+            "the audit chain {} does not match its witness ({}: {}); nothing was run: inspect it with `reprise audit verify`",
+            state.audit_path().display(),
+            reason.as_str(),
+            reason.explain()
+        )));
+    }
+    let ledger = verify_ledger(state, &audit)?;
+    if let Some(fault) = ledger
+        .report
+        .as_ref()
+        .and_then(|report| report.first_problem())
+    {
+        let fix = if ledger
+            .report
+            .as_ref()
+            .is_some_and(|report| report.fault.is_none())
+        {
+            "run `reprise replay repair ledger`"
+        } else {
+            "inspect it with `reprise status`"
+        };
+        return Err(CliError::usage(format!(
+            "the ledger {} is {} at row {}; nothing was run: {fix}",
+            state.ledger_path().display(),
+            ChainFormat::Ledger.reason_name(fault.reason),
+            fault.row
+        )));
+    }
+    if !ledger.ok() {
+        return Err(CliError::usage(format!(
+            "the ledger {} does not match its seals in the audit chain (deleted, cut, rolled back or rewritten); nothing was run: inspect it with `reprise status`",
+            state.ledger_path().display()
+        )));
+    }
+    Ok(())
 }
 
 /// Runs a prepared plan to its end, printing events unless `--json`.

@@ -3,8 +3,12 @@
 
 use std::fmt::Write as _;
 
+use reprise_core::chain::ChainFormat;
 use reprise_core::plan::format_micro_usd;
-use reprise_engine::{AttemptSummary, RunState, latest_run, load_run};
+use reprise_core::verify::Identity;
+use reprise_engine::{AttemptSummary, RunState, TaskRecord, latest_run, load_run};
+use reprise_store::audit::{AuditSummary, read_audit};
+use reprise_store::ledger::{LedgerVerification, verify_ledger};
 use serde_json::json;
 
 use crate::commands::resolve::{latest_run_of, task_key};
@@ -73,9 +77,75 @@ fn load(settings: &Settings, run: Option<&str>) -> Result<RunState, CliError> {
     .map_err(engine_error)
 }
 
+/// The ledger verified against its seals, with the audit chain that holds them.
+struct Checked {
+    audit: AuditSummary,
+    ledger: LedgerVerification,
+}
+
+fn checked(settings: &Settings) -> Result<Checked, CliError> {
+    let (state, key) = settings.keyed_state()?;
+    let audit = read_audit(&state, &key)?;
+    let ledger = verify_ledger(&state, &audit)?;
+    Ok(Checked { audit, ledger })
+}
+
+/// Where `state.json` and the ledger disagree about a task: the ledger's
+/// state (it wins).
+fn ledger_state<'a>(checked: &'a Checked, run: &RunState, task: &TaskRecord) -> Option<&'a str> {
+    checked
+        .ledger
+        .state_of(&run.run_id, task.task_id.as_str())
+        .filter(|state| *state != task.state.as_str())
+}
+
+fn ledger_lines(checked: &Checked, text: &mut String) {
+    let ledger = &checked.ledger;
+    match ledger
+        .report
+        .as_ref()
+        .and_then(|report| report.first_problem())
+    {
+        Some(fault) => {
+            let hint = if ledger
+                .report
+                .as_ref()
+                .is_some_and(|report| report.fault.is_none())
+            {
+                ": run `reprise replay repair ledger`"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                text,
+                "ledger: BROKEN at row {} ({}){hint}",
+                fault.row,
+                ChainFormat::Ledger.reason_name(fault.reason)
+            );
+        }
+        None if ledger.identity == Identity::Mismatched => {
+            let _ = writeln!(
+                text,
+                "ledger: MISMATCHED: a seal in the audit chain names a row the ledger does not hold (deleted, cut, rolled back or rewritten)"
+            );
+        }
+        None => {
+            let rows = ledger.report.as_ref().map_or(0, |report| report.rows);
+            let sealed = match ledger.sealed_through {
+                Some(seq) => format!("sealed through seq {seq}"),
+                None => "not sealed yet".to_owned(),
+            };
+            let _ = writeln!(text, "ledger: intact ({rows} transitions, {sealed})");
+        }
+    }
+    if let Some(line) = crate::commands::audit::audit_problem_line(&checked.audit) {
+        let _ = writeln!(text, "{line}");
+    }
+}
+
 pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
     let run = load(settings, run)?;
-    let ledger = reprise_store::ledger::verify_ledger(&settings.state()?)?;
+    let checked = checked(settings)?;
     let mut text = format!(
         "run {} ({}): {}\n",
         run.run_id,
@@ -86,12 +156,22 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             None => "running (or stopped before it finished)",
         }
     );
+    let mut disagreements = Vec::new();
     for task in &run.tasks {
+        let shown = match ledger_state(&checked, &run, task) {
+            Some(ledger) => {
+                disagreements.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
+                format!(
+                    "{ledger} (state.json says {}, which disagrees with the ledger; the ledger wins)",
+                    task.state.as_str()
+                )
+            }
+            None => task.state.as_str().to_owned(),
+        };
         let _ = writeln!(
             text,
-            "  {}: {}{}",
+            "  {}: {shown}{}",
             task.task_id,
-            task.state.as_str(),
             task.reason
                 .as_ref()
                 .map(|reason| format!(" ({reason})"))
@@ -101,39 +181,24 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             let _ = writeln!(text, "    {}", attempt_line(attempt));
         }
     }
-    let ledger_ok = ledger
-        .as_ref()
-        .is_none_or(|report| report.first_problem().is_none());
-    match ledger.as_ref().and_then(|report| report.first_problem()) {
-        Some(fault) => {
-            let _ = writeln!(
-                text,
-                "ledger: BROKEN at row {} ({})",
-                fault.row,
-                reprise_core::chain::ChainFormat::Ledger.reason_name(fault.reason)
-            );
-        }
-        None => {
-            let rows = ledger.as_ref().map_or(0, |report| report.rows);
-            let _ = writeln!(text, "ledger: intact ({rows} transitions)");
-        }
-    }
+    ledger_lines(&checked, &mut text);
+    let ledger = &checked.ledger;
+    let ledger_ok = ledger.ok();
+    let ok = ledger_ok && checked.audit.ok() && disagreements.is_empty();
     let mut json = run_json(&run);
-    json["ledger"] = match &ledger {
+    json["ledger"] = match &ledger.report {
         Some(report) => {
-            let (first_bad_row, reason) = crate::commands::journal::problem_json(
-                reprise_core::chain::ChainFormat::Ledger,
-                report,
-            );
-            json!({"ok": ledger_ok, "rows": report.rows, "first_bad_row": first_bad_row, "reason": reason})
+            let (first_bad_row, reason) =
+                crate::commands::journal::problem_json(ChainFormat::Ledger, report);
+            json!({"ok": ledger_ok, "rows": report.rows, "first_bad_row": first_bad_row, "reason": reason,
+                   "identity": ledger.identity, "sealed_through": ledger.sealed_through})
         }
-        None => serde_json::Value::Null,
+        None => json!({"ok": ledger_ok, "rows": 0, "identity": ledger.identity}),
     };
-    Ok(Outcome {
-        json,
-        text,
-        ok: ledger_ok,
-    })
+    json["audit"] = crate::commands::audit::audit_json(&checked.audit);
+    json["state_disagrees"] = json!(disagreements);
+    json["ok"] = json!(ok && run.ok == Some(true));
+    Ok(Outcome { json, text, ok })
 }
 
 pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
@@ -173,11 +238,19 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
             run.run_id, key.plan
         ))
     })?;
+    let checked = checked(settings)?;
+    let disagreement = ledger_state(&checked, &run, record);
     let mut text = format!(
         "task {} ({}): {}\n",
         id,
         record.agent,
-        record.state.as_str()
+        match disagreement {
+            Some(ledger) => format!(
+                "{ledger} (state.json says {}, which disagrees with the ledger; the ledger wins)",
+                record.state.as_str()
+            ),
+            None => record.state.as_str().to_owned(),
+        }
     );
     if let Some(reason) = &record.reason {
         let _ = writeln!(text, "  reason: {reason}");
@@ -209,8 +282,15 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
             "spent_micro_usd": record.spent_micro_usd,
             "attempts": record.attempts,
             "metadata": record.metadata,
+            "ledger_state": disagreement,
         }),
-        text,
-        ok: true,
+        text: {
+            let mut text = text;
+            let mut lines = String::new();
+            ledger_lines(&checked, &mut lines);
+            text.push_str(&lines);
+            text
+        },
+        ok: disagreement.is_none() && checked.ledger.ok() && checked.audit.ok(),
     })
 }
