@@ -135,6 +135,69 @@ fn ledger_rows_have_pinned_bytes_and_hashes() {
 }
 
 #[test]
+fn state_init_ledger_seal_and_witness_have_pinned_bytes() {
+    use reprise_core::witness::{Witness, decode_witness, encode_witness};
+    let init = encode_audit_row(
+        None,
+        &KEY,
+        "state.init",
+        AT,
+        &json!({"layout": 1, "state_id": "S-00112233445566778899aabbccddeeff"}),
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(init.line.clone()).unwrap(),
+        concat!(
+            r#"{"at":"2026-01-01T00:00:00Z","body":{"layout":1,"state_id":"S-00112233445566778899aabbccddeeff"},"#,
+            r#""kind":"state.init","mac":"649f32da8b8e82abeb1f7410a6066b8debe0b5b08d6e56bd5f2c7bf748907b44","#,
+            r#""prev_mac":"0000000000000000000000000000000000000000000000000000000000000000","seq":0,"v":1}"#,
+            "\n"
+        )
+    );
+    let ledger_head =
+        hex_digest("bb880efb218cd04f960d2a455d666ba5510bc673ed8642ae42148e97d9bfc0a7");
+    let seal = encode_audit_row(
+        Some(init.head),
+        &KEY,
+        "ledger.seal",
+        AT,
+        &json!({"seq": 3, "event_hash": ledger_head}),
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(seal.line.clone()).unwrap(),
+        concat!(
+            r#"{"at":"2026-01-01T00:00:00Z","body":{"event_hash":"bb880efb218cd04f960d2a455d666ba5510bc673ed8642ae42148e97d9bfc0a7","seq":3},"#,
+            r#""kind":"ledger.seal","mac":"aaf1674ae2156450f52ede5e637c634de95b9d93a582c96d3a97826b1f7af935","#,
+            r#""prev_mac":"649f32da8b8e82abeb1f7410a6066b8debe0b5b08d6e56bd5f2c7bf748907b44","seq":1,"v":1}"#,
+            "\n"
+        )
+    );
+    let witness = Witness {
+        v: 1,
+        state_id: "S-00112233445566778899aabbccddeeff".into(),
+        state_dir: "/p/.reprise".into(),
+        audit: seal.head,
+        ledger: Some(Head {
+            seq: 3,
+            digest: ledger_head,
+        }),
+    };
+    let bytes = encode_witness(&KEY, &witness).unwrap();
+    assert_eq!(
+        String::from_utf8(bytes.clone()).unwrap(),
+        concat!(
+            r#"{"audit":{"digest":"aaf1674ae2156450f52ede5e637c634de95b9d93a582c96d3a97826b1f7af935","seq":1},"#,
+            r#""ledger":{"digest":"bb880efb218cd04f960d2a455d666ba5510bc673ed8642ae42148e97d9bfc0a7","seq":3},"#,
+            r#""mac":"44517488f3b854326c7bb9e042d35aed7f9a6daca30beb93d5c1fec8d657cbe1","#,
+            r#""state_dir":"/p/.reprise","state_id":"S-00112233445566778899aabbccddeeff","v":1}"#,
+            "\n"
+        )
+    );
+    assert_eq!(decode_witness(&KEY, &bytes), Ok(witness));
+}
+
+#[test]
 fn domain_tags_keep_kinds_apart() {
     let bytes = b"{}";
     let hashes = [

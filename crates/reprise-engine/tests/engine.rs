@@ -1848,3 +1848,48 @@ tasks:
         "no quote after a timeout"
     );
 }
+
+#[test]
+fn a_failed_decision_path_leaves_no_row_that_contradicts_what_ran() {
+    let world = World::new();
+    // The spine cannot be opened: the decision fails after `decide` chose
+    // warm. Before, the journal kept a `retry.decision` row saying warm (with
+    // no spine or audit row) while the attempt ran cold.
+    let id = reprise_core::TaskKey::new(
+        reprise_core::PlanId::parse("greeting").unwrap(),
+        World::id("mend"),
+    );
+    let spine = world.fixture.state.spine_path(&id);
+    fs::create_dir_all(&spine).expect("a directory where the spine goes");
+    let ran = world.run(&greeting_plan("grep -qx hello greeting.txt", "warm"));
+    let mend = task(&ran, "mend");
+    assert_eq!(mend.state, TaskStatus::Passed);
+    assert_eq!(modes(mend), ["new", "cold"]);
+    assert_eq!(mend.metadata["retry_mode"], "cold");
+    assert_eq!(mend.metadata["retry_downgrade_reason"], "decision_failed");
+    let warnings = warnings(&ran, "mend");
+    assert!(
+        warnings
+            .iter()
+            .any(|warning| warning.contains("retry decision failed")
+                && warning.contains("no decision on record")),
+        "{warnings:?}"
+    );
+    // In none of the three places.
+    let journal: Vec<JournalRow> = rows(&world.fixture.state.journal_path(&id));
+    assert!(
+        journal.iter().all(|row| row.kind != "retry.decision"),
+        "{:?}",
+        journal.iter().map(|row| &row.kind).collect::<Vec<_>>()
+    );
+    let audit: Vec<AuditRow> = rows(&world.fixture.state.audit_path());
+    assert!(
+        audit
+            .iter()
+            .all(|row| row.kind != "retry.checkpoint_decision")
+    );
+    // And what is on record verifies.
+    let summary = read_audit(&world.fixture.state, &world.fixture.key).expect("audit");
+    assert!(summary.ok(), "{summary:?}");
+    assert_eq!(summary.seals_of(&id).len(), 1, "the journal was sealed");
+}

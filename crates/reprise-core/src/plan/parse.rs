@@ -432,6 +432,7 @@ impl Reader<'_> {
         let settings = self.settings(&fields, pool_micro_usd)?;
         let agent = self.task_agent(&fields, settings.agent.or(defaults.agent))?;
         let mut dependencies: Vec<Dependency> = Vec::new();
+        let mut named: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
         if let Some(node) = fields.get("depends_on") {
             let list_path = fields.path_of("depends_on");
             for (index, item) in self
@@ -445,7 +446,7 @@ impl Reader<'_> {
                     Some(PlanErrorKind::SelfDependency {
                         id: dependency.clone(),
                     })
-                } else if dependencies.iter().any(|earlier| earlier.id == dependency) {
+                } else if named.contains(&dependency) {
                     Some(PlanErrorKind::DuplicateDependency {
                         id: dependency.clone(),
                     })
@@ -455,6 +456,7 @@ impl Reader<'_> {
                 if let Some(problem) = problem {
                     return Err(self.error(&item.mark, &entry_path, problem));
                 }
+                named.insert(dependency.clone());
                 dependencies.push(Dependency {
                     id: dependency,
                     mark: item.mark.clone(),
@@ -643,7 +645,11 @@ impl Reader<'_> {
             return Err(self.wrong_type(node, path, "a mapping of relative path to content"));
         };
         let mut writes = BTreeMap::new();
-        for (index, entry) in entries.iter().enumerate() {
+        // Where each path was first written: one look-up per entry, so a
+        // plan with many writes is checked in linear time.
+        let mut first_lines: std::collections::HashMap<&str, u64> =
+            std::collections::HashMap::with_capacity(entries.len());
+        for entry in entries.iter() {
             let entry_path = format!("{path}[{:?}]", entry.key);
             if let Err(reason) = check_relative_path(&entry.key) {
                 return Err(self.error(
@@ -655,19 +661,17 @@ impl Reader<'_> {
                     },
                 ));
             }
-            if let Some(first) = entries[..index]
-                .iter()
-                .find(|earlier| earlier.key == entry.key)
-            {
+            if let Some(&first_line) = first_lines.get(entry.key.as_str()) {
                 return Err(self.error(
                     &entry.key_mark,
                     &entry_path,
                     PlanErrorKind::DuplicateKey {
                         key: entry.key.clone(),
-                        first_line: first.key_mark.line,
+                        first_line,
                     },
                 ));
             }
+            first_lines.insert(entry.key.as_str(), entry.key_mark.line);
             let content = self.string(&entry.value, &entry_path)?;
             writes.insert(entry.key.clone(), content);
         }
@@ -677,14 +681,22 @@ impl Reader<'_> {
     fn gates(&self, node: &Node, path: &str) -> Result<Vec<Gate>> {
         let items = self.seq(node, path, "a list of gates")?;
         let mut gates: Vec<Gate> = Vec::with_capacity(items.len());
+        let mut names: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::with_capacity(items.len());
         for (index, item) in items.iter().enumerate() {
-            let gate = self.gate(item, &item_path(path, index), &gates)?;
+            let gate = self.gate(item, &item_path(path, index), &names)?;
+            names.insert(gate.name.clone(), index);
             gates.push(gate);
         }
         Ok(gates)
     }
 
-    fn gate(&self, node: &Node, path: &str, earlier: &[Gate]) -> Result<Gate> {
+    fn gate(
+        &self,
+        node: &Node,
+        path: &str,
+        earlier: &std::collections::HashMap<String, usize>,
+    ) -> Result<Gate> {
         let fields = self.fields(node, path, GATE_KEYS)?;
         let name_path = fields.path_of("name");
         let name_node = self.required(&fields, "name", "add name: with the gate's name")?;
@@ -696,7 +708,7 @@ impl Reader<'_> {
                 PlanErrorKind::InvalidGateName { name },
             ));
         }
-        if let Some(first) = earlier.iter().position(|gate| gate.name == name) {
+        if let Some(&first) = earlier.get(&name) {
             return Err(self.error(
                 &name_node.mark,
                 &name_path,

@@ -1122,4 +1122,24 @@ fn checkpoint_and_recovery_keys_resolve_with_their_defaults() {
         let err = parse_plan(&text, "plan.yaml").unwrap_err().to_string();
         assert!(err.contains(needle), "{bad}: {err}");
     }
+
+/// A 2 MB plan whose last sim write repeats the first: refused, naming both
+/// lines. (The duplicate checks are linear; scripts/bench-plan times this.)
+#[test]
+fn a_two_megabyte_plan_with_a_repeated_write_is_refused() {
+    let mut text = String::from(
+        "version: 1\nname: big\ndefaults: { agent: sim }\ntasks:\n  - id: t\n    prompt: p\n    sim:\n      - reply: x\n        write:\n",
+    );
+    let mut n = 0;
+    while text.len() < 2_000_000 {
+        text.push_str(&format!("          \"f{n:07}.txt\": \"x\"\n"));
+        n += 1;
+    }
+    text.push_str("          \"f0000000.txt\": \"again\"\n");
+    let error = parse_plan(&text, "big.yaml").expect_err("a repeated path");
+    let display = error.to_string();
+    assert!(
+        display.contains("\"f0000000.txt\" is given twice (first on line 10)"),
+        "{display}"
+    );
 }

@@ -12,7 +12,11 @@
 //!                                                 the milliseconds and the id
 //!   reprise-fixture restore TREE SHADOW ID        a rollback to checkpoint ID;
 //!                                                 prints the milliseconds
-//! The two append modes print the elapsed microseconds per append.
+//!   reprise-fixture audit-append STATE_DIR KEY N  N audit appends, each replacing
+//!                                                 the witness beside KEY
+//!   reprise-fixture audit-append-bare FILE KEY N  N audit rows of the same shape
+//!                                                 through the same appender, no witness
+//! The append modes print the elapsed microseconds per append.
 
 #![forbid(unsafe_code)]
 
@@ -21,8 +25,12 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use reprise_core::record::encode_journal_row;
+use reprise_core::chain::ChainFormat;
+use reprise_core::record::{encode_audit_row, encode_journal_row};
+use reprise_store::ChainFile;
+use reprise_store::audit::AuditLog;
 use reprise_store::journal::Journal;
+use reprise_store::key::load_key;
 use reprise_store::state::StateDir;
 use reprise_testkit::{FIXED_AT, sample_body};
 
@@ -52,6 +60,47 @@ fn main() -> Result<()> {
             let start = Instant::now();
             for seq in 0..count {
                 journal.append("task.checkpoint", FIXED_AT, &sample_body(seq))?;
+            }
+            writeln!(
+                stdout,
+                "{:.1}",
+                start.elapsed().as_secs_f64() * 1e6 / count as f64
+            )?;
+        }
+        ["audit-append", state_dir, key, count] => {
+            let state = StateDir::open(state_dir.as_ref())?;
+            let count: u64 = count.parse()?;
+            let mut audit = AuditLog::open(&state, load_key(key.as_ref())?)?;
+            let start = Instant::now();
+            for seq in 0..count {
+                audit.append("bench.row", FIXED_AT, &sample_body(seq))?;
+            }
+            writeln!(
+                stdout,
+                "{:.1}",
+                start.elapsed().as_secs_f64() * 1e6 / count as f64
+            )?;
+        }
+        ["audit-append-bare", file, key, count] => {
+            let count: u64 = count.parse()?;
+            let key = load_key(key.as_ref())?;
+            let mut chain = ChainFile::open_real(
+                file.as_ref(),
+                ChainFormat::Audit,
+                None,
+                Some(key.key.clone()),
+            )?;
+            let start = Instant::now();
+            for seq in 0..count {
+                chain.append(|previous| {
+                    Ok(encode_audit_row(
+                        previous,
+                        &key,
+                        "bench.row",
+                        FIXED_AT,
+                        &sample_body(seq),
+                    )?)
+                })?;
             }
             writeln!(
                 stdout,
