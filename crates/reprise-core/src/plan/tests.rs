@@ -1122,6 +1122,7 @@ fn checkpoint_and_recovery_keys_resolve_with_their_defaults() {
         let err = parse_plan(&text, "plan.yaml").unwrap_err().to_string();
         assert!(err.contains(needle), "{bad}: {err}");
     }
+}
 
 /// A 2 MB plan whose last sim write repeats the first: refused, naming both
 /// lines. (The duplicate checks are linear; scripts/bench-plan times this.)
