@@ -114,7 +114,7 @@ impl AuditLog {
                         digest: seal.event_hash,
                     });
                 }
-                write_witness(key, state, &next)
+                write_witness(key, state, &next, kind == STATE_INIT_KIND)
             },
         )
     }

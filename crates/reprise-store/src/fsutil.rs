@@ -39,6 +39,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     replace(path, bytes, mode, true)
 }
 
+/// Replaces `path` with `bytes`: temp file, fsync, rename, but no directory
+/// fsync. After a crash the file is whole, either the new version or the one
+/// before; for the witness, where an older version is harmless (a chain
+/// longer than its witness agrees with it) and a torn one would not be.
+pub(crate) fn replace_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace_with(path, bytes, mode, true, false)
+}
+
 /// Replaces `path` with `bytes` atomically (temp file, rename) without
 /// syncing: readers never see half a file, but after a crash the previous
 /// version may come back. For snapshots whose truth is kept elsewhere.
@@ -47,6 +55,16 @@ pub fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 }
 
 fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+    replace_with(path, bytes, mode, durable, durable)
+}
+
+fn replace_with(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    sync_file: bool,
+    sync_directory: bool,
+) -> Result<()> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path
         .parent()
@@ -69,12 +87,12 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
         .open(&temp)
         .at(&temp)?;
     file.write_all(bytes).at(&temp)?;
-    if durable {
+    if sync_file {
         file.sync_all().at(&temp)?;
     }
     drop(file);
     fs::rename(&temp, path).at(path)?;
-    if durable {
+    if sync_directory {
         sync_dir(dir)?;
     }
     Ok(())

@@ -909,3 +909,38 @@ fn a_file_over_the_size_bound_is_skipped_and_named() {
         "left as it is"
     );
 }
+
+#[test]
+fn two_audit_handles_keep_the_witness_in_step_and_a_cut_is_never_extended() {
+    let setup = setup();
+    let mut first = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    let mut second = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    for n in 0..6 {
+        let audit = if n % 2 == 0 { &mut first } else { &mut second };
+        audit.append("test.row", AT, &json!({"n": n})).unwrap();
+    }
+    let summary = reprise_store::audit::read_audit(&setup.state, &setup.key).unwrap();
+    assert!(summary.ok(), "{summary:?}");
+    assert_eq!(summary.witness.as_ref().unwrap().audit.seq, 6);
+    // Cut the last row: verification says so, and no handle builds on it.
+    let path = setup.state.audit_path();
+    let text = fs::read_to_string(&path).unwrap();
+    let kept: String = text.split_inclusive('\n').take(6).collect();
+    fs::write(&path, kept).unwrap();
+    let summary = reprise_store::audit::read_audit(&setup.state, &setup.key).unwrap();
+    assert_eq!(
+        summary.witness_problem,
+        Some(reprise_core::witness::WitnessReason::AuditTruncated)
+    );
+    let mut fresh = AuditLog::open(&setup.state, setup.key.clone()).unwrap();
+    let refused = fresh.append("test.row", AT, &json!({"n": 7})).unwrap_err();
+    assert!(
+        refused.to_string().contains("ends before the head"),
+        "{refused}"
+    );
+    assert_eq!(
+        fs::read_to_string(&path).unwrap().lines().count(),
+        6,
+        "nothing was appended"
+    );
+}
