@@ -266,7 +266,10 @@ fn hostile_run(key_in_env: bool) {
     assert_success(&env.run(&["init"]));
     assert!(key_at.is_file());
     env.plan(&hostile_plan(&key_at, &env.project()));
-    let home_before = snapshot(&env.home(), &[]);
+    // reprise itself replaces the witness beside the key after each audit
+    // append; everything else in $HOME must stay as it was.
+    let witness = ".local/state/reprise/witness";
+    let home_before = snapshot(&env.home(), &[witness]);
     let project_before = snapshot(&env.project(), &[".reprise", ".git"]);
     let git_before = snapshot(
         &env.project().join(".git"),
@@ -331,7 +334,11 @@ fn hostile_run(key_in_env: bool) {
         "mine\n"
     );
 
-    assert_eq!(snapshot(&env.home(), &[]), home_before, "$HOME changed");
+    assert_eq!(
+        snapshot(&env.home(), &[witness]),
+        home_before,
+        "$HOME changed"
+    );
     assert_eq!(
         snapshot(&env.project(), &[".reprise", ".git"]),
         project_before,

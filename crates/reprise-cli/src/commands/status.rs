@@ -99,6 +99,19 @@ fn ledger_state<'a>(checked: &'a Checked, run: &RunState, task: &TaskRecord) -> 
         .filter(|state| *state != task.state.as_str())
 }
 
+/// Whether `state.json` is only behind the ledger: a run that stopped before
+/// its last snapshot (snapshots are written at most every 100 ms and synced
+/// only at the end) shows a task at an earlier stage than the ledger has.
+/// Anything else, or any disagreement in a finished run, is a contradiction.
+fn only_lagging(run: &RunState, snapshot: &str, ledger: &str) -> bool {
+    let stage = |state: &str| match state {
+        "queued" => 0,
+        "running" => 1,
+        _ => 2,
+    };
+    run.finished_at.is_none() && stage(snapshot) < stage(ledger)
+}
+
 fn ledger_lines(checked: &Checked, text: &mut String) {
     let ledger = &checked.ledger;
     match ledger
@@ -157,8 +170,16 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         }
     );
     let mut disagreements = Vec::new();
+    let mut lagging = Vec::new();
     for task in &run.tasks {
         let shown = match ledger_state(&checked, &run, task) {
+            Some(ledger) if only_lagging(&run, task.state.as_str(), ledger) => {
+                lagging.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
+                format!(
+                    "{ledger} (state.json still says {}: the run stopped before its last snapshot)",
+                    task.state.as_str()
+                )
+            }
             Some(ledger) => {
                 disagreements.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
                 format!(
@@ -197,6 +218,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     };
     json["audit"] = crate::commands::audit::audit_json(&checked.audit);
     json["state_disagrees"] = json!(disagreements);
+    json["state_lags"] = json!(lagging);
     json["ok"] = json!(ok && run.ok == Some(true));
     Ok(Outcome { json, text, ok })
 }
