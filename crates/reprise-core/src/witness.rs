@@ -24,6 +24,11 @@ use crate::record::Head;
 
 /// Audit row kind that opens every chain, binding the state directory's id.
 pub const STATE_INIT_KIND: &str = "state.init";
+/// Audit row kind of a witness adopted for a chain that had none (a state
+/// directory made before witnesses, or moved): it carries the state id when
+/// the chain's first row has none, and marks where the witness starts
+/// vouching.
+pub const STATE_ADOPT_KIND: &str = "state.adopt";
 /// Audit row kind that seals the ledger's head.
 pub const LEDGER_SEAL_KIND: &str = "ledger.seal";
 /// Version of the witness file format.
@@ -153,7 +158,7 @@ impl WitnessReason {
                 "the audit chain belongs to another state directory (its state.init id differs from the witness)"
             }
             Self::WitnessMissing => {
-                "the audit chain has rows but its witness beside the audit key is missing"
+                "the audit chain has rows but its witness beside the audit key is missing (a directory from before witnesses, or moved: `reprise init` adopts it)"
             }
             Self::WitnessInvalid => {
                 "the witness beside the audit key does not verify with this key"

@@ -10,8 +10,8 @@ use reprise_core::digest::Digest;
 use reprise_core::record::{Head, SEAL_KIND, SealBody, encode_audit_row};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use reprise_core::witness::{
-    ChainFacts, LEDGER_SEAL_KIND, LedgerSealBody, STATE_INIT_KIND, StateInitBody, Witness,
-    WitnessReason, compare, may_append,
+    ChainFacts, LEDGER_SEAL_KIND, LedgerSealBody, STATE_ADOPT_KIND, STATE_INIT_KIND, StateInitBody,
+    Witness, WitnessReason, compare, may_append,
 };
 use reprise_core::{PlanId, TaskId, TaskKey};
 use serde::{Deserialize, Serialize};
@@ -73,6 +73,18 @@ impl AuditLog {
                         })?;
                         found
                     }
+                    WitnessRead::Missing if kind == STATE_ADOPT_KIND && previous.is_some() => {
+                        // `adopt_witness` verified the chain before asking.
+                        let adopt: StateInitBody = serde_json::from_value(body.clone())
+                            .expect("state.adopt rows carry the state id");
+                        Witness {
+                            v: reprise_core::witness::WITNESS_VERSION,
+                            state_id: adopt.state_id,
+                            state_dir: state.root().display().to_string(),
+                            audit: previous.expect("checked"),
+                            ledger: None,
+                        }
+                    }
                     WitnessRead::Missing if kind == STATE_INIT_KIND && previous.is_none() => {
                         let init: StateInitBody = serde_json::from_value(body.clone())
                             .expect("state.init rows carry the state id");
@@ -114,7 +126,12 @@ impl AuditLog {
                         digest: seal.event_hash,
                     });
                 }
-                write_witness(key, state, &next, kind == STATE_INIT_KIND)
+                write_witness(
+                    key,
+                    state,
+                    &next,
+                    kind == STATE_INIT_KIND || kind == STATE_ADOPT_KIND,
+                )
             },
         )
     }
@@ -183,6 +200,81 @@ pub fn init_audit(state: &StateDir, key: KeyFile, at: &str) -> Result<Initialise
         state_id,
         superseded_witness,
     })
+}
+
+/// What an adoption found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    pub state_id: String,
+    /// Rows of the chain the new witness vouches for from now on.
+    pub rows: u64,
+}
+
+/// Writes a witness for a state directory whose audit chain has none (made
+/// before witnesses, or moved), after verifying the whole chain with the
+/// key: a `state.adopt` row records it. `Ok(None)` when there is nothing to
+/// adopt (a witness exists, or there is no chain). What was removed before
+/// the adoption cannot be detected by it; the caller says so.
+pub fn adopt_witness(state: &StateDir, key: &KeyFile, at: &str) -> Result<Option<Adopted>> {
+    if !matches!(read_witness(key, state)?, WitnessRead::Missing) || !state.audit_path().is_file() {
+        return Ok(None);
+    }
+    let summary = read_audit(state, key)?;
+    if let Some(fault) = summary.report.first_problem() {
+        return Err(StoreError::Unsealable {
+            path: state.audit_path(),
+            row: fault.row,
+            reason: ChainFormat::Audit.reason_name(fault.reason),
+        });
+    }
+    let Some(head) = summary.report.head else {
+        return Ok(None);
+    };
+    let state_id = match first_state_id(state, key)? {
+        Some(id) => id,
+        None => {
+            let mut bytes = [0u8; 16];
+            getrandom::fill(&mut bytes).map_err(|err| StoreError::Random(err.to_string()))?;
+            format!(
+                "S-{}",
+                bytes
+                    .iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect::<String>()
+            )
+        }
+    };
+    AuditLog::open(state, key.clone())?.append(
+        STATE_ADOPT_KIND,
+        at,
+        &json!({"layout": LAYOUT_VERSION, "state_id": state_id}),
+    )?;
+    Ok(Some(Adopted {
+        state_id,
+        rows: head.seq + 1,
+    }))
+}
+
+/// The state id the chain's first row (or an adoption) names, if any.
+fn first_state_id(state: &StateDir, key: &KeyFile) -> Result<Option<String>> {
+    let mut found = None;
+    read_chain(
+        &state.audit_path(),
+        ChainFormat::Audit,
+        Some(key),
+        None,
+        &[],
+        |row, line| {
+            if found.is_none()
+                && ((row.kind == STATE_INIT_KIND && row.seq == 0) || row.kind == STATE_ADOPT_KIND)
+            {
+                found = serde_json::from_slice::<StateInitBody>(&line[row.payload.clone()])
+                    .ok()
+                    .map(|body| body.state_id);
+            }
+        },
+    )?;
+    Ok(found)
 }
 
 /// Refuses a key that does not sign this state directory: the first row of
@@ -432,6 +524,12 @@ pub fn read_audit(state: &StateDir, key: &KeyFile) -> Result<AuditSummary> {
                             .ok()
                             .map(|init| init.state_id);
                     }
+                    // A chain from before witnesses gets its id on adoption.
+                    kind if kind == STATE_ADOPT_KIND && state_id.is_none() => {
+                        state_id = serde_json::from_slice::<StateInitBody>(payload)
+                            .ok()
+                            .map(|adopt| adopt.state_id);
+                    }
                     _ => {}
                 }
             },
@@ -514,6 +612,9 @@ pub fn migrate_state_dir(
             .collect(),
     };
     if state.audit_path().is_file() {
+        // Layout 1 came before witnesses: adopt the chain first, so the
+        // migration row (and every row after it) is witnessed.
+        adopt_witness(&state, key, at)?;
         let mut audit = AuditLog::open(&state, key.clone())?;
         audit.append(
             MIGRATE_KIND,

@@ -2,7 +2,7 @@
 //! first row.
 
 use reprise_store::StoreError;
-use reprise_store::audit::{check_key_binding_at, init_audit, migrate_state_dir};
+use reprise_store::audit::{adopt_witness, check_key_binding_at, init_audit, migrate_state_dir};
 use reprise_store::key::{check_key, load_or_create_key};
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::json;
@@ -43,6 +43,13 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         Some(key) => key,
         None => load_or_create_key(key_path)?,
     };
+    // A directory whose chain has no witness (from before witnesses, or
+    // moved) is adopted, openly: from here on, a cut is detected.
+    let adopted = if created {
+        None
+    } else {
+        adopt_witness(&state, &key, &now_rfc3339())?
+    };
     if created {
         // The state directory's id, bound into the chain's first row and
         // into the witness beside the key.
@@ -54,6 +61,13 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
     let mut text = String::new();
     if let Some(migration) = &migration {
         text.push_str(&migration_line(migration));
+    }
+    if let Some(adopted) = &adopted {
+        text.push_str(&format!(
+            "adopted the audit chain ({} row{}, verified with the key) under a new witness: rows removed before now cannot be detected, later ones can\n",
+            adopted.rows,
+            if adopted.rows == 1 { "" } else { "s" }
+        ));
     }
     text.push_str(&format!(
         "{} reprise state at {}\naudit key: {} ({})\n",
@@ -72,6 +86,7 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
             "created": created,
             "audit_key": key_path,
             "key_created": !key_existed,
+            "adopted_rows": adopted.as_ref().map(|adopted| adopted.rows),
             "migrated": migration.as_ref().map(|migration| migration
                 .tasks
                 .iter()

@@ -611,12 +611,47 @@ fn a_layout_1_state_directory_is_refused_then_migrated_by_init() {
     fs::remove_dir_all(root.join("plans")).unwrap();
     fs::create_dir_all(root.join("tasks/old")).unwrap();
     fs::write(root.join("tasks/old/journal.jsonl"), "").unwrap();
+    // Layout 1 came before witnesses: there is none beside the key.
+    let witnesses = env.key_path().parent().unwrap().join("witness");
+    fs::remove_dir_all(&witnesses).unwrap();
     let refused = env.run(&["journal", "verify", "old"]);
     assert_one_line_error(&refused, 2, "run `reprise init` to migrate it");
     let migrated = env.run(&["init"]);
     assert_success(&migrated);
     assert!(stdout(&migrated).contains("migrated the state directory to layout 2"));
     assert!(root.join("plans/unnamed/tasks/old/journal.jsonl").is_file());
+    // The chain was adopted under a new witness before the migration row.
+    let audit = env.run(&["audit", "verify", "--json"]);
+    assert_success(&audit);
+    assert!(witnesses.is_dir());
+}
+
+#[test]
+fn a_chain_without_a_witness_is_refused_until_init_adopts_it() {
+    let env = Env::new();
+    env.init();
+    let witnesses = env.key_path().parent().unwrap().join("witness");
+    fs::remove_dir_all(&witnesses).unwrap();
+    let missing = env.run(&["audit", "verify", "--json"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        stdout(&missing).contains("witness_missing"),
+        "{}",
+        stdout(&missing)
+    );
+    let adopted = env.run(&["init"]);
+    assert_success(&adopted);
+    assert!(
+        stdout(&adopted).contains("adopted the audit chain (1 row,"),
+        "{}",
+        stdout(&adopted)
+    );
+    let verified = env.run(&["audit", "verify"]);
+    assert_success(&verified);
+    // A second init adopts nothing more.
+    let again = env.run(&["init", "--json"]);
+    assert_success(&again);
+    assert_eq!(json_of(&again)["adopted_rows"], Value::Null);
 }
 
 #[test]
