@@ -677,7 +677,8 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         assert_eq!(status["ledger"]["identity"], "verified", "{status}");
         assert_eq!(status["audit"]["ok"], true, "{status}");
         assert_eq!(status["state_disagrees"], json!([]), "{status}");
-        for extra in ["ledger", "audit", "state_disagrees"] {
+        assert_eq!(status["state_lags"], json!([]), "{status}");
+        for extra in ["ledger", "audit", "state_disagrees", "state_lags"] {
             status.as_object_mut().unwrap().remove(extra);
         }
         assert_eq!(status, report);
@@ -701,7 +702,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     let output = env.run(&["status", "--json"]);
     assert_success(&output);
     let mut status = json_of(&output);
-    for extra in ["ledger", "audit", "state_disagrees"] {
+    for extra in ["ledger", "audit", "state_disagrees", "state_lags"] {
         status.as_object_mut().unwrap().remove(extra);
     }
     assert_eq!(status, failed, "status shows the latest run");

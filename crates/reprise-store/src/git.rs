@@ -168,12 +168,19 @@ impl Git {
     /// Writes a tree of the working tree at `worktree` (tracked, untracked
     /// and deleted files, honouring ignore rules) without touching any index
     /// but a temporary one, starting from `base`'s tree.
+    ///
+    /// The temporary index starts as a copy of the tree's own index when it
+    /// has one (its stat data lets `add` skip every unchanged file; the copy
+    /// keeps the original's mtime, so git's racy-entry check still sees what
+    /// changed in the same instant the index was written), else as `base`.
     pub fn snapshot_tree(&self, base: &str, scratch: &Path) -> Result<String> {
         let index = scratch.join(format!("index-{}", ulid::Ulid::new()));
         let result = (|| {
-            let mut read = self.command();
-            read.env("GIT_INDEX_FILE", &index).args(["read-tree", base]);
-            self.output(read)?;
+            if !self.seed_index(&index) {
+                let mut read = self.command();
+                read.env("GIT_INDEX_FILE", &index).args(["read-tree", base]);
+                self.output(read)?;
+            }
             let mut add = self.command();
             add.env("GIT_INDEX_FILE", &index)
                 .args(["add", "-A", "--", "."]);
@@ -184,6 +191,25 @@ impl Git {
         })();
         let _ = std::fs::remove_file(&index);
         result
+    }
+
+    /// Copies this tree's own index to `to`, with its mtime; false when
+    /// there is none to copy (nothing is read from it but by git itself).
+    fn seed_index(&self, to: &Path) -> bool {
+        let Ok(own) = self.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
+        else {
+            return false;
+        };
+        let own = PathBuf::from(own);
+        let Ok(modified) = std::fs::metadata(&own).and_then(|meta| meta.modified()) else {
+            return false;
+        };
+        std::fs::copy(&own, to).is_ok()
+            && std::fs::File::options()
+                .write(true)
+                .open(to)
+                .and_then(|file| file.set_modified(modified))
+                .is_ok()
     }
 
     /// A commit of `tree` with `parents` and `message`; no ref moves.
