@@ -369,16 +369,14 @@ pub fn run_plan(
                     None
                 };
                 if let Some(reason) = reason {
-                    let head = ledger.transition(
-                        &now_rfc3339(),
-                        &run.run_id,
+                    block_queued(
+                        &mut ledger,
+                        &mut ledger_audit,
+                        &mut run,
+                        sink,
                         &task.id,
-                        "queued",
-                        "blocked",
-                        Some(&reason),
+                        reason,
                     )?;
-                    seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
-                    finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                 }
             }
             // Start what may start.
@@ -418,16 +416,14 @@ pub fn run_plan(
                                     .join(", "),
                                 files.join(", ")
                             );
-                            let head = ledger.transition(
-                                &now_rfc3339(),
-                                &run.run_id,
+                            block_queued(
+                                &mut ledger,
+                                &mut ledger_audit,
+                                &mut run,
+                                sink,
                                 &task.id,
-                                "queued",
-                                "blocked",
-                                Some(&reason),
+                                reason,
                             )?;
-                            seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
-                            finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                             continue;
                         }
                         None => None,
@@ -439,16 +435,14 @@ pub fn run_plan(
                     Ok(Some(envelope)) => envelope,
                     Ok(None) => continue,
                     Err(reason) => {
-                        let head = ledger.transition(
-                            &now_rfc3339(),
-                            &run.run_id,
+                        block_queued(
+                            &mut ledger,
+                            &mut ledger_audit,
+                            &mut run,
+                            sink,
                             &task.id,
-                            "queued",
-                            "blocked",
-                            Some(&reason),
+                            reason,
                         )?;
-                        seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
-                        finish(&mut run, sink, &task.id, TaskStatus::Blocked, Some(reason));
                         continue;
                     }
                 };
@@ -586,6 +580,29 @@ fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {
     record.cwd.clone_from(&result.cwd);
     record.output.clone_from(&result.output);
     record.gaps.clone_from(&result.gaps);
+}
+
+/// A queued task that will not run: the ledger moves it to blocked (and the
+/// new head is sealed), then the run state and the sink hear of it.
+fn block_queued(
+    ledger: &mut Ledger,
+    ledger_audit: &mut AuditLog,
+    run: &mut RunState,
+    sink: &mut dyn EventSink,
+    task: &TaskId,
+    reason: String,
+) -> Result<()> {
+    let head = ledger.transition(
+        &now_rfc3339(),
+        &run.run_id,
+        task,
+        "queued",
+        "blocked",
+        Some(&reason),
+    )?;
+    seal_ledger(ledger_audit, head, &now_rfc3339())?;
+    finish(run, sink, task, TaskStatus::Blocked, Some(reason));
+    Ok(())
 }
 
 fn finish(

@@ -516,18 +516,15 @@ impl TaskRun<'_> {
             {
                 // The tree is suspect: it goes back before anything is
                 // decided, so the decision sees the files the retry gets.
-                let restored = checkpoints::restore(
+                self.roll_back(
                     store,
-                    checkpoint,
+                    (checkpoint, *hash),
                     &mut journal,
                     &mut audit,
                     &key,
-                    self.run_id,
                     &diagnosis.kind,
-                    Some(*hash),
-                    || self.workspace_hash(&cwd),
+                    &cwd,
                 )?;
-                self.warn_unless_matched(restored);
             }
             recovery::back_off(&classified, attempt, self.cancel);
             next = match self.decide_retry(
@@ -603,18 +600,15 @@ impl TaskRun<'_> {
             {
                 // The retry starts from the files as they were before the
                 // attempt it repeats.
-                let restored = checkpoints::restore(
+                self.roll_back(
                     store,
-                    checkpoint,
+                    (checkpoint, *hash),
                     &mut journal,
                     &mut audit,
                     &key,
-                    self.run_id,
                     &format!("{} retry", next.mode),
-                    Some(*hash),
-                    || self.workspace_hash(&cwd),
+                    &cwd,
                 )?;
-                self.warn_unless_matched(restored);
             }
             attempt += 1;
         }
@@ -632,18 +626,15 @@ impl TaskRun<'_> {
                 "failed tree",
                 hash,
             )?;
-            let restored = checkpoints::restore(
+            self.roll_back(
                 store,
-                base,
+                (base, *base_hash),
                 &mut journal,
                 &mut audit,
                 &key,
-                self.run_id,
                 &format!("task {}", result.status.as_str()),
-                Some(*base_hash),
-                || self.workspace_hash(&cwd),
+                &cwd,
             )?;
-            self.warn_unless_matched(restored);
         }
         if result.status.delivered()
             && isolated
@@ -678,6 +669,34 @@ impl TaskRun<'_> {
                 message: format!("journal not sealed: {err}"),
             });
         }
+        Ok(())
+    }
+
+    /// Restores `checkpoint` (recorded in the journal and the audit chain)
+    /// and warns when the tree did not come back to the checkpoint's hash.
+    #[allow(clippy::too_many_arguments)]
+    fn roll_back(
+        &self,
+        store: &reprise_store::snapshot::SnapshotStore,
+        (checkpoint, hash): (&Checkpoint, Digest),
+        journal: &mut Journal,
+        audit: &mut AuditLog,
+        key: &TaskKey,
+        reason: &str,
+        cwd: &Path,
+    ) -> Result<()> {
+        let restored = checkpoints::restore(
+            store,
+            checkpoint,
+            journal,
+            audit,
+            key,
+            self.run_id,
+            reason,
+            Some(hash),
+            || self.workspace_hash(cwd),
+        )?;
+        self.warn_unless_matched(restored);
         Ok(())
     }
 
