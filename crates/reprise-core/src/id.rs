@@ -25,6 +25,8 @@ pub enum TaskIdError {
         "task id {id:?} contains {found:?}; only letters, digits, '.', '_' and '-' are allowed"
     )]
     BadChar { id: String, found: char },
+    #[error("{raw:?} is not PLAN/TASK; name the plan, a slash, and the task id")]
+    NotPlanTask { raw: String },
 }
 
 impl TaskId {
@@ -161,10 +163,11 @@ impl TaskKey {
 
     /// Parses `PLAN/TASK`.
     pub fn parse(raw: &str) -> Result<Self, TaskIdError> {
-        let (plan, task) = raw.split_once('/').ok_or_else(|| TaskIdError::BadChar {
-            id: raw.to_owned(),
-            found: ' ',
-        })?;
+        let (plan, task) = raw
+            .split_once('/')
+            .ok_or_else(|| TaskIdError::NotPlanTask {
+                raw: raw.to_owned(),
+            })?;
         Ok(Self {
             plan: PlanId::parse(plan)?,
             task: TaskId::parse(task)?,

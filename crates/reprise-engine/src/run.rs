@@ -393,43 +393,19 @@ pub fn run_plan(
                     continue;
                 }
                 // Its base: the run's, or its dependencies' results merged.
-                let base = if workspace.isolates(task) {
-                    let inputs: Vec<String> = task
-                        .depends_on
-                        .iter()
-                        .filter_map(|dependency| {
-                            run.tasks[position[dependency]]
-                                .output
-                                .as_ref()
-                                .map(|output| output.tip().to_owned())
-                        })
-                        .collect();
-                    match dependent_base(&workspace, &task.id, &inputs)? {
-                        Some(TaskBase::Ready(commit)) => Some(commit),
-                        Some(TaskBase::Conflict(files)) => {
-                            let reason = format!(
-                                "dependency_conflict: the results of {} conflict in {}",
-                                task.depends_on
-                                    .iter()
-                                    .map(TaskId::as_str)
-                                    .collect::<Vec<_>>()
-                                    .join(", "),
-                                files.join(", ")
-                            );
-                            block_queued(
-                                &mut ledger,
-                                &mut ledger_audit,
-                                &mut run,
-                                sink,
-                                &task.id,
-                                reason,
-                            )?;
-                            continue;
-                        }
-                        None => None,
+                let base = match task_base(&workspace, &run, &position, task)? {
+                    Ok(base) => base,
+                    Err(reason) => {
+                        block_queued(
+                            &mut ledger,
+                            &mut ledger_audit,
+                            &mut run,
+                            sink,
+                            &task.id,
+                            reason,
+                        )?;
+                        continue;
                     }
-                } else {
-                    None
                 };
                 let envelope = match pool.reserve(task, running) {
                     Ok(Some(envelope)) => envelope,
@@ -580,6 +556,42 @@ fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {
     record.cwd.clone_from(&result.cwd);
     record.output.clone_from(&result.output);
     record.gaps.clone_from(&result.gaps);
+}
+
+/// The commit `task` starts from: `Ok(None)` in place, the run's base, or
+/// its dependencies' results merged; `Err(reason)` when those conflict.
+fn task_base(
+    workspace: &Workspace,
+    run: &RunState,
+    position: &BTreeMap<&TaskId, usize>,
+    task: &Task,
+) -> Result<std::result::Result<Option<String>, String>> {
+    if !workspace.isolates(task) {
+        return Ok(Ok(None));
+    }
+    let inputs: Vec<String> = task
+        .depends_on
+        .iter()
+        .filter_map(|dependency| {
+            run.tasks[position[dependency]]
+                .output
+                .as_ref()
+                .map(|output| output.tip().to_owned())
+        })
+        .collect();
+    Ok(match dependent_base(workspace, &task.id, &inputs)? {
+        Some(TaskBase::Ready(commit)) => Ok(Some(commit)),
+        Some(TaskBase::Conflict(files)) => Err(format!(
+            "dependency_conflict: the results of {} conflict in {}",
+            task.depends_on
+                .iter()
+                .map(TaskId::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+            files.join(", ")
+        )),
+        None => Ok(None),
+    })
 }
 
 /// A queued task that will not run: the ledger moves it to blocked (and the

@@ -82,11 +82,7 @@ impl Workspace {
         let dirty = git.dirty_files()?;
         let uncommitted = dirty.len() as u64;
         let base = if include_uncommitted && uncommitted > 0 {
-            let scratch = state.locks_dir();
-            std::fs::create_dir_all(&scratch).map_err(|source| reprise_store::StoreError::Io {
-                path: scratch.clone(),
-                source,
-            })?;
+            let scratch = state.scratch_dir()?;
             let tree = git.snapshot_tree(&head, &scratch)?;
             git.commit_tree(
                 &tree,
@@ -328,11 +324,7 @@ pub(crate) fn commit_result(
     let git = Git::new(repo);
     // The task may work in a subdirectory; its result is the whole tree.
     let tree_git = Git::new(&Git::new(worktree).toplevel()?);
-    let scratch = state.locks_dir();
-    std::fs::create_dir_all(&scratch).map_err(|source| reprise_store::StoreError::Io {
-        path: scratch.clone(),
-        source,
-    })?;
+    let scratch = state.scratch_dir()?;
     let tree = tree_git.snapshot_tree(base, &scratch)?;
     if tree == git.tree_of(base)? {
         return Ok(TaskOutput {

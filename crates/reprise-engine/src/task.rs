@@ -446,7 +446,7 @@ impl TaskRun<'_> {
                 snapshots
                     .as_ref()
                     .zip(attempt_checkpoint.as_ref().map(|(c, _)| c)),
-                &self.state.locks_dir(),
+                &self.state.scratch_dir()?,
             )?;
             for anomaly in &anomalies {
                 journal.append(

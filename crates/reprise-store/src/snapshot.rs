@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::git::{Git, GitError};
 
 /// Files larger than this are not snapshotted unless a plan says otherwise.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
+pub use reprise_core::plan::DEFAULT_CHECKPOINT_MAX_FILE_BYTES as DEFAULT_MAX_FILE_BYTES;
 
 /// Format version of a checkpoint's manifest.
 const MANIFEST_VERSION: u64 = 1;

@@ -245,6 +245,14 @@ impl StateDir {
         Ok(plans)
     }
 
+    /// `tmp/scratch/`, created if needed: where reprise's own temporary
+    /// git indexes live while a tree is written or compared.
+    pub fn scratch_dir(&self) -> Result<PathBuf> {
+        let dir = self.root.join("tmp").join("scratch");
+        fs::create_dir_all(&dir).at(&dir)?;
+        Ok(dir)
+    }
+
     /// `locks/`: advisory locks (worktree creation, tasks held by a run).
     pub fn locks_dir(&self) -> PathBuf {
         self.root.join("locks")

@@ -111,7 +111,7 @@ pub(crate) fn restore(
         )));
     }
     let changes = store
-        .changes(&checkpoint, &state.locks_dir())
+        .changes(&checkpoint, &state.scratch_dir()?)
         .map_err(|err| CliError::usage(err.to_string()))?;
     let mut text = String::new();
     for (status, path) in &changes.files {
