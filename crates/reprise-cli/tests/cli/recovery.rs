@@ -3,7 +3,7 @@
 //! first, fatal ones block the task and its dependents, and a partial
 //! attempt is kept.
 
-use super::worktrees::{git_env, task_json, write_plan};
+use super::worktrees::{count_attempt, git_env, outside_dir, task_json, write_plan};
 use super::*;
 
 fn journal_kinds(env: &Env, plan: &str, task: &str) -> Vec<Value> {
@@ -38,8 +38,7 @@ fn a_timeout_retries_with_the_half_written_file_still_there() {
     let env = git_env();
     // The agent counts its attempts outside its worktree, in a directory the
     // plan lets it write (agents are contained).
-    let counter = env.temp.path().join("counter");
-    fs::create_dir(&counter).unwrap();
+    let counter = outside_dir(&env, "counter");
     let count = counter.join("count");
     let plan = write_plan(
         &env,
@@ -53,10 +52,10 @@ tasks:
   - id: write
     prompt: w
     allowed_paths: ['{counter}']
-    command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; if [ $n = 1 ]; then echo half > half.txt; sleep 30; fi; test -e half.txt && echo whole > whole.txt; echo DONE"]
+    command: [sh, -c, "{counting}; if [ $n = 1 ]; then echo half > half.txt; sleep 30; fi; test -e half.txt && echo whole > whole.txt; echo DONE"]
     gates: [ {{ name: whole, run: "test -e whole.txt" }} ]
 "#,
-            count = count.display(),
+            counting = count_attempt(&count),
             counter = counter.display()
         ),
     );
@@ -75,8 +74,7 @@ fn a_write_outside_the_allowed_paths_rolls_back_then_retries() {
     let env = git_env();
     // The agent counts its attempts outside its worktree, in a directory the
     // plan lets it write (agents are contained).
-    let counter = env.temp.path().join("counter");
-    fs::create_dir(&counter).unwrap();
+    let counter = outside_dir(&env, "counter");
     let count = counter.join("count");
     let plan = write_plan(
         &env,
@@ -90,10 +88,11 @@ tasks:
   - id: stay
     prompt: s
     allowed_paths: ["src/**", '{counter}']
-    command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; mkdir -p src; echo ok > src/a.py; if [ $n = 1 ]; then echo stray > stray.txt; fi; echo DONE"]
+    command: [sh, -c, "{counting}; mkdir -p src; echo ok > src/a.py; if [ $n = 1 ]; then echo stray > stray.txt; fi; echo DONE"]
     gates: [ {{ name: never-first, run: "test $(cat '{count}') = 2" }} ]
 "#,
             count = count.display(),
+            counting = count_attempt(&count),
             counter = counter.display()
         ),
     );

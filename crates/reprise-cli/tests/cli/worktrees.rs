@@ -55,6 +55,21 @@ fn repo_state(env: &Env) -> RepoState {
     (refs, index, files)
 }
 
+/// A directory outside the project, which a plan may grant its agents
+/// (they are contained: everything else outside the worktree is denied).
+pub(crate) fn outside_dir(env: &Env, name: &str) -> PathBuf {
+    let dir = env.temp.path().join(name);
+    fs::create_dir(&dir).unwrap();
+    dir
+}
+
+/// Shell that counts an agent's attempts in `count` (outside its worktree,
+/// so a rollback does not reset it) and leaves the number in `$n`.
+pub(crate) fn count_attempt(count: &Path) -> String {
+    let count = count.display();
+    format!("n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'")
+}
+
 pub(crate) fn write_plan(env: &Env, name: &str, text: &str) -> String {
     let file = format!("{name}.yaml");
     fs::write(env.temp.path().join(&file), text).unwrap();
@@ -416,8 +431,7 @@ fn a_second_run_of_the_same_tasks_is_refused_while_the_first_runs() {
     let env = git_env();
     // The agent signals through a directory outside its worktree, which
     // the plan lets it write (agents are contained).
-    let signals = env.temp.path().join("signals");
-    fs::create_dir(&signals).unwrap();
+    let signals = outside_dir(&env, "signals");
     let gate = signals.join("release");
     let started = signals.join("started");
     let plan = write_plan(
@@ -734,8 +748,7 @@ fn a_cold_retry_starts_from_the_checkpoint_and_a_failed_task_goes_back_to_its_ba
     let env = git_env();
     // The agent counts its attempts in a directory outside its worktree,
     // which the plan lets it write (agents are contained).
-    let counter = env.temp.path().join("counter");
-    fs::create_dir(&counter).unwrap();
+    let counter = outside_dir(&env, "counter");
     let count = counter.join("count");
     let plan = write_plan(
         &env,
@@ -749,7 +762,7 @@ tasks:
   - id: mend
     prompt: m
     max_retries: 1
-    command: [sh, -c, "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; if [ $n = 1 ]; then echo junk > junk.txt; echo broken >> shop.py; else [ -e junk.txt ] && echo seen > seen.txt; echo ok > done.txt; fi; echo DONE"]
+    command: [sh, -c, "{counting}; if [ $n = 1 ]; then echo junk > junk.txt; echo broken >> shop.py; else [ -e junk.txt ] && echo seen > seen.txt; echo ok > done.txt; fi; echo DONE"]
     allowed_paths: ['{counter}']
     gates: [ {{ name: done, run: "test -e done.txt && test ! -e seen.txt && ! grep -q broken shop.py" }} ]
   - id: doomed
@@ -758,7 +771,7 @@ tasks:
     command: [sh, -c, "echo junk > junk.txt; mkdir -p made; echo x > made/f; echo DONE"]
     gates: [ {{ name: never, run: "false" }} ]
 "#,
-            count = count.display(),
+            counting = count_attempt(&count),
             counter = counter.display()
         ),
     );
