@@ -88,8 +88,15 @@ fn output_of(program: &Path, args: &[&str]) -> String {
         session_id: None,
     };
     let shown = format!("{} {}", program.display(), args.join(" "));
-    let finished = run_process(&invocation, root, CLI_TIMEOUT, &CancelToken::new(), None)
-        .unwrap_or_else(|e| panic!("{shown}: cannot run: {e}"));
+    let finished = run_process(
+        &invocation,
+        root,
+        CLI_TIMEOUT,
+        &CancelToken::new(),
+        None,
+        Default::default(),
+    )
+    .unwrap_or_else(|e| panic!("{shown}: cannot run: {e}"));
     let stdout = String::from_utf8_lossy(&finished.stdout);
     let stderr = String::from_utf8_lossy(&finished.stderr);
     assert_eq!(

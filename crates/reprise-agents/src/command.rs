@@ -31,7 +31,7 @@ use crate::outcome::{
 };
 use crate::process::{
     End, Invocation, Stdin, child_path_var, describe_duration, find_executable, preflight,
-    run_process,
+    run_process, watch_outcome,
 };
 use crate::request::{Adapter, AttemptRequest, CancelToken};
 
@@ -101,6 +101,7 @@ impl Adapter for CommandAdapter {
             request.timeout,
             cancel,
             request.supervision.as_ref(),
+            request.watch,
         ) {
             Ok(finished) => finished,
             Err(error) => {
@@ -124,6 +125,9 @@ impl Adapter for CommandAdapter {
                 InfraKind::Cancelled,
                 format!("cancelled; the process group of command '{name}' was killed"),
             ),
+            End::OutputLimit | End::Idle => {
+                watch_outcome(finished.end, &format!("command '{name}'"), request.watch)
+            }
             End::Exited => {
                 let parsed = parse(
                     finished.exit_code,

@@ -29,6 +29,6 @@ pub use codex::CodexAdapter;
 pub use command::CommandAdapter;
 pub use gemini::GeminiAdapter;
 pub use outcome::{AttemptOutcome, AttemptReport, InfraKind};
-pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode};
+pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, Watch};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};
 pub use supervise::{SandboxRules, Supervision};

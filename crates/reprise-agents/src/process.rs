@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
 
 use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, enforce_budget, infra};
-use crate::request::{AttemptRequest, CancelToken};
+use crate::request::{AttemptRequest, CancelToken, Watch};
 use crate::supervise::{Supervision, record_finished, record_started, supervisor_args};
 
 /// How much of each output stream is kept; the rest is counted, not stored.
@@ -87,6 +87,10 @@ pub(crate) enum End {
     Exited,
     TimedOut,
     Cancelled,
+    /// More output than `Watch::max_output_bytes`.
+    OutputLimit,
+    /// No output for `Watch::idle_timeout`.
+    Idle,
 }
 
 /// A reaped child and what it printed.
@@ -115,6 +119,7 @@ pub(crate) fn run_process(
     timeout: Duration,
     cancel: &CancelToken,
     supervision: Option<&Supervision>,
+    watch: Watch,
 ) -> io::Result<Finished> {
     let started = Instant::now();
     let mut command = match supervision {
@@ -199,6 +204,9 @@ pub(crate) fn run_process(
             break End::Cancelled;
         }
         let now = Instant::now();
+        if let Some(end) = watched(watch, started, now, &stdout, &stderr) {
+            break end;
+        }
         match deadline {
             Some(deadline) if now >= deadline => break End::TimedOut,
             Some(deadline) => thread::sleep((deadline - now).min(pause)),
@@ -249,6 +257,35 @@ pub(crate) fn run_process(
     })
 }
 
+/// Whether the output bounds of `watch` are passed.
+fn watched(
+    watch: Watch,
+    started: Instant,
+    now: Instant,
+    stdout: &Capture,
+    stderr: &Capture,
+) -> Option<End> {
+    if watch.max_output_bytes.is_none() && watch.idle_timeout.is_none() {
+        return None;
+    }
+    let (out_bytes, out_last) = stdout.progress();
+    let (err_bytes, err_last) = stderr.progress();
+    if let Some(max) = watch.max_output_bytes
+        && out_bytes + err_bytes > max
+    {
+        return Some(End::OutputLimit);
+    }
+    let last = [Some(started), out_last, err_last]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(started);
+    match watch.idle_timeout {
+        Some(idle) if now.saturating_duration_since(last) >= idle => Some(End::Idle),
+        _ => None,
+    }
+}
+
 /// Whether the child has exited, without reaping it.
 fn leader_exited(pid: Pid) -> bool {
     let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
@@ -270,6 +307,8 @@ struct Capture {
 struct Captured {
     kept: Vec<u8>,
     total: u64,
+    /// When the latest bytes arrived.
+    last: Option<Instant>,
 }
 
 impl Capture {
@@ -288,6 +327,7 @@ impl Capture {
                     Ok(read) => {
                         let mut captured = writer.lock().unwrap_or_else(PoisonError::into_inner);
                         captured.total += read as u64;
+                        captured.last = Some(Instant::now());
                         let room = OUTPUT_CAP_BYTES.saturating_sub(captured.kept.len());
                         captured.kept.extend_from_slice(&buffer[..read.min(room)]);
                     }
@@ -298,6 +338,12 @@ impl Capture {
             let _ = done.send(());
         });
         Self { shared }
+    }
+
+    /// Bytes read so far, and when the latest came.
+    fn progress(&self) -> (u64, Option<Instant>) {
+        let captured = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        (captured.total, captured.last)
     }
 
     fn take(&self) -> (Vec<u8>, u64) {
@@ -434,7 +480,15 @@ fn probe_version(
         prompt_arg: None,
         session_id: None,
     };
-    let finished = run_process(&invocation, cwd, VERSION_TIMEOUT, cancel, supervision).ok()?;
+    let finished = run_process(
+        &invocation,
+        cwd,
+        VERSION_TIMEOUT,
+        cancel,
+        supervision,
+        Watch::default(),
+    )
+    .ok()?;
     if finished.end != End::Exited || finished.exit_code != 0 {
         return None;
     }
@@ -536,6 +590,7 @@ pub(crate) fn run_cli(
         request.timeout,
         cancel,
         supervision,
+        request.watch,
     ) {
         Ok(finished) => finished,
         Err(error) => {
@@ -578,8 +633,29 @@ pub(crate) fn run_cli(
             InfraKind::Cancelled,
             format!("cancelled; the {} process group was killed", spec.name),
         ),
+        End::OutputLimit | End::Idle => watch_outcome(finished.end, spec.name, request.watch),
     };
     report
+}
+
+/// The outcome of an attempt the watch stopped: what bound it passed.
+pub(crate) fn watch_outcome(end: End, name: &str, watch: Watch) -> AttemptOutcome {
+    match end {
+        End::OutputLimit => infra(
+            InfraKind::OutputLimit,
+            format!(
+                "{name} printed more than {} bytes (max_output_bytes); its process group was killed",
+                watch.max_output_bytes.unwrap_or(0)
+            ),
+        ),
+        _ => infra(
+            InfraKind::IdleTimeout,
+            format!(
+                "{name} printed nothing for {} (idle_timeout); its process group was killed",
+                describe_duration(watch.idle_timeout.unwrap_or_default())
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -630,6 +706,7 @@ pub(crate) mod tests {
             timeout,
             &CancelToken::new(),
             None,
+            Watch::default(),
         )
         .expect("spawn /bin/sh")
     }
@@ -734,6 +811,7 @@ pub(crate) mod tests {
             Duration::from_secs(120),
             &cancel,
             None,
+            Watch::default(),
         )
         .expect("spawn");
         canceller.join().expect("canceller");
@@ -753,6 +831,7 @@ pub(crate) mod tests {
             Duration::from_secs(30),
             &CancelToken::new(),
             None,
+            Watch::default(),
         )
         .expect("spawn");
         assert_eq!(finished.stdout, b"hello\nworld");
@@ -769,10 +848,58 @@ pub(crate) mod tests {
             Duration::from_secs(30),
             &CancelToken::new(),
             None,
+            Watch::default(),
         )
         .expect("spawn");
         assert_eq!(finished.end, End::Exited);
         assert_eq!(finished.stdout, b"done\n");
+    }
+
+    fn run_watched(script: &str, watch: Watch) -> Finished {
+        run_process(
+            &shell(script, Stdin::Null),
+            Path::new("/"),
+            Duration::from_secs(60),
+            &CancelToken::new(),
+            None,
+            watch,
+        )
+        .expect("spawn /bin/sh")
+    }
+
+    #[test]
+    fn a_child_past_its_output_bound_is_stopped_and_its_group_killed() {
+        let watch = Watch {
+            max_output_bytes: Some(64 * 1024),
+            idle_timeout: None,
+        };
+        let finished = run_watched("sleep 30 & echo $$ $!; yes flood", watch);
+        assert_eq!(finished.end, End::OutputLimit);
+        assert!(finished.stdout_bytes > 64 * 1024);
+        let first_line = finished.stdout.split(|byte| *byte == b'\n').next().unwrap();
+        let started = pids(first_line);
+        assert_eq!(started.len(), 2);
+        for pid in started {
+            assert!(eventually_dead(pid), "{pid} survived");
+        }
+    }
+
+    #[test]
+    fn a_silent_child_is_stopped_after_the_idle_bound_and_a_talking_one_is_not() {
+        let watch = Watch {
+            max_output_bytes: None,
+            idle_timeout: Some(Duration::from_millis(300)),
+        };
+        let silent = run_watched("echo started; exec sleep 30", watch);
+        assert_eq!(silent.end, End::Idle);
+        assert_eq!(silent.stdout, b"started\n");
+        // Output every 50 ms for a second keeps it going past the bound.
+        let talking = run_watched(
+            "i=0; while [ $i -lt 20 ]; do echo $i; sleep 0.05; i=$((i+1)); done",
+            watch,
+        );
+        assert_eq!(talking.end, End::Exited);
+        assert_eq!(talking.exit_code, 0);
     }
 
     #[test]
@@ -799,6 +926,7 @@ pub(crate) mod tests {
                 Duration::from_secs(5),
                 &CancelToken::new(),
                 None,
+                Watch::default(),
             )
             .is_err()
         );

@@ -65,6 +65,18 @@ pub struct AttemptRequest {
     /// How the process is supervised and contained; `None` runs it directly
     /// (in its own process group, without a sandbox: library tests only).
     pub supervision: Option<Supervision>,
+    /// What the driver watches besides the wall clock.
+    pub watch: Watch,
+}
+
+/// Bounds on an attempt's output, watched while it runs: past either the
+/// process group is killed and reaped, as on a timeout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Watch {
+    /// Most bytes of stdout and stderr together.
+    pub max_output_bytes: Option<u64>,
+    /// Longest time without a byte on stdout or stderr.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// Shared cancellation flag (Ctrl-C); cheap to clone, all clones see one flag.
@@ -167,6 +179,7 @@ pub(crate) mod tests {
             config_home: None,
             budget_micro_usd: None,
             supervision: None,
+            watch: Default::default(),
         }
     }
 

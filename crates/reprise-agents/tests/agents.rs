@@ -52,6 +52,7 @@ impl World {
             config_home: None,
             budget_micro_usd: None,
             supervision: None,
+            watch: Default::default(),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod canonical;
 pub mod chain;
 pub mod digest;
 mod id;
+pub mod lifecycle;
 pub mod outcome;
 pub mod plan;
 pub mod prompt;

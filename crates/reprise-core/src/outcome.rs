@@ -24,6 +24,10 @@ pub enum AttemptOutcome {
     Judged(Vec<Verdict>),
     /// Nothing judged the work: the machinery stopped the attempt.
     Infra(InfraKind),
+    /// The agent said it cannot go on without more context (a reply whose
+    /// last line is `NEEDS_CONTEXT: <what>`): not judged, retried with the
+    /// task's `on_needs_context`.
+    NeedsContext(String),
 }
 
 impl AttemptOutcome {
@@ -35,10 +39,18 @@ impl AttemptOutcome {
     #[must_use]
     pub fn is_judged(&self) -> bool {
         match self {
-            Self::Passed | Self::Infra(_) => false,
+            Self::Passed | Self::Infra(_) | Self::NeedsContext(_) => false,
             Self::Judged(verdicts) => !verdicts.is_empty(),
         }
     }
+}
+
+/// What a reply asks for when its last non-blank line is
+/// `NEEDS_CONTEXT: <what>` (the marker in capitals, `<what>` not empty).
+pub fn needs_context(reply: &str) -> Option<&str> {
+    let last = reply.lines().rev().find(|line| !line.trim().is_empty())?;
+    let what = last.trim().strip_prefix("NEEDS_CONTEXT:")?.trim();
+    (!what.is_empty()).then_some(what)
 }
 
 /// One verdict against an attempt: the explicit list of what counts as judged.
@@ -133,11 +145,15 @@ pub enum InfraKind {
     GateCouldNotRun,
     /// The agent exited non-zero with an empty or whitespace-only reply.
     AgentExitWithoutReply,
+    /// The agent printed more than the task's `max_output_bytes` and was killed.
+    OutputLimit,
+    /// The agent printed nothing for the task's `idle_timeout` and was killed.
+    IdleTimeout,
 }
 
 impl InfraKind {
     /// Every infrastructure kind.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 16] = [
         Self::SpawnFailed,
         Self::MissingBinary,
         Self::Timeout,
@@ -152,6 +168,8 @@ impl InfraKind {
         Self::InterpolationError,
         Self::GateCouldNotRun,
         Self::AgentExitWithoutReply,
+        Self::OutputLimit,
+        Self::IdleTimeout,
     ];
 
     /// The stable snake_case name recorded in journals and `state.json`.
@@ -171,6 +189,8 @@ impl InfraKind {
             Self::InterpolationError => "interpolation_error",
             Self::GateCouldNotRun => "gate_could_not_run",
             Self::AgentExitWithoutReply => "agent_exit_without_reply",
+            Self::OutputLimit => "output_limit",
+            Self::IdleTimeout => "idle_timeout",
         }
     }
 
@@ -189,7 +209,9 @@ impl InfraKind {
             | Self::Network
             | Self::SessionUnavailable
             | Self::GateCouldNotRun
-            | Self::AgentExitWithoutReply => true,
+            | Self::AgentExitWithoutReply
+            | Self::OutputLimit
+            | Self::IdleTimeout => true,
             Self::MissingBinary
             | Self::AuthFailed
             | Self::BudgetExhausted
@@ -253,6 +275,8 @@ mod tests {
             InfraKind::InterpolationError => 11,
             InfraKind::GateCouldNotRun => 12,
             InfraKind::AgentExitWithoutReply => 13,
+            InfraKind::OutputLimit => 14,
+            InfraKind::IdleTimeout => 15,
         }
     }
 

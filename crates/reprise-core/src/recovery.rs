@@ -12,6 +12,8 @@
 //! A judged failure is none of these: it retries by the task's retry policy
 //! (and its rollback rule).
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::{AttemptOutcome, InfraKind};
@@ -52,6 +54,10 @@ pub enum Anomaly {
     WriteOutsideAllowedPaths { paths: Vec<String> },
     /// A gate ended by a signal or its timeout, midway through its work.
     GateCrashed { gate: String },
+    /// The agent printed more than `max_output_bytes` and was killed midway.
+    OutputLimit { limit_bytes: u64 },
+    /// The agent printed nothing for `idle_timeout` and was killed.
+    IdleTimeout { idle_ms: u64 },
 }
 
 impl Anomaly {
@@ -59,7 +65,16 @@ impl Anomaly {
         match self {
             Self::WriteOutsideAllowedPaths { .. } => "write_outside_allowed_paths",
             Self::GateCrashed { .. } => "gate_crashed",
+            Self::OutputLimit { .. } => "output_limit",
+            Self::IdleTimeout { .. } => "idle_timeout",
         }
+    }
+
+    /// Whether the tree is suspect after it: a process killed while it
+    /// poured out output may have been writing too. An idle one was not
+    /// doing anything: like a timeout, its files are kept for the retry.
+    pub fn is_corrupting(&self) -> bool {
+        !matches!(self, Self::IdleTimeout { .. })
     }
 }
 
@@ -75,6 +90,9 @@ pub enum Strategy {
     RollBackThenRetry,
     /// Roll the tree back and block the task; do not retry.
     RollBackAndBlock,
+    /// The agent asked for context: retry by the policy, changed as the
+    /// task's `on_needs_context` says.
+    RetryWithContext,
 }
 
 impl Strategy {
@@ -84,7 +102,14 @@ impl Strategy {
             Self::RetryInPlace => "retry_in_place",
             Self::RollBackThenRetry => "roll_back_then_retry",
             Self::RollBackAndBlock => "roll_back_and_block",
+            Self::RetryWithContext => "retry_with_context",
         }
+    }
+
+    /// Whether the retry follows the task's retry policy and rollback rule
+    /// (a verdict on the work, or a request for context).
+    pub fn follows_policy(self) -> bool {
+        matches!(self, Self::RetryByPolicy | Self::RetryWithContext)
     }
 }
 
@@ -114,7 +139,11 @@ pub struct Symptoms<'a> {
 /// the same judged failure seen `REPEATED_FAILURE_LIMIT` times; then the
 /// remaining infrastructure (transient) and judged failures.
 pub fn diagnose(symptoms: Symptoms<'_>) -> Diagnosis {
-    if let Some(anomaly) = symptoms.anomalies.first() {
+    if let Some(anomaly) = symptoms
+        .anomalies
+        .iter()
+        .find(|anomaly| anomaly.is_corrupting())
+    {
         return Diagnosis {
             severity: Severity::Corrupting,
             kind: anomaly.kind().to_owned(),
@@ -139,6 +168,11 @@ pub fn diagnose(symptoms: Symptoms<'_>) -> Diagnosis {
                 strategy: Strategy::RollBackAndBlock,
             }
         }
+        AttemptOutcome::NeedsContext(_) => Diagnosis {
+            severity: Severity::Judged,
+            kind: "needs_context".to_owned(),
+            strategy: Strategy::RetryWithContext,
+        },
         AttemptOutcome::Judged(_) | AttemptOutcome::Passed => Diagnosis {
             severity: Severity::Judged,
             kind: "judged".to_owned(),
@@ -211,6 +245,81 @@ fn glob_match(glob: &[u8], path: &[u8]) -> bool {
         }
         Some((&c, rest)) => path.first() == Some(&c) && glob_match(rest, &path[1..]),
     }
+}
+
+/// The longest a retry waits on a provider's word: a limit that resets
+/// later than this is waited for only this long (the retry then meets the
+/// limit again and is diagnosed again).
+pub const MAX_BACK_OFF: Duration = Duration::from_secs(15 * 60);
+
+/// Why a retry waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitSource {
+    /// The provider said when to come back.
+    RetryAfter,
+    /// The default exponential back-off: 1, 2, 4 ... 30 s.
+    Exponential,
+}
+
+/// How long to wait before retrying after `kind`, and why: a provider
+/// failure (rate limit, overload, network, API error) waits as long as the
+/// provider asked (`retry_after`, bounded by [`MAX_BACK_OFF`]) or else 1 s,
+/// 2, 4 ... up to 30 s by attempt; anything else does not wait.
+pub fn back_off(
+    kind: InfraKind,
+    attempt: u32,
+    retry_after: Option<Duration>,
+) -> Option<(Duration, WaitSource)> {
+    if !matches!(
+        kind,
+        InfraKind::RateLimited | InfraKind::Overloaded | InfraKind::Network | InfraKind::ApiError
+    ) {
+        return None;
+    }
+    if let Some(wait) = retry_after {
+        return Some((wait.min(MAX_BACK_OFF), WaitSource::RetryAfter));
+    }
+    let exponential =
+        Duration::from_secs(1u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(30));
+    Some((exponential, WaitSource::Exponential))
+}
+
+/// When a provider's error text says to come back: `retry-after: N`
+/// (seconds, as the HTTP header), `retry after N seconds`, `try again in N
+/// seconds|minutes|hours`, or a limit message ending `|<unix time>` (the
+/// reset time Claude Code appends to `usage limit reached`). `now_unix` is
+/// the current time in seconds; a reset in the past is no wait.
+pub fn retry_after(text: &str, now_unix: u64) -> Option<Duration> {
+    let lower = text.to_ascii_lowercase();
+    if let Some((head, tail)) = lower.rsplit_once('|')
+        && head.contains("limit")
+        && let Ok(reset) = tail.trim().parse::<u64>()
+    {
+        return Some(Duration::from_secs(reset.saturating_sub(now_unix)));
+    }
+    for marker in ["retry-after:", "retry-after", "retry after", "try again in"] {
+        let Some(at) = lower.find(marker) else {
+            continue;
+        };
+        let rest = lower[at + marker.len()..].trim_start();
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(count) = digits.parse::<u64>() else {
+            continue;
+        };
+        let unit = rest[digits.len()..].trim_start();
+        let seconds = if unit.starts_with("ms") || unit.starts_with("millisecond") {
+            return Some(Duration::from_millis(count));
+        } else if unit.starts_with("min") || unit.starts_with('m') && !unit.starts_with("ms") {
+            count.saturating_mul(60)
+        } else if unit.starts_with("hour") || unit.starts_with('h') {
+            count.saturating_mul(3600)
+        } else {
+            count
+        };
+        return Some(Duration::from_secs(seconds));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -351,5 +460,59 @@ mod tests {
         ] {
             assert!(!path_allowed(bad, &globs), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_provider_s_retry_after_is_read_from_its_words() {
+        let secs = Duration::from_secs;
+        assert_eq!(
+            retry_after("API Error: 429 · retry-after: 2", 0),
+            Some(secs(2))
+        );
+        assert_eq!(
+            retry_after("Rate limited. Retry after 30 seconds.", 0),
+            Some(secs(30))
+        );
+        assert_eq!(
+            retry_after("please try again in 5 minutes", 0),
+            Some(secs(300))
+        );
+        assert_eq!(retry_after("try again in 1 hour", 0), Some(secs(3600)));
+        assert_eq!(
+            retry_after("retry after 250ms", 0),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after("Claude AI usage limit reached|1700000600", 1_700_000_000),
+            Some(secs(600))
+        );
+        // A reset already past is no wait; words without a figure are none.
+        assert_eq!(retry_after("usage limit reached|100", 200), Some(secs(0)));
+        assert_eq!(retry_after("429 Too Many Requests", 0), None);
+        assert_eq!(retry_after("retry after a while", 0), None);
+    }
+
+    #[test]
+    fn back_off_waits_only_for_provider_trouble_and_honours_the_provider() {
+        let secs = Duration::from_secs;
+        assert_eq!(back_off(InfraKind::Timeout, 1, Some(secs(5))), None);
+        assert_eq!(back_off(InfraKind::MissingBinary, 1, None), None);
+        assert_eq!(
+            back_off(InfraKind::RateLimited, 1, Some(secs(7))),
+            Some((secs(7), WaitSource::RetryAfter))
+        );
+        assert_eq!(
+            back_off(InfraKind::RateLimited, 1, Some(secs(86_400))),
+            Some((MAX_BACK_OFF, WaitSource::RetryAfter))
+        );
+        let waits: Vec<u64> = (1..=8)
+            .map(|attempt| {
+                back_off(InfraKind::Overloaded, attempt, None)
+                    .unwrap()
+                    .0
+                    .as_secs()
+            })
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
     }
 }

@@ -34,6 +34,8 @@ pub enum EngineError {
     TaskBusy { task: String, run: String, pid: u32 },
     #[error("file checkpoint: {0}")]
     Checkpoint(String),
+    #[error("{0}")]
+    Lifecycle(String),
     #[error("cannot create the sandbox for task {task}: {detail}")]
     Sandbox { task: String, detail: String },
     #[error("run {run} not found under {dir}; `reprise status` lists the latest run")]

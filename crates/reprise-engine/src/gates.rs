@@ -86,6 +86,7 @@ impl GateRun<'_> {
                     config_home: None,
                     budget_micro_usd: None,
                     supervision: self.supervision.cloned(),
+                    watch: Default::default(),
                 };
                 let contained = self
                     .supervision

@@ -13,12 +13,12 @@ use reprise_store::journal::{Journal, Spine};
 use reprise_store::read_chain_from;
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::error::Result;
 
 /// Journal row kind written after every attempt.
-pub(crate) const CHECKPOINT_KIND: &str = "task.checkpoint";
+pub(crate) const CHECKPOINT_KIND: &str = reprise_core::lifecycle::rows::AGENT_ENDED;
 /// Journal (and spine) row kind of a retry decision.
 pub(crate) const DECISION_KIND: &str = "retry.decision";
 /// Audit row kind binding a decision to its journal and spine rows.
@@ -123,6 +123,7 @@ pub(crate) fn record_decision(
     run_id: &str,
     next_attempt: u32,
     record: &DecisionRecord,
+    modification: Option<&Value>,
 ) -> Result<Digest> {
     let decision_hash = record.hash()?;
     let decision = record.to_value();
@@ -131,16 +132,18 @@ pub(crate) fn record_decision(
     // all three places or (with a failure here) in none.
     spine.ready()?;
     audit.ready()?;
-    let journal_head = journal.append(
-        DECISION_KIND,
-        &now_rfc3339(),
-        &json!({
-            "run_id": run_id,
-            "attempt": next_attempt,
-            "decision": decision,
-            "decision_hash": decision_hash,
-        }),
-    )?;
+    let mut body = json!({
+        "run_id": run_id,
+        "attempt": next_attempt,
+        "decision": decision,
+        "decision_hash": decision_hash,
+    });
+    if let Some(modification) = modification {
+        // What changes for this retry besides its mode (a request for
+        // context): bound by the row's hash, as the decision is.
+        body["modification"] = modification.clone();
+    }
+    let journal_head = journal.append(DECISION_KIND, &now_rfc3339(), &body)?;
     let spine_head = spine.append(DECISION_KIND, &decision, journal_head.seq)?;
     // The binding names the plan too: task ids are unique only per plan, and
     // verification matches a spine to the bindings of its own plan's task.

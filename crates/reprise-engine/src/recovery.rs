@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 
 use reprise_agents::{AttemptOutcome, AttemptReport, CancelToken};
 use reprise_core::digest::tagged_sha256;
-use reprise_core::outcome::{self as taxonomy, InfraKind};
+use reprise_core::outcome as taxonomy;
 use reprise_core::plan::Task;
-use reprise_core::recovery::{Anomaly, accepts_partially, path_allowed};
+use reprise_core::recovery::{
+    Anomaly, WaitSource, accepts_partially, back_off as recovery_back_off, path_allowed,
+    retry_after,
+};
 use reprise_store::snapshot::{Checkpoint, SnapshotStore};
 use serde::Serialize;
 
@@ -78,9 +81,10 @@ pub(crate) fn partial_gaps(task: &Task, summary: &AttemptSummary) -> Option<Vec<
     })
 }
 
-/// What made the attempt's tree suspect: changes outside the task's
+/// What was seen while the attempt ran: changes outside the task's
 /// `allowed_paths` (found by comparing the tree with the checkpoint taken
-/// before the attempt), and gates stopped midway.
+/// before the attempt), gates stopped midway, and an agent stopped for its
+/// output (too much of it, or none for too long).
 pub(crate) fn anomalies(
     task: &Task,
     summary: &AttemptSummary,
@@ -122,25 +126,45 @@ pub(crate) fn anomalies(
             gate: gate.name.clone(),
         });
     }
+    // What the process driver's watch stopped, with the bound it passed.
+    match summary.infra_kind.as_deref() {
+        Some("output_limit") => found.push(Anomaly::OutputLimit {
+            limit_bytes: task.max_output_bytes.unwrap_or(0),
+        }),
+        Some("idle_timeout") => found.push(Anomaly::IdleTimeout {
+            idle_ms: task.idle_timeout.map_or(0, |idle| {
+                u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
+            }),
+        }),
+        _ => {}
+    }
     Ok(found)
 }
 
 /// Waits before retrying a provider failure (rate limit, overload, network,
-/// API error): 1 s, then 2, 4, ... up to 30 s, ended early by a cancel.
-pub(crate) fn back_off(outcome: &taxonomy::AttemptOutcome, attempt: u32, cancel: &CancelToken) {
+/// API error) for as long as the core's `back_off` says: the provider's own
+/// retry-after when its error text gives one, else 1 s, 2, 4 ... 30 s.
+/// Ended early by a cancel. Returns what it waited, for the record.
+pub(crate) fn back_off(
+    outcome: &taxonomy::AttemptOutcome,
+    report: Option<&AttemptReport>,
+    attempt: u32,
+    cancel: &CancelToken,
+) -> Option<(Duration, WaitSource)> {
     let taxonomy::AttemptOutcome::Infra(kind) = outcome else {
-        return;
+        return None;
     };
-    if !matches!(
-        kind,
-        InfraKind::RateLimited | InfraKind::Overloaded | InfraKind::Network | InfraKind::ApiError
-    ) {
-        return;
-    }
-    let wait =
-        Duration::from_secs(1u64 << attempt.saturating_sub(1).min(5)).min(Duration::from_secs(30));
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let hint = report.and_then(|report| match &report.outcome {
+        AttemptOutcome::Infra { detail, .. } => retry_after(detail, now_unix),
+        AttemptOutcome::Replied { .. } => None,
+    });
+    let (wait, source) = recovery_back_off(*kind, attempt, hint)?;
     let until = Instant::now() + wait;
     while Instant::now() < until && !cancel.is_cancelled() {
         std::thread::sleep(Duration::from_millis(20));
     }
+    Some((wait, source))
 }

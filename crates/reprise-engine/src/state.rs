@@ -65,6 +65,8 @@ pub enum Outcome {
     Judged,
     /// Not a verdict: the attempt could not be judged.
     Infra,
+    /// The agent asked for more context (`NEEDS_CONTEXT: ...`).
+    NeedsContext,
 }
 
 /// One gate's verdict on an attempt.

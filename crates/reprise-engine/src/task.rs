@@ -9,21 +9,19 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use reprise_agents::{
-    Adapter, AttemptOutcome, AttemptReport, AttemptRequest, CancelToken, InfraKind, SandboxRules,
-    SessionMode, Supervision,
+    Adapter, AttemptOutcome, AttemptReport, CancelToken, SandboxRules, SessionMode, Supervision,
 };
 use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
 use reprise_core::plan::{Disclose, Task};
 use reprise_core::prompt::{
-    CORRECTIVE_TEMPLATE_ID, FailedGate, Nonce, PreviousAttempt, RetryContext, cold_prompt,
-    corrective, excerpt,
+    CORRECTIVE_TEMPLATE_ID, ContextRequest, FailedGate, Nonce, PreviousAttempt, RetryContext,
+    cold_prompt, corrective, excerpt,
 };
 use reprise_core::retry::{
-    Decision, DecisionInput, DecisionRecord, RetryMode, decide, failed_decision_metadata,
-    session_unavailable,
+    Decision, DecisionInput, DecisionRecord, RetryMode, decide, session_unavailable,
 };
 use reprise_core::{PlanId, TaskKey};
-use reprise_store::audit::{AuditLog, seal_journal_after};
+use reprise_store::audit::AuditLog;
 use reprise_store::journal::{Journal, Spine};
 use reprise_store::replies::{drop_kept_reply, keep_reply};
 use reprise_store::state::{StateDir, now_rfc3339};
@@ -35,13 +33,12 @@ use crate::checkpoints;
 use crate::error::Result;
 use crate::events::{Event, Message};
 use crate::gates::GateRun;
-use crate::records::{CHECKPOINT_KIND, VerifiedPrefix, record_decision, trusted_checkpoint};
-use crate::recovery;
+use crate::records::{VerifiedPrefix, record_decision, trusted_checkpoint};
 use crate::run::{AgentSetup, Supervisor};
 use crate::sandbox::{self, Provenance, TaskOutput, Workspace};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 use reprise_core::digest::Digest;
-use reprise_core::recovery::{Strategy, Symptoms, diagnose};
+use reprise_core::lifecycle::{Policy, rows};
 use reprise_store::snapshot::Checkpoint;
 
 /// A criterion's name and the levels its gates can run at, highest first.
@@ -106,12 +103,28 @@ struct Chains<'a> {
     audit: &'a mut AuditLog,
 }
 
+/// What a retry is decided from.
+struct RetryBasis<'a> {
+    /// The event hash of the checkpoint row written after the failed attempt.
+    own_checkpoint: Digest,
+    /// The workspace hash the files were rolled back to, if they were.
+    restored: Option<Digest>,
+    /// What changes for the retry besides its mode, for the record.
+    modification: Option<&'a Value>,
+    previous: &'a Previous,
+    next_attempt: u32,
+}
+
 /// What the next attempt sends, and how.
 struct NextAttempt {
     mode: &'static str,
     session: SessionMode,
     prompt: String,
 }
+
+mod executor;
+
+use executor::Executor;
 
 impl TaskRun<'_> {
     /// Runs the task to a terminal state. A store failure ends the task as
@@ -199,6 +212,8 @@ impl TaskRun<'_> {
         let _ = self.events.send(Message::Event(event));
     }
 
+    /// Prepares the task's sandbox and chains, records `task.started`, and
+    /// hands the lifecycle to its executor.
     fn attempts(&self, result: &mut TaskResult) -> Result<()> {
         let task = self.task;
         let sandbox_started = Instant::now();
@@ -213,8 +228,8 @@ impl TaskRun<'_> {
         result.cwd = Some(cwd.clone());
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
         let mut journal = Journal::open(self.state, &key)?;
-        let mut spine = Spine::open(self.state, &key)?;
-        let mut audit = AuditLog::open(self.state, self.key.clone())?;
+        let spine = Spine::open(self.state, &key)?;
+        let audit = AuditLog::open(self.state, self.key.clone())?;
         let isolated = self.workspace.isolates(task) && self.base.is_some();
         let snapshots = checkpoints::open_store(
             self.state,
@@ -223,12 +238,20 @@ impl TaskRun<'_> {
             &cwd,
             self.workspace.repo().filter(|_| isolated),
         )?;
-        // The checkpoint before the first attempt (the task's base) and the
-        // one before the latest, each with its workspace hash.
-        let mut base_checkpoint: Option<(Checkpoint, Digest)> = None;
-        let mut attempt_checkpoint: Option<(Checkpoint, Digest)> = None;
+        // The budget is validated before the run starts; building it again
+        // here cannot fail unless the plan changed under us.
+        let budget = match self.budget {
+            Some((spec, criteria)) => Some(RetryBudget::new(spec, criteria)?),
+            None => None,
+        };
+        let policy = Policy {
+            max_attempts: task.max_retries + 1,
+            budgeted: budget.is_some(),
+            rollback: task.rollback_on_retry,
+            snapshots: snapshots.is_some(),
+        };
         journal.append(
-            "task.started",
+            rows::TASK_STARTED,
             &now_rfc3339(),
             &json!({
                 "run_id": self.run_id,
@@ -240,15 +263,16 @@ impl TaskRun<'_> {
                 "retry_policy": task.retry_policy,
                 "max_retries": task.max_retries,
                 "envelope_micro_usd": self.envelope_micro_usd,
+                "lifecycle": executor::policy_json(&policy),
             }),
         )?;
-        // A task carried over from an earlier run's failure starts cold, and
-        // hears what its judged attempt said, once.
-        let mut previous: Option<Previous> = self.carried.clone();
         // From here on the journal is the engine's: anything else writing to
         // it is noticed (see `foreign_writes_seen`).
         journal.mark()?;
-        let mut next = match &previous {
+        // A task carried over from an earlier run's failure starts cold, and
+        // hears what its judged attempt said, once.
+        let previous: Option<Previous> = self.carried.clone();
+        let next = match &previous {
             Some(carried) if carried.judged => self.cold(1, Some(carried)),
             _ => NextAttempt {
                 mode: "new",
@@ -256,420 +280,25 @@ impl TaskRun<'_> {
                 prompt: task.prompt.clone(),
             },
         };
-        let attempts_allowed = task.max_retries + 1;
-        // The budget is validated before the run starts; building it again
-        // here cannot fail unless the plan changed under us.
-        let mut budget = match self.budget {
-            Some((spec, criteria)) => Some(RetryBudget::new(spec, criteria)?),
-            None => None,
-        };
         let mut env = self.setup.env.clone();
         env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
         if let Some((spec, _)) = self.budget {
             env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
         }
-        let mut attempt = 1;
-        // The latest judged attempt's evidence, and how many judged attempts
-        // in a row have had it.
-        let mut last_evidence: Option<recovery::Evidence> = None;
-        let mut same_in_a_row = 0u32;
-        // The journal's head after the latest attempt: a result commit names it.
-        let mut last_head = None;
-        // How much of the journal this run has verified already.
-        let mut verified: Option<VerifiedPrefix> = None;
-        // The decision the next attempt runs under, for the execution-time fallback.
-        let mut last_decision: Option<DecisionRecord> = None;
-        loop {
-            if self.cancel.is_cancelled() {
-                result.status = TaskStatus::Cancelled;
-                result.reason = Some("cancelled".into());
-                break;
-            }
-            if let Some(store) = &snapshots {
-                let hash = self.workspace_hash(&cwd)?;
-                let label = format!("before attempt {attempt}");
-                let checkpoint =
-                    checkpoints::take(store, &mut journal, self.run_id, attempt, &label, hash)?;
-                base_checkpoint.get_or_insert_with(|| (checkpoint.clone(), hash));
-                attempt_checkpoint = Some((checkpoint, hash));
-            }
-            self.emit(Event::AttemptStarted {
-                task: task.id.clone(),
-                attempt,
-                mode: next.mode.to_owned(),
-            });
-            journal.append(
-                "attempt.started",
-                &now_rfc3339(),
-                &json!({"run_id": self.run_id, "attempt": attempt, "mode": next.mode, "session": session_json(&next.session)}),
-            )?;
-            let started = Instant::now();
-            // A TMPDIR of the attempt's own, inside what the sandbox lets it write.
-            let tmp = self.state.attempt_tmp_dir(self.run_id, &task.id, attempt);
-            let _ = fs::create_dir_all(&tmp);
-            let mut attempt_env = env.clone();
-            attempt_env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
-            let remaining = self
-                .envelope_micro_usd
-                .map(|envelope| envelope.saturating_sub(result.spent_micro_usd));
-            let attempt_supervision = self.supervision(&cwd, &tmp, true);
-            let attempt_supervision_sandboxed = attempt_supervision
-                .as_ref()
-                .is_some_and(|supervision| supervision.sandbox.is_some());
-            let report = self.adapter.run(
-                &AttemptRequest {
-                    task_id: task.id.clone(),
-                    attempt,
-                    prompt: next.prompt.clone(),
-                    session: next.session.clone(),
-                    cwd: cwd.clone(),
-                    timeout: task.timeout,
-                    env: attempt_env.clone(),
-                    bin: self.bin.clone(),
-                    config_home: self.setup.config_home.clone(),
-                    budget_micro_usd: remaining,
-                    supervision: attempt_supervision.clone(),
-                },
-                self.cancel,
-            );
-            if let AttemptOutcome::Infra {
-                kind: InfraKind::SessionUnavailable,
-                ..
-            } = &report.outcome
-                && let Some(first) = last_decision.take()
-            {
-                // The CLI says the session is gone: a second decision, recorded,
-                // and the same attempt runs again, cold.
-                let second = first.session_unavailable();
-                record_decision(
-                    &mut journal,
-                    &mut spine,
-                    &mut audit,
-                    self.run_id,
-                    attempt,
-                    &second,
-                )?;
-                result.metadata = second.metadata(None)?;
-                self.emit(Event::Decision {
-                    task: task.id.clone(),
-                    record: Box::new(second),
-                });
-                next = self.cold(attempt, previous.as_ref());
-                let _ = fs::remove_dir_all(&tmp);
-                continue;
-            }
-            last_decision = None;
-            result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
-            let workspace_hash = self.workspace_hash(&cwd)?;
-            if let Some(session_id) = &report.session_id {
-                self.preserve_transcript(session_id, &cwd);
-            }
-            let checkpoint_head = journal.append(
-                CHECKPOINT_KIND,
-                &now_rfc3339(),
-                &json!({"run_id": self.run_id, "attempt": attempt, "session_id": report.session_id,
-                        "workspace_hash": workspace_hash}),
-            )?;
-            let level_of = |criterion: &str| match &budget {
-                Some(budget) => budget.level(criterion),
-                None => self.budget_free_level(criterion),
-            };
-            let gate_supervision = self.supervision(&cwd, &tmp, false);
-            let gate_run = GateRun {
-                task: &task.id,
-                attempt,
-                cwd: &cwd,
-                reply: "",
-                cancel: self.cancel,
-                env: &attempt_env,
-                supervision: gate_supervision.as_ref(),
-            };
-            let (summary, classified) =
-                self.judge(attempt, next.mode, &report, &gate_run, &level_of, started);
-            let _ = fs::remove_dir_all(&tmp);
-            // The run's directory goes with its last attempt (another task's
-            // attempt still in it keeps it).
-            if let Some(run_tmp) = tmp.parent() {
-                let _ = fs::remove_dir(run_tmp);
-            }
-            let judged_now = Previous::of(task, &summary, &report);
-            self.keep_or_drop_reply(&summary, &judged_now);
-            previous = Some(judged_now);
-            result.judged = summary.judged;
-            // The attempt ran: the run state shows it even if its row cannot
-            // be written (a journal whose last row was tampered with refuses
-            // appends, and the task stops with that error).
-            result.attempts.push(summary.clone());
-            last_head = journal
-                .append(
-                    "attempt.finished",
-                    &now_rfc3339(),
-                    &attempt_body(
-                        self.run_id,
-                        &summary,
-                        &report,
-                        self.containment_body(&report, attempt_supervision_sandboxed),
-                    ),
-                )
-                .map(Some)?;
-            self.emit(Event::AttemptFinished {
-                task: task.id.clone(),
-                summary: summary.clone(),
-            });
-
-            if summary.outcome == Outcome::Passed {
-                result.status = TaskStatus::Passed;
-                break;
-            }
-            if let Some(gaps) = recovery::partial_gaps(task, &summary) {
-                // Enough of the work passed to keep: committed like a pass,
-                // with the gates it did not pass as its gaps.
-                journal.append(
-                    "task.partial",
-                    &now_rfc3339(),
-                    &json!({"run_id": self.run_id, "attempt": attempt, "gaps": gaps}),
-                )?;
-                result.status = TaskStatus::Partial;
-                result.reason = Some(format!("partial: gaps {}", gaps.join(", ")));
-                result.gaps = gaps;
-                break;
-            }
-            if self.cancel.is_cancelled() {
-                // Ctrl-C: the child was stopped and reaped; no retry.
-                result.status = TaskStatus::Cancelled;
-                result.reason = Some("cancelled".into());
-                break;
-            }
-            let anomalies = recovery::anomalies(
-                task,
-                &summary,
-                snapshots
-                    .as_ref()
-                    .zip(attempt_checkpoint.as_ref().map(|(c, _)| c)),
-                &self.state.scratch_dir()?,
-            )?;
-            for anomaly in &anomalies {
-                journal.append(
-                    "attempt.anomaly",
-                    &now_rfc3339(),
-                    &json!({"run_id": self.run_id, "attempt": attempt, "anomaly": anomaly}),
-                )?;
-            }
-            let evidence = recovery::Evidence::of(&report, &summary);
-            same_in_a_row = match (&last_evidence, summary.judged) {
-                (Some(last), true) if *last == evidence => same_in_a_row + 1,
-                (_, true) => 1,
-                (_, false) => 0,
-            };
-            last_evidence = summary.judged.then(|| evidence.clone());
-            let diagnosis = diagnose(Symptoms {
-                outcome: &classified,
-                anomalies: &anomalies,
-                same_judged_in_a_row: same_in_a_row,
-            });
-            journal.append(
-                "recovery.diagnosis",
-                &now_rfc3339(),
-                &json!({"run_id": self.run_id, "attempt": attempt, "severity": diagnosis.severity,
-                        "kind": diagnosis.kind, "strategy": diagnosis.strategy,
-                        "evidence": evidence, "anomalies": anomalies}),
-            )?;
-            if diagnosis.strategy == Strategy::RollBackAndBlock {
-                // Retrying cannot help. The tree goes back to its base below.
-                result.status = TaskStatus::Blocked;
-                result.reason = Some(match &report.outcome {
-                    AttemptOutcome::Infra { detail, .. } if !detail.is_empty() => {
-                        format!("{}: {detail}", diagnosis.kind)
-                    }
-                    _ => diagnosis.kind.clone(),
-                });
-                break;
-            }
-            if attempt >= attempts_allowed {
-                result.status = TaskStatus::Failed;
-                result.reason = Some(format!("not accepted after {attempt} attempts"));
-                break;
-            }
-            if let Some(budget) = budget.as_mut() {
-                // The budget bounds retries together with max_retries: the
-                // smaller wins. Each consumption is on the record.
-                match budget.consume() {
-                    Ok(decision) if decision.should_retry => {
-                        journal.append(
-                            "retry.budget",
-                            &now_rfc3339(),
-                            &json!({"run_id": self.run_id, "attempt": attempt + 1, "decision": decision}),
-                        )?;
-                    }
-                    _ => {
-                        result.status = TaskStatus::Failed;
-                        result.reason = Some(format!(
-                            "not accepted after {attempt} attempts; the retry budget ({}) is spent",
-                            budget.spec()
-                        ));
-                        break;
-                    }
-                }
-            }
-            if diagnosis.strategy == Strategy::RollBackThenRetry
-                && let (Some(store), Some((checkpoint, hash))) = (&snapshots, &attempt_checkpoint)
-            {
-                // The tree is suspect: it goes back before anything is
-                // decided, so the decision sees the files the retry gets.
-                self.roll_back(
-                    store,
-                    (checkpoint, *hash),
-                    &mut journal,
-                    &mut audit,
-                    &key,
-                    &diagnosis.kind,
-                    &cwd,
-                )?;
-            }
-            recovery::back_off(&classified, attempt, self.cancel);
-            next = match self.decide_retry(
-                Chains {
-                    journal: &mut journal,
-                    spine: &mut spine,
-                    audit: &mut audit,
-                },
-                &mut verified,
-                &cwd,
-                checkpoint_head.digest,
-                previous
-                    .as_ref()
-                    .expect("the attempt just judged is the previous one"),
-                attempt + 1,
-            ) {
-                Ok((next, metadata, record)) => {
-                    result.metadata = metadata;
-                    last_decision = (record.retry_mode != RetryMode::Cold).then_some(record);
-                    next
-                }
-                Err(err) => {
-                    // The decision path failed: the retry goes cold, and the
-                    // record says so (decision_failed) in all three places,
-                    // or, if even that cannot be written, in none, with a
-                    // warning. Never a row for a mode that did not run.
-                    let fallback = DecisionRecord::decision_failed(
-                        &task.id,
-                        self.adapter.name(),
-                        self.adapter.strategy().capability(),
-                        task.retry_policy,
-                        self.workspace_hash(&cwd).unwrap_or_default(),
-                    );
-                    match record_decision(
-                        &mut journal,
-                        &mut spine,
-                        &mut audit,
-                        self.run_id,
-                        attempt + 1,
-                        &fallback,
-                    ) {
-                        Ok(_) => {
-                            self.emit(Event::Warning {
-                                task: Some(task.id.clone()),
-                                message: format!(
-                                    "retry decision failed ({err}); retrying cold, recorded as decision_failed"
-                                ),
-                            });
-                            result.metadata = fallback
-                                .metadata(None)
-                                .unwrap_or_else(|_| failed_decision_metadata());
-                            self.emit(Event::Decision {
-                                task: task.id.clone(),
-                                record: Box::new(fallback),
-                            });
-                        }
-                        Err(second) => {
-                            self.emit(Event::Warning {
-                                task: Some(task.id.clone()),
-                                message: format!(
-                                    "retry decision failed ({err}) and its cold fallback could not be recorded ({second}); retrying cold with no decision on record"
-                                ),
-                            });
-                            result.metadata = failed_decision_metadata();
-                        }
-                    }
-                    self.cold(attempt + 1, previous.as_ref())
-                }
-            };
-            if let (Some(store), Some((checkpoint, hash))) = (&snapshots, &attempt_checkpoint)
-                && diagnosis.strategy == Strategy::RetryByPolicy
-                && task.rollback_on_retry.rolls_back(next.mode == "cold")
-            {
-                // The retry starts from the files as they were before the
-                // attempt it repeats.
-                self.roll_back(
-                    store,
-                    (checkpoint, *hash),
-                    &mut journal,
-                    &mut audit,
-                    &key,
-                    &format!("{} retry", next.mode),
-                    &cwd,
-                )?;
-            }
-            attempt += 1;
-        }
-        if matches!(result.status, TaskStatus::Failed | TaskStatus::Blocked)
-            && let (Some(store), Some((base, base_hash))) = (&snapshots, &base_checkpoint)
-        {
-            // The failed tree is kept as a checkpoint; the tree goes back to
-            // what the task started from.
-            let hash = self.workspace_hash(&cwd)?;
-            checkpoints::take(
-                store,
-                &mut journal,
-                self.run_id,
-                attempt,
-                "failed tree",
-                hash,
-            )?;
-            self.roll_back(
-                store,
-                (base, *base_hash),
-                &mut journal,
-                &mut audit,
-                &key,
-                &format!("task {}", result.status.as_str()),
-                &cwd,
-            )?;
-        }
-        if result.status.delivered()
-            && isolated
-            && let (Some(base), Some(head)) = (self.base.as_deref(), last_head)
-        {
-            self.commit_output(&mut journal, &cwd, base, head, attempt, result)?;
-        }
-        journal.append(
-            "task.finished",
-            &now_rfc3339(),
-            &json!({"run_id": self.run_id, "state": result.status, "reason": result.reason,
-                    "attempts": result.attempts.len(), "spent_micro_usd": result.spent_micro_usd}),
-        )?;
-        if journal.foreign_writes_seen()? {
-            // The chain may verify, but rows the engine did not write are in
-            // it: a seal would vouch for them.
-            self.emit(Event::Warning {
-                task: Some(task.id.clone()),
-                message:
-                    "journal not sealed: it was written to behind the engine's back during the task"
-                        .to_owned(),
-            });
-        } else if let Err(err) = seal_journal_after(
-            self.state,
-            &mut audit,
-            &key,
-            &now_rfc3339(),
-            &self.prior_seals,
-        ) {
-            self.emit(Event::Warning {
-                task: Some(task.id.clone()),
-                message: format!("journal not sealed: {err}"),
-            });
-        }
-        Ok(())
+        Executor::new(
+            self,
+            key,
+            cwd,
+            isolated,
+            (journal, spine, audit),
+            snapshots,
+            env,
+            budget,
+            next,
+            previous,
+            result,
+        )
+        .drive(&policy)
     }
 
     /// Restores `checkpoint` (recorded in the journal and the audit chain)
@@ -714,8 +343,9 @@ impl TaskRun<'_> {
 
     /// Commits a passed task's worktree on its branch and records the result
     /// (`task.result`); a task that changed nothing records that and commits
-    /// nothing. A commit that fails fails the task: work that cannot be
-    /// delivered has not passed.
+    /// nothing. A commit that fails fails the task (recorded, with the
+    /// error): work that cannot be delivered has not passed. Says whether
+    /// the result was delivered.
     fn commit_output(
         &self,
         journal: &mut Journal,
@@ -724,7 +354,7 @@ impl TaskRun<'_> {
         head: reprise_core::record::Head,
         attempt: u32,
         result: &mut TaskResult,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let provenance = Provenance {
             run_id: self.run_id,
             plan: self.plan,
@@ -745,13 +375,19 @@ impl TaskRun<'_> {
                             "commit_us": commit_us}),
                 )?;
                 result.output = Some(output);
+                Ok(true)
             }
             Err(err) => {
-                result.status = TaskStatus::Failed;
-                result.reason = Some(format!("the result could not be committed: {err}"));
+                let reason = format!("the result could not be committed: {err}");
+                journal.append(
+                    "task.result",
+                    &now_rfc3339(),
+                    &json!({"run_id": self.run_id, "base_commit": base, "error": reason}),
+                )?;
+                result.reason = Some(reason);
+                Ok(false)
             }
         }
-        Ok(())
     }
 
     /// Without a retry budget a graded gate runs at its first (strictest) level.
@@ -834,6 +470,20 @@ impl TaskRun<'_> {
             AttemptOutcome::Infra { kind, .. } => {
                 (taxonomy::AttemptOutcome::Infra(*kind), None, Vec::new())
             }
+            // The agent says it cannot go on without more: nothing to judge.
+            AttemptOutcome::Replied { exit_code, reply }
+                if taxonomy::needs_context(reply).is_some() =>
+            {
+                (
+                    taxonomy::AttemptOutcome::NeedsContext(
+                        taxonomy::needs_context(reply)
+                            .unwrap_or_default()
+                            .to_owned(),
+                    ),
+                    Some(*exit_code),
+                    Vec::new(),
+                )
+            }
             AttemptOutcome::Replied { exit_code, reply } if *exit_code != 0 => {
                 let outcome = if reply.trim().is_empty() {
                     taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::AgentExitWithoutReply)
@@ -884,6 +534,7 @@ impl TaskRun<'_> {
             taxonomy::AttemptOutcome::Infra(kind) => {
                 (Outcome::Infra, Some(kind.as_str().to_owned()))
             }
+            taxonomy::AttemptOutcome::NeedsContext(_) => (Outcome::NeedsContext, None),
         };
         let summary = AttemptSummary {
             n: attempt,
@@ -904,22 +555,25 @@ impl TaskRun<'_> {
 
     /// Decides the next attempt's mode from the verified journal, records the
     /// decision in journal, spine and audit chain, and builds what to send.
-    /// `own_checkpoint` is the event hash of the checkpoint row written after
-    /// the `failed` attempt.
     fn decide_retry(
         &self,
         chains: Chains<'_>,
         verified: &mut Option<VerifiedPrefix>,
         cwd: &Path,
-        own_checkpoint: reprise_core::digest::Digest,
-        previous: &Previous,
-        next_attempt: u32,
+        basis: RetryBasis<'_>,
     ) -> Result<(NextAttempt, BTreeMap<String, Value>, DecisionRecord)> {
         let Chains {
             journal,
             spine,
             audit,
         } = chains;
+        let RetryBasis {
+            own_checkpoint,
+            restored,
+            modification,
+            previous,
+            next_attempt,
+        } = basis;
         let task = self.task;
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
         let trusted = trusted_checkpoint(self.state, &key, journal, verified)?;
@@ -933,17 +587,28 @@ impl TaskRun<'_> {
                 .as_ref()
                 .is_some_and(|checkpoint| checkpoint.event_hash == own_checkpoint);
         let live = self.workspace_hash(cwd)?;
+        // Files rolled back to the attempt's checkpoint are compared with
+        // that checkpoint: they are what the resumed session is told it has.
+        let checkpoint = trusted.checkpoint.map(|mut checkpoint| {
+            if let Some(hash) = restored {
+                checkpoint.workspace_hash = hash;
+            }
+            checkpoint
+        });
         let input = DecisionInput {
             requested: task.retry_policy,
             capability: self.adapter.strategy().capability(),
-            checkpoint: trusted.checkpoint.as_ref().filter(|_| chain_verified),
+            checkpoint: checkpoint.as_ref().filter(|_| chain_verified),
             live_workspace_hash: live,
             fresh_pinned: task.agent_restart_between_retries,
             chain_verified,
         };
         let mut decision = decide(input);
         let (built, instruction_hash) = corrective(
-            &context(&task.prompt, next_attempt, Some(previous)),
+            &RetryContext {
+                files_rolled_back: restored.is_some(),
+                ..context(&task.prompt, next_attempt, Some(previous))
+            },
             &mut mint,
         );
         self.warn_all(built.notices);
@@ -955,7 +620,15 @@ impl TaskRun<'_> {
             decision,
             Some((CORRECTIVE_TEMPLATE_ID, instruction_hash)),
         );
-        record_decision(journal, spine, audit, self.run_id, next_attempt, &record)?;
+        record_decision(
+            journal,
+            spine,
+            audit,
+            self.run_id,
+            next_attempt,
+            &record,
+            modification,
+        )?;
         self.emit(Event::Decision {
             task: task.id.clone(),
             record: Box::new(record.clone()),
@@ -969,7 +642,15 @@ impl TaskRun<'_> {
             // The session cannot be resumed: a second decision, recorded.
             decision = session_unavailable(decision);
             record = record.session_unavailable();
-            record_decision(journal, spine, audit, self.run_id, next_attempt, &record)?;
+            record_decision(
+                journal,
+                spine,
+                audit,
+                self.run_id,
+                next_attempt,
+                &record,
+                modification,
+            )?;
             self.emit(Event::Decision {
                 task: task.id.clone(),
                 record: Box::new(record.clone()),
@@ -1106,6 +787,8 @@ impl TaskRun<'_> {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Previous {
     judged: bool,
+    /// What it asked for (`NEEDS_CONTEXT:`), with the plan's answer.
+    needs_context: Option<(String, Option<String>)>,
     reply: String,
     agent_exit_code: Option<i32>,
     failed_gates: Vec<(String, Option<i32>, Disclose, String)>,
@@ -1117,8 +800,13 @@ impl Previous {
             AttemptOutcome::Replied { reply, .. } => reply.clone(),
             AttemptOutcome::Infra { .. } => String::new(),
         };
+        let needs_context = (summary.outcome == Outcome::NeedsContext)
+            .then(|| reprise_core::outcome::needs_context(&reply).map(str::to_owned))
+            .flatten()
+            .map(|what| (what, task.on_needs_context.prompt.clone()));
         Self {
             judged: summary.judged,
+            needs_context,
             reply,
             agent_exit_code: (summary.judged && summary.gates.is_empty())
                 .then_some(summary.exit_code)
@@ -1157,6 +845,16 @@ fn context<'a>(
     RetryContext {
         base_prompt,
         attempt,
+        files_rolled_back: false,
+        needs_context: previous.and_then(|previous| {
+            previous
+                .needs_context
+                .as_ref()
+                .map(|(what, answer)| ContextRequest {
+                    what,
+                    answer: answer.as_deref(),
+                })
+        }),
         previous: previous.map(|previous| PreviousAttempt {
             judged: previous.judged,
             reply: &previous.reply,

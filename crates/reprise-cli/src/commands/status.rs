@@ -36,6 +36,7 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
             reprise_engine::Outcome::Passed => "passed",
             reprise_engine::Outcome::Judged => "not accepted",
             reprise_engine::Outcome::Infra => "infrastructure failure",
+            reprise_engine::Outcome::NeedsContext => "asked for context",
         }),
     }
     if !attempt.gates.is_empty() {

@@ -288,3 +288,426 @@ tasks:
     assert_eq!(attempt["gates"][0]["exit_code"], 127);
     assert_eq!(attempt["gates"][0]["could_not_run"], true);
 }
+
+fn rows_of<'a>(rows: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    rows.iter().filter(|row| row["kind"] == kind).collect()
+}
+
+fn anomaly_kinds(rows: &[Value]) -> Vec<String> {
+    rows_of(rows, "attempt.anomaly")
+        .iter()
+        .map(|row| row["body"]["anomaly"]["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn output_past_max_output_bytes_stops_the_agent_and_rolls_back_before_the_retry() {
+    let env = git_env();
+    let counter = outside_dir(&env, "counter");
+    let count = counter.join("count");
+    let plan = write_plan(
+        &env,
+        "flood",
+        &format!(
+            r#"
+version: 1
+name: flood
+defaults: {{ agent: command, max_retries: 1, timeout: 60s, retry_policy: cold }}
+tasks:
+  - id: chatty
+    prompt: c
+    max_output_bytes: 100000
+    allowed_paths: ['{counter}']
+    command: [sh, -c, "{counting}; if [ $n = 1 ]; then echo junk > junk.txt; yes flood; fi; test -e junk.txt && echo leftover > seen.txt; echo ok > out.txt; echo DONE"]
+    gates: [ {{ name: out, run: "test -e out.txt" }} ]
+"#,
+            counting = count_attempt(&count),
+            counter = counter.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let run = json_of(&output);
+    let rows = journal_kinds(&env, "flood", "chatty");
+    let finished = rows_of(&rows, "attempt.finished");
+    assert_eq!(finished[0]["body"]["infra_kind"], "output_limit");
+    assert_eq!(anomaly_kinds(&rows), ["output_limit"]);
+    let anomaly = rows_of(&rows, "attempt.anomaly")[0];
+    assert_eq!(anomaly["body"]["anomaly"]["limit_bytes"], 100000);
+    assert_eq!(
+        diagnoses(&rows),
+        [("corrupting".into(), "output_limit".into())]
+    );
+    // The flood's file was rolled back before the retry ran.
+    let tree = PathBuf::from(task_json(&run, "chatty")["cwd"].as_str().unwrap());
+    assert!(!tree.join("junk.txt").exists());
+    assert!(!tree.join("seen.txt").exists());
+    assert_eq!(rows_of(&rows, "checkpoint.restored").len(), 1);
+}
+
+#[test]
+fn an_agent_silent_past_idle_timeout_is_stopped_and_retried_with_its_files() {
+    let env = git_env();
+    let counter = outside_dir(&env, "counter");
+    let count = counter.join("count");
+    let plan = write_plan(
+        &env,
+        "quiet",
+        &format!(
+            r#"
+version: 1
+name: quiet
+defaults: {{ agent: command, max_retries: 1, timeout: 60s, retry_policy: cold }}
+tasks:
+  - id: hush
+    prompt: h
+    idle_timeout: 500ms
+    allowed_paths: ['{counter}']
+    command: [sh, -c, "{counting}; if [ $n = 1 ]; then echo half > half.txt; echo thinking; exec sleep 30; fi; test -e half.txt && echo whole > whole.txt; echo DONE"]
+    gates: [ {{ name: whole, run: "test -e whole.txt" }} ]
+"#,
+            counting = count_attempt(&count),
+            counter = counter.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let rows = journal_kinds(&env, "quiet", "hush");
+    assert_eq!(
+        rows_of(&rows, "attempt.finished")[0]["body"]["infra_kind"],
+        "idle_timeout"
+    );
+    assert_eq!(anomaly_kinds(&rows), ["idle_timeout"]);
+    assert_eq!(
+        rows_of(&rows, "attempt.anomaly")[0]["body"]["anomaly"]["idle_ms"],
+        500
+    );
+    // Idle is transient: the half-written file is still there for the retry.
+    assert_eq!(
+        diagnoses(&rows),
+        [("transient".into(), "idle_timeout".into())]
+    );
+    assert!(rows_of(&rows, "checkpoint.restored").is_empty());
+}
+
+#[test]
+fn a_needs_context_reply_is_retried_with_the_plan_s_answer_and_a_longer_timeout() {
+    let env = git_env();
+    let counter = outside_dir(&env, "counter");
+    let count = counter.join("count");
+    let prompts = counter.join("prompt");
+    let plan = write_plan(
+        &env,
+        "ask",
+        &format!(
+            r#"
+version: 1
+name: ask
+defaults: {{ agent: command, max_retries: 1, timeout: 30s, retry_policy: cold }}
+tasks:
+  - id: keys
+    prompt: Write the key parser.
+    allowed_paths: ['{counter}']
+    on_needs_context: {{ timeout: 2m, prompt: "Keys look like abc-123." }}
+    command: [sh, -c, "{counting}; cat > '{prompts}'.$n; if [ $n = 1 ]; then echo 'I looked around.'; echo 'NEEDS_CONTEXT: the format of an API key'; exit 0; fi; echo ok > parser.txt; echo DONE"]
+    gates: [ {{ name: parser, run: "test -e parser.txt" }} ]
+"#,
+            counting = count_attempt(&count),
+            counter = counter.display(),
+            prompts = prompts.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let rows = journal_kinds(&env, "ask", "keys");
+    let first = rows_of(&rows, "attempt.finished")[0];
+    assert_eq!(first["body"]["outcome"], "needs_context");
+    assert_eq!(first["body"]["judged"], false);
+    assert_eq!(first["body"]["gates"], json!([]), "no gate judged it");
+    assert_eq!(
+        diagnoses(&rows),
+        [("judged".into(), "needs_context".into())]
+    );
+    let decision = rows_of(&rows, "retry.decision")[0];
+    assert_eq!(
+        decision["body"]["modification"],
+        json!({"needs_context": "the format of an API key", "timeout_ms": 120000, "prompt_added": true})
+    );
+    let retry_prompt = fs::read_to_string(counter.join("prompt.2")).unwrap();
+    assert!(
+        retry_prompt.contains("Write the key parser."),
+        "{retry_prompt}"
+    );
+    assert!(
+        retry_prompt.contains("the format of an API key"),
+        "{retry_prompt}"
+    );
+    assert!(
+        retry_prompt.contains("Keys look like abc-123."),
+        "{retry_prompt}"
+    );
+}
+
+#[test]
+fn rollback_always_tells_a_warm_session_its_files_were_restored() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "always",
+        r#"
+version: 1
+name: always
+tasks:
+  - id: fix
+    prompt: make a.txt good
+    agent: sim
+    retry_policy: warm
+    max_retries: 1
+    rollback_on_retry: always
+    sim:
+      - { reply: "done", write: { a.txt: bad, extra.txt: stray } }
+      - { reply: "done again", write: { a.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat a.txt)\" = good && test ! -e extra.txt" } ]
+"#,
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let rows = journal_kinds(&env, "always", "fix");
+    let kinds: Vec<&str> = rows
+        .iter()
+        .map(|row| row["kind"].as_str().unwrap())
+        .collect();
+    let restored = kinds
+        .iter()
+        .position(|kind| *kind == "checkpoint.restored")
+        .unwrap();
+    let decided = kinds
+        .iter()
+        .position(|kind| *kind == "retry.decision")
+        .unwrap();
+    assert!(
+        restored < decided,
+        "rolled back before the decision: {kinds:?}"
+    );
+    // The decision compared the tree with the checkpoint it restored: warm stands.
+    let decision = &rows[decided]["body"]["decision"];
+    assert_eq!(decision["retry_mode"], "warm", "{decision}");
+    assert_eq!(decision["workspace_match"], true);
+    // And the resumed session was told its changes are gone.
+    let store = env.reprise_dir().join("sim");
+    let turns: Vec<Value> = fs::read_dir(&store)
+        .unwrap()
+        .flat_map(|entry| {
+            fs::read_to_string(entry.unwrap().path())
+                .unwrap()
+                .lines()
+                .map(|line| serde_json::from_str::<Value>(line).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let second = turns
+        .iter()
+        .find(|turn| turn["turn"] == 2)
+        .expect("a resumed turn");
+    let instruction = second["prompt"].as_str().unwrap();
+    assert!(
+        instruction.contains("The files have been restored to how they were before that attempt"),
+        "{instruction}"
+    );
+    assert!(
+        !instruction.contains("Fix the work in place"),
+        "{instruction}"
+    );
+}
+
+/// A stand-in `claude` that prints a recorded result object: `first` on its
+/// first call, `then` on every later one (counted in `count`).
+fn fake_claude(env: &Env, dir: &Path, first: &str, then: &str) -> PathBuf {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reprise-agents/testdata/claude");
+    let first_file = dir.join("first.json");
+    let then_file = dir.join("then.json");
+    let fixture = |name: &str| fs::read_to_string(fixtures.join(name)).unwrap();
+    fs::write(&first_file, fixture(first)).unwrap();
+    fs::write(&then_file, fixture(then)).unwrap();
+    let _ = env;
+    let script = dir.join("claude");
+    let count = dir.join("count");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in --version) echo '2.0.0 (Claude Code)'; exit 0;; esac\n{counting}\nif [ $n = 1 ]; then cat '{first}'; else cat '{then}'; fi\n",
+            counting = count_attempt(&count),
+            first = first_file.display(),
+            then = then_file.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn an_auth_failure_blocks_the_task_and_its_dependent_while_an_independent_task_passes() {
+    let env = git_env();
+    let fake = outside_dir(&env, "fake");
+    let claude = fake_claude(&env, &fake, "http_401.json", "http_401.json");
+    let plan = write_plan(
+        &env,
+        "auth",
+        &format!(
+            r#"
+version: 1
+name: auth
+seats: 2
+agents: {{ claude: {{ bin: '{claude}' }} }}
+defaults: {{ max_retries: 3, timeout: 30s }}
+tasks:
+  - id: login
+    prompt: l
+    agent: claude
+    allowed_paths: ['{fake}']
+  - id: after
+    prompt: a
+    agent: command
+    command: [sh, -c, "echo DONE"]
+    depends_on: [login]
+  - id: other
+    prompt: o
+    agent: command
+    command: [sh, -c, "echo DONE"]
+"#,
+            claude = claude.display(),
+            fake = fake.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_eq!(code(&output), Some(1), "{output:?}");
+    let run = json_of(&output);
+    let login = task_json(&run, "login");
+    assert_eq!(login["state"], "blocked", "{login}");
+    assert!(
+        login["reason"].as_str().unwrap().starts_with("auth_failed"),
+        "{login}"
+    );
+    assert_eq!(task_json(&run, "after")["state"], "blocked");
+    assert_eq!(task_json(&run, "other")["state"], "passed");
+    // One attempt: an auth failure is never retried.
+    assert_eq!(fs::read_to_string(fake.join("count")).unwrap().trim(), "1");
+    let rows = journal_kinds(&env, "auth", "login");
+    assert_eq!(diagnoses(&rows), [("fatal".into(), "auth_failed".into())]);
+}
+
+#[test]
+fn a_rate_limit_s_retry_after_is_waited_for_and_recorded() {
+    let env = git_env();
+    let fake = outside_dir(&env, "fake");
+    let claude = fake_claude(&env, &fake, "http_429.json", "success.json");
+    // The recorded 429 with the provider's word on when to come back.
+    let first = fake.join("first.json");
+    let text = fs::read_to_string(&first)
+        .unwrap()
+        .replace("scripted 429", "scripted 429, retry-after: 1");
+    fs::write(&first, text).unwrap();
+    let plan = write_plan(
+        &env,
+        "limit",
+        &format!(
+            r#"
+version: 1
+name: limit
+agents: {{ claude: {{ bin: '{claude}' }} }}
+tasks:
+  - id: busy
+    prompt: b
+    agent: claude
+    max_retries: 1
+    retry_policy: cold
+    allowed_paths: ['{fake}']
+"#,
+            claude = claude.display(),
+            fake = fake.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let rows = journal_kinds(&env, "limit", "busy");
+    assert_eq!(
+        diagnoses(&rows),
+        [("transient".into(), "rate_limited".into())]
+    );
+    let waited = rows_of(&rows, "recovery.back_off");
+    assert_eq!(waited.len(), 1);
+    assert_eq!(waited[0]["body"]["wait_ms"], 1000);
+    assert_eq!(waited[0]["body"]["source"], "retry_after");
+}
+
+/// Reads the journal the engine wrote back through the core's lifecycle,
+/// cut after every row as a crash would cut it.
+fn replayed(rows: &[Value], upto: usize) -> reprise_core::lifecycle::TaskState {
+    reprise_core::lifecycle::replay(
+        rows[..upto]
+            .iter()
+            .map(|row| (row["kind"].as_str().unwrap(), &row["body"])),
+    )
+}
+
+#[test]
+fn a_journal_cut_anywhere_reads_back_as_where_the_task_was() {
+    use reprise_core::lifecycle::{TaskState, Terminal};
+    let env = git_env();
+    let counter = outside_dir(&env, "counter");
+    let count = counter.join("count");
+    let plan = write_plan(
+        &env,
+        "cut",
+        &format!(
+            r#"
+version: 1
+name: cut
+defaults: {{ agent: command, max_retries: 2, timeout: 30s, retry_policy: cold }}
+tasks:
+  - id: t
+    prompt: p
+    allowed_paths: ['{counter}']
+    command: [sh, -c, "{counting}; echo $n > n.txt; echo DONE"]
+    gates: [ {{ name: third, run: "test $(cat n.txt) = 3" }} ]
+"#,
+            counting = count_attempt(&count),
+            counter = counter.display()
+        ),
+    );
+    assert_success(&env.run(&["run", &plan, "--json"]));
+    let rows = journal_kinds(&env, "cut", "t");
+    assert_eq!(
+        replayed(&rows, rows.len()),
+        TaskState::Finished(Terminal::Passed)
+    );
+    let mut running = Vec::new();
+    for upto in 1..=rows.len() {
+        let state = replayed(&rows, upto);
+        assert_ne!(state, TaskState::Queued, "after {}", rows[upto - 1]["kind"]);
+        match rows[upto - 1]["kind"].as_str().unwrap() {
+            // A crash while the agent ran reads back as that attempt running.
+            "attempt.started" => running.push(state),
+            "task.checkpoint" => assert!(matches!(state, TaskState::Judging { .. }), "{state:?}"),
+            "recovery.diagnosis" => assert!(
+                matches!(
+                    state,
+                    TaskState::Retrying { .. } | TaskState::RollingBack { .. }
+                ),
+                "{state:?}"
+            ),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        running,
+        (1..=3)
+            .map(|attempt| TaskState::Running {
+                attempt,
+                resumed: false
+            })
+            .collect::<Vec<_>>()
+    );
+}

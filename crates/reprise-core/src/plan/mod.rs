@@ -24,8 +24,8 @@ pub use error::{PlanError, PlanErrorKind};
 pub use model::{
     AgentKind, AgentSettings, Containment, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
     DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck,
-    MAX_MAX_RETRIES, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task,
-    TaskAgent,
+    MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox,
+    SimStep, Task, TaskAgent,
 };
 pub use money::{MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, format_micro_usd, parse_micro_usd};
 pub use parse::parse_plan;

@@ -158,12 +158,30 @@ pub struct Task {
     /// Globs (relative to the worktree) an attempt may change; empty is
     /// everywhere. A change elsewhere is a corrupting anomaly.
     pub allowed_paths: Vec<String>,
+    /// The agent is stopped once it has printed more than this (stdout and
+    /// stderr together): a corrupting anomaly. `None` is no bound.
+    pub max_output_bytes: Option<u64>,
+    /// The agent is stopped after printing nothing for this long: a
+    /// transient anomaly. `None` is no bound (CLIs that print only at the
+    /// end, as Claude Code's JSON output does, need none or a generous one).
+    pub idle_timeout: Option<Duration>,
+    /// What changes for the retry after a `NEEDS_CONTEXT:` reply.
+    pub on_needs_context: NeedsContext,
     /// Whether its agent and gates run in the filesystem sandbox.
     pub containment: Containment,
     /// Tasks that must pass before this one starts, in plan order of mention.
     pub depends_on: Vec<TaskId>,
     /// Checks of each attempt, in plan order.
     pub gates: Vec<Gate>,
+}
+
+/// What changes for the retry of an attempt whose agent asked for context.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NeedsContext {
+    /// The retry's wall-clock limit instead of the task's.
+    pub timeout: Option<Duration>,
+    /// Text added to the retry's prompt.
+    pub prompt: Option<String>,
 }
 
 /// The agent CLIs reprise drives.

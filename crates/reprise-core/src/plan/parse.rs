@@ -18,8 +18,8 @@ use super::graph::find_cycle;
 use super::model::{
     AgentKind, AgentSettings, Containment, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
     DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck,
-    MAX_MAX_RETRIES, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task,
-    TaskAgent,
+    MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox,
+    SimStep, Task, TaskAgent,
 };
 
 /// The largest integer a record can hold (2^53 - 1).
@@ -52,6 +52,8 @@ const DEFAULTS_KEYS: &[&str] = &[
     "checkpoint_max_file_bytes",
     "rollback_on_retry",
     "containment",
+    "max_output_bytes",
+    "idle_timeout",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -68,12 +70,16 @@ const TASK_KEYS: &[&str] = &[
     "rollback_on_retry",
     "accept_partial",
     "containment",
+    "max_output_bytes",
+    "idle_timeout",
+    "on_needs_context",
     "allowed_paths",
     "depends_on",
     "command",
     "sim",
     "gates",
 ];
+const NEEDS_CONTEXT_KEYS: &[&str] = &["timeout", "prompt"];
 const SIM_STEP_KEYS: &[&str] = &["reply", "write", "exit_code", "cost_usd", "delay"];
 const GATE_KEYS: &[&str] = &[
     "name",
@@ -136,6 +142,8 @@ struct Settings {
     checkpoint_max_file_bytes: Option<u64>,
     rollback_on_retry: Option<RollbackOnRetry>,
     containment: Option<Containment>,
+    max_output_bytes: Option<u64>,
+    idle_timeout: Option<Duration>,
 }
 
 /// A `depends_on` entry, kept with its position until every id is known.
@@ -341,6 +349,14 @@ impl Reader<'_> {
             settings.containment =
                 Some(self.choice(node, &path, "containment", CONTAINMENT_NAMES, &CONTAINMENTS)?);
         }
+        if let Some(node) = fields.get("max_output_bytes") {
+            let path = fields.path_of("max_output_bytes");
+            settings.max_output_bytes = Some(self.integer(node, &path, 1, MAX_SAFE_U64)?);
+        }
+        if let Some(node) = fields.get("idle_timeout") {
+            let path = fields.path_of("idle_timeout");
+            settings.idle_timeout = Some(self.duration(node, &path, false)?);
+        }
         Ok(settings)
     }
 
@@ -468,6 +484,10 @@ impl Reader<'_> {
             Some(node) => self.gates(node, &fields.path_of("gates"))?,
             None => Vec::new(),
         };
+        let on_needs_context = match fields.get("on_needs_context") {
+            Some(node) => self.on_needs_context(node, &fields.path_of("on_needs_context"))?,
+            None => NeedsContext::default(),
+        };
         let accept_partial_basis_points = match fields.get("accept_partial") {
             Some(node) => Some(self.fraction(node, &fields.path_of("accept_partial"))?),
             None => None,
@@ -527,6 +547,9 @@ impl Reader<'_> {
                 .containment
                 .or(defaults.containment)
                 .unwrap_or(Containment::Strict),
+            max_output_bytes: settings.max_output_bytes.or(defaults.max_output_bytes),
+            idle_timeout: settings.idle_timeout.or(defaults.idle_timeout),
+            on_needs_context,
             depends_on: dependencies
                 .iter()
                 .map(|dependency| dependency.id.clone())
@@ -534,6 +557,19 @@ impl Reader<'_> {
             gates,
         };
         Ok((task, dependencies))
+    }
+
+    /// What changes for the retry after an agent asked for context.
+    fn on_needs_context(&self, node: &Node, path: &str) -> Result<NeedsContext> {
+        let fields = self.fields(node, path, NEEDS_CONTEXT_KEYS)?;
+        let mut changes = NeedsContext::default();
+        if let Some(node) = fields.get("timeout") {
+            changes.timeout = Some(self.duration(node, &fields.path_of("timeout"), false)?);
+        }
+        if let Some(node) = fields.get("prompt") {
+            changes.prompt = Some(self.non_empty_string(node, &fields.path_of("prompt"))?);
+        }
+        Ok(changes)
     }
 
     /// The task's agent with its agent-only keys: `command` exactly for

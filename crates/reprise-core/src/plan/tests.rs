@@ -314,7 +314,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout)",
         ),
         bad(
             "id in defaults",

@@ -26,6 +26,10 @@ pub const GATE_OUTPUT_MAX: usize = 4000;
 
 /// The fence label of a quoted prior reply.
 const REPLY_LABEL: &str = "prior-reply";
+/// The fence label of an attempt's request for context.
+const REQUEST_LABEL: &str = "context-request";
+/// Most bytes of a request for context quoted into a prompt.
+const REQUEST_QUOTE_MAX: usize = 2_000;
 /// The first line of every corrective instruction about a judged attempt.
 const CORRECTIVE_OPENING: &str = "Checks did not accept your last attempt:\n";
 /// The line that stands for every failed `verdict` gate, however many.
@@ -41,6 +45,51 @@ pub struct RetryContext<'a> {
     pub attempt: u32,
     /// The attempt immediately before this one, if anything is known of it.
     pub previous: Option<PreviousAttempt<'a>>,
+    /// The files were restored to how they were before that attempt (a
+    /// resumed session must not think its changes are still there).
+    pub files_rolled_back: bool,
+    /// That attempt asked for more context instead of finishing.
+    pub needs_context: Option<ContextRequest<'a>>,
+}
+
+/// An attempt's `NEEDS_CONTEXT:` request, and what the plan's
+/// `on_needs_context` answers it with.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextRequest<'a> {
+    /// What the agent said it needs (its words: quoted fenced).
+    pub what: &'a str,
+    /// The plan's extra prompt text, if any.
+    pub answer: Option<&'a str>,
+}
+
+/// The request quoted and the plan's answer, for either kind of retry.
+fn push_context_request(
+    request: &ContextRequest<'_>,
+    opening: &str,
+    nonces: &mut NonceSource<'_>,
+    built: &mut BuiltPrompt,
+) {
+    built.text.push_str(opening);
+    match fence_or_notice(
+        REQUEST_LABEL,
+        &excerpt(request.what, REQUEST_QUOTE_MAX),
+        nonces(),
+    ) {
+        Fenced::Quoted(block) => built.text.push_str(&block),
+        Fenced::Dropped { notice } => built.notices.push(notice),
+    }
+    match request.answer {
+        Some(answer) => {
+            built.text.push_str("\nWhat there is to add:\n");
+            built.text.push_str(answer);
+            if !answer.ends_with('\n') {
+                built.text.push('\n');
+            }
+        }
+        None => built.text.push_str(
+            "\nNo more context is available: make the best of the request and the files.\n",
+        ),
+    }
 }
 
 /// What is known of the attempt immediately before the one being prepared.
@@ -157,6 +206,15 @@ pub fn cold_prompt(context: &RetryContext<'_>, nonces: &mut NonceSource<'_>) -> 
         text: cold_retry_prompt(context.base_prompt, context.attempt),
         notices: Vec::new(),
     };
+    if let Some(request) = &context.needs_context {
+        push_context_request(
+            request,
+            "\nAn earlier attempt at this request stopped to ask for more context. It asked:\n",
+            nonces,
+            &mut built,
+        );
+        return built;
+    }
     let Some(previous) = judged_previous(context) else {
         return built;
     };
@@ -192,6 +250,15 @@ pub fn cold_prompt(context: &RetryContext<'_>, nonces: &mut NonceSource<'_>) -> 
     built
 }
 
+/// The closing line of a corrective instruction after a rollback.
+const ROLLED_BACK_CLOSING: &str = "\nThe files have been restored to how they were before that attempt: \
+     every change it made is gone. Do the work again from there to meet the original request, \
+     then reply.\n";
+
+/// The same, for an attempt nothing judged.
+const ROLLED_BACK_NOTE: &str = "The files have been restored to how they were before that attempt: \
+     every change it made is gone.\n";
+
 /// The corrective instruction of a warm or fork retry, and its hash.
 ///
 /// The session already holds the reply, so it is not quoted: the instruction
@@ -208,20 +275,36 @@ pub fn corrective(
         text: String::new(),
         notices: Vec::new(),
     };
-    match judged_previous(context) {
-        Some(previous) => {
+    match (context.needs_context.as_ref(), judged_previous(context)) {
+        (Some(request), _) => {
+            push_context_request(
+                request,
+                "You stopped to ask for more context. You asked:\n",
+                nonces,
+                &mut built,
+            );
+            built
+                .text
+                .push_str("\nGo on with the original request from there, then reply.\n");
+        }
+        (None, Some(previous)) => {
             built.text.push_str(CORRECTIVE_OPENING);
             built.text.push_str(&rejection_lines(previous));
             push_gate_outputs(previous, nonces, &mut built);
-            built
-                .text
-                .push_str("\nFix the work in place to meet the original request, then reply.\n");
+            built.text.push_str(if context.files_rolled_back {
+                ROLLED_BACK_CLOSING
+            } else {
+                "\nFix the work in place to meet the original request, then reply.\n"
+            });
         }
-        None => built.text.push_str(
+        (None, None) => built.text.push_str(
             "Your last attempt could not be checked: it was stopped, or a check could not run, \
              so nothing has judged the work yet. Make sure the work meets the original request, \
              then reply.\n",
         ),
+    }
+    if context.files_rolled_back && judged_previous(context).is_none() {
+        built.text.push_str(ROLLED_BACK_NOTE);
     }
     let hash = tagged_sha256(INSTRUCTION_TAG, &[built.text.as_bytes()]);
     (built, hash)

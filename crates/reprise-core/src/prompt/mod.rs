@@ -19,8 +19,9 @@ mod fence;
 mod tests;
 
 pub use compose::{
-    BuiltPrompt, CORRECTIVE_TEMPLATE_ID, FailedGate, GATE_OUTPUT_MAX, INSTRUCTION_TAG, NonceSource,
-    PreviousAttempt, REPLY_QUOTE_MAX, RetryContext, cold_prompt, cold_retry_prompt, corrective,
+    BuiltPrompt, CORRECTIVE_TEMPLATE_ID, ContextRequest, FailedGate, GATE_OUTPUT_MAX,
+    INSTRUCTION_TAG, NonceSource, PreviousAttempt, REPLY_QUOTE_MAX, RetryContext, cold_prompt,
+    cold_retry_prompt, corrective,
 };
 pub use excerpt::excerpt;
 pub use fence::{Fenced, Nonce, fence, fence_or_notice};

@@ -48,6 +48,8 @@ fn context<'a>(attempt: u32, previous: Option<PreviousAttempt<'a>>) -> RetryCont
         base_prompt: BASE,
         attempt,
         previous,
+        files_rolled_back: false,
+        needs_context: None,
     }
 }
 

@@ -1,0 +1,785 @@
+//! The executor of a task's lifecycle: the core's transition says what to
+//! do next ([`reprise_core::lifecycle`]); this performs each effect, records
+//! it in the task's journal, and hands back the event it produced. Nothing
+//! here decides what comes next.
+
+use std::collections::VecDeque;
+use std::fs;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use reprise_agents::{AttemptOutcome, AttemptReport, AttemptRequest, InfraKind, Watch};
+use reprise_core::TaskKey;
+use reprise_core::budget::RetryBudget;
+use reprise_core::digest::Digest;
+use reprise_core::lifecycle::{
+    Effect, Failure, Judgement, Policy, RollbackReason, RollbackTarget, TaskEvent, TaskState,
+    Terminal, rows, transition,
+};
+use reprise_core::outcome::AttemptOutcome as Classified;
+use reprise_core::record::Head;
+use reprise_core::recovery::{Diagnosis, Strategy, Symptoms, diagnose};
+use reprise_core::retry::{DecisionRecord, RetryMode, failed_decision_metadata};
+use reprise_store::audit::{AuditLog, seal_journal_after};
+use reprise_store::journal::{Journal, Spine};
+use reprise_store::snapshot::{Checkpoint, SnapshotStore};
+use reprise_store::state::now_rfc3339;
+use serde_json::{Value, json};
+
+use super::{
+    Chains, NextAttempt, Previous, RetryBasis, TaskResult, TaskRun, attempt_body, session_json,
+};
+use crate::checkpoints;
+use crate::error::{EngineError, Result};
+use crate::events::Event;
+use crate::gates::GateRun;
+use crate::records::{VerifiedPrefix, record_decision};
+use crate::recovery;
+use crate::state::{AttemptSummary, TaskStatus};
+
+/// Journal row kind of a retry the budget refused.
+pub(crate) const BUDGET_REFUSED_KIND: &str = "retry.budget_refused";
+
+/// What one task's effects work on, from its first attempt to its end.
+pub(super) struct Executor<'r, 'a> {
+    pub(super) run: &'r TaskRun<'a>,
+    pub(super) key: TaskKey,
+    pub(super) cwd: PathBuf,
+    pub(super) isolated: bool,
+    pub(super) journal: Journal,
+    pub(super) spine: Spine,
+    pub(super) audit: AuditLog,
+    pub(super) snapshots: Option<SnapshotStore>,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) budget: Option<RetryBudget>,
+    /// What the next attempt sends.
+    pub(super) next: NextAttempt,
+    /// What the latest judged (or carried) attempt said.
+    pub(super) previous: Option<Previous>,
+    pub(super) result: &'r mut TaskResult,
+    /// The checkpoint before the first attempt (the task's base) and the
+    /// one before the latest, each with its workspace hash.
+    base_checkpoint: Option<(Checkpoint, Digest)>,
+    attempt_checkpoint: Option<(Checkpoint, Digest)>,
+    /// The attempt under way: its number, report, start and scratch dir.
+    attempt: u32,
+    report: Option<AttemptReport>,
+    started: Option<Instant>,
+    tmp: Option<PathBuf>,
+    sandboxed: bool,
+    /// The event hash of the row written when the latest attempt's agent ended.
+    agent_ended: Option<Digest>,
+    summary: Option<AttemptSummary>,
+    classified: Option<Classified>,
+    diagnosis: Option<Diagnosis>,
+    /// The latest judged attempt's evidence, and how many judged attempts in
+    /// a row have had it.
+    last_evidence: Option<recovery::Evidence>,
+    same_in_a_row: u32,
+    /// The journal's head after the latest attempt: a result commit names it.
+    last_head: Option<Head>,
+    /// How much of the journal this run has verified already.
+    verified: Option<VerifiedPrefix>,
+    /// The warm or fork decision the running attempt was sent under, for the
+    /// fall-back when the CLI says the session is gone.
+    last_decision: Option<DecisionRecord>,
+    /// The next attempt's wall-clock limit when it is not the task's.
+    next_timeout: Option<std::time::Duration>,
+    /// What the latest decision changed besides the mode.
+    modification: Option<Value>,
+}
+
+impl<'r, 'a> Executor<'r, 'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        run: &'r TaskRun<'a>,
+        key: TaskKey,
+        cwd: PathBuf,
+        isolated: bool,
+        (journal, spine, audit): (Journal, Spine, AuditLog),
+        snapshots: Option<SnapshotStore>,
+        env: Vec<(String, String)>,
+        budget: Option<RetryBudget>,
+        next: NextAttempt,
+        previous: Option<Previous>,
+        result: &'r mut TaskResult,
+    ) -> Self {
+        Self {
+            run,
+            key,
+            cwd,
+            isolated,
+            journal,
+            spine,
+            audit,
+            snapshots,
+            env,
+            budget,
+            next,
+            previous,
+            result,
+            base_checkpoint: None,
+            attempt_checkpoint: None,
+            attempt: 0,
+            report: None,
+            started: None,
+            tmp: None,
+            sandboxed: false,
+            agent_ended: None,
+            summary: None,
+            classified: None,
+            diagnosis: None,
+            last_evidence: None,
+            same_in_a_row: 0,
+            last_head: None,
+            verified: None,
+            last_decision: None,
+            next_timeout: None,
+            modification: None,
+        }
+    }
+
+    /// Drives the lifecycle from `task.started` to `task.finished`.
+    pub(super) fn drive(&mut self, policy: &Policy) -> Result<()> {
+        let mut state = TaskState::Queued;
+        let mut pending = VecDeque::from([TaskEvent::Started]);
+        while let Some(event) = pending.pop_front() {
+            let step = transition(policy, state, event)
+                .map_err(|err| EngineError::Lifecycle(err.to_string()))?;
+            state = step.state;
+            for effect in step.effects {
+                pending.extend(self.perform(state, effect)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, state: TaskState, effect: Effect) -> Result<Option<TaskEvent>> {
+        Ok(match effect {
+            Effect::TakeCheckpoint { attempt } => self.take_checkpoint(attempt)?,
+            Effect::SpawnAgent { attempt } => Some(self.spawn_agent(attempt)?),
+            Effect::FallBackCold { attempt } => {
+                self.fall_back_cold(attempt)?;
+                None
+            }
+            Effect::RunGates { attempt } => Some(self.run_gates(attempt)?),
+            Effect::Diagnose { attempt } => Some(self.diagnose(attempt)?),
+            Effect::ConsumeBudget { attempt } => Some(self.consume_budget(attempt)?),
+            Effect::RollBack { to, reason } => {
+                self.roll_back(state, to, reason)?;
+                Some(TaskEvent::RolledBack)
+            }
+            Effect::BackOff { attempt } => {
+                self.back_off(attempt)?;
+                None
+            }
+            Effect::DecideRetry { next, rolled_back } => Some(self.decide(next, rolled_back)?),
+            Effect::RecordPartial { attempt } => {
+                self.record_partial(attempt)?;
+                None
+            }
+            Effect::KeepFailedTree => {
+                self.keep_failed_tree()?;
+                None
+            }
+            Effect::CommitResult { attempt } => Some(self.commit(state, attempt)?),
+            Effect::Close => Some(TaskEvent::Closed { delivered: false }),
+            Effect::Finish(terminal) => {
+                self.finish(terminal)?;
+                Some(TaskEvent::Finished)
+            }
+        })
+    }
+
+    fn take_checkpoint(&mut self, attempt: u32) -> Result<Option<TaskEvent>> {
+        if self.run.cancel.is_cancelled() {
+            return Ok(Some(TaskEvent::CancelRequested));
+        }
+        if let Some(store) = &self.snapshots {
+            let hash = self.run.workspace_hash(&self.cwd)?;
+            let label = format!("before attempt {attempt}");
+            let checkpoint = checkpoints::take(
+                store,
+                &mut self.journal,
+                self.run.run_id,
+                attempt,
+                &label,
+                hash,
+            )?;
+            self.base_checkpoint
+                .get_or_insert_with(|| (checkpoint.clone(), hash));
+            self.attempt_checkpoint = Some((checkpoint, hash));
+        }
+        Ok(Some(TaskEvent::CheckpointTaken))
+    }
+
+    fn spawn_agent(&mut self, attempt: u32) -> Result<TaskEvent> {
+        let run = self.run;
+        let task = run.task;
+        self.attempt = attempt;
+        run.emit(Event::AttemptStarted {
+            task: task.id.clone(),
+            attempt,
+            mode: self.next.mode.to_owned(),
+        });
+        self.journal.append(
+            rows::ATTEMPT_STARTED,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": attempt, "mode": self.next.mode,
+                    "session": session_json(&self.next.session)}),
+        )?;
+        self.started = Some(Instant::now());
+        // A TMPDIR of the attempt's own, inside what the sandbox lets it write.
+        let tmp = run.state.attempt_tmp_dir(run.run_id, &task.id, attempt);
+        let _ = fs::create_dir_all(&tmp);
+        let mut env = self.env.clone();
+        env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        let remaining = run
+            .envelope_micro_usd
+            .map(|envelope| envelope.saturating_sub(self.result.spent_micro_usd));
+        let supervision = run.supervision(&self.cwd, &tmp, true);
+        self.sandboxed = supervision
+            .as_ref()
+            .is_some_and(|supervision| supervision.sandbox.is_some());
+        let report = run.adapter.run(
+            &AttemptRequest {
+                task_id: task.id.clone(),
+                attempt,
+                prompt: self.next.prompt.clone(),
+                session: self.next.session.clone(),
+                cwd: self.cwd.clone(),
+                timeout: self.next_timeout.unwrap_or(task.timeout),
+                env,
+                bin: run.bin.clone(),
+                config_home: run.setup.config_home.clone(),
+                budget_micro_usd: remaining,
+                supervision,
+                watch: Watch {
+                    max_output_bytes: task.max_output_bytes,
+                    idle_timeout: task.idle_timeout,
+                },
+            },
+            run.cancel,
+        );
+        self.tmp = Some(tmp);
+        let session_gone = matches!(
+            report.outcome,
+            AttemptOutcome::Infra {
+                kind: InfraKind::SessionUnavailable,
+                ..
+            }
+        );
+        if session_gone && self.last_decision.is_some() {
+            // The fall-back (a second decision) records this end.
+            self.report = Some(report);
+            return Ok(TaskEvent::AgentEnded { session_gone: true });
+        }
+        self.last_decision = None;
+        self.result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
+        let workspace_hash = run.workspace_hash(&self.cwd)?;
+        if let Some(session_id) = &report.session_id {
+            run.preserve_transcript(session_id, &self.cwd);
+        }
+        let head = self.journal.append(
+            rows::AGENT_ENDED,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": attempt, "session_id": report.session_id,
+                    "workspace_hash": workspace_hash}),
+        )?;
+        self.agent_ended = Some(head.digest);
+        self.report = Some(report);
+        Ok(TaskEvent::AgentEnded {
+            session_gone: false,
+        })
+    }
+
+    /// The CLI says the session is gone: a second decision, recorded, and
+    /// the same attempt runs again, cold.
+    fn fall_back_cold(&mut self, attempt: u32) -> Result<()> {
+        let run = self.run;
+        if let Some(first) = self.last_decision.take() {
+            let second = first.session_unavailable();
+            let chains = self.chains();
+            record_decision(
+                chains.journal,
+                chains.spine,
+                chains.audit,
+                run.run_id,
+                attempt,
+                &second,
+                None,
+            )?;
+            self.result.metadata = second.metadata(None)?;
+            run.emit(Event::Decision {
+                task: run.task.id.clone(),
+                record: Box::new(second),
+            });
+        }
+        self.next = run.cold(attempt, self.previous.as_ref());
+        self.remove_tmp();
+        Ok(())
+    }
+
+    fn run_gates(&mut self, attempt: u32) -> Result<TaskEvent> {
+        let run = self.run;
+        let task = run.task;
+        let report = self.report.take().expect("the agent ran before its gates");
+        let tmp = self.tmp.clone().expect("the attempt has a scratch dir");
+        let mut env = self.env.clone();
+        env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        let budget = &self.budget;
+        let level_of = |criterion: &str| match budget {
+            Some(budget) => budget.level(criterion),
+            None => run.budget_free_level(criterion),
+        };
+        let supervision = run.supervision(&self.cwd, &tmp, false);
+        let gate_run = GateRun {
+            task: &task.id,
+            attempt,
+            cwd: &self.cwd,
+            reply: "",
+            cancel: run.cancel,
+            env: &env,
+            supervision: supervision.as_ref(),
+        };
+        let started = self.started.unwrap_or_else(Instant::now);
+        let (summary, classified) = run.judge(
+            attempt,
+            self.next.mode,
+            &report,
+            &gate_run,
+            &level_of,
+            started,
+        );
+        self.remove_tmp();
+        let judged_now = Previous::of(task, &summary, &report);
+        run.keep_or_drop_reply(&summary, &judged_now);
+        self.previous = Some(judged_now);
+        self.result.judged = summary.judged;
+        // The attempt ran: the run state shows it even if its row cannot be
+        // written (a journal whose last row was tampered with refuses
+        // appends, and the task stops with that error).
+        self.result.attempts.push(summary.clone());
+        let judgement = if summary.outcome == crate::state::Outcome::Passed {
+            Judgement::Passed
+        } else if recovery::partial_gaps(task, &summary).is_some() {
+            Judgement::Partial
+        } else {
+            Judgement::Failed
+        };
+        let mut body = attempt_body(
+            run.run_id,
+            &summary,
+            &report,
+            run.containment_body(&report, self.sandboxed),
+        );
+        body["accepted"] = json!(judgement.as_str());
+        self.last_head = Some(self.journal.append(
+            rows::ATTEMPT_FINISHED,
+            &now_rfc3339(),
+            &body,
+        )?);
+        run.emit(Event::AttemptFinished {
+            task: task.id.clone(),
+            summary: summary.clone(),
+        });
+        self.report = Some(report);
+        self.summary = Some(summary);
+        self.classified = Some(classified);
+        Ok(TaskEvent::Judged(judgement))
+    }
+
+    fn record_partial(&mut self, attempt: u32) -> Result<()> {
+        let summary = self.summary.as_ref().expect("a judged attempt");
+        let gaps = recovery::partial_gaps(self.run.task, summary).unwrap_or_default();
+        // Enough of the work passed to keep: committed like a pass, with the
+        // gates it did not pass as its gaps.
+        self.journal.append(
+            "task.partial",
+            &now_rfc3339(),
+            &json!({"run_id": self.run.run_id, "attempt": attempt, "gaps": gaps}),
+        )?;
+        self.result.reason = Some(format!("partial: gaps {}", gaps.join(", ")));
+        self.result.gaps = gaps;
+        Ok(())
+    }
+
+    fn diagnose(&mut self, attempt: u32) -> Result<TaskEvent> {
+        let run = self.run;
+        if run.cancel.is_cancelled() {
+            // Ctrl-C: the child was stopped and reaped; no retry.
+            return Ok(TaskEvent::CancelRequested);
+        }
+        let summary = self.summary.as_ref().expect("a judged attempt");
+        let report = self.report.as_ref().expect("an attempt that ran");
+        let classified = self.classified.as_ref().expect("a classified attempt");
+        let anomalies = recovery::anomalies(
+            run.task,
+            summary,
+            self.snapshots
+                .as_ref()
+                .zip(self.attempt_checkpoint.as_ref().map(|(c, _)| c)),
+            &run.state.scratch_dir()?,
+        )?;
+        for anomaly in &anomalies {
+            self.journal.append(
+                "attempt.anomaly",
+                &now_rfc3339(),
+                &json!({"run_id": run.run_id, "attempt": attempt, "anomaly": anomaly}),
+            )?;
+        }
+        let evidence = recovery::Evidence::of(report, summary);
+        self.same_in_a_row = match (&self.last_evidence, summary.judged) {
+            (Some(last), true) if *last == evidence => self.same_in_a_row + 1,
+            (_, true) => 1,
+            (_, false) => 0,
+        };
+        self.last_evidence = summary.judged.then(|| evidence.clone());
+        let diagnosis = diagnose(Symptoms {
+            outcome: classified,
+            anomalies: &anomalies,
+            same_judged_in_a_row: self.same_in_a_row,
+        });
+        self.journal.append(
+            rows::DIAGNOSIS,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": attempt, "severity": diagnosis.severity,
+                    "kind": diagnosis.kind, "strategy": diagnosis.strategy,
+                    "evidence": evidence, "anomalies": anomalies}),
+        )?;
+        let strategy = diagnosis.strategy;
+        self.diagnosis = Some(diagnosis);
+        Ok(TaskEvent::Diagnosed(strategy))
+    }
+
+    /// The budget bounds retries together with max_retries: the smaller
+    /// wins. Each consumption is on the record, and so is a refusal.
+    fn consume_budget(&mut self, attempt: u32) -> Result<TaskEvent> {
+        let run_id = self.run.run_id;
+        let Some(budget) = self.budget.as_mut() else {
+            return Ok(TaskEvent::BudgetConsumed { granted: true });
+        };
+        let (kind, body, granted) = match budget.consume() {
+            Ok(decision) if decision.should_retry => (
+                rows::BUDGET,
+                json!({"run_id": run_id, "attempt": attempt, "decision": decision}),
+                true,
+            ),
+            Ok(decision) => (
+                BUDGET_REFUSED_KIND,
+                json!({"run_id": run_id, "attempt": attempt, "decision": decision}),
+                false,
+            ),
+            Err(err) => (
+                BUDGET_REFUSED_KIND,
+                json!({"run_id": run_id, "attempt": attempt, "reason": err.to_string()}),
+                false,
+            ),
+        };
+        self.journal.append(kind, &now_rfc3339(), &body)?;
+        Ok(TaskEvent::BudgetConsumed { granted })
+    }
+
+    fn roll_back(
+        &mut self,
+        state: TaskState,
+        to: RollbackTarget,
+        reason: RollbackReason,
+    ) -> Result<()> {
+        let target = match to {
+            RollbackTarget::BeforeAttempt(_) => &self.attempt_checkpoint,
+            RollbackTarget::Base => &self.base_checkpoint,
+        };
+        let (Some(store), Some((checkpoint, hash))) = (&self.snapshots, target) else {
+            return Ok(());
+        };
+        let why = match reason {
+            RollbackReason::Diagnosis => self
+                .diagnosis
+                .as_ref()
+                .map_or_else(|| "diagnosis".to_owned(), |d| d.kind.clone()),
+            RollbackReason::EveryRetry => "every retry (rollback_on_retry: always)".to_owned(),
+            RollbackReason::ColdRetry => "cold retry".to_owned(),
+            RollbackReason::TaskEnded => match state {
+                TaskState::Closing(terminal) => format!("task {}", terminal.as_str()),
+                _ => "task ended".to_owned(),
+            },
+        };
+        self.run.roll_back(
+            store,
+            (checkpoint, *hash),
+            &mut self.journal,
+            &mut self.audit,
+            &self.key,
+            &why,
+            &self.cwd,
+        )
+    }
+
+    /// Waits out provider trouble before a retry in place, and records how
+    /// long and why.
+    fn back_off(&mut self, attempt: u32) -> Result<()> {
+        let Some(classified) = &self.classified else {
+            return Ok(());
+        };
+        if let Some((wait, source)) =
+            recovery::back_off(classified, self.report.as_ref(), attempt, self.run.cancel)
+        {
+            self.journal.append(
+                "recovery.back_off",
+                &now_rfc3339(),
+                &json!({"run_id": self.run.run_id, "attempt": attempt,
+                        "wait_ms": u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "source": source}),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn decide(&mut self, next_attempt: u32, rolled_back: bool) -> Result<TaskEvent> {
+        let run = self.run;
+        let own_checkpoint = self
+            .agent_ended
+            .expect("the attempt ended and was recorded");
+        // After a rollback the workspace the decision compares with is the
+        // checkpoint it restored, not the failed attempt's.
+        let restored = rolled_back
+            .then(|| self.attempt_checkpoint.as_ref().map(|(_, hash)| *hash))
+            .flatten();
+        let previous = self
+            .previous
+            .clone()
+            .expect("the attempt just judged is the previous one");
+        let cwd = self.cwd.clone();
+        // A retry after a request for context runs as the plan's
+        // `on_needs_context` says, and the decision row says what changed.
+        let asked = self
+            .diagnosis
+            .as_ref()
+            .is_some_and(|diagnosis| diagnosis.strategy == Strategy::RetryWithContext);
+        let changes = &run.task.on_needs_context;
+        self.next_timeout = changes.timeout.filter(|_| asked);
+        self.modification = asked.then(|| {
+            json!({"needs_context": previous.needs_context.as_ref().map(|(what, _)| what),
+                   "timeout_ms": changes.timeout.map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+                   "prompt_added": changes.prompt.is_some()})
+        });
+        let mut verified = self.verified.take();
+        let modification = self.modification.clone();
+        let decided = run.decide_retry(
+            self.chains(),
+            &mut verified,
+            &cwd,
+            RetryBasis {
+                own_checkpoint,
+                restored,
+                modification: modification.as_ref(),
+                previous: &previous,
+                next_attempt,
+            },
+        );
+        self.verified = verified;
+        self.next = match decided {
+            Ok((next, metadata, record)) => {
+                self.result.metadata = metadata;
+                self.last_decision = (record.retry_mode != RetryMode::Cold).then_some(record);
+                next
+            }
+            Err(err) => {
+                self.record_decision_failure(&err.to_string(), next_attempt);
+                run.cold(next_attempt, Some(&previous))
+            }
+        };
+        Ok(TaskEvent::RetryDecided {
+            cold: self.next.mode == "cold",
+        })
+    }
+
+    /// The decision path failed: the retry goes cold, and the record says so
+    /// (decision_failed) in all three places, or, if even that cannot be
+    /// written, in none, with a warning. Never a row for a mode that did not run.
+    fn record_decision_failure(&mut self, err: &str, next_attempt: u32) {
+        let run = self.run;
+        let task = run.task;
+        let fallback = DecisionRecord::decision_failed(
+            &task.id,
+            run.adapter.name(),
+            run.adapter.strategy().capability(),
+            task.retry_policy,
+            run.workspace_hash(&self.cwd).unwrap_or_default(),
+        );
+        let modification = self.modification.clone();
+        let chains = self.chains();
+        match record_decision(
+            chains.journal,
+            chains.spine,
+            chains.audit,
+            run.run_id,
+            next_attempt,
+            &fallback,
+            modification.as_ref(),
+        ) {
+            Ok(_) => {
+                run.emit(Event::Warning {
+                    task: Some(task.id.clone()),
+                    message: format!(
+                        "retry decision failed ({err}); retrying cold, recorded as decision_failed"
+                    ),
+                });
+                self.result.metadata = fallback
+                    .metadata(None)
+                    .unwrap_or_else(|_| failed_decision_metadata());
+                run.emit(Event::Decision {
+                    task: task.id.clone(),
+                    record: Box::new(fallback),
+                });
+            }
+            Err(second) => {
+                run.emit(Event::Warning {
+                    task: Some(task.id.clone()),
+                    message: format!(
+                        "retry decision failed ({err}) and its cold fallback could not be recorded ({second}); retrying cold with no decision on record"
+                    ),
+                });
+                self.result.metadata = failed_decision_metadata();
+            }
+        }
+    }
+
+    /// The failed tree is kept as a checkpoint before the tree goes back to
+    /// what the task started from.
+    fn keep_failed_tree(&mut self) -> Result<()> {
+        if let Some(store) = &self.snapshots {
+            let hash = self.run.workspace_hash(&self.cwd)?;
+            checkpoints::take(
+                store,
+                &mut self.journal,
+                self.run.run_id,
+                self.attempt,
+                "failed tree",
+                hash,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, state: TaskState, attempt: u32) -> Result<TaskEvent> {
+        self.result.status = match state {
+            TaskState::Closing(Terminal::Partial) => TaskStatus::Partial,
+            _ => TaskStatus::Passed,
+        };
+        let (Some(base), Some(head), true) = (self.run.base.clone(), self.last_head, self.isolated)
+        else {
+            // In place: the work is where the user is.
+            return Ok(TaskEvent::Closed { delivered: true });
+        };
+        let delivered = self.run.commit_output(
+            &mut self.journal,
+            &self.cwd,
+            &base,
+            head,
+            attempt,
+            self.result,
+        )?;
+        Ok(TaskEvent::Closed { delivered })
+    }
+
+    fn finish(&mut self, terminal: Terminal) -> Result<()> {
+        let run = self.run;
+        let task = run.task;
+        let attempts = self.result.attempts.len();
+        let (status, reason) = match terminal {
+            Terminal::Passed => (TaskStatus::Passed, None),
+            Terminal::Partial => (TaskStatus::Partial, self.result.reason.take()),
+            Terminal::Failed(Failure::AttemptsExhausted) => (
+                TaskStatus::Failed,
+                Some(format!("not accepted after {attempts} attempts")),
+            ),
+            Terminal::Failed(Failure::BudgetSpent) => (
+                TaskStatus::Failed,
+                Some(format!(
+                    "not accepted after {attempts} attempts; the retry budget ({}) is spent",
+                    self.budget
+                        .as_ref()
+                        .map(|budget| budget.spec().to_string())
+                        .unwrap_or_default()
+                )),
+            ),
+            Terminal::Failed(Failure::NotDelivered) => {
+                (TaskStatus::Failed, self.result.reason.take())
+            }
+            Terminal::Blocked => (TaskStatus::Blocked, Some(self.blocked_reason())),
+            Terminal::Cancelled => (TaskStatus::Cancelled, Some("cancelled".to_owned())),
+        };
+        self.result.status = status;
+        self.result.reason = reason;
+        self.journal.append(
+            rows::TASK_FINISHED,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "state": self.result.status, "reason": self.result.reason,
+                    "attempts": attempts, "spent_micro_usd": self.result.spent_micro_usd,
+                    "lifecycle": terminal}),
+        )?;
+        if self.journal.foreign_writes_seen()? {
+            // The chain may verify, but rows the engine did not write are in
+            // it: a seal would vouch for them.
+            run.emit(Event::Warning {
+                task: Some(task.id.clone()),
+                message:
+                    "journal not sealed: it was written to behind the engine's back during the task"
+                        .to_owned(),
+            });
+        } else if let Err(err) = seal_journal_after(
+            run.state,
+            &mut self.audit,
+            &self.key,
+            &now_rfc3339(),
+            &run.prior_seals,
+        ) {
+            run.emit(Event::Warning {
+                task: Some(task.id.clone()),
+                message: format!("journal not sealed: {err}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Why retrying cannot help: the diagnosis, with the CLI's own words
+    /// when it gave any.
+    fn blocked_reason(&self) -> String {
+        let kind = self
+            .diagnosis
+            .as_ref()
+            .map_or("blocked", |diagnosis| diagnosis.kind.as_str());
+        match self.report.as_ref().map(|report| &report.outcome) {
+            Some(AttemptOutcome::Infra { detail, .. }) if !detail.is_empty() => {
+                format!("{kind}: {detail}")
+            }
+            _ => kind.to_owned(),
+        }
+    }
+
+    fn chains(&mut self) -> Chains<'_> {
+        Chains {
+            journal: &mut self.journal,
+            spine: &mut self.spine,
+            audit: &mut self.audit,
+        }
+    }
+
+    /// The attempt's scratch dir goes, and the run's with its last attempt
+    /// (another task's attempt still in it keeps it).
+    fn remove_tmp(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = fs::remove_dir_all(&tmp);
+            if let Some(run_tmp) = tmp.parent() {
+                let _ = fs::remove_dir(run_tmp);
+            }
+        }
+    }
+}
+
+/// What `task.started` records of the lifecycle's policy.
+pub(super) fn policy_json(policy: &Policy) -> Value {
+    serde_json::to_value(policy).expect("a policy serialises")
+}
