@@ -1017,14 +1017,60 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
         "version: 1\nname: g\ntasks:\n  - { id: g1, prompt: p, agent: gemini }\n",
     )
     .unwrap();
+    fs::write(
+        env.project().join("codex.yaml"),
+        "version: 1\nname: c\ntasks:\n  - { id: fix, prompt: p, agent: codex }\n  - { id: docs, prompt: p, agent: claude }\n",
+    )
+    .unwrap();
+    for (name, text) in [
+        ("empty.yaml", "version: 1\nrules: []\n"),
+        (
+            "unknown.yaml",
+            "rules:\n  - reply: { text: hi }\n    matchh: { turn: 1 }\n",
+        ),
+        (
+            "stranger.yaml",
+            "rules:\n  - match: { task: fix }\n    reply: { text: hi }\n  - match: { task: nobody }\n    reply: { text: hi }\n  - reply: { text: hi }\n",
+        ),
+        (
+            "unanswered.yaml",
+            "rules:\n  - match: { task: fix }\n    reply: { text: hi }\n",
+        ),
+        (
+            "bash.yaml",
+            "rules:\n  - match: { task: docs }\n    reply: { text: hi }\n  - reply: { tool: Bash, input: { command: ls } }\n",
+        ),
+    ] {
+        fs::write(env.project().join(name), text).unwrap();
+    }
     let cases: &[(&[&str], &str)] = &[
+        (
+            &["rehearse", "plan.yaml", "--scenario", "empty.yaml"],
+            "empty.yaml:2:8: rules: the list is empty",
+        ),
+        (
+            &["rehearse", "plan.yaml", "--scenario", "unknown.yaml"],
+            "unknown.yaml:3:5: yaml: unknown field `matchh`",
+        ),
+        (
+            &["rehearse", "codex.yaml", "--scenario", "stranger.yaml"],
+            "stranger.yaml:4:20: match.task: the plan has no task nobody",
+        ),
+        (
+            &["rehearse", "codex.yaml", "--scenario", "unanswered.yaml"],
+            "unanswered.yaml:2:3: rules: no rule can answer task docs",
+        ),
+        (
+            &["rehearse", "codex.yaml", "--scenario", "bash.yaml"],
+            "bash.yaml:4:20: reply.tool: codex (task fix) offers no tool Bash",
+        ),
         (
             &["rehearse", "plan.yaml", "--scenario", "missing.yaml"],
             "cannot read scenario",
         ),
         (
             &["rehearse", "plan.yaml", "--scenario", "ambiguous.yaml"],
-            "scenario rule 0",
+            "ambiguous.yaml:2:5: reply: a reply needs exactly one of",
         ),
         (
             &[
@@ -1048,7 +1094,7 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
         (&["rehearse", "plan.yaml"], "--scenario"),
         (
             &["rehearse", "serve", "--scenario", "ambiguous.yaml"],
-            "scenario rule 0",
+            "ambiguous.yaml:2:5: reply:",
         ),
     ];
     for initialised in [false, true] {

@@ -1,10 +1,15 @@
 //! What each task sent the model server, read back from the server's request
-//! log: requests, bytes, the server's token figures, and a line per turn (one
-//! turn per prompt, so per attempt: a tool loop stays in its prompt's turn).
+//! log: requests, bytes, the usage the server reported (fresh input, cache
+//! writes and reads, output) and what it would cost at a price table, the
+//! requests no rule matched and the attempts cut off as loops, and a line
+//! per turn (one turn per prompt, so per attempt: a tool loop stays in its
+//! prompt's turn).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+
+use crate::pricing::{PriceTable, TokenUsage, micro_usd};
 
 /// One task's traffic (or the traffic of requests that named no task).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -19,7 +24,25 @@ pub struct Traffic {
     pub output_tokens: u64,
     /// Requests answered with an HTTP error, left hanging, or matching no rule.
     pub failed: u64,
+    /// The usage of every answered request, by token class.
+    pub usage: TokenUsage,
+    /// At the price table; `None` when a model has no price.
+    pub would_cost_micro_usd: Option<u64>,
+    /// Models the price table has no price for.
+    pub unpriced_models: Vec<String>,
+    /// Requests that matched no scenario rule, and the first of them.
+    pub unmatched: u64,
+    pub first_unmatched: Option<Unmatched>,
+    /// Attempts cut off at `max_requests_per_attempt` (`rehearsal_loop`).
+    pub loops: u64,
     pub turns: Vec<Turn>,
+}
+
+/// A request no rule matched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Unmatched {
+    pub turn: u64,
+    pub prompt: String,
 }
 
 /// The requests of one prompt: the one that carried it and any tool-result
@@ -33,6 +56,10 @@ pub struct Turn {
     pub first_request_bytes: u64,
     /// The bytes of the prompt text itself: what was new in this turn.
     pub prompt_bytes: u64,
+    pub usage: TokenUsage,
+    pub would_cost_micro_usd: Option<u64>,
+    /// The attempt passed `max_requests_per_attempt` and was ended as a loop.
+    pub rehearsal_loop: bool,
 }
 
 /// Why a log could not be read.
@@ -59,13 +86,24 @@ struct Line {
     #[serde(default)]
     turn: u64,
     status: Option<u16>,
+    model: Option<String>,
+    usage: Option<TokenUsage>,
+    #[serde(default, rename = "loop")]
+    looped: bool,
+    reply: Option<String>,
 }
 
 /// Sums a request log (one JSON object a line) per task. A log cut off in
 /// the middle of its last line (the server killed while writing) loses only
 /// that line; any other bad line is an error naming it.
-pub fn summarise(log: &str) -> Result<BTreeMap<Option<String>, Traffic>, LogError> {
+pub fn summarise(
+    log: &str,
+    prices: &PriceTable,
+) -> Result<BTreeMap<Option<String>, Traffic>, LogError> {
     let mut tasks: BTreeMap<Option<String>, Traffic> = BTreeMap::new();
+    // Exact sums per task and per turn, rounded once at the end.
+    let mut pico: BTreeMap<Option<String>, (u128, Vec<u128>)> = BTreeMap::new();
+    let mut unpriced: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
     let complete = log.ends_with('\n') || log.is_empty();
     let lines: Vec<&str> = log.lines().collect();
     for (index, text) in lines.iter().enumerate() {
@@ -85,6 +123,7 @@ pub fn summarise(log: &str) -> Result<BTreeMap<Option<String>, Traffic>, LogErro
         if line.api.is_none() {
             continue;
         }
+        let task = line.task.clone();
         let traffic = tasks.entry(line.task).or_default();
         traffic.requests += 1;
         traffic.bytes += line.bytes;
@@ -102,14 +141,61 @@ pub fn summarise(log: &str) -> Result<BTreeMap<Option<String>, Traffic>, LogErro
             traffic.turns.push(Turn {
                 turn: line.turn,
                 first_request_bytes: line.bytes,
-                prompt_bytes: line.prompt_text.map_or(0, |text| text.len() as u64),
+                prompt_bytes: line
+                    .prompt_text
+                    .as_ref()
+                    .map_or(0, |text| text.len() as u64),
                 ..Turn::default()
             });
+        }
+        let unmatched = line.status.is_some() && line.reply.is_none() && !line.looped;
+        if unmatched {
+            traffic.unmatched += 1;
+            traffic.first_unmatched.get_or_insert_with(|| Unmatched {
+                turn: line.turn,
+                prompt: line.prompt_text.clone().unwrap_or_default(),
+            });
+        }
+        let (task_pico, turn_pico) = pico.entry(task.clone()).or_default();
+        if opens_turn {
+            turn_pico.push(0);
         }
         if let Some(turn) = traffic.turns.last_mut() {
             turn.requests += 1;
             turn.bytes += line.bytes;
+            if line.looped && !turn.rehearsal_loop {
+                turn.rehearsal_loop = true;
+                traffic.loops += 1;
+            }
+            if let Some(usage) = &line.usage {
+                turn.usage.add(usage);
+                traffic.usage.add(usage);
+                let model = line.model.clone().unwrap_or_default();
+                match prices.price(&model) {
+                    Some(price) => {
+                        let cost = price.cost_pico_usd(usage);
+                        *task_pico += cost;
+                        if let Some(last) = turn_pico.last_mut() {
+                            *last += cost;
+                        }
+                    }
+                    None => {
+                        unpriced.entry(task).or_default().insert(model);
+                    }
+                }
+            }
         }
+    }
+    for (task, traffic) in &mut tasks {
+        let models = unpriced.remove(task).unwrap_or_default();
+        let (task_pico, turn_pico) = pico.remove(task).unwrap_or_default();
+        if models.is_empty() {
+            traffic.would_cost_micro_usd = Some(micro_usd(task_pico));
+            for (turn, cost) in traffic.turns.iter_mut().zip(turn_pico) {
+                turn.would_cost_micro_usd = Some(micro_usd(cost));
+            }
+        }
+        traffic.unpriced_models = models.into_iter().collect();
     }
     Ok(tasks)
 }
@@ -122,7 +208,9 @@ mod tests {
         serde_json::json!({
             "api": "messages", "task": task, "bytes": bytes, "tokens": bytes / 4,
             "output_tokens": 3, "prompt_text": prompt, "tool_result": tool_result,
-            "turn": turn, "status": 200,
+            "turn": turn, "status": 200, "reply": "message", "model": "claude-sonnet-4-5",
+            "usage": {"fresh_input": 10, "cache_write": 1000, "cache_write_1h": 0,
+                "cache_read": bytes, "output": 3},
         })
         .to_string()
             + "\n"
@@ -138,7 +226,7 @@ mod tests {
             r#"{"api":null,"task":"a","method":"HEAD","bytes":0,"status":200}"#.to_owned() + "\n",
         ]
         .concat();
-        let tasks = summarise(&log).unwrap();
+        let tasks = summarise(&log, &PriceTable::default()).unwrap();
         let a = &tasks[&Some("a".to_owned())];
         assert_eq!(a.requests, 3, "the probe is not an API request");
         assert_eq!(a.bytes, 3700);
@@ -153,14 +241,33 @@ mod tests {
                     requests: 2,
                     bytes: 2200,
                     first_request_bytes: 1000,
-                    prompt_bytes: 14
+                    prompt_bytes: 14,
+                    usage: TokenUsage {
+                        fresh_input: 20,
+                        cache_write: 2000,
+                        cache_write_1h: 0,
+                        cache_read: 2200,
+                        output: 6
+                    },
+                    // 20*3 + 2000*3.75 + 2200*0.3 + 6*15 µ$ (tokens times $ per million)
+                    would_cost_micro_usd: Some(8310),
+                    rehearsal_loop: false,
                 },
                 Turn {
                     turn: 2,
                     requests: 1,
                     bytes: 1500,
                     first_request_bytes: 1500,
-                    prompt_bytes: 6
+                    prompt_bytes: 6,
+                    usage: TokenUsage {
+                        fresh_input: 10,
+                        cache_write: 1000,
+                        cache_write_1h: 0,
+                        cache_read: 1500,
+                        output: 3
+                    },
+                    would_cost_micro_usd: Some(4275),
+                    rehearsal_loop: false,
                 },
             ]
         );
@@ -168,14 +275,41 @@ mod tests {
     }
 
     #[test]
+    fn unmatched_requests_loops_and_unpriced_models_are_reported() {
+        let log = [
+            r#"{"api":"messages","task":"a","turn":1,"status":400,"reply":null,"prompt_text":"do the thing"}"#,
+            r#"{"api":"messages","task":"a","turn":2,"status":400,"reply":null,"prompt_text":"again"}"#,
+            r#"{"api":"responses","task":"a","turn":3,"status":200,"reply":"message","model":"gpt-5.5","usage":{"fresh_input":1,"cache_write":0,"cache_write_1h":0,"cache_read":0,"output":1}}"#,
+            r#"{"api":"responses","task":"a","turn":3,"tool_result":true,"status":400,"reply":"loop","loop":true}"#,
+            r#"{"api":"responses","task":"a","turn":3,"tool_result":true,"status":400,"reply":"loop","loop":true}"#,
+        ]
+        .join("\n")
+            + "\n";
+        let tasks = summarise(&log, &PriceTable::default()).unwrap();
+        let a = &tasks[&Some("a".to_owned())];
+        assert_eq!(a.unmatched, 2);
+        assert_eq!(
+            a.first_unmatched,
+            Some(Unmatched {
+                turn: 1,
+                prompt: "do the thing".to_owned()
+            })
+        );
+        assert_eq!(a.loops, 1, "one attempt ended as a loop");
+        assert!(a.turns[2].rehearsal_loop);
+        assert_eq!(a.unpriced_models, ["gpt-5.5"]);
+        assert_eq!(a.would_cost_micro_usd, None, "no price, no figure");
+    }
+
+    #[test]
     fn failures_count_and_a_torn_last_line_is_dropped() {
         let error = r#"{"api":"responses","task":"a","bytes":10,"turn":1,"status":529}"#;
         let hang = r#"{"api":"responses","task":"a","bytes":10,"turn":2,"status":null}"#;
         let log = format!("{error}\n{hang}\n{{\"api\":\"resp");
-        let tasks = summarise(&log).unwrap();
+        let tasks = summarise(&log, &PriceTable::default()).unwrap();
         assert_eq!(tasks[&Some("a".to_owned())].failed, 2);
         assert_eq!(tasks[&Some("a".to_owned())].requests, 2);
         let bad = format!("{error}\nnot json\n{hang}\n");
-        assert_eq!(summarise(&bad).unwrap_err().line, 2);
+        assert_eq!(summarise(&bad, &PriceTable::default()).unwrap_err().line, 2);
     }
 }

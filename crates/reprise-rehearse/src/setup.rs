@@ -26,6 +26,8 @@ pub enum Client {
     Claude,
     /// Codex: the Responses API through a model provider in its config.
     Codex,
+    /// Gemini CLI: the Gemini API through `GOOGLE_GEMINI_BASE_URL`.
+    Gemini,
     /// Any other command: given both base URLs and dummy keys.
     Command,
 }
@@ -79,6 +81,18 @@ pub fn client_setup(client: Client, server: &str, task: &str, home: &Path) -> Cl
                 env: vec![home_var, (CODEX_KEY_VAR.to_owned(), DUMMY_KEY.to_owned())],
                 files: vec![(config_home.join("config.toml"), config)],
                 config_home: Some(config_home),
+            }
+        }
+        Client::Gemini => {
+            let config_home = home.join(".gemini");
+            ClientSetup {
+                env: vec![
+                    home_var,
+                    ("GOOGLE_GEMINI_BASE_URL".to_owned(), base),
+                    ("GEMINI_API_KEY".to_owned(), DUMMY_KEY.to_owned()),
+                ],
+                config_home: Some(config_home),
+                files: Vec::new(),
             }
         }
         Client::Command => ClientSetup {
