@@ -1084,8 +1084,8 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
             "--price \"3\"",
         ),
         (
-            &["rehearse", "gemini.yaml", "--scenario", "good.yaml"],
-            "task g1 uses gemini",
+            &["rehearse", "gemini.yaml", "--scenario", "bash.yaml"],
+            "bash.yaml:2:20: match.task: the plan has no task docs",
         ),
         (
             &["rehearse", "nothere.yaml", "--scenario", "good.yaml"],
@@ -1144,6 +1144,9 @@ fn rehearse_runs_a_sim_plan_and_reports_traffic_per_task() {
         "{printed}"
     );
     assert!(printed.contains("greet (sim): 0 requests"), "{printed}");
+    // The sim's cost figure is no money spent.
+    assert!(printed.contains("nothing spent: a rehearsal"), "{printed}");
+    assert!(!printed.contains("spent $"), "{printed}");
 }
 
 #[path = "cli/worktrees.rs"]

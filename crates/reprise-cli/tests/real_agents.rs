@@ -862,8 +862,113 @@ fn the_rehearsal_example_passes_with_a_warm_retry() {
         report["requests"], 4,
         "a prompt and a tool result per attempt"
     );
+    let reported = report["reported_cost_micro_usd"].as_u64().unwrap();
+    assert!(reported > 0, "Claude prices it");
+    // reprise's would-cost, from the server's usage and the shipped list,
+    // agrees with Claude Code's own total_cost_usd within 5%.
+    let would = report["would_cost_micro_usd"].as_u64().unwrap();
+    let gap = would.abs_diff(reported);
     assert!(
-        report["reported_cost_micro_usd"].as_u64().unwrap() > 0,
-        "Claude prices it"
+        gap * 20 <= reported,
+        "would cost {would} µ$, Claude Code says {reported} µ$: {}",
+        ran.describe()
+    );
+    // Per attempt too, and the cache was used: Claude Code marks
+    // breakpoints and its second request of an attempt reads the first.
+    for attempt in report["attempts"].as_array().unwrap() {
+        let would = attempt["would_cost_micro_usd"].as_u64().unwrap();
+        let reported = attempt["reported_cost_micro_usd"].as_u64().unwrap();
+        assert!(would.abs_diff(reported) * 20 <= reported, "{attempt}");
+        assert!(
+            attempt["usage"]["cache_read_tokens"].as_u64().unwrap() > 0,
+            "{attempt}"
+        );
+    }
+}
+
+/// A three-step rule (Read, Edit, reply) fixes a file the repository
+/// already has: Claude Code edits only a file its session has read.
+#[test]
+fn claude_fixes_an_existing_file_with_read_edit_reply_steps() {
+    let project = Project::new();
+    fs::write(project.root().join("greet.sh"), "echo hi\n").unwrap();
+    project.git(&["add", "-A"]);
+    project.git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "greet",
+    ]);
+    let plan = "version: 1\nname: steps\ndefaults: { agent: claude, max_retries: 0, timeout: 60s }\n\
+         tasks:\n  - id: fix\n    prompt: \"greet.sh must print hello\"\n    gates:\n\
+         \x20     - { name: says-hello, run: \"grep -qx 'echo hello' greet.sh\", timeout: 30s }\n";
+    let scenario = "rules:\n\
+        \x20 - match: { task: fix }\n\
+        \x20   reply:\n\
+        \x20     steps:\n\
+        \x20       - { tool: Read, input: { file_path: greet.sh } }\n\
+        \x20       - { tool: Edit, input: { file_path: greet.sh, old_string: \"echo hi\", new_string: \"echo hello\" } }\n\
+        \x20       - { text: \"DONE: greet.sh prints hello\" }\n";
+    let ran = project.rehearse(Cli::Claude, plan, scenario);
+    ran.assert_ok();
+    assert_eq!(
+        worktree_file(&project, &ran, "fix", "greet.sh"),
+        "echo hello\n"
+    );
+    let steps: Vec<Value> = ran
+        .requests("fix")
+        .iter()
+        .map(|line| line["step"].clone())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            serde_json::json!(0),
+            serde_json::json!(1),
+            serde_json::json!(2)
+        ],
+        "{}",
+        ran.describe()
+    );
+    // Each tool ran: its result came back in the next request.
+    let results = ran
+        .requests("fix")
+        .iter()
+        .filter(|line| line["tool_result"] == true)
+        .count();
+    assert_eq!(results, 2);
+}
+
+/// A scenario that answers every Codex request with a tool call never lets
+/// the attempt end; the server's request cap does, as `rehearsal_loop`.
+#[test]
+fn codex_endless_tool_loop_ends_at_the_request_cap_as_a_rehearsal_loop() {
+    let project = Project::new();
+    let plan = format!(
+        "version: 1\nname: spin\ndefaults: {{ agent: codex, max_retries: 0, timeout: 120s }}\n\
+         tasks:\n  - id: spin\n    prompt: {PROMPT:?}\n    gates:\n      - {}\n",
+        content_gate()
+    );
+    let scenario = "rules:\n  - reply: { tool: exec_command, input: { cmd: \"true\" } }\n";
+    let ran = project.rehearse(Cli::Codex, &plan, scenario);
+    assert!(!ran.ok());
+    let requests = ran.requests("spin");
+    assert_eq!(
+        requests.len(),
+        51,
+        "50 answered, the 51st refused: {}",
+        ran.describe()
+    );
+    assert_eq!(requests.last().unwrap()["loop"], true);
+    let report = &ran.json["rehearsal"]["tasks"][0];
+    assert_eq!(report["rehearsal_loops"], 1);
+    assert_eq!(
+        report["attempts"][0]["outcome"],
+        "rehearsal_loop",
+        "{}",
+        ran.describe()
     );
 }

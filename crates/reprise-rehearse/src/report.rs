@@ -70,6 +70,15 @@ pub struct LogError {
     pub problem: String,
 }
 
+/// Side calls made before their turn's prompt arrived.
+#[derive(Default)]
+struct Early {
+    requests: u64,
+    bytes: u64,
+    usage: TokenUsage,
+    pico: u128,
+}
+
 /// The fields of a log line this summary reads.
 #[derive(Deserialize)]
 struct Line {
@@ -90,6 +99,8 @@ struct Line {
     usage: Option<TokenUsage>,
     #[serde(default, rename = "loop")]
     looped: bool,
+    #[serde(default)]
+    side: bool,
     reply: Option<String>,
 }
 
@@ -104,6 +115,7 @@ pub fn summarise(
     // Exact sums per task and per turn, rounded once at the end.
     let mut pico: BTreeMap<Option<String>, (u128, Vec<u128>)> = BTreeMap::new();
     let mut unpriced: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
+    let mut pending: BTreeMap<(Option<String>, u64), Early> = BTreeMap::new();
     let complete = log.ends_with('\n') || log.is_empty();
     let lines: Vec<&str> = log.lines().collect();
     for (index, text) in lines.iter().enumerate() {
@@ -132,13 +144,17 @@ pub fn summarise(
         if line.status.is_none_or(|status| status >= 400) {
             traffic.failed += 1;
         }
-        let opens_turn = !line.tool_result
-            || traffic
-                .turns
-                .last()
-                .is_none_or(|turn| turn.turn != line.turn);
+        // A side call (Gemini's router) never opens a turn; one made before
+        // its turn's prompt arrived waits for that turn.
+        let opens_turn = !line.side
+            && (!line.tool_result
+                || traffic
+                    .turns
+                    .last()
+                    .is_none_or(|turn| turn.turn != line.turn));
+        let (task_pico, turn_pico) = pico.entry(task.clone()).or_default();
         if opens_turn {
-            traffic.turns.push(Turn {
+            let mut turn = Turn {
                 turn: line.turn,
                 first_request_bytes: line.bytes,
                 prompt_bytes: line
@@ -146,7 +162,16 @@ pub fn summarise(
                     .as_ref()
                     .map_or(0, |text| text.len() as u64),
                 ..Turn::default()
-            });
+            };
+            let mut cost = 0;
+            if let Some(early) = pending.remove(&(task.clone(), line.turn)) {
+                turn.requests += early.requests;
+                turn.bytes += early.bytes;
+                turn.usage.add(&early.usage);
+                cost += early.pico;
+            }
+            traffic.turns.push(turn);
+            turn_pico.push(cost);
         }
         let unmatched = line.status.is_some() && line.reply.is_none() && !line.looped;
         if unmatched {
@@ -156,33 +181,38 @@ pub fn summarise(
                 prompt: line.prompt_text.clone().unwrap_or_default(),
             });
         }
-        let (task_pico, turn_pico) = pico.entry(task.clone()).or_default();
-        if opens_turn {
-            turn_pico.push(0);
-        }
-        if let Some(turn) = traffic.turns.last_mut() {
-            turn.requests += 1;
-            turn.bytes += line.bytes;
-            if line.looped && !turn.rehearsal_loop {
-                turn.rehearsal_loop = true;
-                traffic.loops += 1;
-            }
-            if let Some(usage) = &line.usage {
-                turn.usage.add(usage);
-                traffic.usage.add(usage);
-                let model = line.model.clone().unwrap_or_default();
-                match prices.price(&model) {
-                    Some(price) => {
-                        let cost = price.cost_pico_usd(usage);
-                        *task_pico += cost;
-                        if let Some(last) = turn_pico.last_mut() {
-                            *last += cost;
-                        }
-                    }
-                    None => {
-                        unpriced.entry(task).or_default().insert(model);
-                    }
+        let mut cost = 0;
+        if let Some(usage) = &line.usage {
+            traffic.usage.add(usage);
+            let model = line.model.clone().unwrap_or_default();
+            match prices.price(&model) {
+                Some(price) => cost = price.cost_pico_usd(usage),
+                None => {
+                    unpriced.entry(task.clone()).or_default().insert(model);
                 }
+            }
+            *task_pico += cost;
+        }
+        let usage = line.usage.unwrap_or_default();
+        match traffic.turns.last_mut() {
+            Some(turn) if turn.turn == line.turn || !line.side => {
+                turn.requests += 1;
+                turn.bytes += line.bytes;
+                turn.usage.add(&usage);
+                if let Some(last) = turn_pico.last_mut() {
+                    *last += cost;
+                }
+                if line.looped && !turn.rehearsal_loop {
+                    turn.rehearsal_loop = true;
+                    traffic.loops += 1;
+                }
+            }
+            _ => {
+                let early = pending.entry((task, line.turn)).or_default();
+                early.requests += 1;
+                early.bytes += line.bytes;
+                early.usage.add(&usage);
+                early.pico += cost;
             }
         }
     }

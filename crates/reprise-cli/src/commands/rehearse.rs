@@ -53,16 +53,14 @@ fn price_table(scenario: &Scenario, prices: &[String]) -> Result<PriceTable, Cli
     Ok(table)
 }
 
-/// The client a task's agent is, or why rehearsal cannot serve it.
-fn client_for(kind: AgentKind) -> Result<Option<Client>, &'static str> {
+/// The client a task's agent is; `None` for one that calls no server.
+fn client_for(kind: AgentKind) -> Option<Client> {
     match kind {
-        AgentKind::Claude => Ok(Some(Client::Claude)),
-        AgentKind::Codex => Ok(Some(Client::Codex)),
-        AgentKind::Command => Ok(Some(Client::Command)),
-        AgentKind::Sim => Ok(None),
-        AgentKind::Gemini => Err(
-            "the scripted server speaks the Anthropic and OpenAI APIs, not Gemini's; rehearse this task with claude, codex or sim",
-        ),
+        AgentKind::Claude => Some(Client::Claude),
+        AgentKind::Codex => Some(Client::Codex),
+        AgentKind::Command => Some(Client::Command),
+        AgentKind::Gemini => Some(Client::Gemini),
+        AgentKind::Sim => None,
     }
 }
 
@@ -79,22 +77,14 @@ pub(crate) fn rehearse(
     let scenario = Scenario::load(scenario_path).map_err(|err| CliError::usage(err.to_string()))?;
     let prices = price_table(&scenario, prices)?;
     let servable = |plan: &Plan| {
-        let mut tasks = Vec::new();
-        for task in plan.tasks() {
-            match client_for(task.agent.kind()) {
-                Err(why) => {
-                    return Err(CliError::usage(format!(
-                        "task {} uses {}: {why}",
-                        task.id,
-                        task.agent.kind()
-                    )));
-                }
-                Ok(client) => tasks.push(PlanTask {
-                    id: task.id.as_str(),
-                    client,
-                }),
-            }
-        }
+        let tasks: Vec<PlanTask<'_>> = plan
+            .tasks()
+            .iter()
+            .map(|task| PlanTask {
+                id: task.id.as_str(),
+                client: client_for(task.agent.kind()),
+            })
+            .collect();
         check(&scenario, &scenario_path.display().to_string(), &tasks)
             .map_err(|err| CliError::usage(err.to_string()))
     };
@@ -118,7 +108,7 @@ pub(crate) fn rehearse(
     let base_url = server.base_url();
     let mut agent_setup = BTreeMap::new();
     for task in prepared.plan.tasks() {
-        let Ok(Some(client)) = client_for(task.agent.kind()) else {
+        let Some(client) = client_for(task.agent.kind()) else {
             continue;
         };
         let home = dir.join("homes").join(task.id.as_str());
@@ -253,10 +243,12 @@ impl TaskReport<'_> {
         })
     }
 
-    fn would_cost(&self, figure: Option<u64>) -> String {
+    /// The would-cost figure; `explain` says which prices are missing.
+    fn would_cost(&self, figure: Option<u64>, explain: bool) -> String {
         match figure {
             Some(micro) => format!("would cost {}", money(micro)),
             None if self.traffic.unpriced_models.is_empty() => "would cost -".to_owned(),
+            None if !explain => "would cost unknown".to_owned(),
             None => format!(
                 "would cost unknown (no price for {}; give --price MODEL=IN/OUT or a prices: entry)",
                 self.traffic.unpriced_models.join(", ")
@@ -341,7 +333,7 @@ fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
             task.traffic.requests,
             task.traffic.bytes,
             usage_text(&task.traffic.usage),
-            task.would_cost(task.traffic.would_cost_micro_usd),
+            task.would_cost(task.traffic.would_cost_micro_usd, true),
         );
         for (index, turn) in task.attempts() {
             let usage = turn.map(|turn| turn.usage).unwrap_or_default();
@@ -359,7 +351,7 @@ fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
                 task.attempt_outcome(index, turn),
                 turn.map_or(0, |turn| turn.requests),
                 usage_text(&usage),
-                task.would_cost(turn.and_then(|turn| turn.would_cost_micro_usd)),
+                task.would_cost(turn.and_then(|turn| turn.would_cost_micro_usd), false),
             );
         }
         if task.traffic.loops > 0 {

@@ -23,6 +23,10 @@
 //! the request says `prompt_cache_retention: "24h"`); a later request
 //! reports the longest cached prefix, in steps of 128 tokens past the first
 //! 1024, as `cached_tokens`, which are part of its `input_tokens`.
+//!
+//! **Gemini.** Implicit caching, the same way as OpenAI's (blocks: the system
+//! instruction, every tool, then every part of every content), reported as
+//! `cachedContentTokenCount` within `promptTokenCount`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -153,6 +157,12 @@ impl Prompt {
         };
         let model = body.get("model").and_then(Value::as_str).unwrap_or("");
         Self::from_blocks(model, blocks.iter(), retention)
+    }
+
+    /// A Gemini `generateContent` request (automatic caching, as OpenAI's).
+    pub(crate) fn gemini(body: &Value, model: &str) -> Self {
+        let blocks = super::gemini::blocks(body);
+        Self::from_blocks(model, blocks.iter(), FIVE_MINUTES)
     }
 
     /// Every input token of the prompt.

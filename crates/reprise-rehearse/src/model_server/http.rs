@@ -41,6 +41,12 @@ impl Sse {
             .push(Bytes::from(format!("event: {event}\ndata: {data}\n\n")));
     }
 
+    /// An unnamed event (Gemini's `alt=sse` stream).
+    pub(crate) fn data(&mut self, data: &Value) {
+        self.events
+            .push(Bytes::from(format!("data: {data}\r\n\r\n")));
+    }
+
     /// The stream as a `200 text/event-stream` response, one frame an event.
     pub(crate) fn response(self) -> Response<Body> {
         let frames = self

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::cache::{InputUsage, Prompt, PromptCache};
+use super::gemini::{self, Call};
 use super::http::{self, Body, MAX_BODY_BYTES};
 use super::messages::{self, Assistant, Summary, output_tokens};
 use super::responses;
@@ -97,12 +98,15 @@ struct TaskState {
     turn_requests: u64,
     /// Per rule, the steps already played in the current turn.
     steps_played: BTreeMap<usize, usize>,
+    /// The current turn's prompt (a side call with another is for the next).
+    prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Api {
     Messages,
     Responses,
+    Gemini,
 }
 
 impl Api {
@@ -110,6 +114,7 @@ impl Api {
         match self {
             Api::Messages => "messages",
             Api::Responses => "responses",
+            Api::Gemini => "gemini",
         }
     }
 }
@@ -303,9 +308,11 @@ impl Shared {
 
     fn answer(&self, seen: &Seen) -> io::Result<Answer> {
         let (task, route) = split_task(&seen.path);
+        let gemini_call = gemini::route(route).filter(|_| seen.method == "POST");
         let api = match (seen.method.as_str(), route) {
             ("POST", "/v1/messages") => Some(Api::Messages),
             ("POST", "/v1/responses") => Some(Api::Responses),
+            _ if gemini_call.is_some() => Some(Api::Gemini),
             _ => None,
         };
         let observed = Observed {
@@ -351,20 +358,73 @@ impl Shared {
             )?;
             return Ok(Answer::Now(error(api, 400, "request body is not json")));
         };
-        let (summary, prompt) = match api {
-            Api::Messages => (messages::summarise(&body), Prompt::messages(&body)),
-            Api::Responses => (responses::summarise(&body), Prompt::responses(&body)),
+        let (summary, prompt) = match (api, &gemini_call) {
+            (Api::Gemini, Some((model, _))) => (
+                gemini::summarise(&body, model),
+                Prompt::gemini(&body, model),
+            ),
+            (Api::Responses, _) => (responses::summarise(&body), Prompt::responses(&body)),
+            _ => (messages::summarise(&body), Prompt::messages(&body)),
         };
         let now = self.now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.requests += 1;
         let number = state.requests;
+        if let Some((model, call)) = gemini_call
+            .as_ref()
+            .filter(|(_, call)| *call != Call::Stream)
+        {
+            // A side call: answered, logged and priced, never a turn.
+            let task_state = state.tasks.entry(observed.task.clone()).or_default();
+            let for_next =
+                summary.prompt_text.is_some() && summary.prompt_text != task_state.prompt;
+            let observed = Observed {
+                prompt_text: summary.prompt_text.clone(),
+                tool_result: true,
+                turn: task_state.turn + u64::from(for_next),
+                ..observed
+            };
+            let input = state.cache.openai(&prompt, now);
+            drop(state);
+            let (body, usage) = if *call == Call::CountTokens {
+                (json!({"totalTokens": prompt.total_tokens()}), None)
+            } else {
+                let usage = TokenUsage {
+                    fresh_input: input.fresh,
+                    cache_read: input.cache_read,
+                    output: 1,
+                    ..TokenUsage::default()
+                };
+                (gemini::side_reply(model, &input), Some(usage))
+            };
+            let outcome = Outcome {
+                reply: Some("side"),
+                status: Some(200),
+                usage,
+                ..Outcome::default()
+            };
+            if let Some(dir) = &self.bodies {
+                std::fs::write(dir.join(format!("{number:06}.json")), &seen.body)?;
+            }
+            let total = prompt.total_tokens();
+            self.record(
+                seen,
+                Some(api),
+                &summary,
+                &observed,
+                Some(number),
+                &outcome,
+                total,
+            )?;
+            return Ok(Answer::Now(http::json(200, body.to_string().into_bytes())));
+        }
         let tool_result = summary.last_user_text.is_none();
         let task_state = state.tasks.entry(observed.task.clone()).or_default();
         if !tool_result {
             task_state.turn += 1;
             task_state.turn_requests = 0;
             task_state.steps_played.clear();
+            task_state.prompt.clone_from(&summary.prompt_text);
         }
         task_state.turn_requests += 1;
         let observed = Observed {
@@ -422,7 +482,7 @@ impl Shared {
                 let step = &steps[index];
                 let input = match api {
                     Api::Messages => state.cache.anthropic(&prompt, now),
-                    Api::Responses => state.cache.openai(&prompt, now),
+                    Api::Responses | Api::Gemini => state.cache.openai(&prompt, now),
                 };
                 outcome.reply = Some("message");
                 outcome.status = Some(200);
@@ -484,6 +544,7 @@ impl Shared {
             "reply": outcome.reply,
             "status": outcome.status,
             "loop": outcome.looped,
+            "side": outcome.reply == Some("side"),
             "usage": outcome.usage,
             "output_tokens": outcome.usage.map(|usage| usage.output),
         });
@@ -507,6 +568,7 @@ fn error(api: Api, status: u16, message: &str) -> Response<Body> {
     let body = match api {
         Api::Messages => messages::error_body(status, message),
         Api::Responses => responses::error_body(status, message),
+        Api::Gemini => gemini::error_body(status, message),
     };
     http::json(status, body.to_string().into_bytes())
 }
@@ -532,5 +594,6 @@ fn reply(
         (Api::Messages, true) => assistant.stream().response(),
         (Api::Messages, false) => http::json(200, assistant.message().to_string().into_bytes()),
         (Api::Responses, _) => responses::stream(&assistant).response(),
+        (Api::Gemini, _) => gemini::stream(&assistant).response(),
     }
 }
