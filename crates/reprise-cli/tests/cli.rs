@@ -1149,6 +1149,39 @@ fn rehearse_runs_a_sim_plan_and_reports_traffic_per_task() {
     assert!(!printed.contains("spent $"), "{printed}");
 }
 
+#[test]
+fn rehearse_counts_requests_no_rule_matched_and_shows_the_first() {
+    let env = Env::new();
+    // A command agent that asks the server twice, as a CLI would.
+    let ask = r#"for q in 'hello there' 'and again'; do curl -s -X POST "$ANTHROPIC_BASE_URL/v1/messages" -d "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"$q\"}]}"; done; echo asked"#;
+    let plan = format!(
+        "version: 1\nname: ask\ndefaults: {{ agent: command, sandbox: none, timeout: 30s }}\ntasks:\n  - id: ask\n    prompt: p\n    command: [\"sh\", \"-c\", {ask:?}]\n"
+    );
+    fs::write(env.project().join("plan.yaml"), plan).unwrap();
+    fs::write(
+        env.project().join("scenario.yaml"),
+        "rules:\n  - match: { turn: 9 }\n    reply: { text: never }\n",
+    )
+    .unwrap();
+    let output = env.run(&["rehearse", "plan.yaml", "--scenario", "scenario.yaml"]);
+    let printed = stdout(&output);
+    assert!(
+        printed.contains("2 requests matched no rule; first: task ask turn 1, \"hello there\""),
+        "{printed}\n{}",
+        stderr(&output)
+    );
+    let output = env.run(&[
+        "rehearse",
+        "plan.yaml",
+        "--scenario",
+        "scenario.yaml",
+        "--json",
+    ]);
+    let report = &json_of(&output)["rehearsal"]["tasks"][0];
+    assert_eq!(report["unmatched_requests"], 2);
+    assert_eq!(report["first_unmatched"]["prompt"], "hello there");
+}
+
 #[path = "cli/worktrees.rs"]
 mod worktrees;
 

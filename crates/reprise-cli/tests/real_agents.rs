@@ -1,10 +1,10 @@
-//! The real Claude Code and Codex CLIs, driven by `reprise rehearse` against
+//! The real Claude Code, Codex and Gemini CLIs, driven by `reprise rehearse` against
 //! the scripted model server on loopback: real sessions, real tool loops,
 //! real transcripts, no network.
 //!
 //! The CLIs are the pinned npm packages `scripts/install-agent-clis` puts in
 //! `.tools/` (`./scripts/test` runs it first); `REPRISE_AGENT_CLIS_BIN` names
-//! another directory holding `claude` and `codex`. A missing CLI fails the
+//! another directory holding `claude`, `codex` and `gemini`. A missing CLI fails the
 //! test: it is never skipped.
 //!
 //! Things that must happen between two attempts (a transcript deleted, the
@@ -25,6 +25,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_reprise");
 enum Cli {
     Claude,
     Codex,
+    Gemini,
 }
 
 impl Cli {
@@ -32,6 +33,7 @@ impl Cli {
         match self {
             Cli::Claude => "claude",
             Cli::Codex => "codex",
+            Cli::Gemini => "gemini",
         }
     }
 
@@ -67,6 +69,10 @@ impl Cli {
             Cli::Codex => {
                 format!("{{ tool: exec_command, input: {{ cmd: {command:?} }} }}")
             }
+            // Gemini's write_file creates or overwrites.
+            Cli::Gemini => format!(
+                "{{ text: \"Writing {file}.\", tool: write_file, input: {{ file_path: {file}, content: {content:?} }} }}"
+            ),
         }
     }
 
@@ -75,6 +81,7 @@ impl Cli {
         match self {
             Cli::Claude => ".claude/projects/*/*.jsonl",
             Cli::Codex => ".codex/sessions/*/*/*/rollout-*.jsonl",
+            Cli::Gemini => ".gemini/tmp/*/chats/*.jsonl",
         }
     }
 }
@@ -243,7 +250,8 @@ impl Rehearsal {
             .unwrap()
             .lines()
             .map(|line| serde_json::from_str::<Value>(line).unwrap())
-            .filter(|line| line["task"] == task && !line["api"].is_null())
+            // Gemini's side calls (its model router) are not the conversation.
+            .filter(|line| line["task"] == task && !line["api"].is_null() && line["side"] != true)
             .collect()
     }
 
@@ -317,6 +325,23 @@ fn new_user_texts(cli: Cli, body: &Value) -> Vec<String> {
                 .map(str::to_owned)
                 .collect()
         }
+        Cli::Gemini => {
+            let last_user = body["contents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|content| content["role"] == "user")
+                .unwrap();
+            last_user["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|part| part["text"].as_str())
+                .filter(|text| !text.trim_start().starts_with("<session_context>"))
+                .map(str::to_owned)
+                .collect()
+        }
     }
 }
 
@@ -325,6 +350,7 @@ fn items(cli: Cli, body: &Value) -> Vec<Value> {
     let key = match cli {
         Cli::Claude => "messages",
         Cli::Codex => "input",
+        Cli::Gemini => "contents",
     };
     body[key].as_array().unwrap().clone()
 }
@@ -460,6 +486,11 @@ fn codex_warm_retry_resumes_the_same_session_with_only_the_instruction() {
     warm_retry_resumes_the_same_session_with_only_the_instruction(Cli::Codex);
 }
 
+#[test]
+fn gemini_warm_retry_resumes_the_same_session_with_only_the_instruction() {
+    warm_retry_resumes_the_same_session_with_only_the_instruction(Cli::Gemini);
+}
+
 fn fork_leaves_the_original_transcript_byte_identical(cli: Cli) {
     let project = Project::new();
     // Between the attempts a gate copies every transcript aside.
@@ -575,6 +606,11 @@ fn claude_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
 #[test]
 fn codex_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
     cold_retry_quotes_the_judged_reply_and_not_the_predicate(Cli::Codex);
+}
+
+#[test]
+fn gemini_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
+    cold_retry_quotes_the_judged_reply_and_not_the_predicate(Cli::Gemini);
 }
 
 /// A gate that deletes the task's transcripts from the CLI's store once (and
