@@ -7,8 +7,9 @@
 use crate::model_server::{Position, Scenario, ScenarioError};
 use crate::setup::Client;
 
-/// The tools each CLI offers its model, as the pinned versions send them
-/// (`scripts/install-agent-clis`; checked against kept request bodies).
+/// The tools each CLI offers its model: what the pinned versions
+/// (`scripts/install-agent-clis`) sent in kept request bodies, then the
+/// other built-in tools their code names.
 pub fn tools(client: Client) -> Option<&'static [&'static str]> {
     match client {
         // 2.1.197 sends the first 24 (seen in kept bodies); the rest it
@@ -46,37 +47,46 @@ pub fn tools(client: Client) -> Option<&'static [&'static str]> {
             "EnterPlanMode",
             "ExitPlanMode",
         ]),
+        // 0.171 sends the first ten; the rest it offers in other modes.
         Client::Codex => Some(&[
             "exec_command",
             "write_stdin",
-            "shell",
+            "request_user_input",
             "apply_patch",
-            "update_plan",
             "view_image",
+            "get_goal",
+            "create_goal",
+            "update_goal",
+            "tool_search",
             "web_search",
+            "shell",
+            "update_plan",
             "list_mcp_resources",
             "list_mcp_resource_templates",
             "read_mcp_resource",
         ]),
+        // 0.61 sends the first eleven under `--approval-mode auto_edit`;
+        // the rest are its other built-in tools.
         Client::Gemini => Some(&[
-            "read_file",
-            "read_many_files",
-            "write_file",
-            "replace",
-            "run_shell_command",
-            "glob",
-            "grep_search",
+            "update_topic",
             "list_directory",
+            "read_file",
+            "grep_search",
+            "glob",
+            "replace",
+            "write_file",
             "web_fetch",
             "google_web_search",
+            "enter_plan_mode",
+            "invoke_agent",
+            "read_many_files",
+            "run_shell_command",
             "write_todos",
             "save_memory",
             "activate_skill",
             "ask_user",
-            "enter_plan_mode",
             "exit_plan_mode",
             "complete_task",
-            "invoke_agent",
             "get_internal_docs",
             "list_mcp_resources",
             "read_mcp_resource",

@@ -417,7 +417,7 @@ pub(crate) fn serve(
         let _ = writeln!(stderr, "listening on {url}");
         let _ = writeln!(
             stderr,
-            "point a client at it: ANTHROPIC_BASE_URL={url} (Claude Code), a Responses provider at {url}/v1 (Codex); Ctrl-C stops"
+            "point a client at it: ANTHROPIC_BASE_URL={url} (Claude Code), a Responses provider at {url}/v1 (Codex), GOOGLE_GEMINI_BASE_URL={url} with the gemini-api-key auth type (Gemini CLI); Ctrl-C stops"
         );
     }
     let stop = Arc::new(AtomicBool::new(false));
