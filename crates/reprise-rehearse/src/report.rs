@@ -332,6 +332,37 @@ mod tests {
     }
 
     #[test]
+    fn a_side_call_before_its_prompt_is_counted_in_that_prompts_turn() {
+        let usage = r#""usage":{"fresh_input":100,"cache_write":0,"cache_write_1h":0,"cache_read":0,"output":1}"#;
+        let line = |turn: u64, tool_result: bool, side: bool| {
+            format!(
+                r#"{{"api":"gemini","task":"g","turn":{turn},"tool_result":{tool_result},"side":{side},"status":200,"reply":"{}","model":"claude-haiku-4-5",{usage}}}"#,
+                if side { "side" } else { "message" }
+            )
+        };
+        let log = [
+            line(1, true, true),
+            line(1, false, false),
+            line(1, true, false),
+            line(2, true, true),
+            line(2, false, false),
+        ]
+        .join("\n")
+            + "\n";
+        let tasks = summarise(&log, &PriceTable::default()).unwrap();
+        let g = &tasks[&Some("g".to_owned())];
+        let turns: Vec<(u64, u64, u64)> = g
+            .turns
+            .iter()
+            .map(|turn| (turn.turn, turn.requests, turn.usage.fresh_input))
+            .collect();
+        assert_eq!(turns, [(1, 3, 300), (2, 2, 200)]);
+        // 100 fresh at $1 and 1 out at $5 per million, five times.
+        assert_eq!(g.would_cost_micro_usd, Some(525));
+        assert_eq!(g.turns[1].would_cost_micro_usd, Some(210));
+    }
+
+    #[test]
     fn failures_count_and_a_torn_last_line_is_dropped() {
         let error = r#"{"api":"responses","task":"a","bytes":10,"turn":1,"status":529}"#;
         let hang = r#"{"api":"responses","task":"a","bytes":10,"turn":2,"status":null}"#;

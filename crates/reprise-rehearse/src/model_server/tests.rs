@@ -786,3 +786,114 @@ fn the_second_request_reads_the_cached_prefix_until_the_lifetime_ends() {
     assert_eq!(log[1]["usage"]["cache_read"], written);
     assert_eq!(log[1]["usage"]["cache_write"], new_part);
 }
+
+#[test]
+fn responses_reports_a_repeated_prefix_as_cached_input_tokens() {
+    let scenario = Scenario::from_yaml("rules:\n  - reply: { text: ok }\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let request = |prompts: &[&str]| {
+        let input: Vec<Value> = prompts
+            .iter()
+            .map(|prompt| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}))
+            .collect();
+        json!({"model": "gpt-test", "stream": true, "instructions": "i".repeat(12_000), "input": input})
+    };
+    let usage = |body: &Value| {
+        let events = events(&post(&server, "/v1/responses", body).body);
+        events.last().unwrap().1["response"]["usage"].clone()
+    };
+    let first = usage(&request(&["first"]));
+    assert_eq!(first["input_tokens_details"]["cached_tokens"], 0);
+    let second = usage(&request(&["first", "second"]));
+    let cached = second["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached >= 1024 && (cached - 1024) % 128 == 0, "{second}");
+    assert!(cached <= first["input_tokens"].as_u64().unwrap());
+    assert!(
+        second["input_tokens"].as_u64().unwrap() > cached,
+        "cached tokens are part of the input"
+    );
+}
+
+#[test]
+fn gemini_streams_text_and_a_function_call_and_side_calls_are_not_turns() {
+    let scenario = Scenario::from_yaml(
+        "rules:\n  - match: { turn: 1, tool_result: false }\n    reply: { text: \"Writing it.\", tool: write_file, input: { file_path: a.txt, content: hi } }\n  - match: { turn: 1, tool_result: true }\n    reply: { text: DONE }\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let prompt = json!({"role": "user", "parts": [{"text": "<session_context>ctx</session_context>"}, {"text": "write a.txt"}]});
+    // The router's side call comes first; it is answered `{}`.
+    let side = post(
+        &server,
+        "/t/g/v1beta/models/flash-lite:generateContent",
+        &json!({"contents": [prompt]}),
+    );
+    assert_eq!(side.status, 200);
+    let side: Value = serde_json::from_str(&side.body).unwrap();
+    assert_eq!(side["candidates"][0]["content"]["parts"][0]["text"], "{}");
+    let stream = post(
+        &server,
+        "/t/g/v1beta/models/pro:streamGenerateContent?alt=sse",
+        &json!({"contents": [prompt], "systemInstruction": {"parts": [{"text": "be brief"}]}}),
+    );
+    assert_eq!(stream.status, 200);
+    assert!(stream.head.contains("content-type: text/event-stream"));
+    let chunks: Vec<Value> = stream
+        .body
+        .split("\r\n\r\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    assert_eq!(chunks.len(), 2, "the text, then the call");
+    assert_eq!(
+        chunks[0]["candidates"][0]["content"]["parts"][0]["text"],
+        "Writing it."
+    );
+    let call = &chunks[1]["candidates"][0]["content"]["parts"][0]["functionCall"];
+    assert_eq!(call["name"], "write_file");
+    assert_eq!(call["args"], json!({"file_path": "a.txt", "content": "hi"}));
+    assert_eq!(chunks[1]["candidates"][0]["finishReason"], "STOP");
+    assert!(
+        chunks[1]["usageMetadata"]["promptTokenCount"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // The function's response is a follow-up in the same turn.
+    let follow_up = json!({"contents": [prompt,
+        {"role": "model", "parts": [{"functionCall": {"name": "write_file", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "write_file", "response": {"output": "ok"}}}]}]});
+    let done = post(
+        &server,
+        "/t/g/v1beta/models/pro:streamGenerateContent?alt=sse",
+        &follow_up,
+    );
+    assert!(done.body.contains("\"text\":\"DONE\""), "{}", done.body);
+    drop(server);
+    let log = read_log(dir.path());
+    let seen: Vec<(Value, Value, Value)> = log
+        .iter()
+        .map(|line| {
+            (
+                line["side"].clone(),
+                line["turn"].clone(),
+                line["tool_result"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (json!(true), json!(1), json!(true)),
+            (json!(false), json!(1), json!(false)),
+            (json!(false), json!(1), json!(true)),
+        ],
+        "the side call is for the first turn and does not open it"
+    );
+    assert_eq!(log[1]["prompt_text"], "write a.txt");
+    assert_eq!(log[1]["model"], "pro");
+}
