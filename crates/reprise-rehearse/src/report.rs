@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model_server::LOG_FORMAT;
 use crate::pricing::{PriceTable, TokenUsage, micro_usd};
 
 /// One task's traffic (or the traffic of requests that named no task).
@@ -82,6 +83,9 @@ struct Early {
 /// The fields of a log line this summary reads.
 #[derive(Deserialize)]
 struct Line {
+    /// Absent in logs written before the format was numbered (format 1).
+    #[serde(default)]
+    format: u32,
     api: Option<String>,
     task: Option<String>,
     #[serde(default)]
@@ -132,6 +136,15 @@ pub fn summarise(
                 });
             }
         };
+        if line.format > LOG_FORMAT {
+            return Err(LogError {
+                line: index + 1,
+                problem: format!(
+                    "format {} is newer than this reprise reads ({LOG_FORMAT}): upgrade reprise",
+                    line.format
+                ),
+            });
+        }
         if line.api.is_none() {
             continue;
         }
@@ -370,6 +383,14 @@ mod tests {
         let tasks = summarise(&log, &PriceTable::default()).unwrap();
         assert_eq!(tasks[&Some("a".to_owned())].failed, 2);
         assert_eq!(tasks[&Some("a".to_owned())].requests, 2);
+        let newer = r#"{"format":2,"api":"messages","task":"a"}"#;
+        let message = summarise(&format!("{error}\n{newer}\n"), &PriceTable::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "request log line 2: format 2 is newer than this reprise reads (1): upgrade reprise"
+        );
         let bad = format!("{error}\nnot json\n{hang}\n");
         assert_eq!(summarise(&bad, &PriceTable::default()).unwrap_err().line, 2);
     }

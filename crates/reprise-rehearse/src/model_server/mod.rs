@@ -22,4 +22,4 @@ pub use scenario::{
     DEFAULT_MAX_REQUESTS_PER_ATTEMPT, ErrorReply, Match, Position, Reply, Rule, Scenario, Step,
     ToolCall,
 };
-pub use server::{ManualClock, ModelServer, ServerOptions};
+pub use server::{LOG_FORMAT, ManualClock, ModelServer, ServerOptions};

@@ -32,6 +32,9 @@ use super::responses;
 use super::scenario::{Observed, Reply, Scenario, Step};
 use crate::pricing::TokenUsage;
 
+/// The request log's line format; readers refuse a newer one.
+pub const LOG_FORMAT: u32 = 1;
+
 /// A client that sends nothing must not hold a connection forever.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -523,6 +526,7 @@ impl Shared {
         input_tokens: u64,
     ) -> io::Result<()> {
         let line = json!({
+            "format": LOG_FORMAT,
             "request": number,
             "method": seen.method,
             "task": observed.task,
