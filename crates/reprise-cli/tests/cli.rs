@@ -1050,7 +1050,7 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
         ),
         (
             &["rehearse", "plan.yaml", "--scenario", "unknown.yaml"],
-            "unknown.yaml:3:5: yaml: unknown field `matchh`",
+            "unknown.yaml:3:5: yaml: unknown field `matchh`, expected one of match, reply\n",
         ),
         (
             &["rehearse", "codex.yaml", "--scenario", "stranger.yaml"],

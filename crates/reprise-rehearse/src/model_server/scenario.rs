@@ -236,6 +236,11 @@ impl Scenario {
                 .map_or_else(Position::default, |location| Position::of(&location));
             let message = error.without_snippet().to_string();
             let message = message.lines().next().unwrap_or("").trim();
+            // The position is already in front.
+            let message = message
+                .rfind(" at line ")
+                .filter(|cut| message[*cut..].contains(", column "))
+                .map_or(message, |cut| &message[..cut]);
             problem(at, "yaml", message.to_owned())
         })?;
         if let Some(found) = parsed.version
