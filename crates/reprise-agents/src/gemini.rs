@@ -5,7 +5,10 @@
 //!
 //! Checked against `@google/gemini-cli` 0.61.0 offline (`--help`, an auth
 //! failure, an unknown session, an untrusted folder); the recorded outputs
-//! are the test vectors in `testdata/gemini/`.
+//! are the test vectors in `testdata/gemini/`. The real CLI is also driven
+//! through rehearsal's scripted Gemini API (`GOOGLE_GEMINI_BASE_URL`): a new
+//! session, a warm `--resume` of it that carries the earlier turns, and a
+//! cold retry (`reprise-cli/tests/real_agents.rs`).
 //!
 //! The invocation, for a prompt P:
 //!

@@ -170,10 +170,11 @@ pub(crate) struct RehearseArgs {
     /// A retry budget (overrides the plan's `retry_budget`).
     #[arg(long, value_name = "SPEC")]
     pub(crate) retry_budget: Option<String>,
-    /// Dollars per million input/output tokens, to price agents that report
-    /// no cost of their own (e.g. `3/15`).
-    #[arg(long, value_name = "IN/OUT")]
-    pub(crate) price: Option<String>,
+    /// Dollars per million tokens for the would-cost figures, over the
+    /// shipped list and the scenario's `prices:`: `IN/OUT[/WRITE/READ]` for
+    /// every model, or `MODEL=IN/OUT[/WRITE/READ]` for one (repeatable).
+    #[arg(long, value_name = "[MODEL=]IN/OUT")]
+    pub(crate) price: Vec<String>,
     /// Keep every request body the agents sent, beside the request log.
     #[arg(long)]
     pub(crate) keep_requests: bool,

@@ -1017,14 +1017,60 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
         "version: 1\nname: g\ntasks:\n  - { id: g1, prompt: p, agent: gemini }\n",
     )
     .unwrap();
+    fs::write(
+        env.project().join("codex.yaml"),
+        "version: 1\nname: c\ntasks:\n  - { id: fix, prompt: p, agent: codex }\n  - { id: docs, prompt: p, agent: claude }\n",
+    )
+    .unwrap();
+    for (name, text) in [
+        ("empty.yaml", "version: 1\nrules: []\n"),
+        (
+            "unknown.yaml",
+            "rules:\n  - reply: { text: hi }\n    matchh: { turn: 1 }\n",
+        ),
+        (
+            "stranger.yaml",
+            "rules:\n  - match: { task: fix }\n    reply: { text: hi }\n  - match: { task: nobody }\n    reply: { text: hi }\n  - reply: { text: hi }\n",
+        ),
+        (
+            "unanswered.yaml",
+            "rules:\n  - match: { task: fix }\n    reply: { text: hi }\n",
+        ),
+        (
+            "bash.yaml",
+            "rules:\n  - match: { task: docs }\n    reply: { text: hi }\n  - reply: { tool: Bash, input: { command: ls } }\n",
+        ),
+    ] {
+        fs::write(env.project().join(name), text).unwrap();
+    }
     let cases: &[(&[&str], &str)] = &[
+        (
+            &["rehearse", "plan.yaml", "--scenario", "empty.yaml"],
+            "empty.yaml:2:8: rules: the list is empty",
+        ),
+        (
+            &["rehearse", "plan.yaml", "--scenario", "unknown.yaml"],
+            "unknown.yaml:3:5: yaml: unknown field `matchh`, expected one of match, reply\n",
+        ),
+        (
+            &["rehearse", "codex.yaml", "--scenario", "stranger.yaml"],
+            "stranger.yaml:4:20: match.task: the plan has no task nobody",
+        ),
+        (
+            &["rehearse", "codex.yaml", "--scenario", "unanswered.yaml"],
+            "unanswered.yaml:2:3: rules: no rule can answer task docs",
+        ),
+        (
+            &["rehearse", "codex.yaml", "--scenario", "bash.yaml"],
+            "bash.yaml:4:20: reply.tool: codex (task fix) offers no tool Bash",
+        ),
         (
             &["rehearse", "plan.yaml", "--scenario", "missing.yaml"],
             "cannot read scenario",
         ),
         (
             &["rehearse", "plan.yaml", "--scenario", "ambiguous.yaml"],
-            "scenario rule 0",
+            "ambiguous.yaml:2:5: reply: a reply needs exactly one of",
         ),
         (
             &[
@@ -1038,8 +1084,8 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
             "--price \"3\"",
         ),
         (
-            &["rehearse", "gemini.yaml", "--scenario", "good.yaml"],
-            "task g1 uses gemini",
+            &["rehearse", "gemini.yaml", "--scenario", "bash.yaml"],
+            "bash.yaml:2:20: match.task: the plan has no task docs",
         ),
         (
             &["rehearse", "nothere.yaml", "--scenario", "good.yaml"],
@@ -1048,7 +1094,7 @@ fn rehearse_refuses_bad_input_with_one_line_and_writes_nothing() {
         (&["rehearse", "plan.yaml"], "--scenario"),
         (
             &["rehearse", "serve", "--scenario", "ambiguous.yaml"],
-            "scenario rule 0",
+            "ambiguous.yaml:2:5: reply:",
         ),
     ];
     for initialised in [false, true] {
@@ -1098,6 +1144,42 @@ fn rehearse_runs_a_sim_plan_and_reports_traffic_per_task() {
         "{printed}"
     );
     assert!(printed.contains("greet (sim): 0 requests"), "{printed}");
+    // The sim's cost figure is no money spent.
+    assert!(printed.contains("nothing spent: a rehearsal"), "{printed}");
+    assert!(!printed.contains("spent $"), "{printed}");
+}
+
+#[test]
+fn rehearse_counts_requests_no_rule_matched_and_shows_the_first() {
+    let env = Env::new();
+    // A command agent that asks the server twice, as a CLI would.
+    let ask = r#"for q in 'hello there' 'and again'; do curl -s -X POST "$ANTHROPIC_BASE_URL/v1/messages" -d "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"$q\"}]}"; done; echo asked"#;
+    let plan = format!(
+        "version: 1\nname: ask\ndefaults: {{ agent: command, sandbox: none, timeout: 30s }}\ntasks:\n  - id: ask\n    prompt: p\n    command: [\"sh\", \"-c\", {ask:?}]\n"
+    );
+    fs::write(env.project().join("plan.yaml"), plan).unwrap();
+    fs::write(
+        env.project().join("scenario.yaml"),
+        "rules:\n  - match: { turn: 9 }\n    reply: { text: never }\n",
+    )
+    .unwrap();
+    let output = env.run(&["rehearse", "plan.yaml", "--scenario", "scenario.yaml"]);
+    let printed = stdout(&output);
+    assert!(
+        printed.contains("2 requests matched no rule; first: task ask turn 1, \"hello there\""),
+        "{printed}\n{}",
+        stderr(&output)
+    );
+    let output = env.run(&[
+        "rehearse",
+        "plan.yaml",
+        "--scenario",
+        "scenario.yaml",
+        "--json",
+    ]);
+    let report = &json_of(&output)["rehearsal"]["tasks"][0];
+    assert_eq!(report["unmatched_requests"], 2);
+    assert_eq!(report["first_unmatched"]["prompt"], "hello there");
 }
 
 #[path = "cli/worktrees.rs"]

@@ -1,10 +1,10 @@
-//! The real Claude Code and Codex CLIs, driven by `reprise rehearse` against
+//! The real Claude Code, Codex and Gemini CLIs, driven by `reprise rehearse` against
 //! the scripted model server on loopback: real sessions, real tool loops,
 //! real transcripts, no network.
 //!
 //! The CLIs are the pinned npm packages `scripts/install-agent-clis` puts in
 //! `.tools/` (`./scripts/test` runs it first); `REPRISE_AGENT_CLIS_BIN` names
-//! another directory holding `claude` and `codex`. A missing CLI fails the
+//! another directory holding `claude`, `codex` and `gemini`. A missing CLI fails the
 //! test: it is never skipped.
 //!
 //! Things that must happen between two attempts (a transcript deleted, the
@@ -25,6 +25,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_reprise");
 enum Cli {
     Claude,
     Codex,
+    Gemini,
 }
 
 impl Cli {
@@ -32,6 +33,7 @@ impl Cli {
         match self {
             Cli::Claude => "claude",
             Cli::Codex => "codex",
+            Cli::Gemini => "gemini",
         }
     }
 
@@ -67,6 +69,10 @@ impl Cli {
             Cli::Codex => {
                 format!("{{ tool: exec_command, input: {{ cmd: {command:?} }} }}")
             }
+            // Gemini's write_file creates or overwrites.
+            Cli::Gemini => format!(
+                "{{ text: \"Writing {file}.\", tool: write_file, input: {{ file_path: {file}, content: {content:?} }} }}"
+            ),
         }
     }
 
@@ -75,6 +81,7 @@ impl Cli {
         match self {
             Cli::Claude => ".claude/projects/*/*.jsonl",
             Cli::Codex => ".codex/sessions/*/*/*/rollout-*.jsonl",
+            Cli::Gemini => ".gemini/tmp/*/chats/*.jsonl",
         }
     }
 }
@@ -243,7 +250,8 @@ impl Rehearsal {
             .unwrap()
             .lines()
             .map(|line| serde_json::from_str::<Value>(line).unwrap())
-            .filter(|line| line["task"] == task && !line["api"].is_null())
+            // Gemini's side calls (its model router) are not the conversation.
+            .filter(|line| line["task"] == task && !line["api"].is_null() && line["side"] != true)
             .collect()
     }
 
@@ -317,6 +325,23 @@ fn new_user_texts(cli: Cli, body: &Value) -> Vec<String> {
                 .map(str::to_owned)
                 .collect()
         }
+        Cli::Gemini => {
+            let last_user = body["contents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|content| content["role"] == "user")
+                .unwrap();
+            last_user["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|part| part["text"].as_str())
+                .filter(|text| !text.trim_start().starts_with("<session_context>"))
+                .map(str::to_owned)
+                .collect()
+        }
     }
 }
 
@@ -325,6 +350,7 @@ fn items(cli: Cli, body: &Value) -> Vec<Value> {
     let key = match cli {
         Cli::Claude => "messages",
         Cli::Codex => "input",
+        Cli::Gemini => "contents",
     };
     body[key].as_array().unwrap().clone()
 }
@@ -460,6 +486,11 @@ fn codex_warm_retry_resumes_the_same_session_with_only_the_instruction() {
     warm_retry_resumes_the_same_session_with_only_the_instruction(Cli::Codex);
 }
 
+#[test]
+fn gemini_warm_retry_resumes_the_same_session_with_only_the_instruction() {
+    warm_retry_resumes_the_same_session_with_only_the_instruction(Cli::Gemini);
+}
+
 fn fork_leaves_the_original_transcript_byte_identical(cli: Cli) {
     let project = Project::new();
     // Between the attempts a gate copies every transcript aside.
@@ -575,6 +606,11 @@ fn claude_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
 #[test]
 fn codex_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
     cold_retry_quotes_the_judged_reply_and_not_the_predicate(Cli::Codex);
+}
+
+#[test]
+fn gemini_cold_retry_quotes_the_judged_reply_and_not_the_predicate() {
+    cold_retry_quotes_the_judged_reply_and_not_the_predicate(Cli::Gemini);
 }
 
 /// A gate that deletes the task's transcripts from the CLI's store once (and
@@ -862,8 +898,113 @@ fn the_rehearsal_example_passes_with_a_warm_retry() {
         report["requests"], 4,
         "a prompt and a tool result per attempt"
     );
+    let reported = report["reported_cost_micro_usd"].as_u64().unwrap();
+    assert!(reported > 0, "Claude prices it");
+    // reprise's would-cost, from the server's usage and the shipped list,
+    // agrees with Claude Code's own total_cost_usd within 5%.
+    let would = report["would_cost_micro_usd"].as_u64().unwrap();
+    let gap = would.abs_diff(reported);
     assert!(
-        report["reported_cost_micro_usd"].as_u64().unwrap() > 0,
-        "Claude prices it"
+        gap * 20 <= reported,
+        "would cost {would} µ$, Claude Code says {reported} µ$: {}",
+        ran.describe()
+    );
+    // Per attempt too, and the cache was used: Claude Code marks
+    // breakpoints and its second request of an attempt reads the first.
+    for attempt in report["attempts"].as_array().unwrap() {
+        let would = attempt["would_cost_micro_usd"].as_u64().unwrap();
+        let reported = attempt["reported_cost_micro_usd"].as_u64().unwrap();
+        assert!(would.abs_diff(reported) * 20 <= reported, "{attempt}");
+        assert!(
+            attempt["usage"]["cache_read_tokens"].as_u64().unwrap() > 0,
+            "{attempt}"
+        );
+    }
+}
+
+/// A three-step rule (Read, Edit, reply) fixes a file the repository
+/// already has: Claude Code edits only a file its session has read.
+#[test]
+fn claude_fixes_an_existing_file_with_read_edit_reply_steps() {
+    let project = Project::new();
+    fs::write(project.root().join("greet.sh"), "echo hi\n").unwrap();
+    project.git(&["add", "-A"]);
+    project.git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "greet",
+    ]);
+    let plan = "version: 1\nname: steps\ndefaults: { agent: claude, max_retries: 0, timeout: 60s }\n\
+         tasks:\n  - id: fix\n    prompt: \"greet.sh must print hello\"\n    gates:\n\
+         \x20     - { name: says-hello, run: \"grep -qx 'echo hello' greet.sh\", timeout: 30s }\n";
+    let scenario = "rules:\n\
+        \x20 - match: { task: fix }\n\
+        \x20   reply:\n\
+        \x20     steps:\n\
+        \x20       - { tool: Read, input: { file_path: greet.sh } }\n\
+        \x20       - { tool: Edit, input: { file_path: greet.sh, old_string: \"echo hi\", new_string: \"echo hello\" } }\n\
+        \x20       - { text: \"DONE: greet.sh prints hello\" }\n";
+    let ran = project.rehearse(Cli::Claude, plan, scenario);
+    ran.assert_ok();
+    assert_eq!(
+        worktree_file(&project, &ran, "fix", "greet.sh"),
+        "echo hello\n"
+    );
+    let steps: Vec<Value> = ran
+        .requests("fix")
+        .iter()
+        .map(|line| line["step"].clone())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            serde_json::json!(0),
+            serde_json::json!(1),
+            serde_json::json!(2)
+        ],
+        "{}",
+        ran.describe()
+    );
+    // Each tool ran: its result came back in the next request.
+    let results = ran
+        .requests("fix")
+        .iter()
+        .filter(|line| line["tool_result"] == true)
+        .count();
+    assert_eq!(results, 2);
+}
+
+/// A scenario that answers every Codex request with a tool call never lets
+/// the attempt end; the server's request cap does, as `rehearsal_loop`.
+#[test]
+fn codex_endless_tool_loop_ends_at_the_request_cap_as_a_rehearsal_loop() {
+    let project = Project::new();
+    let plan = format!(
+        "version: 1\nname: spin\ndefaults: {{ agent: codex, max_retries: 0, timeout: 120s }}\n\
+         tasks:\n  - id: spin\n    prompt: {PROMPT:?}\n    gates:\n      - {}\n",
+        content_gate()
+    );
+    let scenario = "rules:\n  - reply: { tool: exec_command, input: { cmd: \"true\" } }\n";
+    let ran = project.rehearse(Cli::Codex, &plan, scenario);
+    assert!(!ran.ok());
+    let requests = ran.requests("spin");
+    assert_eq!(
+        requests.len(),
+        51,
+        "50 answered, the 51st refused: {}",
+        ran.describe()
+    );
+    assert_eq!(requests.last().unwrap()["loop"], true);
+    let report = &ran.json["rehearsal"]["tasks"][0];
+    assert_eq!(report["rehearsal_loops"], 1);
+    assert_eq!(
+        report["attempts"][0]["outcome"],
+        "rehearsal_loop",
+        "{}",
+        ran.describe()
     );
 }

@@ -9,6 +9,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod model_server;
+pub mod pricing;
 pub mod report;
 pub mod setup;

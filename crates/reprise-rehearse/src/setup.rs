@@ -19,6 +19,10 @@ pub const DUMMY_KEY: &str = "rehearsal-not-a-real-key";
 /// request carries the ordinary tool list (`exec_command`, `apply_patch`, ...).
 pub const CODEX_MODEL: &str = "gpt-5.5";
 
+/// Gemini CLI's settings for a rehearsal: the API-key auth type (see
+/// [`client_setup`]) and no update checks or usage statistics.
+const GEMINI_SETTINGS: &str = "{\n  \"security\": { \"auth\": { \"selectedType\": \"gemini-api-key\" } },\n  \"general\": { \"disableAutoUpdate\": true, \"disableUpdateNag\": true },\n  \"privacy\": { \"usageStatisticsEnabled\": false }\n}\n";
+
 /// The agent CLI a task runs, as far as rehearsal is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Client {
@@ -26,6 +30,8 @@ pub enum Client {
     Claude,
     /// Codex: the Responses API through a model provider in its config.
     Codex,
+    /// Gemini CLI: the Gemini API through `GOOGLE_GEMINI_BASE_URL`.
+    Gemini,
     /// Any other command: given both base URLs and dummy keys.
     Command,
 }
@@ -79,6 +85,26 @@ pub fn client_setup(client: Client, server: &str, task: &str, home: &Path) -> Cl
                 env: vec![home_var, (CODEX_KEY_VAR.to_owned(), DUMMY_KEY.to_owned())],
                 files: vec![(config_home.join("config.toml"), config)],
                 config_home: Some(config_home),
+            }
+        }
+        Client::Gemini => {
+            // The adapter passes the config home as GEMINI_CLI_HOME, the
+            // directory holding `.gemini/`. With GOOGLE_GEMINI_BASE_URL set
+            // the CLI (0.61) picks the `gateway` auth type, which its own
+            // non-interactive check then refuses ("Invalid auth method
+            // selected"); naming `gemini-api-key` in its settings keeps the
+            // base URL and uses the key from GEMINI_API_KEY.
+            ClientSetup {
+                env: vec![
+                    home_var,
+                    ("GOOGLE_GEMINI_BASE_URL".to_owned(), base),
+                    ("GEMINI_API_KEY".to_owned(), DUMMY_KEY.to_owned()),
+                ],
+                config_home: Some(home.to_path_buf()),
+                files: vec![(
+                    home.join(".gemini/settings.json"),
+                    GEMINI_SETTINGS.to_owned(),
+                )],
             }
         }
         Client::Command => ClientSetup {
@@ -156,6 +182,27 @@ mod tests {
         assert!(config.contains("base_url = \"http://127.0.0.1:9/t/t1/v1\"\n"));
         assert!(config.contains("wire_api = \"responses\"\n"));
         assert!(config.contains(&format!("env_key = \"{CODEX_KEY_VAR}\"\n")));
+    }
+
+    #[test]
+    fn gemini_gets_its_base_url_a_key_and_the_api_key_auth_type() {
+        let home = Path::new("/r/homes/g");
+        let setup = client_setup(Client::Gemini, "http://127.0.0.1:9", "g", home);
+        assert_eq!(
+            value(&setup, "GOOGLE_GEMINI_BASE_URL"),
+            Some("http://127.0.0.1:9/t/g")
+        );
+        assert_eq!(value(&setup, "GEMINI_API_KEY"), Some(DUMMY_KEY));
+        assert_eq!(setup.config_home.as_deref(), Some(home));
+        let [(path, settings)] = setup.files.as_slice() else {
+            panic!("one settings file: {:?}", setup.files)
+        };
+        assert_eq!(path, &home.join(".gemini/settings.json"));
+        let settings: serde_json::Value = serde_json::from_str(settings).unwrap();
+        assert_eq!(
+            settings["security"]["auth"]["selectedType"],
+            "gemini-api-key"
+        );
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
                 &scenario,
                 seats,
                 retry_budget.as_deref(),
-                price.as_deref(),
+                &price,
                 keep_requests,
             )?
         }

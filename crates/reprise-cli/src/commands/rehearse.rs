@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use reprise_core::plan::{AgentKind, Plan, parse_micro_usd};
+use reprise_core::plan::{AgentKind, Plan};
 use reprise_engine::{AgentSetup, RunState, new_run_id};
+use reprise_rehearse::check::{PlanTask, check};
 use reprise_rehearse::model_server::{ModelServer, Scenario, ServerOptions};
-use reprise_rehearse::report::{Traffic, summarise};
+use reprise_rehearse::pricing::{LIST_PRICES_TAKEN, PriceTable, TokenUsage, parse_price};
+use reprise_rehearse::report::{Traffic, Turn, summarise};
 use reprise_rehearse::setup::{Client, client_setup};
 use reprise_store::write_atomic;
 use serde_json::{Value, json};
@@ -29,45 +31,36 @@ use crate::error::{CliError, EXIT_FAILED};
 use crate::output::Outcome;
 use crate::settings::Settings;
 
-/// A price per million input and output tokens, in micro-dollars.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Price {
-    input: u64,
-    output: u64,
-}
-
-impl Price {
-    /// Reads `IN/OUT`, dollars per million tokens (`3/15`, `1.25/10`).
-    pub(crate) fn parse(text: &str) -> Result<Self, CliError> {
-        let bad = || {
-            CliError::usage(format!(
-                "--price {text:?} is not IN/OUT dollars per million tokens; write e.g. --price 3/15"
-            ))
+/// The price table: the shipped list, the scenario's `prices:` over it, and
+/// every `--price [MODEL=]IN/OUT[/WRITE/READ]` over both.
+fn price_table(scenario: &Scenario, prices: &[String]) -> Result<PriceTable, CliError> {
+    let mut table = PriceTable {
+        all: None,
+        models: scenario.prices.clone(),
+    };
+    for text in prices {
+        let bad = |err: reprise_rehearse::pricing::PriceError| {
+            CliError::usage(format!("--price {text:?}: {err}"))
         };
-        let (input, output) = text.split_once('/').ok_or_else(bad)?;
-        Ok(Self {
-            input: parse_micro_usd(input.trim()).map_err(|_| bad())?,
-            output: parse_micro_usd(output.trim()).map_err(|_| bad())?,
-        })
+        match text.split_once('=') {
+            Some((model, price)) if !model.trim().is_empty() => {
+                let price = parse_price(price).map_err(bad)?;
+                table.models.insert(0, (model.trim().to_owned(), price));
+            }
+            _ => table.all = Some(parse_price(text).map_err(bad)?),
+        }
     }
-
-    fn cost(self, traffic: &Traffic) -> u64 {
-        let micro = u128::from(traffic.input_tokens) * u128::from(self.input)
-            + u128::from(traffic.output_tokens) * u128::from(self.output);
-        u64::try_from(micro.div_ceil(1_000_000)).unwrap_or(u64::MAX)
-    }
+    Ok(table)
 }
 
-/// The client a task's agent is, or why rehearsal cannot serve it.
-fn client_for(kind: AgentKind) -> Result<Option<Client>, &'static str> {
+/// The client a task's agent is; `None` for one that calls no server.
+fn client_for(kind: AgentKind) -> Option<Client> {
     match kind {
-        AgentKind::Claude => Ok(Some(Client::Claude)),
-        AgentKind::Codex => Ok(Some(Client::Codex)),
-        AgentKind::Command => Ok(Some(Client::Command)),
-        AgentKind::Sim => Ok(None),
-        AgentKind::Gemini => Err(
-            "the scripted server speaks the Anthropic and OpenAI APIs, not Gemini's; rehearse this task with claude, codex or sim",
-        ),
+        AgentKind::Claude => Some(Client::Claude),
+        AgentKind::Codex => Some(Client::Codex),
+        AgentKind::Command => Some(Client::Command),
+        AgentKind::Gemini => Some(Client::Gemini),
+        AgentKind::Sim => None,
     }
 }
 
@@ -77,23 +70,23 @@ pub(crate) fn rehearse(
     scenario_path: &Path,
     seats: Option<u32>,
     retry_budget: Option<&str>,
-    price: Option<&str>,
+    prices: &[String],
     keep_requests: bool,
 ) -> Result<Outcome, CliError> {
     // Everything the user wrote is checked before anything is written.
     let scenario = Scenario::load(scenario_path).map_err(|err| CliError::usage(err.to_string()))?;
-    let price = price.map(Price::parse).transpose()?;
+    let prices = price_table(&scenario, prices)?;
     let servable = |plan: &Plan| {
-        for task in plan.tasks() {
-            if let Err(why) = client_for(task.agent.kind()) {
-                return Err(CliError::usage(format!(
-                    "task {} uses {}: {why}",
-                    task.id,
-                    task.agent.kind()
-                )));
-            }
-        }
-        Ok(())
+        let tasks: Vec<PlanTask<'_>> = plan
+            .tasks()
+            .iter()
+            .map(|task| PlanTask {
+                id: task.id.as_str(),
+                client: client_for(task.agent.kind()),
+            })
+            .collect();
+        check(&scenario, &scenario_path.display().to_string(), &tasks)
+            .map_err(|err| CliError::usage(err.to_string()))
     };
     let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, servable)?;
     let run_id = new_run_id();
@@ -108,13 +101,14 @@ pub(crate) fn rehearse(
     let options = ServerOptions {
         port: 0,
         bodies: keep_requests.then(|| dir.join("requests")),
+        clock: None,
     };
     let server = ModelServer::start_with(scenario, log.clone(), options)
         .map_err(|err| failed("start the model server", &err))?;
     let base_url = server.base_url();
     let mut agent_setup = BTreeMap::new();
     for task in prepared.plan.tasks() {
-        let Ok(Some(client)) = client_for(task.agent.kind()) else {
+        let Some(client) = client_for(task.agent.kind()) else {
             continue;
         };
         let home = dir.join("homes").join(task.id.as_str());
@@ -149,10 +143,17 @@ pub(crate) fn rehearse(
     server.stop();
     let run = run?;
     let text = std::fs::read_to_string(&log).map_err(|err| failed("read the request log", &err))?;
-    let traffic = summarise(&text).map_err(|err| failed("summarise the request log", &err))?;
-    let tasks = task_reports(&run, &traffic, price);
+    let traffic =
+        summarise(&text, &prices).map_err(|err| failed("summarise the request log", &err))?;
+    let tasks = task_reports(&run, &traffic);
     let ok = run.ok == Some(true);
-    let mut text = summary_text(&run);
+    // The agents' cost figures are for tokens never spent: say so.
+    let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
+    let mut text = summary_text(&run).replacen(
+        &format!("spent {}", money(spent)),
+        "nothing spent: a rehearsal",
+        1,
+    );
     text.push_str(&traffic_table(&tasks));
     Ok(Outcome {
         json: json!({
@@ -161,6 +162,7 @@ pub(crate) fn rehearse(
                 "server": base_url,
                 "log": log,
                 "requests": keep_requests.then(|| dir.join("requests")),
+                "prices_taken": LIST_PRICES_TAKEN,
                 "tasks": tasks.iter().map(TaskReport::json).collect::<Vec<_>>(),
             },
         }),
@@ -174,44 +176,110 @@ struct TaskReport<'a> {
     task_id: &'a str,
     agent: &'a str,
     traffic: Traffic,
-    /// The agent's own figure, when every attempt reported one.
-    reported_micro_usd: Option<u64>,
-    /// At `--price`, from the server's token counts.
-    priced_micro_usd: Option<u64>,
+    /// The agent's own figure per attempt (Claude Code's `total_cost_usd`).
+    reported_micro_usd: Vec<Option<u64>>,
+    /// How each attempt ended, from the run.
+    outcomes: Vec<String>,
 }
 
 impl TaskReport<'_> {
+    /// The agent's own figure for the whole task, when every attempt gave one.
+    fn reported_total(&self) -> Option<u64> {
+        if self.reported_micro_usd.is_empty() {
+            return None;
+        }
+        self.reported_micro_usd.iter().copied().sum()
+    }
+
+    fn attempts(&self) -> Vec<(usize, Option<&Turn>)> {
+        let count = self.outcomes.len().max(self.traffic.turns.len());
+        (0..count)
+            .map(|index| (index, self.traffic.turns.get(index)))
+            .collect()
+    }
+
+    fn attempt_outcome(&self, index: usize, turn: Option<&Turn>) -> String {
+        if turn.is_some_and(|turn| turn.rehearsal_loop) {
+            return "rehearsal_loop".to_owned();
+        }
+        self.outcomes.get(index).cloned().unwrap_or_default()
+    }
+
     fn json(&self) -> Value {
+        let attempts: Vec<Value> = self
+            .attempts()
+            .into_iter()
+            .map(|(index, turn)| {
+                let usage = turn.map(|turn| turn.usage).unwrap_or_default();
+                json!({
+                    "attempt": index + 1,
+                    "outcome": self.attempt_outcome(index, turn),
+                    "requests": turn.map_or(0, |turn| turn.requests),
+                    "bytes": turn.map_or(0, |turn| turn.bytes),
+                    "usage": usage_json(&usage),
+                    "would_cost_micro_usd": turn.and_then(|turn| turn.would_cost_micro_usd),
+                    "reported_cost_micro_usd": self.reported_micro_usd.get(index).copied().flatten(),
+                    "rehearsal_loop": turn.is_some_and(|turn| turn.rehearsal_loop),
+                })
+            })
+            .collect();
         json!({
             "task_id": self.task_id,
             "agent": self.agent,
             "requests": self.traffic.requests,
             "bytes": self.traffic.bytes,
-            "input_tokens": self.traffic.input_tokens,
-            "output_tokens": self.traffic.output_tokens,
+            "usage": usage_json(&self.traffic.usage),
+            "input_tokens": self.traffic.usage.input(),
+            "output_tokens": self.traffic.usage.output,
             "failed_requests": self.traffic.failed,
+            "unmatched_requests": self.traffic.unmatched,
+            "first_unmatched": self.traffic.first_unmatched,
+            "rehearsal_loops": self.traffic.loops,
+            "unpriced_models": self.traffic.unpriced_models,
             "turns": self.traffic.turns,
-            "reported_cost_micro_usd": self.reported_micro_usd,
-            "priced_cost_micro_usd": self.priced_micro_usd,
+            "attempts": attempts,
+            "reported_cost_micro_usd": self.reported_total(),
+            "would_cost_micro_usd": self.traffic.would_cost_micro_usd,
         })
     }
 
-    fn cost(&self) -> String {
-        match (self.reported_micro_usd, self.priced_micro_usd) {
-            (Some(reported), _) if self.traffic.requests > 0 => {
-                format!("{} (agent's figure)", money(reported))
-            }
-            (_, Some(priced)) => format!("{} (at --price)", money(priced)),
-            _ if self.traffic.requests == 0 => "-".to_owned(),
-            _ => "unknown (the agent reports none; give --price IN/OUT)".to_owned(),
+    /// The would-cost figure; `explain` says which prices are missing.
+    fn would_cost(&self, figure: Option<u64>, explain: bool) -> String {
+        match figure {
+            Some(micro) => format!("would cost {}", money(micro)),
+            None if self.traffic.unpriced_models.is_empty() => "would cost -".to_owned(),
+            None if !explain => "would cost unknown".to_owned(),
+            None => format!(
+                "would cost unknown (no price for {}; give --price MODEL=IN/OUT or a prices: entry)",
+                self.traffic.unpriced_models.join(", ")
+            ),
         }
     }
+}
+
+fn usage_json(usage: &TokenUsage) -> Value {
+    json!({
+        "fresh_input_tokens": usage.fresh_input,
+        "cache_write_tokens": usage.cache_write + usage.cache_write_1h,
+        "cache_write_1h_tokens": usage.cache_write_1h,
+        "cache_read_tokens": usage.cache_read,
+        "output_tokens": usage.output,
+    })
+}
+
+fn usage_text(usage: &TokenUsage) -> String {
+    format!(
+        "{} fresh in, {} cache write, {} cache read, {} out",
+        usage.fresh_input,
+        usage.cache_write + usage.cache_write_1h,
+        usage.cache_read,
+        usage.output
+    )
 }
 
 fn task_reports<'a>(
     run: &'a RunState,
     traffic: &BTreeMap<Option<String>, Traffic>,
-    price: Option<Price>,
 ) -> Vec<TaskReport<'a>> {
     run.tasks
         .iter()
@@ -220,50 +288,104 @@ fn task_reports<'a>(
                 .get(&Some(task.task_id.as_str().to_owned()))
                 .cloned()
                 .unwrap_or_default();
-            let reported = task
-                .attempts
-                .iter()
-                .map(|attempt| attempt.cost_micro_usd)
-                .sum::<Option<u64>>()
-                .filter(|_| !task.attempts.is_empty());
             TaskReport {
                 task_id: task.task_id.as_str(),
                 agent: &task.agent,
-                priced_micro_usd: price.map(|price| price.cost(&traffic)),
                 traffic,
-                reported_micro_usd: reported,
+                reported_micro_usd: task
+                    .attempts
+                    .iter()
+                    .map(|attempt| attempt.cost_micro_usd)
+                    .collect(),
+                outcomes: task
+                    .attempts
+                    .iter()
+                    .map(|attempt| {
+                        let outcome = serde_json::to_value(&attempt.outcome)
+                            .ok()
+                            .and_then(|value| value.as_str().map(str::to_owned))
+                            .unwrap_or_default();
+                        match &attempt.infra_kind {
+                            Some(kind) => format!("{outcome}: {kind}"),
+                            None => outcome,
+                        }
+                    })
+                    .collect(),
             }
         })
         .collect()
 }
 
 fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
-    let mut text = String::from("sent to the model server, per task:\n");
+    let mut text = String::from("sent to the model server, per task (prices: list of ");
+    text.push_str(LIST_PRICES_TAKEN.split(':').next().unwrap_or(""));
+    text.push_str(", or as set):\n");
     for task in tasks {
-        let turns: Vec<String> = task
-            .traffic
-            .turns
-            .iter()
-            .map(|turn| format!("{} B", turn.bytes))
-            .collect();
+        let reported = task
+            .reported_total()
+            .map(|micro| format!("; the agent's own figure {}", money(micro)))
+            .unwrap_or_default();
         let _ = writeln!(
             text,
-            "  {} ({}): {} requests, {} B (~{} tokens in, {} out){}; cost {}",
+            "  {} ({}): {} requests, {} B; {}; {}{reported}",
             task.task_id,
             task.agent,
             task.traffic.requests,
             task.traffic.bytes,
-            task.traffic.input_tokens,
-            task.traffic.output_tokens,
-            if turns.is_empty() {
-                String::new()
-            } else {
-                format!("; per attempt {}", turns.join(", "))
-            },
-            task.cost(),
+            usage_text(&task.traffic.usage),
+            task.would_cost(task.traffic.would_cost_micro_usd, true),
         );
+        for (index, turn) in task.attempts() {
+            let usage = turn.map(|turn| turn.usage).unwrap_or_default();
+            let reported = task
+                .reported_micro_usd
+                .get(index)
+                .copied()
+                .flatten()
+                .map(|micro| format!("; agent's figure {}", money(micro)))
+                .unwrap_or_default();
+            let _ = writeln!(
+                text,
+                "    attempt {} ({}): {} requests; {}; {}{reported}",
+                index + 1,
+                task.attempt_outcome(index, turn),
+                turn.map_or(0, |turn| turn.requests),
+                usage_text(&usage),
+                task.would_cost(turn.and_then(|turn| turn.would_cost_micro_usd), false),
+            );
+        }
+        if task.traffic.loops > 0 {
+            let _ = writeln!(
+                text,
+                "    {} attempt(s) ended as rehearsal_loop: past max_requests_per_attempt; the scenario keeps the agent looping",
+                task.traffic.loops
+            );
+        }
+        if let Some(first) = &task.traffic.first_unmatched {
+            let _ = writeln!(
+                text,
+                "    {} request{} matched no rule; first: task {} turn {}, {:?}",
+                task.traffic.unmatched,
+                if task.traffic.unmatched == 1 { "" } else { "s" },
+                task.task_id,
+                first.turn,
+                excerpt(&first.prompt),
+            );
+        }
     }
     text
+}
+
+/// The first 80 characters of a prompt, on one line.
+fn excerpt(text: &str) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match line.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line,
+    }
 }
 
 /// `reprise rehearse serve`: the server alone, until Ctrl-C.
@@ -279,6 +401,7 @@ pub(crate) fn serve(
     let options = ServerOptions {
         port,
         bodies: keep_requests,
+        clock: None,
     };
     let server =
         ModelServer::start_with(scenario, log.clone(), options).map_err(|err| CliError {
@@ -294,7 +417,7 @@ pub(crate) fn serve(
         let _ = writeln!(stderr, "listening on {url}");
         let _ = writeln!(
             stderr,
-            "point a client at it: ANTHROPIC_BASE_URL={url} (Claude Code), a Responses provider at {url}/v1 (Codex); Ctrl-C stops"
+            "point a client at it: ANTHROPIC_BASE_URL={url} (Claude Code), a Responses provider at {url}/v1 (Codex), GOOGLE_GEMINI_BASE_URL={url} with the gemini-api-key auth type (Gemini CLI); Ctrl-C stops"
         );
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -306,7 +429,7 @@ pub(crate) fn serve(
     }
     server.stop();
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let traffic = summarise(&text).map_err(|err| CliError {
+    let traffic = summarise(&text, &PriceTable::default()).map_err(|err| CliError {
         message: err.to_string(),
         code: EXIT_FAILED,
     })?;

@@ -1,8 +1,10 @@
-//! Errors of the scenario reader.
+//! Errors of the scenario reader and of the scenario's checks against a plan.
 
 use std::path::PathBuf;
 
-/// Why a scenario could not be loaded.
+use super::scenario::Position;
+
+/// Why a scenario could not be loaded, or cannot serve a plan.
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     #[error("cannot read scenario {path}: {source}")]
@@ -10,12 +12,18 @@ pub enum ScenarioError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("scenario is not valid yaml: {message}")]
-    Syntax { message: String },
-    #[error("scenario version {found} is newer than this server reads (1): upgrade reprise")]
-    NewerVersion { found: u32 },
-    #[error("scenario rule {index}: {reason}")]
-    InvalidRule { index: usize, reason: String },
+    #[error(
+        "{file}: scenario version {found} is newer than this server reads (1): upgrade reprise"
+    )]
+    NewerVersion { file: String, found: u32 },
+    /// A mistake at a place in the file: `file:line:col: key: problem`.
+    #[error("{file}:{at}: {key}: {problem}")]
+    Invalid {
+        file: String,
+        at: Position,
+        key: String,
+        problem: String,
+    },
 }
 
 pub type ScenarioResult<T> = Result<T, ScenarioError>;

@@ -1,11 +1,10 @@
 //! The Anthropic Messages API: what a request says, and the reply as a JSON
 //! message or as the SSE event sequence Claude Code reads.
 
-use std::io::{self, Write};
-
 use serde_json::{Value, json};
 
-use super::http;
+use super::cache::{InputUsage, tokens};
+use super::http::Sse;
 use super::scenario::ToolCall;
 
 /// What the server notes about a request body, whichever API it speaks.
@@ -85,13 +84,9 @@ pub(crate) fn pieces(text: &str, size: usize) -> Vec<&str> {
     out
 }
 
-/// A rough token estimate: four bytes a token.
-pub(crate) fn tokens(bytes: usize) -> usize {
-    bytes.div_ceil(4)
-}
-
-/// The output tokens a reply reports: its text and tool input, at least one.
-pub(crate) fn output_tokens(text: Option<&str>, tool: Option<&ToolCall>) -> usize {
+/// The output tokens a reply reports: its text and tool input, at least one
+/// (the estimator of [`super::cache`]).
+pub(crate) fn output_tokens(text: Option<&str>, tool: Option<&ToolCall>) -> u64 {
     let text = text.map_or(0, str::len);
     let tool = tool.map_or(0, |tool| tool.input.to_string().len());
     tokens(text + tool).max(1)
@@ -102,13 +97,13 @@ pub(crate) fn output_tokens(text: Option<&str>, tool: Option<&ToolCall>) -> usiz
 pub(crate) struct Assistant<'a> {
     pub(crate) id: String,
     pub(crate) model: String,
-    pub(crate) input_tokens: usize,
+    pub(crate) usage: InputUsage,
     pub(crate) text: Option<&'a str>,
     pub(crate) tool: Option<&'a ToolCall>,
 }
 
 impl Assistant<'_> {
-    pub(crate) fn output_tokens(&self) -> usize {
+    pub(crate) fn output_tokens(&self) -> u64 {
         output_tokens(self.text, self.tool)
     }
 
@@ -132,8 +127,21 @@ impl Assistant<'_> {
         format!("toolu_{}", self.id.trim_start_matches("msg_"))
     }
 
-    fn usage(&self) -> Value {
-        json!({"input_tokens": self.input_tokens, "output_tokens": self.output_tokens()})
+    /// Usage as the Messages API reports it: `input_tokens` is only the
+    /// input after the last cache breakpoint.
+    fn usage(&self, output_tokens: u64) -> Value {
+        let usage = &self.usage;
+        json!({
+            "input_tokens": usage.fresh,
+            "cache_creation_input_tokens": usage.cache_write + usage.cache_write_1h,
+            "cache_read_input_tokens": usage.cache_read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": usage.cache_write,
+                "ephemeral_1h_input_tokens": usage.cache_write_1h,
+            },
+            "output_tokens": output_tokens,
+            "service_tier": "standard",
+        })
     }
 
     /// The non-streaming message object.
@@ -151,22 +159,22 @@ impl Assistant<'_> {
         json!({
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,
             "content": content, "stop_reason": self.stop_reason(), "stop_sequence": null,
-            "usage": self.usage(),
+            "usage": self.usage(self.output_tokens()),
         })
     }
 
     /// Streams the Messages SSE events.
-    pub(crate) fn stream(&self, writer: &mut impl Write) -> io::Result<()> {
-        http::write_sse_head(writer)?;
-        http::write_event(
-            writer,
+    pub(crate) fn stream(&self) -> Sse {
+        let mut sse = Sse::default();
+        let writer = &mut sse;
+        writer.event(
             "message_start",
             &json!({"type": "message_start", "message": {
                 "id": self.id, "type": "message", "role": "assistant", "model": self.model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": self.input_tokens, "output_tokens": 1},
+                "usage": self.usage(1),
             }}),
-        )?;
+        );
         let mut index = 0;
         if let Some(text) = self.text {
             let start = json!({"type": "text", "text": ""});
@@ -174,7 +182,7 @@ impl Assistant<'_> {
                 .into_iter()
                 .map(|piece| json!({"type": "text_delta", "text": piece}))
                 .collect();
-            block(writer, index, start, deltas)?;
+            block(writer, index, start, deltas);
             index += 1;
         }
         if let Some(tool) = self.tool {
@@ -185,42 +193,35 @@ impl Assistant<'_> {
                 .into_iter()
                 .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))
                 .collect();
-            block(writer, index, start, deltas)?;
+            block(writer, index, start, deltas);
         }
-        http::write_event(
-            writer,
+        // The final usage repeats the input figures, as the API does.
+        writer.event(
             "message_delta",
             &json!({"type": "message_delta",
                 "delta": {"stop_reason": self.stop_reason(), "stop_sequence": null},
-                "usage": {"output_tokens": self.output_tokens()}}),
-        )?;
-        http::write_event(writer, "message_stop", &json!({"type": "message_stop"}))
+                "usage": self.usage(self.output_tokens())}),
+        );
+        writer.event("message_stop", &json!({"type": "message_stop"}));
+        sse
     }
 }
 
-fn block(
-    writer: &mut impl Write,
-    index: usize,
-    start: Value,
-    deltas: Vec<Value>,
-) -> io::Result<()> {
-    http::write_event(
-        writer,
+fn block(writer: &mut Sse, index: usize, start: Value, deltas: Vec<Value>) {
+    writer.event(
         "content_block_start",
         &json!({"type": "content_block_start", "index": index, "content_block": start}),
-    )?;
+    );
     for delta in deltas {
-        http::write_event(
-            writer,
+        writer.event(
             "content_block_delta",
             &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-        )?;
+        );
     }
-    http::write_event(
-        writer,
+    writer.event(
         "content_block_stop",
         &json!({"type": "content_block_stop", "index": index}),
-    )
+    );
 }
 
 /// An Anthropic-style error body.

@@ -1,9 +1,13 @@
-//! A scripted model server on loopback: speaks the Anthropic Messages API and
-//! the OpenAI Responses API (as Claude Code and Codex call them) and answers
+//! A scripted model server on loopback: speaks the Anthropic Messages API,
+//! the OpenAI Responses API and the Gemini API (as Claude Code, Codex and the
+//! Gemini CLI call them) and answers
 //! from a YAML scenario, so the real agent CLIs can be driven offline and
-//! deterministically. Every request is recorded as one JSON line.
+//! deterministically. Every request is recorded as one JSON line, with the
+//! usage (fresh input, cache writes and reads, output) the server reported.
 
+mod cache;
 mod error;
+mod gemini;
 mod http;
 mod messages;
 mod responses;
@@ -14,5 +18,8 @@ mod server;
 mod tests;
 
 pub use error::{ScenarioError, ScenarioResult};
-pub use scenario::{ErrorReply, Match, Reply, Rule, Scenario, ToolCall};
-pub use server::{ModelServer, ServerOptions};
+pub use scenario::{
+    DEFAULT_MAX_REQUESTS_PER_ATTEMPT, ErrorReply, Match, Position, Reply, Rule, Scenario, Step,
+    ToolCall,
+};
+pub use server::{LOG_FORMAT, ManualClock, ModelServer, ServerOptions};

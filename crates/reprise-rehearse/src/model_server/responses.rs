@@ -1,11 +1,9 @@
 //! The OpenAI Responses API as Codex streams it: what a request says, and the
 //! reply as SSE events.
 
-use std::io::{self, Write};
-
 use serde_json::{Value, json};
 
-use super::http;
+use super::http::Sse;
 use super::messages::{Assistant, Summary, pieces};
 
 /// The last `input_text` of a user input item.
@@ -62,43 +60,40 @@ pub(crate) fn summarise(body: &Value) -> Summary {
 }
 
 /// Streams the Responses SSE events for a reply.
-pub(crate) fn stream(assistant: &Assistant<'_>, writer: &mut impl Write) -> io::Result<()> {
+pub(crate) fn stream(assistant: &Assistant<'_>) -> Sse {
     let response_id = format!("resp_{}", assistant.id.trim_start_matches("msg_"));
-    http::write_sse_head(writer)?;
-    http::write_event(
-        writer,
+    let mut sse = Sse::default();
+    let writer = &mut sse;
+    writer.event(
         "response.created",
         &json!({"type": "response.created", "response": {
             "id": response_id, "object": "response", "status": "in_progress",
             "model": assistant.model, "output": [],
         }}),
-    )?;
+    );
     let mut output_index = 0;
     if let Some(text) = assistant.text {
         let item_id = assistant.id.clone();
-        http::write_event(
-            writer,
+        writer.event(
             "response.output_item.added",
             &json!({"type": "response.output_item.added", "output_index": output_index,
                 "item": {"type": "message", "id": item_id, "role": "assistant",
                     "status": "in_progress", "content": []}}),
-        )?;
+        );
         for piece in pieces(text, 16) {
-            http::write_event(
-                writer,
+            writer.event(
                 "response.output_text.delta",
                 &json!({"type": "response.output_text.delta", "item_id": item_id,
                     "output_index": output_index, "content_index": 0, "delta": piece}),
-            )?;
+            );
         }
-        http::write_event(
-            writer,
+        writer.event(
             "response.output_item.done",
             &json!({"type": "response.output_item.done", "output_index": output_index,
                 "item": {"type": "message", "id": item_id, "role": "assistant",
                     "status": "completed",
                     "content": [{"type": "output_text", "text": text, "annotations": []}]}}),
-        )?;
+        );
         output_index += 1;
     }
     if let Some(tool) = assistant.tool {
@@ -111,36 +106,35 @@ pub(crate) fn stream(assistant: &Assistant<'_>, writer: &mut impl Write) -> io::
                 "call_id": format!("call_{suffix}"), "name": tool.name,
                 "arguments": arguments.to_string(), "status": "completed"}),
         };
-        http::write_event(
-            writer,
+        writer.event(
             "response.output_item.added",
             &json!({"type": "response.output_item.added", "output_index": output_index,
                 "item": item}),
-        )?;
-        http::write_event(
-            writer,
+        );
+        writer.event(
             "response.output_item.done",
             &json!({"type": "response.output_item.done", "output_index": output_index,
                 "item": item}),
-        )?;
+        );
     }
-    let input_tokens = assistant.input_tokens;
+    // Cached tokens are part of the input tokens in this API.
+    let input_tokens = assistant.usage.fresh + assistant.usage.cache_read;
     let output_tokens = assistant.output_tokens();
-    http::write_event(
-        writer,
+    writer.event(
         "response.completed",
         &json!({"type": "response.completed", "response": {
             "id": response_id, "object": "response", "status": "completed",
             "model": assistant.model,
             "usage": {
                 "input_tokens": input_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": assistant.usage.cache_read},
                 "output_tokens": output_tokens,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": input_tokens + output_tokens,
             },
         }}),
-    )
+    );
+    sse
 }
 
 /// An OpenAI-style error body.

@@ -1,32 +1,49 @@
-//! The server: a loopback listener on a background thread, one thread per
-//! connection, a request log, and the turn counter the scenario matches on.
+//! The server: hyper's HTTP/1.1 on a single-threaded tokio runtime in a
+//! background thread. Connections are kept alive and served concurrently
+//! (real clients reuse connections and send side requests in parallel);
+//! what the scenario matches on (turns, steps, the per-attempt request count)
+//! and the prompt cache are kept per task behind one lock, and every request
+//! is logged as one JSON line before it is answered.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::{self, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use super::http::{self, Request};
-use super::messages::{self, Assistant, Summary, output_tokens, tokens};
+use super::cache::{InputUsage, Prompt, PromptCache};
+use super::gemini::{self, Call};
+use super::http::{self, Body, MAX_BODY_BYTES};
+use super::messages::{self, Assistant, Summary, output_tokens};
 use super::responses;
-use super::scenario::{Observed, Reply, Scenario};
+use super::scenario::{Observed, Reply, Scenario, Step};
+use crate::pricing::TokenUsage;
 
-/// A stalled client must not keep a connection thread alive forever.
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The request log's line format; readers refuse a newer one.
+pub const LOG_FORMAT: u32 = 1;
+
+/// A client that sends nothing must not hold a connection forever.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running scripted model server; dropping it stops it.
 #[derive(Debug)]
 pub struct ModelServer {
     addr: SocketAddr,
-    shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
+    stop: Option<watch::Sender<bool>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 /// How to run the server beyond its scenario and log.
@@ -38,6 +55,23 @@ pub struct ServerOptions {
     /// number is the log line's `request`), for a close look at what a
     /// client sent.
     pub bodies: Option<PathBuf>,
+    /// The clock cache lifetimes are measured on (the wall clock if none).
+    pub clock: Option<ManualClock>,
+}
+
+/// A clock that moves only when told to, for tests of cache lifetimes.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    pub fn advance(&self, by: Duration) {
+        let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.0.fetch_add(millis, Ordering::SeqCst);
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_millis(self.0.load(Ordering::SeqCst))
+    }
 }
 
 #[derive(Debug)]
@@ -45,24 +79,54 @@ struct Shared {
     scenario: Scenario,
     bodies: Option<PathBuf>,
     log: Mutex<File>,
-    counters: Mutex<Counters>,
-    stopping: AtomicBool,
-    /// Wakes hanging connections when the server stops.
-    stopped: (Mutex<bool>, Condvar),
-    connections: Mutex<Vec<JoinHandle<()>>>,
+    state: Mutex<State>,
+    clock: Option<ManualClock>,
+    started: Instant,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+struct State {
     requests: u64,
-    /// Prompt-bearing requests per task (`None`: requests without a task).
-    turns: BTreeMap<Option<String>, u64>,
+    /// Per task (`None`: requests without a task).
+    tasks: BTreeMap<Option<String>, TaskState>,
+    cache: PromptCache,
+}
+
+/// What the server remembers of one task's conversation.
+#[derive(Debug, Default)]
+struct TaskState {
+    /// Prompt-bearing requests so far: the current turn (attempt).
+    turn: u64,
+    /// API requests in the current turn.
+    turn_requests: u64,
+    /// Per rule, the steps already played in the current turn.
+    steps_played: BTreeMap<usize, usize>,
+    /// The current turn's prompt (a side call with another is for the next).
+    prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Api {
     Messages,
     Responses,
+    Gemini,
+}
+
+impl Api {
+    fn name(self) -> &'static str {
+        match self {
+            Api::Messages => "messages",
+            Api::Responses => "responses",
+            Api::Gemini => "gemini",
+        }
+    }
+}
+
+/// What one request gets.
+enum Answer {
+    Now(Response<Body>),
+    /// Never answered: held until the server stops.
+    Hang,
 }
 
 impl ModelServer {
@@ -72,7 +136,8 @@ impl ModelServer {
         Self::start_with(scenario, log, ServerOptions::default())
     }
 
-    /// As [`ModelServer::start`], with a fixed port or request bodies kept.
+    /// As [`ModelServer::start`], with a fixed port, request bodies kept or
+    /// a manual clock.
     pub fn start_with(
         scenario: Scenario,
         log: PathBuf,
@@ -83,24 +148,36 @@ impl ModelServer {
             std::fs::create_dir_all(dir)?;
         }
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, options.port))?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let listener = {
+            let _context = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
         let shared = Arc::new(Shared {
             scenario,
             bodies: options.bodies,
             log: Mutex::new(log_file),
-            counters: Mutex::new(Counters::default()),
-            stopping: AtomicBool::new(false),
-            stopped: (Mutex::new(false), Condvar::new()),
-            connections: Mutex::new(Vec::new()),
+            state: Mutex::new(State::default()),
+            clock: options.clock,
+            started: Instant::now(),
         });
-        let accept_shared = Arc::clone(&shared);
-        let accept = std::thread::Builder::new()
-            .name("model-server-accept".to_owned())
-            .spawn(move || accept_loop(&listener, &accept_shared))?;
+        let (stop, stopped) = watch::channel(false);
+        let thread = std::thread::Builder::new()
+            .name("model-server".to_owned())
+            .spawn(move || {
+                runtime.block_on(accept_loop(listener, shared, stopped));
+                // Dropping the runtime drops every connection still open,
+                // hanging requests included: their sockets close unanswered.
+                drop(runtime);
+            })?;
         Ok(Self {
             addr,
-            shared,
-            accept: Some(accept),
+            stop: Some(stop),
+            thread: Some(thread),
         })
     }
 
@@ -113,33 +190,18 @@ impl ModelServer {
         format!("http://{}", self.addr)
     }
 
-    /// Stops accepting, releases hanging requests and joins every thread.
+    /// Stops accepting, drops every open connection and joins the thread.
     pub fn stop(mut self) {
         self.shutdown();
     }
 
     fn shutdown(&mut self) {
-        let Some(accept) = self.accept.take() else {
-            return;
-        };
-        self.shared.stopping.store(true, Ordering::SeqCst);
-        {
-            let (lock, condvar) = &self.shared.stopped;
-            *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
-            condvar.notify_all();
+        if let Some(stop) = self.stop.take() {
+            // Failure means the loop is already gone.
+            let _ = stop.send(true);
         }
-        // Wake the blocking accept; failure means it is already gone.
-        let _ = TcpStream::connect(self.addr);
-        let _ = accept.join();
-        let connections = std::mem::take(
-            &mut *self
-                .shared
-                .connections
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for connection in connections {
-            let _ = connection.join();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -150,124 +212,70 @@ impl Drop for ModelServer {
     }
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    for stream in listener.incoming() {
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let connection_shared = Arc::clone(shared);
-        let spawned = std::thread::Builder::new()
-            .name("model-server-connection".to_owned())
-            .spawn(move || {
-                // A broken client connection concerns only that client.
-                let _ = serve(stream, &connection_shared);
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(handle(&shared, request).await) }
             });
-        if let Ok(handle) = spawned {
-            let mut connections = shared
-                .connections
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            connections.retain(|handle| !handle.is_finished());
-            connections.push(handle);
+            // A broken client connection concerns only that client.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    let method = request.method().as_str().to_owned();
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().map(str::to_owned);
+    let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes().to_vec(),
+        Err(_) => {
+            let body = messages::error_body(413, "request body unreadable or too large");
+            return http::json(413, body.to_string().into_bytes());
+        }
+    };
+    let seen = Seen {
+        method,
+        path,
+        query,
+        body,
+    };
+    match shared.answer(&seen) {
+        Ok(Answer::Now(response)) => response,
+        Ok(Answer::Hang) => std::future::pending().await,
+        Err(error) => {
+            let body = messages::error_body(500, &format!("reprise-model-server: {error}"));
+            http::json(500, body.to_string().into_bytes())
         }
     }
 }
 
-fn serve(stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_read_timeout(Some(READ_TIMEOUT))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut writer = io::BufWriter::new(stream);
-    let Some(request) = http::read_request(&mut reader)? else {
-        return Ok(());
-    };
-    let (task, route) = split_task(&request.path);
-    let api = match (request.method.as_str(), route) {
-        ("POST", "/v1/messages") => Some(Api::Messages),
-        ("POST", "/v1/responses") => Some(Api::Responses),
-        _ => None,
-    };
-    let observed = Observed {
-        task: task.map(str::to_owned),
-        ..Observed::default()
-    };
-    let Some(api) = api else {
-        shared.record(&request, None, &Summary::default(), &observed, None, None)?;
-        // Clients probe the base URL before they call the API: answer those.
-        if matches!(request.method.as_str(), "GET" | "HEAD") {
-            return http::write_json(&mut writer, 200, b"");
-        }
-        let message = format!("no route for {} {}", request.method, request.path);
-        let body = messages::error_body(404, &message).to_string();
-        return http::write_json(&mut writer, 404, body.as_bytes());
-    };
-    let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
-        shared.record(&request, None, &Summary::default(), &observed, None, None)?;
-        return shared.write_error(&mut writer, api, 400, "request body is not json");
-    };
-    let summary = match api {
-        Api::Messages => messages::summarise(&body),
-        Api::Responses => responses::summarise(&body),
-    };
-    let (index, observed) = {
-        let mut counters = shared
-            .counters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        counters.requests += 1;
-        let tool_result = summary.last_user_text.is_none();
-        let turn = counters.turns.entry(observed.task.clone()).or_default();
-        if !tool_result {
-            *turn += 1;
-        }
-        let observed = Observed {
-            prompt_text: summary.prompt_text.clone(),
-            tool_result,
-            turn: *turn,
-            ..observed
-        };
-        (counters.requests, observed)
-    };
-    let rule = shared.scenario.pick(&observed);
-    if let Some(dir) = &shared.bodies {
-        std::fs::write(dir.join(format!("{index:06}.json")), &request.body)?;
-    }
-    shared.record(&request, Some(api), &summary, &observed, rule, Some(index))?;
-    let Some(rule) = rule else {
-        let message = format!(
-            "reprise-model-server: no scenario rule matches task {} turn {} with prompt {:?}",
-            observed.task.as_deref().unwrap_or("-"),
-            observed.turn,
-            observed.prompt_text.as_deref().unwrap_or("")
-        );
-        return shared.write_error(&mut writer, api, 400, &message);
-    };
-    match &shared.scenario.rules[rule].reply {
-        Reply::Error(error) => shared.write_error(&mut writer, api, error.status, &error.message),
-        Reply::Hang => {
-            shared.wait_for_stop();
-            Ok(())
-        }
-        Reply::Message { text, tool } => {
-            let assistant = Assistant {
-                id: format!("msg_{index:020}"),
-                model: summary
-                    .model
-                    .clone()
-                    .unwrap_or_else(|| "scripted".to_owned()),
-                input_tokens: tokens(request.body.len()),
-                text: text.as_deref(),
-                tool: tool.as_ref(),
-            };
-            match (api, summary.stream) {
-                (Api::Messages, true) => assistant.stream(&mut writer),
-                (Api::Messages, false) => {
-                    http::write_json(&mut writer, 200, assistant.message().to_string().as_bytes())
-                }
-                (Api::Responses, _) => responses::stream(&assistant, &mut writer),
-            }
-        }
-    }
+/// One request as received.
+struct Seen {
+    method: String,
+    path: String,
+    query: Option<String>,
+    body: Vec<u8>,
 }
 
 /// Splits `/t/<task>/rest` into the task and `/rest`; other paths have no task.
@@ -282,84 +290,314 @@ fn split_task(path: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// What the log line says of the answer.
+#[derive(Debug, Default)]
+struct Outcome {
+    rule: Option<usize>,
+    step: Option<usize>,
+    reply: Option<&'static str>,
+    status: Option<u16>,
+    usage: Option<TokenUsage>,
+    /// The attempt passed `max_requests_per_attempt`.
+    looped: bool,
+}
+
 impl Shared {
-    fn write_error(
-        &self,
-        writer: &mut impl Write,
-        api: Api,
-        status: u16,
-        message: &str,
-    ) -> io::Result<()> {
-        let body = match api {
-            Api::Messages => messages::error_body(status, message),
-            Api::Responses => responses::error_body(status, message),
-        };
-        http::write_json(writer, status, body.to_string().as_bytes())
+    fn now(&self) -> Duration {
+        self.clock
+            .as_ref()
+            .map_or_else(|| self.started.elapsed(), ManualClock::now)
     }
 
-    fn wait_for_stop(&self) {
-        let (lock, condvar) = &self.stopped;
-        let mut stopped = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*stopped {
-            stopped = condvar
-                .wait(stopped)
-                .unwrap_or_else(PoisonError::into_inner);
+    fn answer(&self, seen: &Seen) -> io::Result<Answer> {
+        let (task, route) = split_task(&seen.path);
+        let gemini_call = gemini::route(route).filter(|_| seen.method == "POST");
+        let api = match (seen.method.as_str(), route) {
+            ("POST", "/v1/messages") => Some(Api::Messages),
+            ("POST", "/v1/responses") => Some(Api::Responses),
+            _ if gemini_call.is_some() => Some(Api::Gemini),
+            _ => None,
+        };
+        let observed = Observed {
+            task: task.map(str::to_owned),
+            ..Observed::default()
+        };
+        let Some(api) = api else {
+            // Clients probe the base URL before they call the API: answer those.
+            let probe = matches!(seen.method.as_str(), "GET" | "HEAD");
+            let outcome = Outcome {
+                status: Some(if probe { 200 } else { 404 }),
+                ..Outcome::default()
+            };
+            self.record(
+                seen,
+                None,
+                &Summary::default(),
+                &observed,
+                None,
+                &outcome,
+                0,
+            )?;
+            if probe {
+                return Ok(Answer::Now(http::json(200, Vec::new())));
+            }
+            let message = format!("no route for {} {}", seen.method, seen.path);
+            let body = messages::error_body(404, &message).to_string();
+            return Ok(Answer::Now(http::json(404, body.into_bytes())));
+        };
+        let Ok(body) = serde_json::from_slice::<Value>(&seen.body) else {
+            let outcome = Outcome {
+                status: Some(400),
+                ..Outcome::default()
+            };
+            self.record(
+                seen,
+                Some(api),
+                &Summary::default(),
+                &observed,
+                None,
+                &outcome,
+                0,
+            )?;
+            return Ok(Answer::Now(error(api, 400, "request body is not json")));
+        };
+        let (summary, prompt) = match (api, &gemini_call) {
+            (Api::Gemini, Some((model, _))) => (
+                gemini::summarise(&body, model),
+                Prompt::gemini(&body, model),
+            ),
+            (Api::Responses, _) => (responses::summarise(&body), Prompt::responses(&body)),
+            _ => (messages::summarise(&body), Prompt::messages(&body)),
+        };
+        let now = self.now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.requests += 1;
+        let number = state.requests;
+        if let Some((model, call)) = gemini_call
+            .as_ref()
+            .filter(|(_, call)| *call != Call::Stream)
+        {
+            // A side call: answered, logged and priced, never a turn.
+            let task_state = state.tasks.entry(observed.task.clone()).or_default();
+            let for_next =
+                summary.prompt_text.is_some() && summary.prompt_text != task_state.prompt;
+            let observed = Observed {
+                prompt_text: summary.prompt_text.clone(),
+                tool_result: true,
+                turn: task_state.turn + u64::from(for_next),
+                ..observed
+            };
+            let input = state.cache.openai(&prompt, now);
+            drop(state);
+            let (body, usage) = if *call == Call::CountTokens {
+                (json!({"totalTokens": prompt.total_tokens()}), None)
+            } else {
+                let usage = TokenUsage {
+                    fresh_input: input.fresh,
+                    cache_read: input.cache_read,
+                    output: 1,
+                    ..TokenUsage::default()
+                };
+                (gemini::side_reply(model, &input), Some(usage))
+            };
+            let outcome = Outcome {
+                reply: Some("side"),
+                status: Some(200),
+                usage,
+                ..Outcome::default()
+            };
+            if let Some(dir) = &self.bodies {
+                std::fs::write(dir.join(format!("{number:06}.json")), &seen.body)?;
+            }
+            let total = prompt.total_tokens();
+            self.record(
+                seen,
+                Some(api),
+                &summary,
+                &observed,
+                Some(number),
+                &outcome,
+                total,
+            )?;
+            return Ok(Answer::Now(http::json(200, body.to_string().into_bytes())));
         }
+        let tool_result = summary.last_user_text.is_none();
+        let task_state = state.tasks.entry(observed.task.clone()).or_default();
+        if !tool_result {
+            task_state.turn += 1;
+            task_state.turn_requests = 0;
+            task_state.steps_played.clear();
+            task_state.prompt.clone_from(&summary.prompt_text);
+        }
+        task_state.turn_requests += 1;
+        let observed = Observed {
+            prompt_text: summary.prompt_text.clone(),
+            tool_result,
+            turn: task_state.turn,
+            ..observed
+        };
+        let max = self.scenario.max_requests_per_attempt;
+        let looped = task_state.turn_requests > max;
+        let rule = if looped {
+            None
+        } else {
+            self.scenario.pick(&observed)
+        };
+        let mut outcome = Outcome {
+            rule,
+            looped,
+            ..Outcome::default()
+        };
+        let answer = match rule.map(|rule| (rule, &self.scenario.rules[rule].reply)) {
+            _ if looped => {
+                outcome.reply = Some("loop");
+                outcome.status = Some(400);
+                let message = format!(
+                    "reprise-model-server: rehearsal_loop: task {} sent more than {max} requests in attempt {} (max_requests_per_attempt); the scenario's replies keep the agent looping",
+                    observed.task.as_deref().unwrap_or("-"),
+                    observed.turn
+                );
+                Answer::Now(error(api, 400, &message))
+            }
+            None => {
+                outcome.status = Some(400);
+                let message = format!(
+                    "reprise-model-server: no scenario rule matches task {} turn {} with prompt {:?}",
+                    observed.task.as_deref().unwrap_or("-"),
+                    observed.turn,
+                    observed.prompt_text.as_deref().unwrap_or("")
+                );
+                Answer::Now(error(api, 400, &message))
+            }
+            Some((_, Reply::Error(reply))) => {
+                outcome.reply = Some("error");
+                outcome.status = Some(reply.status);
+                Answer::Now(error(api, reply.status, &reply.message))
+            }
+            Some((_, Reply::Hang)) => {
+                outcome.reply = Some("hang");
+                Answer::Hang
+            }
+            Some((rule, Reply::Steps(steps))) => {
+                let played = task_state.steps_played.entry(rule).or_default();
+                let index = (*played).min(steps.len() - 1);
+                *played += 1;
+                let step = &steps[index];
+                let input = match api {
+                    Api::Messages => state.cache.anthropic(&prompt, now),
+                    Api::Responses | Api::Gemini => state.cache.openai(&prompt, now),
+                };
+                outcome.reply = Some("message");
+                outcome.status = Some(200);
+                outcome.step = (steps.len() > 1).then_some(index);
+                outcome.usage = Some(token_usage(input, step));
+                Answer::Now(reply(api, &summary, number, input, step))
+            }
+        };
+        drop(state);
+        if let Some(dir) = &self.bodies {
+            std::fs::write(dir.join(format!("{number:06}.json")), &seen.body)?;
+        }
+        let total = prompt.total_tokens();
+        self.record(
+            seen,
+            Some(api),
+            &summary,
+            &observed,
+            Some(number),
+            &outcome,
+            total,
+        )?;
+        Ok(answer)
     }
 
     /// Appends the request's log line before any reply, so hung and failed
-    /// requests are recorded too.
-    /// `number` is an API request's count, which names its kept body.
+    /// requests are recorded too. `number` is an API request's count, which
+    /// names its kept body.
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
-        request: &Request,
+        seen: &Seen,
         api: Option<Api>,
         summary: &Summary,
         observed: &Observed,
-        rule: Option<usize>,
         number: Option<u64>,
+        outcome: &Outcome,
+        input_tokens: u64,
     ) -> io::Result<()> {
         let line = json!({
+            "format": LOG_FORMAT,
             "request": number,
-            "method": request.method,
+            "method": seen.method,
             "task": observed.task,
-            "path": request.path,
-            "query": request.query,
-            "api": api.map(|api| match api {
-                Api::Messages => "messages",
-                Api::Responses => "responses",
-            }),
+            "path": seen.path,
+            "query": seen.query,
+            "api": api.map(Api::name),
             "model": summary.model,
             "stream": summary.stream,
             "messages": summary.roles.len(),
             "roles": summary.roles,
-            "bytes": request.body.len(),
-            "tokens": tokens(request.body.len()),
+            "bytes": seen.body.len(),
+            "tokens": input_tokens,
             "last_user_text": summary.last_user_text,
             "prompt_text": observed.prompt_text,
             "tool_result": observed.tool_result,
             "turn": observed.turn,
-            "rule": rule,
-            "reply": rule.map(|rule| match &self.scenario.rules[rule].reply {
-                Reply::Message { .. } => "message",
-                Reply::Error(_) => "error",
-                Reply::Hang => "hang",
-            }),
-            "status": match rule.map(|rule| &self.scenario.rules[rule].reply) {
-                Some(Reply::Message { .. }) => Some(200),
-                Some(Reply::Error(error)) => Some(error.status),
-                Some(Reply::Hang) => None,
-                None if api.is_some() => Some(400),
-                None if matches!(request.method.as_str(), "GET" | "HEAD") => Some(200),
-                None => Some(404),
-            },
-            "output_tokens": rule.and_then(|rule| match &self.scenario.rules[rule].reply {
-                Reply::Message { text, tool } => Some(output_tokens(text.as_deref(), tool.as_ref())),
-                _ => None,
-            }),
+            "rule": outcome.rule,
+            "step": outcome.step,
+            "reply": outcome.reply,
+            "status": outcome.status,
+            "loop": outcome.looped,
+            "side": outcome.reply == Some("side"),
+            "usage": outcome.usage,
+            "output_tokens": outcome.usage.map(|usage| usage.output),
         });
         let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
         writeln!(log, "{line}")?;
         log.flush()
+    }
+}
+
+fn token_usage(input: InputUsage, step: &Step) -> TokenUsage {
+    TokenUsage {
+        fresh_input: input.fresh,
+        cache_write: input.cache_write,
+        cache_write_1h: input.cache_write_1h,
+        cache_read: input.cache_read,
+        output: output_tokens(step.text.as_deref(), step.tool.as_ref()),
+    }
+}
+
+fn error(api: Api, status: u16, message: &str) -> Response<Body> {
+    let body = match api {
+        Api::Messages => messages::error_body(status, message),
+        Api::Responses => responses::error_body(status, message),
+        Api::Gemini => gemini::error_body(status, message),
+    };
+    http::json(status, body.to_string().into_bytes())
+}
+
+fn reply(
+    api: Api,
+    summary: &Summary,
+    number: u64,
+    usage: InputUsage,
+    step: &Step,
+) -> Response<Body> {
+    let assistant = Assistant {
+        id: format!("msg_{number:020}"),
+        model: summary
+            .model
+            .clone()
+            .unwrap_or_else(|| "scripted".to_owned()),
+        usage,
+        text: step.text.as_deref(),
+        tool: step.tool.as_ref(),
+    };
+    match (api, summary.stream) {
+        (Api::Messages, true) => assistant.stream().response(),
+        (Api::Messages, false) => http::json(200, assistant.message().to_string().into_bytes()),
+        (Api::Responses, _) => responses::stream(&assistant).response(),
+        (Api::Gemini, _) => gemini::stream(&assistant).response(),
     }
 }

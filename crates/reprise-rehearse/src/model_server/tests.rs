@@ -39,28 +39,51 @@ fn start(dir: &Path) -> ModelServer {
     ModelServer::start(scenario, dir.join("requests.jsonl")).expect("server starts")
 }
 
+/// One request on a fresh connection that asks to be closed after it.
 fn post(server: &ModelServer, path: &str, body: &Value) -> Response {
     let body = body.to_string();
     let mut stream = TcpStream::connect(server.addr()).expect("connect");
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         server.addr(),
         body.len()
     )
     .expect("send");
     let mut raw = String::new();
     stream.read_to_string(&mut raw).expect("read response");
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &str) -> Response {
     let (head, body) = raw.split_once("\r\n\r\n").expect("response has a head");
     let status = head
         .split(' ')
         .nth(1)
         .and_then(|status| status.parse().ok())
         .expect("status code");
-    Response {
-        status,
-        head: head.to_ascii_lowercase(),
-        body: body.to_owned(),
+    let head = head.to_ascii_lowercase();
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(body).0
+    } else {
+        body.to_owned()
+    };
+    Response { status, head, body }
+}
+
+/// The body of a chunked response, and how many chunks carried it.
+fn dechunk(mut raw: &str) -> (String, usize) {
+    let mut body = String::new();
+    let mut chunks = 0;
+    loop {
+        let (size, rest) = raw.split_once("\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
+        if size == 0 {
+            return (body, chunks);
+        }
+        body.push_str(&rest[..size]);
+        chunks += 1;
+        raw = &rest[size + 2..];
     }
 }
 
@@ -406,13 +429,13 @@ fn binds_loopback_only() {
 #[test]
 fn scenario_rejects_ambiguous_replies_and_newer_versions() {
     let both = "rules:\n  - reply: { text: hi, hang: true }\n";
-    assert!(matches!(
-        Scenario::from_yaml(both),
-        Err(ScenarioError::InvalidRule { index: 0, .. })
-    ));
+    assert_eq!(
+        Scenario::from_yaml(both).unwrap_err().to_string(),
+        "scenario:2:5: reply: a reply needs exactly one of text/tool, steps, error or hang"
+    );
     assert!(matches!(
         Scenario::from_yaml("version: 2\nrules: []\n"),
-        Err(ScenarioError::NewerVersion { found: 2 })
+        Err(ScenarioError::NewerVersion { found: 2, .. })
     ));
     let scenario = Scenario::from_yaml(SCENARIO).unwrap();
     assert_eq!(scenario.rules.len(), 7);
@@ -463,7 +486,11 @@ rules:
     assert_eq!(text("/t/alpha/v1/messages"), "alpha again");
     // A client probing its base URL gets an empty 200, and is logged.
     let mut stream = TcpStream::connect(server.addr()).unwrap();
-    write!(stream, "HEAD /t/alpha HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "HEAD /t/alpha HTTP/1.1\r\nHost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).unwrap();
     assert!(raw.starts_with("HTTP/1.1 200 "), "{raw}");
@@ -518,4 +545,355 @@ fn a_string_input_is_a_freeform_tool_call_in_responses_and_an_object_in_messages
     assert_eq!(log[0]["status"], 200);
     assert!(log[0]["output_tokens"].as_u64().unwrap() >= 1);
     assert!(Scenario::from_yaml("rules:\n  - reply: { tool: x, input: [1] }\n").is_err());
+}
+
+/// Sends one request on an open connection and reads exactly its response.
+fn exchange(stream: &mut TcpStream, path: &str, body: &Value) -> Response {
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    // A chunked body ends with the zero chunk; read until it.
+    let mut raw = Vec::new();
+    let mut buffer = [0; 8192];
+    while !raw.ends_with(b"\r\n0\r\n\r\n") && !raw.ends_with(b"0\r\n\r\n") {
+        let read = stream.read(&mut buffer).expect("read");
+        assert!(read > 0, "the server closed a kept-alive connection");
+        raw.extend_from_slice(&buffer[..read]);
+    }
+    parse_response(&String::from_utf8(raw).unwrap())
+}
+
+#[test]
+fn one_connection_carries_several_requests_and_sse_arrives_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let mut stream = TcpStream::connect(server.addr()).unwrap();
+    for prompt in ["the first prompt", "now the second prompt"] {
+        let response = exchange(
+            &mut stream,
+            "/v1/messages",
+            &messages_request(vec![user(prompt)]),
+        );
+        assert_eq!(response.status, 200);
+        assert!(
+            !response.head.contains("connection: close"),
+            "{}",
+            response.head
+        );
+        assert!(response.head.contains("transfer-encoding: chunked"));
+    }
+    // Each event is its own chunk of the streaming body.
+    let body = messages_request(vec![user("the first prompt")]).to_string();
+    write!(
+        stream,
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (_, chunked) = raw.split_once("\r\n\r\n").unwrap();
+    let (text, chunks) = dechunk(chunked);
+    assert_eq!(chunks, events(&text).len(), "one chunk per event");
+    assert_eq!(read_log(dir.path()).len(), 3);
+}
+
+#[test]
+fn a_hanging_request_does_not_hold_up_another_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let body = messages_request(vec![user("stall please")]).to_string();
+    let mut hanging = TcpStream::connect(server.addr()).unwrap();
+    write!(
+        hanging,
+        "POST /v1/messages HTTP/1.1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    while read_log_len(dir.path()) == 0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let answered = post(
+        &server,
+        "/v1/messages",
+        &messages_request(vec![user("the first prompt")]),
+    );
+    assert_eq!(answered.status, 200, "served while the other hangs");
+    drop(server);
+}
+
+fn tool_result_follow_up(prompt: &str, round: usize) -> Value {
+    let mut messages = vec![user(prompt)];
+    for index in 0..round {
+        let id = format!("toolu_{index}");
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Read", "input": {}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "ok"}]}));
+    }
+    messages_request(messages)
+}
+
+#[test]
+fn steps_play_one_per_request_within_an_attempt_and_start_again_in_the_next() {
+    let scenario = Scenario::from_yaml(
+        r#"
+rules:
+  - match: { contains: "fix it" }
+    reply:
+      steps:
+        - { tool: Read, input: { file_path: /w/a.py } }
+        - { tool: Edit, input: { file_path: /w/a.py, old_string: hi, new_string: hello } }
+        - { text: "Fixed." }
+"#,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let played = |round: usize| {
+        let events = events(
+            &post(
+                &server,
+                "/t/a/v1/messages",
+                &tool_result_follow_up("fix it", round),
+            )
+            .body,
+        );
+        let block = events[1].1["content_block"].clone();
+        match block["type"].as_str() {
+            Some("tool_use") => block["name"].as_str().unwrap().to_owned(),
+            _ => text_of(&events),
+        }
+    };
+    assert_eq!(
+        [played(0), played(1), played(2), played(3)],
+        ["Read", "Edit", "Fixed.", "Fixed."],
+        "one step per request, the last repeated"
+    );
+    assert_eq!(
+        played(0),
+        "Read",
+        "a new prompt is a new attempt: steps start over"
+    );
+    drop(server);
+    let steps: Vec<Value> = read_log(dir.path())
+        .iter()
+        .map(|line| line["step"].clone())
+        .collect();
+    assert_eq!(steps, [json!(0), json!(1), json!(2), json!(2), json!(0)]);
+}
+
+#[test]
+fn an_attempt_past_its_request_cap_is_answered_as_a_rehearsal_loop() {
+    let scenario = Scenario::from_yaml(
+        "max_requests_per_attempt: 3\nrules:\n  - reply: { tool: Read, input: { file_path: /x } }\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let statuses: Vec<u16> = (0..5)
+        .map(|round| {
+            post(
+                &server,
+                "/t/spin/v1/messages",
+                &tool_result_follow_up("go", round),
+            )
+            .status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 400, 400]);
+    let last = post(
+        &server,
+        "/t/spin/v1/messages",
+        &tool_result_follow_up("go", 5),
+    );
+    assert!(last.body.contains("rehearsal_loop"), "{}", last.body);
+    // A new attempt (a new prompt) starts its count again.
+    let fresh = post(
+        &server,
+        "/t/spin/v1/messages",
+        &messages_request(vec![user("again")]),
+    );
+    assert_eq!(fresh.status, 200);
+    drop(server);
+    let looped: Vec<bool> = read_log(dir.path())
+        .iter()
+        .map(|line| line["loop"].as_bool().unwrap())
+        .collect();
+    assert_eq!(looped, [false, false, false, true, true, true, false]);
+}
+
+#[test]
+fn the_second_request_reads_the_cached_prefix_until_the_lifetime_ends() {
+    let scenario = Scenario::from_yaml("rules:\n  - reply: { text: ok }\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let clock = super::ManualClock::default();
+    let options = super::ServerOptions {
+        clock: Some(clock.clone()),
+        ..super::ServerOptions::default()
+    };
+    let server =
+        ModelServer::start_with(scenario, dir.path().join("requests.jsonl"), options).unwrap();
+    let system = json!([{"type": "text", "text": "s".repeat(20_000), "cache_control": {"type": "ephemeral"}}]);
+    let request = |turns: &[&str]| {
+        let mut messages = Vec::new();
+        for (index, turn) in turns.iter().enumerate() {
+            let mut block = json!({"type": "text", "text": turn});
+            if index + 1 == turns.len() {
+                block["cache_control"] = json!({"type": "ephemeral"});
+            } else {
+                messages.push(json!({"role": "user", "content": [block]}));
+                messages.push(
+                    json!({"role": "assistant", "content": [{"type": "text", "text": "ok"}]}),
+                );
+                continue;
+            }
+            messages.push(json!({"role": "user", "content": [block]}));
+        }
+        json!({"model": "claude-test", "stream": true, "system": system, "messages": messages})
+    };
+    let usage = |body: &Value| {
+        let events = events(&post(&server, "/v1/messages", body).body);
+        events[0].1["message"]["usage"].clone()
+    };
+    let first = usage(&request(&["first question"]));
+    assert_eq!(first["cache_read_input_tokens"], 0);
+    let written = first["cache_creation_input_tokens"].as_u64().unwrap();
+    assert!(written > 5000, "{first}");
+    clock.advance(Duration::from_secs(120));
+    let second = usage(&request(&["first question", "a follow-up"]));
+    assert_eq!(
+        second["cache_read_input_tokens"], written,
+        "the whole first prompt is read"
+    );
+    let new_part = second["cache_creation_input_tokens"].as_u64().unwrap();
+    assert!(
+        new_part > 0 && new_part < 50,
+        "only the new turn is written: {second}"
+    );
+    assert_eq!(
+        second["input_tokens"], 0,
+        "nothing after the last breakpoint"
+    );
+    clock.advance(Duration::from_secs(6 * 60));
+    let expired = usage(&request(&["first question", "a follow-up"]));
+    assert_eq!(expired["cache_read_input_tokens"], 0, "five minutes passed");
+    assert_eq!(expired["cache_creation_input_tokens"], written + new_part);
+    drop(server);
+    let log = read_log(dir.path());
+    assert_eq!(log[1]["usage"]["cache_read"], written);
+    assert_eq!(log[1]["usage"]["cache_write"], new_part);
+}
+
+#[test]
+fn responses_reports_a_repeated_prefix_as_cached_input_tokens() {
+    let scenario = Scenario::from_yaml("rules:\n  - reply: { text: ok }\n").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let request = |prompts: &[&str]| {
+        let input: Vec<Value> = prompts
+            .iter()
+            .map(|prompt| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}))
+            .collect();
+        json!({"model": "gpt-test", "stream": true, "instructions": "i".repeat(12_000), "input": input})
+    };
+    let usage = |body: &Value| {
+        let events = events(&post(&server, "/v1/responses", body).body);
+        events.last().unwrap().1["response"]["usage"].clone()
+    };
+    let first = usage(&request(&["first"]));
+    assert_eq!(first["input_tokens_details"]["cached_tokens"], 0);
+    let second = usage(&request(&["first", "second"]));
+    let cached = second["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached >= 1024 && (cached - 1024) % 128 == 0, "{second}");
+    assert!(cached <= first["input_tokens"].as_u64().unwrap());
+    assert!(
+        second["input_tokens"].as_u64().unwrap() > cached,
+        "cached tokens are part of the input"
+    );
+}
+
+#[test]
+fn gemini_streams_text_and_a_function_call_and_side_calls_are_not_turns() {
+    let scenario = Scenario::from_yaml(
+        "rules:\n  - match: { turn: 1, tool_result: false }\n    reply: { text: \"Writing it.\", tool: write_file, input: { file_path: a.txt, content: hi } }\n  - match: { turn: 1, tool_result: true }\n    reply: { text: DONE }\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
+    let prompt = json!({"role": "user", "parts": [{"text": "<session_context>ctx</session_context>"}, {"text": "write a.txt"}]});
+    // The router's side call comes first; it is answered `{}`.
+    let side = post(
+        &server,
+        "/t/g/v1beta/models/flash-lite:generateContent",
+        &json!({"contents": [prompt]}),
+    );
+    assert_eq!(side.status, 200);
+    let side: Value = serde_json::from_str(&side.body).unwrap();
+    assert_eq!(side["candidates"][0]["content"]["parts"][0]["text"], "{}");
+    let stream = post(
+        &server,
+        "/t/g/v1beta/models/pro:streamGenerateContent?alt=sse",
+        &json!({"contents": [prompt], "systemInstruction": {"parts": [{"text": "be brief"}]}}),
+    );
+    assert_eq!(stream.status, 200);
+    assert!(stream.head.contains("content-type: text/event-stream"));
+    let chunks: Vec<Value> = stream
+        .body
+        .split("\r\n\r\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    assert_eq!(chunks.len(), 2, "the text, then the call");
+    assert_eq!(
+        chunks[0]["candidates"][0]["content"]["parts"][0]["text"],
+        "Writing it."
+    );
+    let call = &chunks[1]["candidates"][0]["content"]["parts"][0]["functionCall"];
+    assert_eq!(call["name"], "write_file");
+    assert_eq!(call["args"], json!({"file_path": "a.txt", "content": "hi"}));
+    assert_eq!(chunks[1]["candidates"][0]["finishReason"], "STOP");
+    assert!(
+        chunks[1]["usageMetadata"]["promptTokenCount"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // The function's response is a follow-up in the same turn.
+    let follow_up = json!({"contents": [prompt,
+        {"role": "model", "parts": [{"functionCall": {"name": "write_file", "args": {}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "write_file", "response": {"output": "ok"}}}]}]});
+    let done = post(
+        &server,
+        "/t/g/v1beta/models/pro:streamGenerateContent?alt=sse",
+        &follow_up,
+    );
+    assert!(done.body.contains("\"text\":\"DONE\""), "{}", done.body);
+    drop(server);
+    let log = read_log(dir.path());
+    let seen: Vec<(Value, Value, Value)> = log
+        .iter()
+        .map(|line| {
+            (
+                line["side"].clone(),
+                line["turn"].clone(),
+                line["tool_result"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (json!(true), json!(1), json!(true)),
+            (json!(false), json!(1), json!(false)),
+            (json!(false), json!(1), json!(true)),
+        ],
+        "the side call is for the first turn and does not open it"
+    );
+    assert_eq!(log[1]["prompt_text"], "write a.txt");
+    assert_eq!(log[1]["model"], "pro");
 }
