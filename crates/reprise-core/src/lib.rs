@@ -13,6 +13,7 @@ pub mod digest;
 mod id;
 pub mod outcome;
 pub mod plan;
+pub mod pool;
 pub mod prompt;
 pub mod record;
 pub mod recovery;
