@@ -66,6 +66,8 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) carried: Option<Previous>,
     /// The task's budget envelope, reserved from the run's pool.
     pub(crate) envelope_micro_usd: Option<u64>,
+    /// The run's pool: a task without an envelope draws from it per attempt.
+    pub(crate) pool: &'a crate::pool::SharedPool,
     /// The agent binary the plan names, if any.
     pub(crate) bin: Option<PathBuf>,
     /// What the caller adds to the agent's process (rehearsal's server).
@@ -309,9 +311,12 @@ impl TaskRun<'_> {
             let _ = fs::create_dir_all(&tmp);
             let mut attempt_env = env.clone();
             attempt_env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
-            let remaining = self
-                .envelope_micro_usd
-                .map(|envelope| envelope.saturating_sub(result.spent_micro_usd));
+            let mut hold = self.pool.attempt_budget(
+                self.envelope_micro_usd
+                    .map(|envelope| envelope.saturating_sub(result.spent_micro_usd)),
+                self.cancel,
+            );
+            let remaining = hold.budget();
             let attempt_supervision = self.supervision(&cwd, &tmp, true);
             let attempt_supervision_sandboxed = attempt_supervision
                 .as_ref()
@@ -332,6 +337,8 @@ impl TaskRun<'_> {
                 },
                 self.cancel,
             );
+            hold.spent(report.cost_micro_usd.unwrap_or(0));
+            drop(hold);
             if let AttemptOutcome::Infra {
                 kind: InfraKind::SessionUnavailable,
                 ..
@@ -487,7 +494,7 @@ impl TaskRun<'_> {
             }
             if attempt >= attempts_allowed {
                 result.status = TaskStatus::Failed;
-                result.reason = Some(format!("not accepted after {attempt} attempts"));
+                result.reason = Some(crate::stop::out_of_attempts(&result.attempts));
                 break;
             }
             if let Some(budget) = budget.as_mut() {
