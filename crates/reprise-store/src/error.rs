@@ -44,7 +44,7 @@ pub enum StoreError {
     )]
     KeyPermissions { path: PathBuf, mode: u32 },
     #[error(
-        "directory {path} of the audit key is writable by others (mode {mode:o}); run `chmod 700 {path}`"
+        "directory {path} of the audit key is writable by others (mode {mode:o}); keep the key in a private directory instead, e.g. REPRISE_AUDIT_KEY_FILE=$HOME/.local/state/reprise/audit.key"
     )]
     KeyDirPermissions { path: PathBuf, mode: u32 },
     #[error(
