@@ -95,7 +95,9 @@ pub(crate) fn rehearse(
         }
         Ok(())
     };
-    let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, servable)?;
+    let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, |plan, _| {
+        servable(plan)
+    })?;
     let run_id = new_run_id();
     let dir = prepared.state.runs_dir().join(&run_id).join("rehearsal");
     let failed = |what: &str, err: &dyn std::fmt::Display| CliError {

@@ -139,7 +139,7 @@ name: fatal
 seats: 2
 defaults: { agent: command, max_retries: 3, timeout: 30s }
 tasks:
-  - { id: broken, prompt: b, command: ["/nonexistent/agent-binary"] }
+  - { id: broken, prompt: b, command: ["./nonexistent/agent-binary"] }
   - { id: after, prompt: a, depends_on: [broken], command: [sh, -c, "echo DONE"] }
   - { id: independent, prompt: i, command: [sh, -c, "echo fine > fine.txt; echo DONE"] }
 "#,
@@ -275,7 +275,7 @@ tasks:
   - id: check
     prompt: c
     command: [sh, -c, "echo DONE"]
-    gates: [ { name: lint, run: "no-such-tool --check" } ]
+    gates: [ { name: lint, run: "./no-such-tool --check" } ]
 "#,
     );
     let output = env.run(&["run", &plan, "--json"]);
