@@ -696,3 +696,61 @@ fn every_help_has_a_summary_examples_environment_and_exit_codes() {
         }
     }
 }
+
+#[test]
+fn agent_settings_reach_the_cli_as_its_own_flags_and_environment() {
+    let env = Env::new();
+    env.init();
+    // A stand-in for Claude Code that keeps what it was given.
+    let fake = env.project().join("fake-claude");
+    fs::write(
+        &fake,
+        r#"#!/bin/sh
+if [ "$1" = "--version" ]; then echo "2.1.197 (Claude Code)"; exit 0; fi
+printf '%s\n' "$@" > args.txt
+printf '%s\n' "$H16_SETTING" > env.txt
+sid=""; prev=""
+for arg in "$@"; do [ "$prev" = "--session-id" ] && sid="$arg"; prev="$arg"; done
+printf '{"type":"result","subtype":"success","is_error":false,"result":"DONE","session_id":"%s","total_cost_usd":0}\n' "$sid"
+"#,
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    write(
+        &env,
+        "plan.yaml",
+        r#"
+version: 1
+name: settings
+agents:
+  claude: { bin: ./fake-claude, model: sonnet, args: [--verbose], env: { H16_SETTING: from-the-plan } }
+defaults: { agent: claude, sandbox: none, containment: off, max_retries: 0 }
+tasks:
+  - id: a
+    prompt: "the prompt"
+    # The agent's variables are the agent's: its gates never see them.
+    gates: [ { name: clean, run: "test -z \"$H16_SETTING\"" } ]
+"#,
+    );
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+    let args: Vec<String> = fs::read_to_string(env.project().join("args.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let separator = args.iter().position(|arg| arg == "--").unwrap();
+    assert_eq!(
+        &args[separator - 3..],
+        ["--model", "sonnet", "--verbose", "--", "the prompt"],
+        "{args:?}"
+    );
+    assert_eq!(
+        args[0], "-p",
+        "reprise's own arguments come first: {args:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(env.project().join("env.txt")).unwrap(),
+        "from-the-plan\n"
+    );
+}
