@@ -52,7 +52,7 @@ pub enum StoreError {
     )]
     KeyLength { path: PathBuf, len: u64 },
     #[error(
-        "audit key {path} does not exist; restore it, or run `reprise init` to create a new one"
+        "audit key {path} does not exist (or is a link to nothing); restore the key file there, or point REPRISE_AUDIT_KEY_FILE at it"
     )]
     KeyMissing { path: PathBuf },
     #[error(
