@@ -38,3 +38,53 @@ pub(crate) fn out_of_attempts(attempts: &[AttemptSummary]) -> String {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Outcome;
+
+    fn attempt(n: u32, judged: bool, infra_kind: Option<&str>) -> AttemptSummary {
+        AttemptSummary {
+            n,
+            mode: "new".into(),
+            session_id: None,
+            outcome: if judged {
+                Outcome::Judged
+            } else {
+                Outcome::Infra
+            },
+            judged,
+            infra_kind: infra_kind.map(str::to_owned),
+            exit_code: None,
+            gates: Vec::new(),
+            cost_micro_usd: None,
+            elapsed_ms: 0,
+            agent_us: 0,
+            gates_us: 0,
+        }
+    }
+
+    #[test]
+    fn only_judged_attempts_are_called_not_accepted() {
+        assert_eq!(
+            out_of_attempts(&[attempt(1, true, None)]),
+            "not accepted after 1 attempt"
+        );
+        assert_eq!(
+            out_of_attempts(&[attempt(1, true, None), attempt(2, true, None)]),
+            "not accepted after 2 attempts"
+        );
+        assert_eq!(
+            out_of_attempts(&[
+                attempt(1, false, Some("timeout")),
+                attempt(2, false, Some("gate_could_not_run"))
+            ]),
+            "stopped after 2 attempts, none judged: each ended in gate_could_not_run, timeout (infrastructure, not the agent's work); fix that and run it again"
+        );
+        assert_eq!(
+            out_of_attempts(&[attempt(1, true, None), attempt(2, false, Some("timeout"))]),
+            "not accepted after 2 attempts; the unjudged ones ended in timeout"
+        );
+    }
+}

@@ -511,7 +511,8 @@ impl TaskRun<'_> {
                     _ => {
                         result.status = TaskStatus::Failed;
                         result.reason = Some(format!(
-                            "not accepted after {attempt} attempts; the retry budget ({}) is spent",
+                            "{}; the retry budget ({}) is spent",
+                            crate::stop::out_of_attempts(&result.attempts),
                             budget.spec()
                         ));
                         break;

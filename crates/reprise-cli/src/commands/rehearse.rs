@@ -250,10 +250,10 @@ fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
             .collect();
         let _ = writeln!(
             text,
-            "  {} ({}): {} requests, {} B (~{} tokens in, {} out){}; cost {}",
+            "  {} ({}): {}, {} B (~{} tokens in, {} out){}; cost {}",
             task.task_id,
             task.agent,
-            task.traffic.requests,
+            crate::output::count(task.traffic.requests, "request"),
             task.traffic.bytes,
             task.traffic.input_tokens,
             task.traffic.output_tokens,
@@ -318,8 +318,9 @@ pub(crate) fn serve(
         let name = task.as_deref().unwrap_or("(no task)");
         let _ = writeln!(
             out,
-            "  {name}: {} requests, {} B",
-            traffic.requests, traffic.bytes
+            "  {name}: {}, {} B",
+            crate::output::count(traffic.requests, "request"),
+            traffic.bytes
         );
         tasks.push(json!({"task": task, "traffic": traffic}));
     }

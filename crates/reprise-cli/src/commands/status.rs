@@ -170,7 +170,11 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
                 Some(seq) => format!("sealed through seq {seq}"),
                 None => "not sealed yet".to_owned(),
             };
-            let _ = writeln!(text, "ledger: intact ({rows} transitions, {sealed})");
+            let _ = writeln!(
+                text,
+                "ledger: intact ({}, {sealed})",
+                crate::output::count(rows, "transition")
+            );
         }
     }
     if let Some(line) = crate::commands::audit::audit_problem_line(&checked.audit) {
