@@ -50,6 +50,7 @@ const NO_CONVERSATION: &str = "No conversation found with session ID";
 pub struct ClaudeAdapter {
     versions: VersionCache,
     allowed_tools: Vec<String>,
+    options: crate::options::CliOptions,
 }
 
 impl ClaudeAdapter {
@@ -66,6 +67,12 @@ impl ClaudeAdapter {
             allowed_tools: tools,
             ..Self::default()
         }
+    }
+
+    /// The plan's model, extra arguments and environment for Claude Code.
+    #[must_use]
+    pub fn with_options(self, options: crate::options::CliOptions) -> Self {
+        Self { options, ..self }
     }
 }
 
@@ -86,7 +93,12 @@ impl Adapter for ClaudeAdapter {
             &self.versions,
             &request,
             cancel,
-            |request, program| invocation(request, program, tools),
+            |request, program| {
+                self.options.apply(
+                    invocation(request, program, tools),
+                    request.model.as_deref(),
+                )
+            },
             parse,
         )
     }

@@ -54,12 +54,19 @@ const SPEC: CliSpec = CliSpec {
 #[derive(Debug, Default)]
 pub struct CodexAdapter {
     versions: VersionCache,
+    options: crate::options::CliOptions,
 }
 
 impl CodexAdapter {
     /// A codex adapter; the binary comes from each request.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The plan's model, extra arguments and environment for Codex.
+    #[must_use]
+    pub fn with_options(self, options: crate::options::CliOptions) -> Self {
+        Self { options, ..self }
     }
 }
 
@@ -73,7 +80,17 @@ impl Adapter for CodexAdapter {
     }
 
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
-        run_cli(SPEC, &self.versions, request, cancel, invocation, parse)
+        run_cli(
+            SPEC,
+            &self.versions,
+            request,
+            cancel,
+            |request, program| {
+                self.options
+                    .apply(invocation(request, program), request.model.as_deref())
+            },
+            parse,
+        )
     }
 
     /// Discovered, not computed: `<root>/sessions/YYYY/MM/DD/rollout-<ts>-<id>.jsonl`

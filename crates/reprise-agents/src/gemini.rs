@@ -53,12 +53,19 @@ const SPEC: CliSpec = CliSpec {
 #[derive(Debug, Default)]
 pub struct GeminiAdapter {
     versions: VersionCache,
+    options: crate::options::CliOptions,
 }
 
 impl GeminiAdapter {
     /// A gemini adapter; the binary comes from each request.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The plan's model, extra arguments and environment for Gemini CLI.
+    #[must_use]
+    pub fn with_options(self, options: crate::options::CliOptions) -> Self {
+        Self { options, ..self }
     }
 }
 
@@ -93,7 +100,17 @@ impl Adapter for GeminiAdapter {
             };
         }
         let request = with_chosen_session_ids(request);
-        run_cli(SPEC, &self.versions, &request, cancel, invocation, parse)
+        run_cli(
+            SPEC,
+            &self.versions,
+            &request,
+            cancel,
+            |request, program| {
+                self.options
+                    .apply(invocation(request, program), request.model.as_deref())
+            },
+            parse,
+        )
     }
 
     /// Discovered: `<root>/.gemini/tmp/<project>/chats/session-<ts>-<first 8

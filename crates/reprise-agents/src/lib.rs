@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod check;
 mod claude;
 #[cfg(test)]
 mod cli_flags;
@@ -18,16 +19,19 @@ mod codex;
 mod command;
 mod gemini;
 mod home;
+mod options;
 mod outcome;
 mod process;
 mod request;
 mod sim;
 pub mod supervise;
 
+pub use check::{AgentBinary, bin_env_var, find_program, resolve_agent_binary};
 pub use claude::ClaudeAdapter;
 pub use codex::CodexAdapter;
 pub use command::CommandAdapter;
 pub use gemini::GeminiAdapter;
+pub use options::{CliOptions, clashing_arg, controlled_flags};
 pub use outcome::{AttemptOutcome, AttemptReport, InfraKind};
 pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, Watch};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};

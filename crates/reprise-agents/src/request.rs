@@ -67,6 +67,10 @@ pub struct AttemptRequest {
     pub supervision: Option<Supervision>,
     /// What the driver watches besides the wall clock.
     pub watch: Watch,
+    /// The model this attempt asks for instead of the plan's
+    /// `agents.<cli>.model` (a retry after a request for context); the
+    /// `command` and `sim` agents have none.
+    pub model: Option<String>,
 }
 
 /// Bounds on an attempt's output, watched while it runs: past either the
@@ -180,6 +184,7 @@ pub(crate) mod tests {
             budget_micro_usd: None,
             supervision: None,
             watch: Default::default(),
+            model: None,
         }
     }
 

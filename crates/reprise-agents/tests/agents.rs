@@ -53,6 +53,7 @@ impl World {
             budget_micro_usd: None,
             supervision: None,
             watch: Default::default(),
+            model: None,
         }
     }
 

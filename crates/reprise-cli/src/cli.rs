@@ -5,9 +5,80 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// What every command's help ends with: the environment that affects it and
+/// the exit codes.
+macro_rules! common_help {
+    () => {
+        "\
+Environment:
+  REPRISE_STATE_DIR       the state directory (as --state-dir; default: .reprise here or in a parent)
+  REPRISE_AUDIT_KEY_FILE  the audit key (default: $XDG_STATE_HOME/reprise/audit.key,
+                          else $HOME/.local/state/reprise/audit.key)
+
+Exit codes:
+  0    success
+  1    a task failed, a verification failed, or a refusal
+  2    usage or bad input (nothing was written)
+  3    a run ended with tasks parked
+  130  stopped by SIGINT (Ctrl-C), 143 by SIGTERM: tasks cancelled, agents stopped"
+    };
+}
+
+/// A command's examples followed by the common environment and exit codes.
+macro_rules! help {
+    ($examples:literal) => {
+        // A literal's first line loses its indent to the `\` line
+        // continuation; the others keep theirs.
+        concat!("Examples:\n  ", $examples, "\n\n", common_help!())
+    };
+}
+
+/// The command-line grammar with every help text: the derive gives the
+/// commands; the groups of subcommands (`task`, `journal`, ...) get their
+/// examples here, where clap's derive cannot put them.
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let groups: [(&str, &'static str); GROUP_COUNT] = [
+        ("checkpoint", help!("reprise checkpoint list add-greeting")),
+        (
+            "budget",
+            help!("reprise budget check \"3 retries, degrade: coverage>tests\""),
+        ),
+        (
+            "task",
+            help!("reprise task list\n  reprise task show add-greeting"),
+        ),
+        ("lineage", help!("reprise lineage show add-greeting")),
+        ("journal", help!("reprise journal verify add-greeting")),
+        ("audit", help!("reprise audit verify")),
+        ("replay", help!("reprise replay repair --all")),
+        ("workspace", help!("reprise workspace hash")),
+        ("plan", help!("reprise plan check plan.yaml")),
+    ];
+    groups
+        .into_iter()
+        .fold(Cli::command(), |command, (name, help)| {
+            command.mut_subcommand(name, |sub| sub.after_help(help))
+        })
+}
+
+const GROUP_COUNT: usize = 9;
+
 /// Run coding-agent tasks, check them with gates, and recover provably.
 #[derive(Debug, Parser)]
-#[command(name = "reprise", version, about, propagate_version = true)]
+#[command(
+    name = "reprise",
+    version,
+    about = "Run coding-agent tasks, check their work with gates, and recover cheaply and provably.",
+    propagate_version = true,
+    after_help = help!("\
+  reprise init --plan            write a starter plan.yaml (it runs on the built-in sim agent)
+  reprise run plan.yaml --check  check the plan, its agent binaries and gate tools; run nothing
+  reprise run plan.yaml          run it
+  reprise status                 the latest run, checked against the ledger
+
+Run `reprise COMMAND --help` for a command's own help; every plan key is in docs/plan.md.")
+)]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) global: GlobalArgs,
@@ -29,8 +100,23 @@ pub(crate) struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Create the state directory (and the audit key if there is none).
-    Init,
+    #[command(after_help = help!("\
+  reprise init              .reprise/ here, and the audit key if there is none
+  reprise init --plan       the same, and a commented starter plan.yaml that runs on sim"))]
+    Init {
+        /// Also write a commented starter plan.yaml here (refused if one exists).
+        #[arg(long)]
+        plan: bool,
+    },
     /// Run a plan: every task through its agent, gates, and checkpointed retries.
+    #[command(after_help = help!("\
+  reprise run plan.yaml
+  reprise run plan.yaml --check         check the plan, agent binaries and gate tools; run nothing
+  reprise run plan.yaml --seats 4 --retry-budget \"3 retries, degrade: coverage>tests\"
+  reprise run --retry-failed R-01J...   run a finished run's failed tasks again
+
+  Agent binaries: the plan's agents.<cli>.bin, else REPRISE_CLAUDE_BIN,
+  REPRISE_CODEX_BIN or REPRISE_GEMINI_BIN, else PATH."))]
     Run {
         /// The plan file (YAML). Not needed with --retry-failed, which
         /// re-reads the run's own plan.
@@ -52,9 +138,34 @@ pub(crate) enum Command {
         /// commit that your index, refs and stash never see).
         #[arg(long)]
         include_uncommitted: bool,
+        /// Check only: validate the plan, resolve every task's agent binary
+        /// (and its version) and find each gate's command; run nothing,
+        /// write nothing.
+        #[arg(long, conflicts_with = "retry_failed")]
+        check: bool,
     },
+    /// Check a plan without running it.
+    #[command(subcommand)]
+    Plan(PlanCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = help!("\
+  reprise completions bash > ~/.local/share/bash-completion/completions/reprise
+  reprise completions zsh > ~/.zfunc/_reprise
+  reprise completions fish > ~/.config/fish/completions/reprise.fish"))]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from this command's own help.
+    #[command(after_help = help!("\
+  reprise man > reprise.1 && man ./reprise.1"))]
+    Man,
     /// Bring a finished run's results into your checkout: the results of its
     /// leaf tasks merged into the current branch (fast-forward when possible).
+    #[command(after_help = help!("\
+  reprise apply --dry-run            the commits and files the latest run would bring in
+  reprise apply R-01J...             merge that run's results into your branch
+  reprise apply --branch results     put them on a new branch instead"))]
     Apply {
         /// A run id (default: the latest run).
         run: Option<String>,
@@ -69,6 +180,9 @@ pub(crate) enum Command {
         dry_run: bool,
     },
     /// Show what a run's results (or one task's) change against their base.
+    #[command(after_help = help!("\
+  reprise diff                      the latest run's combined results
+  reprise diff R-01J... add-greeting   one task's result"))]
     Diff {
         /// A run id (default: the latest run).
         run: Option<String>,
@@ -76,6 +190,9 @@ pub(crate) enum Command {
         task: Option<String>,
     },
     /// Remove finished runs' worktrees (and, with --branches, their branches).
+    #[command(after_help = help!("\
+  reprise clean --dry-run           what cleaning every finished run would free
+  reprise clean R-01J... --branches one run's worktrees and result branches"))]
     Clean {
         /// One run to clean (default: every finished run).
         run: Option<String>,
@@ -94,13 +211,19 @@ pub(crate) enum Command {
     },
     /// Rehearse a plan: the real agent CLIs against a scripted model server
     /// on loopback, no tokens spent; or `rehearse serve`, the server alone.
+    #[command(after_help = help!("\
+  reprise rehearse plan.yaml --scenario scenario.yaml
+  reprise rehearse plan.yaml --scenario scenario.yaml --price 3/15 --keep-requests"))]
     Rehearse(RehearseArgs),
     /// Explain a retry budget spec.
     #[command(subcommand)]
     Budget(BudgetCommand),
     /// Show a run's tasks and attempts (default: the latest run).
+    #[command(after_help = help!("\
+  reprise status
+  reprise status R-01J... --json"))]
     Status {
-        /// A run id (`R-...`).
+        /// A run id (`R-...`; default: the latest run).
         run: Option<String>,
     },
     /// List or show tasks of the latest run.
@@ -129,7 +252,11 @@ pub(crate) enum Command {
 #[derive(Debug, Subcommand)]
 pub(crate) enum CheckpointCommand {
     /// List a task's file checkpoints in a run (default: the latest run of its plan).
+    #[command(after_help = help!("\
+  reprise checkpoint list add-greeting
+  reprise checkpoint list quickstart/add-greeting --run R-01J..."))]
     List {
+        /// The task (or PLAN/TASK).
         task: String,
         /// The run (default: the latest run of the task's plan).
         #[arg(long, value_name = "RUN")]
@@ -138,7 +265,11 @@ pub(crate) enum CheckpointCommand {
         plan: PlanArg,
     },
     /// Restore a task's tree to one of its checkpoints exactly.
+    #[command(after_help = help!("\
+  reprise checkpoint restore add-greeting 1a2b3c4 --dry-run
+  reprise checkpoint restore add-greeting 1a2b3c4"))]
     Restore {
+        /// The task (or PLAN/TASK).
         task: String,
         /// A checkpoint id (at least 7 characters of it), as `checkpoint list` shows.
         checkpoint: String,
@@ -193,6 +324,8 @@ pub(crate) struct PlanArg {
 #[derive(Debug, Subcommand)]
 pub(crate) enum RehearseCommand {
     /// Serve a scenario on loopback until Ctrl-C, logging every request.
+    #[command(after_help = help!("\
+  reprise rehearse serve --scenario scenario.yaml --port 8080"))]
     Serve {
         /// What the server answers (YAML rules).
         #[arg(long, value_name = "FILE")]
@@ -212,7 +345,11 @@ pub(crate) enum RehearseCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum BudgetCommand {
     /// Show what each retry of SPEC would do, or why SPEC is refused.
+    #[command(after_help = help!("\
+  reprise budget check \"3 retries, degrade: coverage>tests>style\"
+  reprise budget check \"2 retries, degrade: coverage\" --plan plan.yaml"))]
     Check {
+        /// The retry budget, e.g. \"3 retries, degrade: coverage>tests\".
         spec: String,
         /// Check the spec against this plan's gate criteria and their levels.
         #[arg(long, value_name = "PLAN")]
@@ -223,9 +360,15 @@ pub(crate) enum BudgetCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum TaskCommand {
     /// List the tasks of the latest run.
+    #[command(after_help = help!("\
+  reprise task list"))]
     List,
     /// Show one task: state, attempts and its retry metadata.
+    #[command(after_help = help!("\
+  reprise task show add-greeting
+  reprise task show quickstart/add-greeting --json"))]
     Show {
+        /// The task (or PLAN/TASK).
         task: String,
         #[command(flatten)]
         plan: PlanArg,
@@ -235,7 +378,10 @@ pub(crate) enum TaskCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum LineageCommand {
     /// Show a task's retry decisions, from its journal and spine.
+    #[command(after_help = help!("\
+  reprise lineage show add-greeting"))]
     Show {
+        /// The task (or PLAN/TASK).
         task: String,
         #[command(flatten)]
         plan: PlanArg,
@@ -245,13 +391,19 @@ pub(crate) enum LineageCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum JournalCommand {
     /// Print a task's journal rows.
+    #[command(after_help = help!("\
+  reprise journal show add-greeting --json"))]
     Show {
+        /// The task (or PLAN/TASK).
         task: String,
         #[command(flatten)]
         plan: PlanArg,
     },
     /// Verify a task's journal chain, coverage and seals.
+    #[command(after_help = help!("\
+  reprise journal verify add-greeting"))]
     Verify {
+        /// The task (or PLAN/TASK).
         task: String,
         #[command(flatten)]
         plan: PlanArg,
@@ -261,6 +413,8 @@ pub(crate) enum JournalCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum AuditCommand {
     /// Verify the HMAC audit chain.
+    #[command(after_help = help!("\
+  reprise audit verify --json"))]
     Verify,
 }
 
@@ -268,6 +422,10 @@ pub(crate) enum AuditCommand {
 pub(crate) enum ReplayCommand {
     /// Cut a torn final line (and nothing else) off a task's journal and
     /// spine (TASK), the ledger (`ledger`) or the audit chain (`audit`).
+    #[command(after_help = help!("\
+  reprise replay repair audit
+  reprise replay repair add-greeting
+  reprise replay repair --all"))]
     Repair {
         /// A task id (or PLAN/TASK), `ledger` or `audit`.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
@@ -283,6 +441,9 @@ pub(crate) enum ReplayCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum WorkspaceCommand {
     /// Hash every file not ignored by the tree's .gitignore rules.
+    #[command(after_help = help!("\
+  reprise workspace hash
+  reprise workspace hash path/to/tree --no-cache"))]
     Hash {
         /// The tree to hash (default: the current directory).
         dir: Option<PathBuf>,
@@ -292,5 +453,17 @@ pub(crate) enum WorkspaceCommand {
         /// Re-read every file instead of trusting the stat cache.
         #[arg(long)]
         no_cache: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PlanCommand {
+    /// Check a plan as `run --check` does: the plan, every task's agent
+    /// binary (and version), each gate's command; nothing runs or is written.
+    #[command(after_help = help!("\
+  reprise plan check plan.yaml"))]
+    Check {
+        /// The plan file (YAML).
+        plan: PathBuf,
     },
 }

@@ -12,7 +12,6 @@ mod settings;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
 use reprise_agents::supervise;
 
 use crate::cli::Cli;
@@ -35,7 +34,10 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
-    let cli = match Cli::try_parse() {
+    let parsed = cli::command()
+        .try_get_matches()
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
@@ -97,8 +99,51 @@ fn usage_error(err: &clap::Error) -> ExitCode {
         first.to_owned()
     };
     report(&CliError::usage(format!(
-        "{first}; run `reprise --help` for usage"
+        "{first}{}; run `{} --help` for usage",
+        suggestion(err),
+        command_path(&std::env::args().skip(1).collect::<Vec<_>>())
     )))
+}
+
+/// clap's "did you mean" for a misspelt subcommand, flag or value, as a
+/// clause of the one-line error.
+fn suggestion(err: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let suggested = [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .find_map(|kind| match err.get(kind) {
+        Some(ContextValue::String(value)) => Some(vec![value.clone()]),
+        Some(ContextValue::Strings(values)) if !values.is_empty() => Some(values.clone()),
+        _ => None,
+    });
+    // clap orders its suggestions by likeness, the likeliest last.
+    match suggested.as_ref().and_then(|values| values.last()) {
+        Some(value) => format!(" (did you mean '{value}'?)"),
+        None => String::new(),
+    }
+}
+
+/// `reprise` followed by the subcommands `args` names, as far as they are
+/// real subcommands: the command whose own `--help` fits the error.
+fn command_path(args: &[String]) -> String {
+    let mut command = cli::command();
+    let mut path = String::from("reprise");
+    for arg in args {
+        if arg.starts_with('-') {
+            continue;
+        }
+        let Some(sub) = command.find_subcommand(arg).cloned() else {
+            break;
+        };
+        path.push(' ');
+        path.push_str(sub.get_name());
+        command = sub;
+    }
+    path
 }
 
 fn report(err: &CliError) -> ExitCode {

@@ -38,3 +38,26 @@ impl Outcome {
 pub(crate) fn short(hex: &str) -> &str {
     &hex[..hex.len().min(12)]
 }
+
+/// `count` and `noun`, the noun plural unless the count is one: `1 task`,
+/// `2 tasks`. Nouns here all take a plain `s`.
+pub(crate) fn count(count: impl Into<u64>, noun: &str) -> String {
+    let count = count.into();
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(count(0u64, "task"), "0 tasks");
+        assert_eq!(count(1u64, "task"), "1 task");
+        assert_eq!(count(2u32, "decision"), "2 decisions");
+    }
+}

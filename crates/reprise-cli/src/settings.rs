@@ -23,6 +23,10 @@ pub(crate) struct Settings {
     pub(crate) key_origin: &'static str,
     /// `--plan`: the plan a TASK argument belongs to.
     pub(crate) plan: Option<String>,
+    /// The `PATH` agents and gates will search.
+    pub(crate) path_var: Option<String>,
+    /// `REPRISE_CLAUDE_BIN`, `REPRISE_CODEX_BIN`, `REPRISE_GEMINI_BIN`, as set.
+    pub(crate) agent_bins: std::collections::BTreeMap<&'static str, String>,
 }
 
 impl Settings {
@@ -42,12 +46,26 @@ impl Settings {
         } else {
             "the default under HOME"
         };
+        let agent_bins = [
+            "REPRISE_CLAUDE_BIN",
+            "REPRISE_CODEX_BIN",
+            "REPRISE_GEMINI_BIN",
+        ]
+        .into_iter()
+        .filter_map(|name| {
+            env(name)
+                .filter(|value| !value.is_empty())
+                .map(|value| (name, value))
+        })
+        .collect();
         Self {
             key_origin,
             json: global.json,
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
             plan: None,
+            path_var: env("PATH"),
+            agent_bins,
             cwd,
         }
     }
@@ -81,6 +99,8 @@ impl Settings {
             key_path: self.key_path.clone(),
             key_origin: self.key_origin,
             plan,
+            path_var: self.path_var.clone(),
+            agent_bins: self.agent_bins.clone(),
         }
     }
 
@@ -88,7 +108,10 @@ impl Settings {
     /// not match this state directory is refused here, before any write.
     pub(crate) fn keyed_state(&self) -> Result<(StateDir, KeyFile), CliError> {
         let state = self.state()?;
-        let key = load_key(self.key_path()?)?;
+        let key = match load_key(self.key_path()?) {
+            Err(StoreError::KeyMissing { .. }) => return Err(self.key_missing_error(state.root())),
+            other => other?,
+        };
         self.check_binding(&state, &key)?;
         Ok((state, key))
     }
@@ -102,13 +125,27 @@ impl Settings {
     pub(crate) fn binding_error(&self, err: StoreError) -> CliError {
         match err {
             StoreError::KeyMismatch { path, state } => CliError::usage(format!(
-                "audit key {} ({}) does not sign the audit chain of {}: its state.init row does not verify with it; point REPRISE_AUDIT_KEY_FILE at the key this state directory was initialised with",
+                "wrong audit key: {} ({}) is not the key the audit chain of {} was made with (its state.init row does not verify with it; nothing suggests tampering); point REPRISE_AUDIT_KEY_FILE at the key this state directory was initialised with",
                 path.display(),
                 self.key_origin,
                 state.display()
             )),
             other => other.into(),
         }
+    }
+
+    /// The CLI's message for a state directory whose key is not where this
+    /// invocation looks for it.
+    pub(crate) fn key_missing_error(&self, state: &Path) -> CliError {
+        let path = self.key_path.as_deref().map_or_else(
+            |_| "(no key path)".to_owned(),
+            |path| path.display().to_string(),
+        );
+        CliError::usage(format!(
+            "the audit chain of {} was made with a key that is not at {path} ({}): restore that key file there (or point REPRISE_AUDIT_KEY_FILE at it), or start a new state directory with --state-dir DIR",
+            state.display(),
+            self.key_origin
+        ))
     }
 
     pub(crate) fn key_path(&self) -> Result<&Path, CliError> {

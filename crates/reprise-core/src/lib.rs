@@ -14,6 +14,7 @@ mod id;
 pub mod lifecycle;
 pub mod outcome;
 pub mod plan;
+pub mod pool;
 pub mod prompt;
 pub mod record;
 pub mod recovery;

@@ -58,6 +58,7 @@ impl GateRun<'_> {
             crashed: false,
             exit_code,
             level,
+            timed_out_after_ms: None,
             output,
         };
         match &gate.check {
@@ -87,6 +88,7 @@ impl GateRun<'_> {
                     budget_micro_usd: None,
                     supervision: self.supervision.cloned(),
                     watch: Default::default(),
+                    model: None,
                 };
                 let contained = self
                     .supervision
@@ -114,6 +116,9 @@ impl GateRun<'_> {
                         ..
                     } => GateVerdict {
                         crashed: true,
+                        timed_out_after_ms: Some(
+                            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        ),
                         ..verdict(false, true, None, String::new())
                     },
                     AttemptOutcome::Infra { .. } => verdict(false, true, None, String::new()),

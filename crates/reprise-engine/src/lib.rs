@@ -13,11 +13,13 @@ mod delivery;
 mod error;
 mod events;
 mod gates;
+mod pool;
 mod records;
 mod recovery;
 mod run;
 mod sandbox;
 mod state;
+mod stop;
 mod task;
 
 pub use budget::{plan_criteria, resolve_budget};

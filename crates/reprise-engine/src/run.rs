@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use reprise_agents::{
-    Adapter, CancelToken, ClaudeAdapter, CodexAdapter, CommandAdapter, GeminiAdapter, SimAdapter,
-    SimStep,
+    Adapter, CancelToken, ClaudeAdapter, CliOptions, CodexAdapter, CommandAdapter, GeminiAdapter,
+    SimAdapter, SimStep,
 };
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
 use reprise_core::{TaskId, TaskKey};
@@ -22,6 +22,7 @@ use reprise_store::state::{StateDir, now_rfc3339};
 
 use crate::error::{EngineError, Result};
 use crate::events::{Event, EventSink, Message};
+use crate::pool::SharedPool;
 use crate::sandbox::{TaskBase, Workspace, dependent_base};
 use crate::state::{RunState, TaskRecord, TaskStatus};
 use crate::task::{Previous, TaskResult, TaskRun};
@@ -163,48 +164,36 @@ fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
                 .collect();
             Arc::new(SimAdapter::new(steps, state.sim_store()))
         }
-        TaskAgent::Claude => Arc::new(ClaudeAdapter::with_allowed_tools(
-            plan.agent_settings(AgentKind::Claude)
-                .map(|settings| settings.allowed_tools.clone())
-                .unwrap_or_default(),
-        )),
-        TaskAgent::Codex => Arc::new(CodexAdapter::new()),
-        TaskAgent::Gemini => Arc::new(GeminiAdapter::new()),
+        TaskAgent::Claude => Arc::new(
+            ClaudeAdapter::with_allowed_tools(
+                plan.agent_settings(AgentKind::Claude)
+                    .map(|settings| settings.allowed_tools.clone())
+                    .unwrap_or_default(),
+            )
+            .with_options(cli_options(plan, AgentKind::Claude)),
+        ),
+        TaskAgent::Codex => {
+            Arc::new(CodexAdapter::new().with_options(cli_options(plan, AgentKind::Codex)))
+        }
+        TaskAgent::Gemini => {
+            Arc::new(GeminiAdapter::new().with_options(cli_options(plan, AgentKind::Gemini)))
+        }
     }
 }
 
-/// The budget pool: what is left to reserve, if the plan set a limit.
-#[derive(Debug)]
-struct Pool {
-    remaining_micro_usd: Option<u64>,
-}
-
-impl Pool {
-    /// Reserves `task`'s envelope. `Err` when it can never fit, `Ok(None)`
-    /// when it must wait for headroom to come back.
-    fn reserve(&mut self, task: &Task, running: usize) -> Result<Option<Option<u64>>, String> {
-        match (self.remaining_micro_usd.as_mut(), task.budget_micro_usd) {
-            (Some(remaining), Some(envelope)) if *remaining >= envelope => {
-                *remaining -= envelope;
-                Ok(Some(Some(envelope)))
-            }
-            (Some(remaining), Some(envelope)) if running == 0 => Err(format!(
-                "budget_exhausted: its envelope of {} micro-dollars exceeds the {} left in the pool",
-                envelope, remaining
-            )),
-            (Some(_), Some(_)) => Ok(None),
-            (_, envelope) => Ok(Some(envelope)),
-        }
-    }
-
-    /// Returns the envelope and takes out what was spent: the unspent
-    /// headroom comes back, and spend beyond the envelope (an agent that
-    /// reports its cost only when it is done) still leaves the pool.
-    fn settle(&mut self, envelope: Option<u64>, spent: u64) {
-        if let Some(remaining) = self.remaining_micro_usd.as_mut() {
-            *remaining = (*remaining + envelope.unwrap_or(0)).saturating_sub(spent);
-        }
-    }
+/// The plan's `agents.<cli>.model`, `.args` and `.env` for an adapter.
+fn cli_options(plan: &Plan, kind: AgentKind) -> CliOptions {
+    plan.agent_settings(kind)
+        .map(|settings| CliOptions {
+            model: settings.model.clone(),
+            args: settings.args.clone(),
+            env: settings
+                .env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        })
+        .unwrap_or_default()
 }
 
 /// Runs `plan` to the end (or until `cancel`), reporting to `sink`.
@@ -339,9 +328,7 @@ pub fn run_plan(
         .map(|spec| (spec, criteria.as_slice()));
     let mut ledger = Ledger::open(state)?;
     ledger.run_started(&now_rfc3339(), &run.run_id, plan.id(), workspace.base())?;
-    let mut pool = Pool {
-        remaining_micro_usd: plan.budget_micro_usd(),
-    };
+    let pool = SharedPool::new(plan.budget_micro_usd());
     let mut envelopes: BTreeMap<TaskId, Option<u64>> = BTreeMap::new();
     let (sender, receiver) = mpsc::channel::<Message>();
     std::thread::scope(|scope| -> Result<()> {
@@ -407,7 +394,7 @@ pub fn run_plan(
                         continue;
                     }
                 };
-                let envelope = match pool.reserve(task, running) {
+                let envelope = match pool.reserve(task) {
                     Ok(Some(envelope)) => envelope,
                     Ok(None) => continue,
                     Err(reason) => {
@@ -449,6 +436,7 @@ pub fn run_plan(
                 let project = options.project.as_path();
                 let run_id = options.run_id.as_str();
                 let supervisor = options.supervisor.as_ref();
+                let pool = &pool;
                 scope.spawn(move || {
                     let result = TaskRun {
                         state,
@@ -461,6 +449,7 @@ pub fn run_plan(
                         adapter: adapter.as_ref(),
                         project,
                         envelope_micro_usd: envelope,
+                        pool,
                         bin: bin_for(plan, task.agent.kind()),
                         setup,
                         prior_seals,

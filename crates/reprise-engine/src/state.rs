@@ -84,6 +84,9 @@ pub struct GateVerdict {
     pub exit_code: Option<i32>,
     /// The retry-budget level the gate ran at, for a gate graded on a criterion.
     pub level: Option<i64>,
+    /// The gate's own timeout, when it was stopped by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out_after_ms: Option<u64>,
     /// What the gate printed: kept in memory for the next prompt only, never
     /// written into a chain or the run state.
     #[serde(skip)]

@@ -63,6 +63,8 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) carried: Option<Previous>,
     /// The task's budget envelope, reserved from the run's pool.
     pub(crate) envelope_micro_usd: Option<u64>,
+    /// The run's pool: a task without an envelope draws from it per attempt.
+    pub(crate) pool: &'a crate::pool::SharedPool,
     /// The agent binary the plan names, if any.
     pub(crate) bin: Option<PathBuf>,
     /// What the caller adds to the agent's process (rehearsal's server).

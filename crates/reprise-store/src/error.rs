@@ -44,7 +44,7 @@ pub enum StoreError {
     )]
     KeyPermissions { path: PathBuf, mode: u32 },
     #[error(
-        "directory {path} of the audit key is writable by others (mode {mode:o}); run `chmod 700 {path}`"
+        "directory {path} of the audit key is writable by others (mode {mode:o}); keep the key in a private directory instead, e.g. REPRISE_AUDIT_KEY_FILE=$HOME/.local/state/reprise/audit.key"
     )]
     KeyDirPermissions { path: PathBuf, mode: u32 },
     #[error(
@@ -52,7 +52,7 @@ pub enum StoreError {
     )]
     KeyLength { path: PathBuf, len: u64 },
     #[error(
-        "audit key {path} does not exist; restore it, or run `reprise init` to create a new one"
+        "audit key {path} does not exist (or is a link to nothing); restore the key file there, or point REPRISE_AUDIT_KEY_FILE at it"
     )]
     KeyMissing { path: PathBuf },
     #[error(

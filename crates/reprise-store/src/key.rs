@@ -60,6 +60,19 @@ pub fn check_key(path: &Path) -> Result<bool> {
                     path: path.to_path_buf(),
                 });
             }
+            // No key yet: one would be created here, so the directory it
+            // would land in must already be private.
+            if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+                && let Ok(meta) = fs::metadata(dir)
+            {
+                let dir_mode = meta.permissions().mode() & 0o7777;
+                if dir_mode & 0o022 != 0 {
+                    return Err(StoreError::KeyDirPermissions {
+                        path: dir.to_path_buf(),
+                        mode: dir_mode,
+                    });
+                }
+            }
             return Ok(false);
         }
         Err(err) => return Err(err).at(path),
@@ -70,7 +83,7 @@ pub fn check_key(path: &Path) -> Result<bool> {
         return Err(StoreError::KeyPermissions { path: real, mode });
     }
     if let Some(dir) = real.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        let dir_mode = fs::metadata(dir).at(dir)?.permissions().mode() & 0o777;
+        let dir_mode = fs::metadata(dir).at(dir)?.permissions().mode() & 0o7777;
         if dir_mode & 0o022 != 0 {
             return Err(StoreError::KeyDirPermissions {
                 path: dir.to_path_buf(),

@@ -69,9 +69,9 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
         |head| json!({"seq": head.seq, "mac": head.digest.to_hex()}),
     );
     let mut text = format!(
-        "audit chain: {} ({} rows",
+        "audit chain: {} ({}",
         if ok { "ok" } else { "FAILED" },
-        report.rows
+        crate::output::count(report.rows, "row")
     );
     if let Some(head) = report.head {
         text.push_str(&format!(

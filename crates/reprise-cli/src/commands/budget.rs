@@ -44,7 +44,14 @@ pub(crate) fn check(
         }
     };
     let mut budget = RetryBudget::new(&spec, &criteria).map_err(|err| usage(&err))?;
-    let mut text = format!("{spec}: {} retries authorised\n", spec.retries);
+    let mut text = format!(
+        "{spec}: {} authorised\n",
+        if spec.retries == 1 {
+            "1 retry".to_owned()
+        } else {
+            format!("{} retries", spec.retries)
+        }
+    );
     let mut steps = Vec::new();
     while let Ok(decision) = budget.consume() {
         let levels: Vec<String> = decision

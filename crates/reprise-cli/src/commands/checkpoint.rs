@@ -62,12 +62,11 @@ pub(crate) fn list(
         let manifest = &checkpoint.manifest;
         let _ = write!(
             text,
-            "  {}  {:<18} {} file{}, {} bytes",
+            "  {}  {:<18} {}, {}",
             &checkpoint.id[..12],
             manifest.label,
-            manifest.files,
-            if manifest.files == 1 { "" } else { "s" },
-            manifest.bytes
+            crate::output::count(manifest.files, "file"),
+            crate::output::count(manifest.bytes, "byte")
         );
         if !manifest.skipped.is_empty() {
             let _ = write!(text, ", {} skipped by size", manifest.skipped.len());

@@ -1,7 +1,6 @@
 //! `reprise init`: the state directory, the audit key, and the audit chain's
 //! first row.
 
-use reprise_store::StoreError;
 use reprise_store::audit::{adopt_witness, check_key_binding_at, init_audit, migrate_state_dir};
 use reprise_store::key::{check_key, load_or_create_key};
 use reprise_store::state::{StateDir, now_rfc3339};
@@ -11,18 +10,29 @@ use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
-pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
+/// The commented plan `reprise init --plan` writes: it runs as it is, on
+/// the built-in `sim` agent.
+pub(crate) const STARTER_PLAN: &str = include_str!("starter_plan.yaml");
+
+/// The file `init --plan` writes, in the current directory.
+const STARTER_PLAN_FILE: &str = "plan.yaml";
+
+pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliError> {
     let target = settings.init_target();
+    let plan_path = settings.cwd.join(STARTER_PLAN_FILE);
+    if write_plan && std::fs::symlink_metadata(&plan_path).is_ok() {
+        return Err(CliError::usage(format!(
+            "{} already exists; nothing was written: run `reprise init --plan` in another directory, or move it aside",
+            plan_path.display()
+        )));
+    }
     let key_path = settings.key_path()?;
     // Refuse a bad key before anything is written.
     let key_existed = check_key(key_path)?;
     let audit_path = target.join("audit").join("audit.jsonl");
     if !key_existed && audit_path.metadata().is_ok_and(|meta| meta.len() > 0) {
         // A new key could not verify the chain that is already there.
-        return Err(StoreError::KeyMissing {
-            path: key_path.to_path_buf(),
-        }
-        .into());
+        return Err(settings.key_missing_error(&target));
     }
     let key = if key_existed {
         let key = reprise_store::key::load_key(key_path)?;
@@ -70,22 +80,34 @@ pub(crate) fn run(settings: &Settings) -> Result<Outcome, CliError> {
         ));
     }
     text.push_str(&format!(
-        "{} reprise state at {}\naudit key: {} ({})\n",
+        "{} reprise state at {}\n",
         if created {
             "initialised"
         } else {
             "found existing"
         },
         state.root().display(),
-        key_path.display(),
-        if key_existed { "existing" } else { "created" },
     ));
+    if key_existed {
+        text.push_str(&format!("audit key: {} (existing)\n", key_path.display()));
+    } else {
+        text.push_str(&key_created_line(key_path));
+        text.push('\n');
+    }
+    if write_plan {
+        reprise_store::write_atomic(&plan_path, STARTER_PLAN.as_bytes(), 0o644)?;
+        text.push_str(&format!(
+            "wrote a starter plan to {}; check it with `reprise run {STARTER_PLAN_FILE} --check`, run it with `reprise run {STARTER_PLAN_FILE}`\n",
+            plan_path.display()
+        ));
+    }
     Ok(Outcome {
         json: json!({
             "state_dir": state.root(),
             "created": created,
             "audit_key": key_path,
             "key_created": !key_existed,
+            "plan": write_plan.then_some(&plan_path),
             "adopted_rows": adopted.as_ref().map(|adopted| adopted.rows),
             "migrated": migration.as_ref().map(|migration| migration
                 .tasks
@@ -116,5 +138,14 @@ pub(crate) fn migration_line(migration: &reprise_store::state::Migration) -> Str
         reprise_store::state::LAYOUT_VERSION,
         migration.tasks.len(),
         if migration.tasks.len() == 1 { "" } else { "s" },
+    )
+}
+
+/// What `init` and the first `run` say when they created the audit key: where
+/// it is, and that it must be kept.
+pub(crate) fn key_created_line(key_path: &std::path::Path) -> String {
+    format!(
+        "created the audit key {}: keep it, and its witness/ directory beside it (back them up together); without it this state directory's audit chain can neither be verified nor extended",
+        key_path.display()
     )
 }

@@ -144,8 +144,13 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     let _ = writeln!(text, "  coverage: {coverage}");
     let identity = match (verification.identity, verification.sealed_through) {
         (Identity::Verified, Some(sealed)) if verification.unsealed_rows > 0 => format!(
-            "verified through seq {sealed}; {} rows after it are not sealed yet",
-            verification.unsealed_rows
+            "verified through seq {sealed}; {} after it {} not sealed yet",
+            crate::output::count(verification.unsealed_rows, "row"),
+            if verification.unsealed_rows == 1 {
+                "is"
+            } else {
+                "are"
+            }
         ),
         (Identity::Verified, Some(sealed)) => format!("verified (sealed at seq {sealed})"),
         (Identity::Mismatched, _) => {

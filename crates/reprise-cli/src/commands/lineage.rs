@@ -33,8 +33,8 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
     let journal_ok =
         verification.chain.fault.is_none() && verification.identity != Identity::Mismatched;
     let mut text = format!(
-        "lineage of {id}: {} decisions, {sealed} sealed in the spine ({})\n",
-        decisions.len(),
+        "lineage of {id}: {}, {sealed} sealed in the spine ({})\n",
+        crate::output::count(decisions.len() as u64, "decision"),
         if spine_ok {
             "spine matches its audit bindings"
         } else {

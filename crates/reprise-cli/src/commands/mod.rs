@@ -3,6 +3,7 @@
 
 mod audit;
 mod budget;
+mod check;
 mod checkpoint;
 mod deliver;
 mod init;
@@ -12,12 +13,13 @@ mod rehearse;
 mod replay;
 mod resolve;
 mod run;
+mod shell;
 mod status;
 mod workspace;
 
 use crate::cli::{
     AuditCommand, BudgetCommand, CheckpointCommand, Command, JournalCommand, LineageCommand,
-    RehearseArgs, RehearseCommand, ReplayCommand, TaskCommand, WorkspaceCommand,
+    PlanCommand, RehearseArgs, RehearseCommand, ReplayCommand, TaskCommand, WorkspaceCommand,
 };
 use crate::error::CliError;
 use crate::output::Outcome;
@@ -27,13 +29,23 @@ pub(crate) use run::stopped_by;
 
 pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
     let outcome = match command {
-        Command::Init => init::run(settings)?,
+        Command::Init { plan } => init::run(settings, plan)?,
+        Command::Run {
+            plan: Some(plan),
+            check: true,
+            retry_budget,
+            ..
+        } => check::check(settings, &plan, retry_budget.as_deref())?,
+        Command::Plan(PlanCommand::Check { plan }) => check::check(settings, &plan, None)?,
+        Command::Completions { shell } => shell::completions(shell),
+        Command::Man => shell::man()?,
         Command::Run {
             plan,
             retry_failed,
             seats,
             retry_budget,
             include_uncommitted,
+            check: _,
         } => run::run(
             settings,
             plan.as_deref(),

@@ -88,7 +88,9 @@ pub(crate) fn rehearse(
         check(&scenario, &scenario_path.display().to_string(), &tasks)
             .map_err(|err| CliError::usage(err.to_string()))
     };
-    let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, servable)?;
+    let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, |plan, _| {
+        servable(plan)
+    })?;
     let run_id = new_run_id();
     let dir = prepared.state.runs_dir().join(&run_id).join("rehearsal");
     let failed = |what: &str, err: &dyn std::fmt::Display| CliError {
@@ -327,10 +329,10 @@ fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             text,
-            "  {} ({}): {} requests, {} B; {}; {}{reported}",
+            "  {} ({}): {}, {} B; {}; {}{reported}",
             task.task_id,
             task.agent,
-            task.traffic.requests,
+            crate::output::count(task.traffic.requests, "request"),
             task.traffic.bytes,
             usage_text(&task.traffic.usage),
             task.would_cost(task.traffic.would_cost_micro_usd, true),
@@ -346,10 +348,10 @@ fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
                 .unwrap_or_default();
             let _ = writeln!(
                 text,
-                "    attempt {} ({}): {} requests; {}; {}{reported}",
+                "    attempt {} ({}): {}; {}; {}{reported}",
                 index + 1,
                 task.attempt_outcome(index, turn),
-                turn.map_or(0, |turn| turn.requests),
+                crate::output::count(turn.map_or(0, |turn| turn.requests), "request"),
                 usage_text(&usage),
                 task.would_cost(turn.and_then(|turn| turn.would_cost_micro_usd), false),
             );
@@ -439,8 +441,9 @@ pub(crate) fn serve(
         let name = task.as_deref().unwrap_or("(no task)");
         let _ = writeln!(
             out,
-            "  {name}: {} requests, {} B",
-            traffic.requests, traffic.bytes
+            "  {name}: {}, {} B",
+            crate::output::count(traffic.requests, "request"),
+            traffic.bytes
         );
         tasks.push(json!({"task": task, "traffic": traffic}));
     }

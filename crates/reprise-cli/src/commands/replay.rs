@@ -101,7 +101,10 @@ pub(crate) fn repair(
                        "head": head_json(target, head), "backup": backup, "refused": null}),
             ),
             RepairOutcome::NoOp { rows, head } => (
-                format!("{name} has no torn tail: nothing to repair ({rows} rows)\n"),
+                format!(
+                    "{name} has no torn tail: nothing to repair ({})\n",
+                    crate::output::count(rows, "row")
+                ),
                 json!({"target": name, "repaired": false, "removed_bytes": 0, "rows": rows,
                        "head": head_json(target, head), "backup": null, "refused": null}),
             ),

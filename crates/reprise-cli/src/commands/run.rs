@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::commands::status::{attempt_line, money};
 use crate::error::CliError;
-use crate::output::{Outcome, short};
+use crate::output::{Outcome, count, short};
 use crate::settings::Settings;
 
 /// Prints each event as a line, as it happens.
@@ -39,7 +39,11 @@ impl EventSink for LivePrinter {
                 plan_name,
                 tasks,
                 seats,
-            } => format!("run {run_id} ({plan_name}): {tasks} tasks, {seats} seats"),
+            } => format!(
+                "run {run_id} ({plan_name}): {}, {}",
+                count(*tasks as u64, "task"),
+                count(*seats, "seat")
+            ),
             Event::Workspace { workspace } => workspace_line(workspace),
             Event::AttemptStarted {
                 task,
@@ -176,7 +180,13 @@ pub(crate) fn prepare(
     retry_failed: Option<&str>,
     retry_budget: Option<&str>,
 ) -> Result<Prepared, CliError> {
-    prepare_checked(settings, plan_path, retry_failed, retry_budget, |_| Ok(()))
+    prepare_checked(
+        settings,
+        plan_path,
+        retry_failed,
+        retry_budget,
+        |plan, path| crate::commands::check::before_run(settings, path, plan),
+    )
 }
 
 /// As [`prepare`], with the caller's own check of the plan made before
@@ -186,7 +196,7 @@ pub(crate) fn prepare_checked(
     plan_path: Option<&Path>,
     retry_failed: Option<&str>,
     retry_budget: Option<&str>,
-    check: impl FnOnce(&Plan) -> Result<(), CliError>,
+    check: impl FnOnce(&Plan, &Path) -> Result<(), CliError>,
 ) -> Result<Prepared, CliError> {
     // A new leg needs the finished run it continues, from an existing state
     // directory; its plan is the one that run recorded unless one is given.
@@ -213,7 +223,7 @@ pub(crate) fn prepare_checked(
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
     check_containment(&plan)?;
-    check(&plan)?;
+    check(&plan, &plan_path)?;
     // So does a retry budget that the plan's gates cannot honour.
     let retry_budget =
         resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
@@ -263,9 +273,19 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Key
             Ok((state, key))
         }
         Err(_) if settings.state_dir.is_none() => {
-            check_key(key_path)?;
+            let key_existed = check_key(key_path)?;
             let (state, created) = StateDir::create(&settings.init_target())?;
             let key = load_or_create_key(key_path)?;
+            if !key_existed {
+                // A secret now exists that the user must keep: said once, on
+                // stderr, so `--json` output stays one document.
+                let mut stderr = std::io::stderr().lock();
+                let _ = writeln!(
+                    stderr,
+                    "{}",
+                    crate::commands::init::key_created_line(key_path)
+                );
+            }
             if created {
                 let initialised = init_audit(&state, key.clone(), &now_rfc3339())?;
                 if let Some(aside) = &initialised.superseded_witness {
@@ -498,6 +518,23 @@ pub(crate) fn run_json(run: &RunState) -> Value {
     })
 }
 
+/// The run's one-word verdict: `ok`, `cancelled` (a stop signal or Ctrl-C
+/// ended it: not a failure of the work), or `FAILED`.
+fn run_verdict(run: &RunState) -> &'static str {
+    if run.ok == Some(true) {
+        "ok"
+    } else if stopped_by().is_some()
+        || run
+            .tasks
+            .iter()
+            .any(|task| task.state == reprise_engine::TaskStatus::Cancelled)
+    {
+        "cancelled"
+    } else {
+        "FAILED"
+    }
+}
+
 pub(crate) fn summary_text(run: &RunState) -> String {
     let passed = run
         .tasks
@@ -506,10 +543,10 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         .count();
     let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
     let mut text = format!(
-        "run {}: {} ({passed} of {} tasks passed, spent {})\n",
+        "run {}: {} ({passed} of {} passed, spent {})\n",
         run.run_id,
-        if run.ok == Some(true) { "ok" } else { "FAILED" },
-        run.tasks.len(),
+        run_verdict(run),
+        count(run.tasks.len() as u64, "task"),
         money(spent),
     );
     // Blocked tasks first: they need a person.

@@ -26,6 +26,34 @@ pub(crate) fn money(micro_usd: u64) -> String {
 }
 
 /// One attempt, as the live output and `status` show it.
+/// A gate's verdict in a word or a clause: `ok`, `failed`, `timed out after
+/// 30s`, or `could not run (exit 127: sh: 1: pytest: not found)` with the
+/// first line it printed, while that is still in memory (live output).
+fn gate_mark(gate: &reprise_engine::GateVerdict) -> String {
+    if let Some(ms) = gate.timed_out_after_ms {
+        let after = if ms % 1000 == 0 {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{ms}ms")
+        };
+        return format!("timed out after {after}");
+    }
+    if gate.could_not_run {
+        let first = gate
+            .output
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .map(|line| line.chars().take(200).collect::<String>());
+        return match (gate.exit_code, first) {
+            (Some(code), Some(first)) => format!("could not run (exit {code}: {first})"),
+            (Some(code), None) => format!("could not run (exit {code})"),
+            (None, _) => "could not run".to_owned(),
+        };
+    }
+    if gate.passed { "ok" } else { "failed" }.to_owned()
+}
+
 pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
     let mut line = format!("attempt {} ({}): ", attempt.n, attempt.mode);
     match (&attempt.outcome, &attempt.infra_kind) {
@@ -44,13 +72,7 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
             .gates
             .iter()
             .map(|gate| {
-                let mark = if gate.could_not_run {
-                    "could not run"
-                } else if gate.passed {
-                    "ok"
-                } else {
-                    "failed"
-                };
+                let mark = gate_mark(gate);
                 match gate.level {
                     Some(level) => format!("{}@{level} {mark}", gate.name),
                     None => format!("{} {mark}", gate.name),
@@ -149,7 +171,11 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
                 Some(seq) => format!("sealed through seq {seq}"),
                 None => "not sealed yet".to_owned(),
             };
-            let _ = writeln!(text, "ledger: intact ({rows} transitions, {sealed})");
+            let _ = writeln!(
+                text,
+                "ledger: intact ({}, {sealed})",
+                crate::output::count(rows, "transition")
+            );
         }
     }
     if let Some(line) = crate::commands::audit::audit_problem_line(&checked.audit) {
@@ -230,10 +256,10 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
     for task in &run.tasks {
         let _ = writeln!(
             text,
-            "{:<24} {:<9} {} attempts  spent {}",
+            "{:<24} {:<9} {}  spent {}",
             task.task_id.as_str(),
             task.state.as_str(),
-            task.attempts.len(),
+            crate::output::count(task.attempts.len() as u64, "attempt"),
             money(task.spent_micro_usd)
         );
     }

@@ -33,7 +33,11 @@ pub(crate) fn hash(
     };
     let hash = hashed.hash.to_hex();
     Ok(Outcome {
-        text: format!("{hash}  ({} files, {} bytes)\n", hashed.files, hashed.bytes),
+        text: format!(
+            "{hash}  ({}, {})\n",
+            crate::output::count(hashed.files, "file"),
+            crate::output::count(hashed.bytes, "byte")
+        ),
         json: json!({"hash": hash, "files": hashed.files, "bytes": hashed.bytes}),
         ok: true,
     })

@@ -139,7 +139,7 @@ name: fatal
 seats: 2
 defaults: { agent: command, max_retries: 3, timeout: 30s }
 tasks:
-  - { id: broken, prompt: b, command: ["/nonexistent/agent-binary"] }
+  - { id: broken, prompt: b, command: ["./nonexistent/agent-binary"] }
   - { id: after, prompt: a, depends_on: [broken], command: [sh, -c, "echo DONE"] }
   - { id: independent, prompt: i, command: [sh, -c, "echo fine > fine.txt; echo DONE"] }
 "#,
@@ -275,7 +275,7 @@ tasks:
   - id: check
     prompt: c
     command: [sh, -c, "echo DONE"]
-    gates: [ { name: lint, run: "no-such-tool --check" } ]
+    gates: [ { name: lint, run: "./no-such-tool --check" } ]
 "#,
     );
     let output = env.run(&["run", &plan, "--json"]);
@@ -431,7 +431,7 @@ tasks:
     let decision = rows_of(&rows, "retry.decision")[0];
     assert_eq!(
         decision["body"]["modification"],
-        json!({"needs_context": "the format of an API key", "timeout_ms": 120000, "prompt_added": true})
+        json!({"needs_context": "the format of an API key", "timeout_ms": 120000, "prompt_added": true, "model": null})
     );
     let retry_prompt = fs::read_to_string(counter.join("prompt.2")).unwrap();
     assert!(
@@ -521,7 +521,8 @@ tasks:
 }
 
 /// A stand-in `claude` that prints a recorded result object: `first` on its
-/// first call, `then` on every later one (counted in `count`).
+/// first call, `then` on every later one (counted in `count`), and keeps
+/// each call's arguments in `args.<n>`.
 fn fake_claude(env: &Env, dir: &Path, first: &str, then: &str) -> PathBuf {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reprise-agents/testdata/claude");
     let first_file = dir.join("first.json");
@@ -535,8 +536,9 @@ fn fake_claude(env: &Env, dir: &Path, first: &str, then: &str) -> PathBuf {
     fs::write(
         &script,
         format!(
-            "#!/bin/sh\ncase \"$1\" in --version) echo '2.0.0 (Claude Code)'; exit 0;; esac\n{counting}\nif [ $n = 1 ]; then cat '{first}'; else cat '{then}'; fi\n",
+            "#!/bin/sh\ncase \"$1\" in --version) echo '2.0.0 (Claude Code)'; exit 0;; esac\n{counting}\nprintf '%s\\n' \"$@\" > '{dir}/args.'$n\nif [ $n = 1 ]; then cat '{first}'; else cat '{then}'; fi\n",
             counting = count_attempt(&count),
+            dir = dir.display(),
             first = first_file.display(),
             then = then_file.display()
         ),
@@ -709,5 +711,64 @@ tasks:
                 resumed: false
             })
             .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_needs_context_retry_can_ask_the_cli_for_another_model() {
+    let env = git_env();
+    let fake = outside_dir(&env, "fake");
+    let claude = fake_claude(&env, &fake, "success.json", "success.json");
+    let first = fake.join("first.json");
+    let text = fs::read_to_string(&first).unwrap().replace(
+        "DONE: created greeting.txt",
+        "Looked.\\nNEEDS_CONTEXT: the schema",
+    );
+    fs::write(&first, text).unwrap();
+    let plan = write_plan(
+        &env,
+        "model",
+        &format!(
+            r#"
+version: 1
+name: model
+agents: {{ claude: {{ bin: '{claude}', model: sonnet }} }}
+tasks:
+  - id: schema
+    prompt: s
+    agent: claude
+    max_retries: 1
+    retry_policy: cold
+    allowed_paths: ['{fake}']
+    on_needs_context: {{ model: opus }}
+"#,
+            claude = claude.display(),
+            fake = fake.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let args = |n: u32| -> Vec<String> {
+        fs::read_to_string(fake.join(format!("args.{n}")))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let model_of = |args: &[String]| {
+        let at = args
+            .iter()
+            .position(|arg| arg == "--model")
+            .expect("--model");
+        args[at + 1].clone()
+    };
+    assert_eq!(model_of(&args(1)), "sonnet");
+    assert_eq!(model_of(&args(2)), "opus");
+    let rows = journal_kinds(&env, "model", "schema");
+    let decision = rows_of(&rows, "retry.decision")[0];
+    assert_eq!(decision["body"]["modification"]["model"], "opus");
+    assert_eq!(
+        decision["body"]["modification"]["needs_context"],
+        "the schema"
     );
 }

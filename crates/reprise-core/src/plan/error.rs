@@ -146,10 +146,20 @@ pub enum PlanErrorKind {
     UnknownDependency { id: TaskId },
     #[error("{} is a cycle; remove one of these dependencies", cycle_text(ids))]
     Cycle { ids: Vec<TaskId> },
-    #[error("agent command needs the command to run; add command: [\"program\", \"arg\", ...]")]
+    #[error(
+        "agent command needs the command to run; add command: \"./agent.sh\" (run by sh -c) or command: [\"program\", \"arg\", ...]"
+    )]
     CommandMissing,
+    #[error(
+        "{name:?} is not a variable name an agent can get; use letters, digits and _ (not starting with a digit, and not REPRISE_*)"
+    )]
+    InvalidEnvName { name: String },
     #[error("command is only for agent command, and this task's agent is {agent}; remove it")]
     CommandNotAllowed { agent: AgentKind },
+    #[error(
+        "a model is only for agents claude, codex and gemini, and this task's agent is {agent}; remove it"
+    )]
+    ModelNotAllowed { agent: AgentKind },
     #[error("sim is only for agent sim, and this task's agent is {agent}; remove it")]
     SimNotAllowed { agent: AgentKind },
     #[error("the sim script has no steps; add a step, or remove sim for one default step")]

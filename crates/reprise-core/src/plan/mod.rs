@@ -14,6 +14,7 @@ mod graph;
 mod model;
 mod money;
 mod parse;
+mod program;
 mod reader;
 #[cfg(test)]
 mod tests;
@@ -28,4 +29,5 @@ pub use model::{
     SimStep, Task, TaskAgent,
 };
 pub use money::{MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, format_micro_usd, parse_micro_usd};
-pub use parse::parse_plan;
+pub use parse::{accepted_keys, parse_plan};
+pub use program::{ShellProgram, shell_program};

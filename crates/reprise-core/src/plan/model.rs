@@ -182,6 +182,8 @@ pub struct NeedsContext {
     pub timeout: Option<Duration>,
     /// Text added to the retry's prompt.
     pub prompt: Option<String>,
+    /// The model the retry asks its CLI for (claude, codex, gemini).
+    pub model: Option<String>,
 }
 
 /// The agent CLIs reprise drives.
@@ -236,7 +238,8 @@ pub enum TaskAgent {
     Codex,
     /// Gemini CLI.
     Gemini,
-    /// A command run as given, never through a shell unless `argv` names one.
+    /// A command: `command:` as a list is the argv; as a string it is
+    /// `["sh", "-c", STRING]`.
     Command {
         /// Program and arguments; never empty.
         argv: Vec<String>,
@@ -269,6 +272,13 @@ pub struct AgentSettings {
     /// Tools the agent may use without asking (Claude Code's
     /// `--allowedTools`: `Bash`, `Bash(git log:*)`, ...); claude only.
     pub allowed_tools: Vec<String>,
+    /// The model the CLI uses (`--model`); claude, codex and gemini.
+    pub model: Option<String>,
+    /// Extra arguments after reprise's own (flags reprise controls are
+    /// refused before a run starts).
+    pub args: Vec<String>,
+    /// Variables for this agent's process only.
+    pub env: BTreeMap<String, String>,
 }
 
 /// One attempt of the `sim` agent.

@@ -37,9 +37,13 @@ const ROOT_KEYS: &[&str] = &[
     "defaults",
     "tasks",
 ];
+/// `command` and `sim` take only a binary (which `command` ignores: its argv
+/// names the program).
 const AGENT_SETTINGS_KEYS: &[&str] = &["bin"];
+/// The agent CLIs take a model, extra arguments and environment.
+const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env"];
 /// Claude Code also takes the tools it may use without asking.
-const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "allowed_tools"];
+const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "allowed_tools"];
 const DEFAULTS_KEYS: &[&str] = &[
     "agent",
     "retry_policy",
@@ -79,7 +83,7 @@ const TASK_KEYS: &[&str] = &[
     "sim",
     "gates",
 ];
-const NEEDS_CONTEXT_KEYS: &[&str] = &["timeout", "prompt"];
+const NEEDS_CONTEXT_KEYS: &[&str] = &["timeout", "prompt", "model"];
 const SIM_STEP_KEYS: &[&str] = &["reply", "write", "exit_code", "cost_usd", "delay"];
 const GATE_KEYS: &[&str] = &[
     "name",
@@ -251,10 +255,7 @@ impl Reader<'_> {
             };
             let agent_path = fields.path_of(&entry.key);
             let kind = AgentKind::ALL[index];
-            let keys = match kind {
-                AgentKind::Claude => CLAUDE_SETTINGS_KEYS,
-                _ => AGENT_SETTINGS_KEYS,
-            };
+            let keys = agent_settings_keys(kind);
             let settings = self.fields(&entry.value, &agent_path, keys)?;
             let bin = match settings.get("bin") {
                 Some(bin) => Some(self.non_empty_string(bin, &settings.path_of("bin"))?),
@@ -273,9 +274,76 @@ impl Reader<'_> {
                 }
                 None => Vec::new(),
             };
-            agents.insert(kind, AgentSettings { bin, allowed_tools });
+            let model = match settings.get("model") {
+                Some(node) => Some(self.non_empty_string(node, &settings.path_of("model"))?),
+                None => None,
+            };
+            let args = match settings.get("args") {
+                Some(node) => {
+                    let list_path = settings.path_of("args");
+                    self.seq(node, &list_path, "a list of arguments")?
+                        .iter()
+                        .enumerate()
+                        .map(|(index, item)| self.string(item, &item_path(&list_path, index)))
+                        .collect::<Result<_>>()?
+                }
+                None => Vec::new(),
+            };
+            let env = match settings.get("env") {
+                Some(node) => self.agent_env(node, &settings.path_of("env"))?,
+                None => BTreeMap::new(),
+            };
+            agents.insert(
+                kind,
+                AgentSettings {
+                    bin,
+                    allowed_tools,
+                    model,
+                    args,
+                    env,
+                },
+            );
         }
         Ok(agents)
+    }
+
+    /// `env:`, a mapping of variable names to string values. reprise's own
+    /// `REPRISE_*` names are refused: the child gets those from reprise.
+    fn agent_env(&self, node: &Node, path: &str) -> Result<BTreeMap<String, String>> {
+        let Kind::Map(entries) = &node.kind else {
+            return Err(self.wrong_type(node, path, "a mapping of variable name to value"));
+        };
+        let mut env = BTreeMap::new();
+        for entry in entries {
+            let entry_path = format!("{path}.{}", entry.key);
+            if !is_env_name(&entry.key) || entry.key.starts_with("REPRISE_") {
+                return Err(self.error(
+                    &entry.key_mark,
+                    &entry_path,
+                    PlanErrorKind::InvalidEnvName {
+                        name: entry.key.clone(),
+                    },
+                ));
+            }
+            if let Some(first_line) = env.contains_key(&entry.key).then_some(entry.key_mark.line) {
+                return Err(self.error(
+                    &entry.key_mark,
+                    &entry_path,
+                    PlanErrorKind::DuplicateKey {
+                        key: entry.key.clone(),
+                        first_line,
+                    },
+                ));
+            }
+            let value = match &entry.value.kind {
+                Kind::Str(text) => text.clone(),
+                Kind::Int(value) => value.to_string(),
+                Kind::Bool(value) => value.to_string(),
+                _ => return Err(self.wrong_type(&entry.value, &entry_path, "a string")),
+            };
+            env.insert(entry.key.clone(), value);
+        }
+        Ok(env)
     }
 
     /// The keys `defaults` and tasks share; a budget is checked against the pool.
@@ -485,7 +553,9 @@ impl Reader<'_> {
             None => Vec::new(),
         };
         let on_needs_context = match fields.get("on_needs_context") {
-            Some(node) => self.on_needs_context(node, &fields.path_of("on_needs_context"))?,
+            Some(node) => {
+                self.on_needs_context(node, &fields.path_of("on_needs_context"), agent.kind())?
+            }
             None => NeedsContext::default(),
         };
         let accept_partial_basis_points = match fields.get("accept_partial") {
@@ -560,9 +630,22 @@ impl Reader<'_> {
     }
 
     /// What changes for the retry after an agent asked for context.
-    fn on_needs_context(&self, node: &Node, path: &str) -> Result<NeedsContext> {
+    fn on_needs_context(&self, node: &Node, path: &str, agent: AgentKind) -> Result<NeedsContext> {
         let fields = self.fields(node, path, NEEDS_CONTEXT_KEYS)?;
+        if let Some(node) = fields.get("model") {
+            let model_path = fields.path_of("model");
+            if matches!(agent, AgentKind::Command | AgentKind::Sim) {
+                return Err(self.error(
+                    &node.mark,
+                    &model_path,
+                    PlanErrorKind::ModelNotAllowed { agent },
+                ));
+            }
+        }
         let mut changes = NeedsContext::default();
+        if let Some(node) = fields.get("model") {
+            changes.model = Some(self.non_empty_string(node, &fields.path_of("model"))?);
+        }
         if let Some(node) = fields.get("timeout") {
             changes.timeout = Some(self.duration(node, &fields.path_of("timeout"), false)?);
         }
@@ -629,7 +712,13 @@ impl Reader<'_> {
         })
     }
 
+    /// `command:` as a list is the argv itself; as a string it is a shell
+    /// command line, run as `sh -c STRING` (as a gate's `run:` is).
     fn argv(&self, node: &Node, path: &str) -> Result<Vec<String>> {
+        if let Kind::Str(_) = &node.kind {
+            let line = self.non_empty_string(node, path)?;
+            return Ok(vec!["sh".to_owned(), "-c".to_owned(), line]);
+        }
         let items = self.seq(node, path, "a list of strings (program, then arguments)")?;
         let Some(program) = items.first() else {
             return Err(self.error(&node.mark, path, PlanErrorKind::EmptyValue));
@@ -891,6 +980,52 @@ fn check_relative_path(path: &str) -> Result<(), &'static str> {
     } else {
         Ok(())
     }
+}
+
+/// The settings keys `agents.<kind>` takes.
+fn agent_settings_keys(kind: AgentKind) -> &'static [&'static str] {
+    match kind {
+        AgentKind::Claude => CLAUDE_SETTINGS_KEYS,
+        AgentKind::Codex | AgentKind::Gemini => CLI_SETTINGS_KEYS,
+        AgentKind::Command | AgentKind::Sim => AGENT_SETTINGS_KEYS,
+    }
+}
+
+/// Every key the parser accepts, as a path: `seats`, `defaults.timeout`,
+/// `agents.claude.model`, `tasks[].gates[].run`. The plan reference
+/// (docs/plan.md) is checked against this list.
+pub fn accepted_keys() -> Vec<String> {
+    let mut keys: Vec<String> = ROOT_KEYS.iter().map(|key| (*key).to_owned()).collect();
+    for kind in AgentKind::ALL {
+        keys.extend(
+            agent_settings_keys(kind)
+                .iter()
+                .map(|key| format!("agents.{kind}.{key}")),
+        );
+    }
+    keys.extend(DEFAULTS_KEYS.iter().map(|key| format!("defaults.{key}")));
+    keys.extend(TASK_KEYS.iter().map(|key| format!("tasks[].{key}")));
+    keys.extend(
+        SIM_STEP_KEYS
+            .iter()
+            .map(|key| format!("tasks[].sim[].{key}")),
+    );
+    keys.extend(
+        NEEDS_CONTEXT_KEYS
+            .iter()
+            .map(|key| format!("tasks[].on_needs_context.{key}")),
+    );
+    keys.extend(GATE_KEYS.iter().map(|key| format!("tasks[].gates[].{key}")));
+    keys
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`: a name a shell can export.
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `[A-Za-z_][A-Za-z0-9_-]*`.

@@ -72,6 +72,7 @@ fn plan_full_plan_resolves_to_typed_values() {
         Some(&AgentSettings {
             bin: Some("/opt/claude/bin/claude".into()),
             allowed_tools: vec!["Bash".into(), "Bash(git log:*)".into()],
+            ..AgentSettings::default()
         })
     );
     assert_eq!(
@@ -335,7 +336,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\nagents:\n  codex: { allowed_tools: [Bash] }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
             4,
             "agents.codex",
-            "unknown key \"allowed_tools\" (expected one of bin)",
+            "unknown key \"allowed_tools\" (expected one of bin, model, args, env)",
         ),
         bad(
             "allowed_tools that is not a list",
@@ -771,11 +772,11 @@ fn bad_plans() -> Vec<Bad> {
             "must not be empty",
         ),
         bad(
-            "command as one string",
-            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: command\n    command: echo hi\n",
+            "command as an empty string",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: command\n    command: \"  \"\n",
             7,
             "tasks[0].command",
-            "expected a list of strings (program, then arguments), found the string \"echo hi\"",
+            "must not be empty",
         ),
         bad(
             "empty sim script",
@@ -1142,5 +1143,99 @@ fn a_two_megabyte_plan_with_a_repeated_write_is_refused() {
     assert!(
         display.contains("\"f0000000.txt\" is given twice (first on line 10)"),
         "{display}"
+    );
+}
+
+/// The plan reference, docs/plan.md: its key rows (`| \`key\` | ...`).
+fn documented_keys() -> Vec<String> {
+    include_str!("../../../../docs/plan.md")
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`'))
+        .map(|(key, _)| key.to_owned())
+        .collect()
+}
+
+#[test]
+fn the_plan_reference_lists_every_key_the_parser_accepts_and_no_other() {
+    let accepted = super::accepted_keys();
+    let documented = documented_keys();
+    let missing: Vec<&String> = accepted
+        .iter()
+        .filter(|key| !documented.contains(key))
+        .collect();
+    let unknown: Vec<&String> = documented
+        .iter()
+        .filter(|key| !accepted.contains(key))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys the parser accepts with no row in docs/plan.md: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "rows in docs/plan.md for keys the parser does not accept: {unknown:?}"
+    );
+    let mut seen = std::collections::HashSet::new();
+    let twice: Vec<&String> = documented.iter().filter(|key| !seen.insert(*key)).collect();
+    assert!(twice.is_empty(), "keys documented twice: {twice:?}");
+}
+
+#[test]
+fn agent_settings_take_a_model_arguments_and_environment() {
+    let plan = parse_plan(
+        r#"
+version: 1
+name: p
+agents:
+  codex: { model: gpt-5-codex, args: [-c, "model_reasoning_effort=high"], env: { RUST_LOG: info, DEPTH: 2 } }
+defaults: { agent: codex }
+tasks:
+  - { id: a, prompt: x }
+"#,
+        "plan.yaml",
+    )
+    .unwrap();
+    let codex = plan.agent_settings(AgentKind::Codex).unwrap();
+    assert_eq!(codex.model.as_deref(), Some("gpt-5-codex"));
+    assert_eq!(codex.args, vec!["-c", "model_reasoning_effort=high"]);
+    assert_eq!(
+        codex.env,
+        BTreeMap::from([
+            ("DEPTH".to_owned(), "2".to_owned()),
+            ("RUST_LOG".to_owned(), "info".to_owned())
+        ])
+    );
+    let refused = parse_plan(
+        "version: 1\nname: p\nagents:\n  claude: { env: { REPRISE_STATE_DIR: x } }\ndefaults: { agent: claude }\ntasks:\n  - { id: a, prompt: x }\n",
+        "plan.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("agents.claude.env.REPRISE_STATE_DIR"),
+        "{refused}"
+    );
+    assert!(refused.contains("not REPRISE_*"), "{refused}");
+}
+
+#[test]
+fn a_command_given_as_a_string_runs_through_the_shell() {
+    let plan = parse_plan(
+        "version: 1\nname: p\ndefaults: { agent: command }\ntasks:\n  - { id: a, prompt: x, command: \"echo hi; exit 3\" }\n  - { id: b, prompt: x, command: [echo, hi] }\n",
+        "plan.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        plan.tasks()[0].agent,
+        TaskAgent::Command {
+            argv: vec!["sh".into(), "-c".into(), "echo hi; exit 3".into()]
+        }
+    );
+    assert_eq!(
+        plan.tasks()[1].agent,
+        TaskAgent::Command {
+            argv: vec!["echo".into(), "hi".into()]
+        }
     );
 }

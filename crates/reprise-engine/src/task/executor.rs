@@ -85,6 +85,8 @@ pub(super) struct Executor<'r, 'a> {
     last_decision: Option<DecisionRecord>,
     /// The next attempt's wall-clock limit when it is not the task's.
     next_timeout: Option<std::time::Duration>,
+    /// The model the next attempt asks for, when it is not the plan's.
+    next_model: Option<String>,
     /// What the latest decision changed besides the mode.
     modification: Option<Value>,
 }
@@ -135,6 +137,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             verified: None,
             last_decision: None,
             next_timeout: None,
+            next_model: None,
             modification: None,
         }
     }
@@ -234,9 +237,14 @@ impl<'r, 'a> Executor<'r, 'a> {
         let _ = fs::create_dir_all(&tmp);
         let mut env = self.env.clone();
         env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
-        let remaining = run
-            .envelope_micro_usd
-            .map(|envelope| envelope.saturating_sub(self.result.spent_micro_usd));
+        // A task without an envelope holds what is free in the run's pool
+        // while its attempt runs.
+        let mut hold = run.pool.attempt_budget(
+            run.envelope_micro_usd
+                .map(|envelope| envelope.saturating_sub(self.result.spent_micro_usd)),
+            run.cancel,
+        );
+        let remaining = hold.budget();
         let supervision = run.supervision(&self.cwd, &tmp, true);
         self.sandboxed = supervision
             .as_ref()
@@ -258,9 +266,12 @@ impl<'r, 'a> Executor<'r, 'a> {
                     max_output_bytes: task.max_output_bytes,
                     idle_timeout: task.idle_timeout,
                 },
+                model: self.next_model.clone(),
             },
             run.cancel,
         );
+        hold.spent(report.cost_micro_usd.unwrap_or(0));
+        drop(hold);
         self.tmp = Some(tmp);
         let session_gone = matches!(
             report.outcome,
@@ -559,10 +570,11 @@ impl<'r, 'a> Executor<'r, 'a> {
             .is_some_and(|diagnosis| diagnosis.strategy == Strategy::RetryWithContext);
         let changes = &run.task.on_needs_context;
         self.next_timeout = changes.timeout.filter(|_| asked);
+        self.next_model = changes.model.clone().filter(|_| asked);
         self.modification = asked.then(|| {
             json!({"needs_context": previous.needs_context.as_ref().map(|(what, _)| what),
                    "timeout_ms": changes.timeout.map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-                   "prompt_added": changes.prompt.is_some()})
+                   "prompt_added": changes.prompt.is_some(), "model": changes.model})
         });
         let mut verified = self.verified.take();
         let modification = self.modification.clone();
@@ -693,12 +705,13 @@ impl<'r, 'a> Executor<'r, 'a> {
             Terminal::Partial => (TaskStatus::Partial, self.result.reason.take()),
             Terminal::Failed(Failure::AttemptsExhausted) => (
                 TaskStatus::Failed,
-                Some(format!("not accepted after {attempts} attempts")),
+                Some(crate::stop::out_of_attempts(&self.result.attempts)),
             ),
             Terminal::Failed(Failure::BudgetSpent) => (
                 TaskStatus::Failed,
                 Some(format!(
-                    "not accepted after {attempts} attempts; the retry budget ({}) is spent",
+                    "{}; the retry budget ({}) is spent",
+                    crate::stop::out_of_attempts(&self.result.attempts),
                     self.budget
                         .as_ref()
                         .map(|budget| budget.spec().to_string())

@@ -1,0 +1,242 @@
+//! `reprise run --check PLAN` and `reprise plan check PLAN`: everything a run
+//! can find out before it spends anything, without running an agent. The
+//! plan is validated; every task's agent binary is resolved as the adapter
+//! will resolve it (and asked its version); every gate's program, and a
+//! `command` agent's, is looked for where the shell will look. `reprise
+//! run` makes the same checks (without the version probes) before it
+//! writes anything, and refuses with exit 2 on a problem.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use reprise_agents::{bin_env_var, clashing_arg, find_program, resolve_agent_binary};
+use reprise_core::plan::{AgentKind, GateCheck, Plan, ShellProgram, TaskAgent, shell_program};
+use reprise_engine::{load_plan, resolve_budget};
+use serde_json::{Value, json};
+
+use crate::error::CliError;
+use crate::output::{Outcome, count};
+use crate::settings::Settings;
+
+/// What the checks found: a line per thing checked, and the problems.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    pub(crate) lines: Vec<String>,
+    pub(crate) problems: Vec<String>,
+    pub(crate) json: Vec<Value>,
+}
+
+pub(crate) fn check(
+    settings: &Settings,
+    plan_path: &Path,
+    retry_budget: Option<&str>,
+) -> Result<Outcome, CliError> {
+    let plan = load_plan(plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
+    let findings = inspect(settings, &plan, true);
+    if !findings.problems.is_empty() {
+        return Err(problems_error(plan_path, &findings, "nothing was run"));
+    }
+    let mut text = format!(
+        "plan {}: ok ({}, {})\n",
+        plan_path.display(),
+        count(plan.tasks().len() as u64, "task"),
+        count(
+            plan.tasks()
+                .iter()
+                .map(|task| task.gates.len() as u64)
+                .sum::<u64>(),
+            "gate"
+        ),
+    );
+    for line in &findings.lines {
+        let _ = writeln!(text, "  {line}");
+    }
+    text.push_str("check: ok; nothing was run or written\n");
+    Ok(Outcome {
+        json: json!({"plan": plan_path, "ok": true, "checks": findings.json}),
+        text,
+        ok: true,
+    })
+}
+
+/// The one-line refusal for what `inspect` found.
+pub(crate) fn problems_error(plan_path: &Path, findings: &Findings, what: &str) -> CliError {
+    CliError::usage(format!(
+        "{}: {} before anything ran ({what}): {}",
+        plan_path.display(),
+        match findings.problems.len() {
+            1 => "1 problem".to_owned(),
+            n => format!("{n} problems"),
+        },
+        findings.problems.join("; ")
+    ))
+}
+
+/// The check `reprise run` makes before it writes anything.
+pub(crate) fn before_run(
+    settings: &Settings,
+    plan_path: &Path,
+    plan: &Plan,
+) -> Result<(), CliError> {
+    let findings = inspect(settings, plan, false);
+    if findings.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems_error(plan_path, &findings, "nothing was written"))
+    }
+}
+
+/// Where tasks' programs are looked for: the project (a worktree holds its
+/// committed files).
+fn project_dir(settings: &Settings) -> PathBuf {
+    settings
+        .state_dir
+        .as_deref()
+        .and_then(Path::parent)
+        .map_or_else(|| settings.cwd.clone(), Path::to_path_buf)
+}
+
+/// Checks every agent binary, agent setting and gate program of `plan`;
+/// `probe` also asks each agent binary its version.
+pub(crate) fn inspect(settings: &Settings, plan: &Plan, probe: bool) -> Findings {
+    let mut findings = Findings::default();
+    let project = project_dir(settings);
+    let path_var = settings.path_var.as_deref().map(OsStr::new);
+    for kind in [AgentKind::Claude, AgentKind::Codex, AgentKind::Gemini] {
+        if let Some(agent) = plan.agent_settings(kind)
+            && let Some((arg, flag)) = clashing_arg(kind.as_str(), &agent.args)
+        {
+            findings.problems.push(format!(
+                "agents.{kind}.args: {arg:?} sets {flag}, which reprise controls for {kind}; remove it{}",
+                if flag.contains("model") {
+                    format!(" (set agents.{kind}.model instead)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+    let mut probed: Vec<(AgentKind, Result<String, String>)> = Vec::new();
+    for task in plan.tasks() {
+        let id = task.id.as_str();
+        let kind = task.agent.kind();
+        match &task.agent {
+            TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini => {
+                let resolved = match probed.iter().find(|(seen, _)| *seen == kind) {
+                    Some((_, resolved)) => resolved.clone(),
+                    None => {
+                        let cli = kind.as_str();
+                        let bin = plan
+                            .agent_settings(kind)
+                            .and_then(|agent| agent.bin.as_deref())
+                            .map(Path::new);
+                        let env_value = bin_env_var(cli)
+                            .and_then(|name| settings.agent_bins.get(name))
+                            .map(Into::into);
+                        let resolved =
+                            resolve_agent_binary(cli, bin, env_value, &project, path_var, probe)
+                                .map(|found| {
+                                    // `dir/./bin` reads as `dir/bin`.
+                                    let program: PathBuf = found.program.components().collect();
+                                    match found.version {
+                                        Some(version) => {
+                                            format!("{} ({version})", program.display())
+                                        }
+                                        None => program.display().to_string(),
+                                    }
+                                });
+                        probed.push((kind, resolved.clone()));
+                        resolved
+                    }
+                };
+                match resolved {
+                    Ok(found) => {
+                        findings.lines.push(format!("[{id}] agent {kind}: {found}"));
+                        findings
+                            .json
+                            .push(json!({"task": id, "agent": kind.as_str(), "found": found}));
+                    }
+                    Err(problem) => findings.problems.push(format!("task {id}: {problem}")),
+                }
+            }
+            TaskAgent::Command { argv } => {
+                let (program, through_shell) = match argv.as_slice() {
+                    [sh, flag, line] if sh == "sh" && flag == "-c" => (shell_program(line), true),
+                    [program, ..] if program.contains('/') => (ShellProgram::Path(program), false),
+                    [program, ..] => (ShellProgram::Name(program), false),
+                    [] => (ShellProgram::Undecided, false),
+                };
+                let what = if through_shell {
+                    "its command (through sh -c)"
+                } else {
+                    "its command"
+                };
+                look_for(
+                    &mut findings,
+                    id,
+                    &format!("agent command: {what}"),
+                    program,
+                    &project,
+                    path_var,
+                    "fix the task's command:",
+                );
+            }
+            TaskAgent::Sim { .. } => {
+                findings.lines.push(format!("[{id}] agent sim: built in"));
+            }
+        }
+        for gate in &task.gates {
+            if let GateCheck::Run { command, .. } = &gate.check {
+                look_for(
+                    &mut findings,
+                    id,
+                    &format!("gate {}", gate.name),
+                    shell_program(command),
+                    &project,
+                    path_var,
+                    "install it, or fix the gate's run:",
+                );
+            }
+        }
+    }
+    findings
+}
+
+/// Looks for the program `what` starts and records what was found.
+fn look_for(
+    findings: &mut Findings,
+    task: &str,
+    what: &str,
+    program: ShellProgram<'_>,
+    project: &Path,
+    path_var: Option<&OsStr>,
+    fix: &str,
+) {
+    match program {
+        ShellProgram::Undecided => findings.lines.push(format!(
+            "[{task}] {what}: not checked (the shell resolves it at run time)"
+        )),
+        ShellProgram::Name(name) => match find_program(name, project, path_var) {
+            Some(found) => findings
+                .lines
+                .push(format!("[{task}] {what}: {name} is {}", found.display())),
+            None => findings.problems.push(format!(
+                "task {task}: {what} runs `{name}`, which is not on PATH; {fix}"
+            )),
+        },
+        ShellProgram::Path(path) => match find_program(path, project, path_var) {
+            Some(found) => findings
+                .lines
+                .push(format!("[{task}] {what}: {}", found.display())),
+            None if Path::new(path).is_absolute() => findings.problems.push(format!(
+                "task {task}: {what} runs `{path}`, which is not an executable file; {fix}"
+            )),
+            // A relative path the agent may yet create: not a problem.
+            None => findings.lines.push(format!(
+                "[{task}] {what}: {path} is not in the project yet (not checked: the agent may create it)"
+            )),
+        },
+    }
+}
