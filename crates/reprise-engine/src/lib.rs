@@ -13,6 +13,7 @@ mod delivery;
 mod error;
 mod events;
 mod gates;
+mod liveness;
 mod pool;
 mod records;
 mod recovery;
@@ -32,6 +33,7 @@ pub use delivery::{
 };
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink};
+pub use liveness::{Liveness, liveness, task_lifecycle};
 pub use records::{DecisionRow, read_decisions};
 pub use run::{AgentSetup, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id, run_plan};
 pub use sandbox::{TaskOutput, Workspace, result_branch};

@@ -4,12 +4,13 @@
 use std::fmt::Write as _;
 
 use reprise_core::chain::ChainFormat;
+use reprise_core::lifecycle::TaskState;
 use reprise_core::plan::format_micro_usd;
 use reprise_core::verify::Identity;
 use reprise_engine::{AttemptSummary, RunState, TaskRecord, latest_run, load_run};
 use reprise_store::audit::{AuditSummary, read_audit};
 use reprise_store::ledger::{LedgerVerification, verify_ledger};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::commands::run::run_json;
@@ -186,16 +187,23 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
 pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
     let run = load(settings, run)?;
     let checked = checked(settings)?;
+    let state = settings.state()?;
+    let liveness = reprise_engine::liveness(&state, &run);
     let mut text = format!(
         "run {} ({}): {}\n",
         run.run_id,
         run.plan_name,
-        match run.ok {
-            Some(true) => "ok",
-            Some(false) => "FAILED",
-            None => "running (or stopped before it finished)",
+        match (run.ok, liveness) {
+            (Some(true), _) => "ok".to_owned(),
+            (Some(false), _) => "FAILED".to_owned(),
+            (None, reprise_engine::Liveness::Live { pid }) => format!("running (live, pid {pid})"),
+            (None, _) => "INTERRUPTED: it stopped before it finished and no process drives it; \
+                          start a new run of its plan with `reprise run`"
+                .to_owned(),
         }
     );
+    // Where each unfinished task was, as its journal reads back.
+    let mut lifecycles = serde_json::Map::new();
     let mut disagreements = Vec::new();
     let mut lagging = Vec::new();
     for task in &run.tasks {
@@ -228,6 +236,18 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         for attempt in &task.attempts {
             let _ = writeln!(text, "    {}", attempt_line(attempt));
         }
+        if run.ok.is_none()
+            && !task.state.is_terminal()
+            && let Some(plan) = run.plan_id()
+            && let Some(lifecycle) = reprise_engine::task_lifecycle(
+                &state,
+                &reprise_core::TaskKey::new(plan, task.task_id.clone()),
+                &run.run_id,
+            )
+        {
+            let _ = writeln!(text, "    journal: {}", lifecycle_line(lifecycle, liveness));
+            lifecycles.insert(task.task_id.as_str().to_owned(), json!(lifecycle));
+        }
     }
     ledger_lines(&checked, &mut text);
     let ledger = &checked.ledger;
@@ -246,8 +266,38 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     json["audit"] = crate::commands::audit::audit_json(&checked.audit);
     json["state_disagrees"] = json!(disagreements);
     json["state_lags"] = json!(lagging);
-    json["ok"] = json!(ok && run.ok == Some(true));
+    // A run that has not finished has no verdict yet.
+    json["ok"] = match run.ok {
+        Some(finished) => json!(ok && finished),
+        None => Value::Null,
+    };
+    json["liveness"] = json!(liveness);
+    json["lifecycle"] = Value::Object(lifecycles);
     Ok(Outcome { json, text, ok })
+}
+
+/// Where a task's journal leaves it, in words.
+fn lifecycle_line(lifecycle: TaskState, liveness: reprise_engine::Liveness) -> String {
+    let stopped = !matches!(liveness, reprise_engine::Liveness::Live { .. });
+    let at = match lifecycle {
+        TaskState::Checkpointing { attempt, .. } => {
+            format!("taking the checkpoint before attempt {attempt}")
+        }
+        TaskState::Running { attempt, .. } => format!("attempt {attempt}'s agent running"),
+        TaskState::Judging { attempt } => format!("attempt {attempt}'s gates running"),
+        TaskState::Diagnosing { attempt } | TaskState::Budgeting { attempt, .. } => {
+            format!("diagnosing attempt {attempt}")
+        }
+        TaskState::RollingBack { attempt, .. } => format!("rolling back attempt {attempt}"),
+        TaskState::Retrying { attempt, .. } => format!("deciding attempt {}'s mode", attempt + 1),
+        TaskState::Closing(terminal) => format!("closing as {}", terminal.as_str()),
+        other => other.name().to_owned(),
+    };
+    if stopped {
+        format!("{at} when the run stopped")
+    } else {
+        at
+    }
 }
 
 pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {

@@ -772,3 +772,70 @@ tasks:
         "the schema"
     );
 }
+
+#[test]
+fn status_tells_a_live_run_from_an_interrupted_one_and_where_its_task_was() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "long",
+        r#"
+version: 1
+name: long
+tasks:
+  - id: slow
+    prompt: s
+    agent: command
+    timeout: 5m
+    command: [sh, -c, "sleep 300; echo DONE"]
+"#,
+    );
+    let mut child = Command::new(BIN)
+        .args(["run", &plan])
+        .current_dir(env.project())
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let journal = env
+        .project()
+        .join(".reprise/plans/long/tasks/slow/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the attempt never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let live = json_of(&env.run(&["status", "--json"]));
+    assert_eq!(
+        live["liveness"],
+        json!({"state": "live", "pid": child.id()}),
+        "{live}"
+    );
+    assert_eq!(live["ok"], Value::Null, "no verdict before the run ends");
+    assert_eq!(
+        live["lifecycle"]["slow"],
+        json!({"running": {"attempt": 1, "resumed": false}})
+    );
+    // Killed outright: nothing of reprise's gets to clean up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let after = env.run(&["status"]);
+    let text = String::from_utf8_lossy(&after.stdout);
+    assert!(
+        text.lines().next().unwrap().contains("INTERRUPTED"),
+        "{text}"
+    );
+    assert!(
+        text.contains("journal: attempt 1's agent running when the run stopped"),
+        "{text}"
+    );
+    let stopped = json_of(&env.run(&["status", "--json"]));
+    assert_eq!(stopped["liveness"], json!({"state": "interrupted"}));
+    assert_eq!(stopped["ok"], Value::Null);
+}

@@ -1,0 +1,74 @@
+//! Whether a run that has not finished is still being driven, and where its
+//! tasks were: a live run holds the locks of the tasks it runs (naming its
+//! pid); an unfinished run whose locks nobody holds was interrupted, and each
+//! task's journal, read back through the core's lifecycle, says where it was
+//! when its process died.
+
+use std::fs;
+
+use reprise_core::TaskKey;
+use reprise_core::lifecycle::{TaskState, replay};
+use reprise_core::record::JournalRow;
+use reprise_store::locks::task_holder;
+use reprise_store::state::StateDir;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::state::RunState;
+
+/// Whether anything drives a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Liveness {
+    /// Its result is in: nothing to drive.
+    Finished,
+    /// A process holds its tasks' locks.
+    Live { pid: u32 },
+    /// It did not finish and no process drives it.
+    Interrupted,
+}
+
+/// How `run` stands now.
+pub fn liveness(state: &StateDir, run: &RunState) -> Liveness {
+    if run.ok.is_some() {
+        return Liveness::Finished;
+    }
+    let Some(plan) = run.plan_id() else {
+        return Liveness::Interrupted;
+    };
+    run.tasks
+        .iter()
+        .find_map(|task| {
+            let key = TaskKey::new(plan.clone(), task.task_id.clone());
+            task_holder(state, &key).filter(|holder| holder.run_id == run.run_id)
+        })
+        .map_or(Liveness::Interrupted, |holder| Liveness::Live {
+            pid: holder.pid,
+        })
+}
+
+/// Where `task`'s journal leaves it in `run_id`: the lifecycle replayed over
+/// its rows from that run's `task.started` on; `None` when the task never
+/// started in that run or its journal cannot be read. Rows are read as
+/// recorded: `journal verify` is what vouches for them.
+pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<TaskState> {
+    let path = state.existing_journal_path(key).ok()?;
+    let text = fs::read_to_string(path).ok()?;
+    let rows: Vec<JournalRow> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let start = rows.iter().rposition(|row| {
+        row.kind == "task.started" && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
+    })?;
+    let own = rows[start..]
+        .iter()
+        .take_while(|row| {
+            row.body
+                .get("run_id")
+                .and_then(Value::as_str)
+                .is_none_or(|id| id == run_id)
+        })
+        .map(|row| (row.kind.as_str(), &row.body));
+    Some(replay(own))
+}
