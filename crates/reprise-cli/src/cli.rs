@@ -218,6 +218,11 @@ pub(crate) enum Command {
     /// Explain a retry budget spec.
     #[command(subcommand)]
     Budget(BudgetCommand),
+    /// List every run: plan, start, duration, state, tasks passed, cost.
+    #[command(after_help = help!("\
+  reprise runs
+  reprise runs --json"))]
+    Runs,
     /// Show a run's tasks and attempts (default: the latest run).
     #[command(after_help = help!("\
   reprise status

@@ -681,7 +681,16 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         assert_eq!(status["audit"]["ok"], true, "{status}");
         assert_eq!(status["state_disagrees"], json!([]), "{status}");
         assert_eq!(status["state_lags"], json!([]), "{status}");
-        for extra in ["ledger", "audit", "state_disagrees", "state_lags"] {
+        assert_eq!(status["liveness"], json!({"state": "finished"}), "{status}");
+        assert_eq!(status["lifecycle"], json!({}), "{status}");
+        for extra in [
+            "ledger",
+            "audit",
+            "state_disagrees",
+            "state_lags",
+            "liveness",
+            "lifecycle",
+        ] {
             status.as_object_mut().unwrap().remove(extra);
         }
         assert_eq!(status, report);
@@ -705,7 +714,14 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     let output = env.run(&["status", "--json"]);
     assert_success(&output);
     let mut status = json_of(&output);
-    for extra in ["ledger", "audit", "state_disagrees", "state_lags"] {
+    for extra in [
+        "ledger",
+        "audit",
+        "state_disagrees",
+        "state_lags",
+        "liveness",
+        "lifecycle",
+    ] {
         status.as_object_mut().unwrap().remove(extra);
     }
     assert_eq!(status, failed, "status shows the latest run");

@@ -112,6 +112,7 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             budget::check(settings, &spec, plan.as_deref())?
         }
         Command::Status { run } => status::status(settings, run.as_deref())?,
+        Command::Runs => status::runs(settings)?,
         Command::Task(TaskCommand::List) => status::list(settings)?,
         Command::Task(TaskCommand::Show { task, plan }) => {
             status::show(&settings.with_plan(plan.name), &task)?

@@ -300,6 +300,76 @@ fn lifecycle_line(lifecycle: TaskState, liveness: reprise_engine::Liveness) -> S
     }
 }
 
+/// Every run in the state directory, oldest first.
+pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let ids = reprise_engine::run_ids(&state).map_err(engine_error)?;
+    let mut text = String::new();
+    let mut rows = Vec::new();
+    for id in &ids {
+        let run = load_run(&state, id).map_err(engine_error)?;
+        let liveness = reprise_engine::liveness(&state, &run);
+        let standing = match (run.ok, liveness) {
+            (Some(true), _) => "ok".to_owned(),
+            (Some(false), _) => "failed".to_owned(),
+            (None, reprise_engine::Liveness::Live { pid }) => format!("live (pid {pid})"),
+            (None, _) => "interrupted".to_owned(),
+        };
+        let passed = run
+            .tasks
+            .iter()
+            .filter(|task| task.state.delivered())
+            .count();
+        let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
+        let duration_ms = run.finished_at.as_deref().and_then(|end| {
+            let start = humantime::parse_rfc3339(&run.started_at).ok()?;
+            let end = humantime::parse_rfc3339(end).ok()?;
+            end.duration_since(start).ok()
+        });
+        let shown_duration = duration_ms.map_or_else(
+            || "-".to_owned(),
+            |duration| format!("{:.1}s", duration.as_secs_f64()),
+        );
+        let _ = writeln!(
+            text,
+            "{}  {:<16} {}  {:>8}  {:<16} {}/{} passed  {}",
+            run.run_id,
+            run.plan_name,
+            run.started_at.get(..19).unwrap_or(&run.started_at),
+            shown_duration,
+            standing,
+            passed,
+            crate::output::count(run.tasks.len() as u64, "task"),
+            money(spent)
+        );
+        rows.push(json!({
+            "run_id": run.run_id,
+            "plan": run.plan_name,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "duration_ms": duration_ms.map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+            "state": match (run.ok, liveness) {
+                (Some(true), _) => "ok",
+                (Some(false), _) => "failed",
+                (None, reprise_engine::Liveness::Live { .. }) => "live",
+                (None, _) => "interrupted",
+            },
+            "liveness": liveness,
+            "tasks_passed": passed,
+            "tasks": run.tasks.len(),
+            "spent_micro_usd": spent,
+        }));
+    }
+    if ids.is_empty() {
+        text.push_str("no runs yet: start one with `reprise run PLAN`\n");
+    }
+    Ok(Outcome {
+        json: json!({"runs": rows}),
+        text,
+        ok: true,
+    })
+}
+
 pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
     let run = load(settings, None)?;
     let mut text = String::new();

@@ -818,6 +818,8 @@ tasks:
         "{live}"
     );
     assert_eq!(live["ok"], Value::Null, "no verdict before the run ends");
+    let listed = json_of(&env.run(&["runs", "--json"]));
+    assert_eq!(listed["runs"][0]["state"], "live", "{listed}");
     assert_eq!(
         live["lifecycle"]["slow"],
         json!({"running": {"attempt": 1, "resumed": false}})
@@ -838,4 +840,36 @@ tasks:
     let stopped = json_of(&env.run(&["status", "--json"]));
     assert_eq!(stopped["liveness"], json!({"state": "interrupted"}));
     assert_eq!(stopped["ok"], Value::Null);
+    // A finished run beside it: `runs` lists both, oldest first.
+    let quick = write_plan(
+        &env,
+        "quick",
+        "version: 1\nname: quick\ntasks:\n  - id: q\n    prompt: q\n    agent: command\n    command: [sh, -c, \"echo DONE\"]\n",
+    );
+    assert_success(&env.run(&["run", &quick]));
+    let listed = json_of(&env.run(&["runs", "--json"]));
+    let runs = listed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{listed}");
+    assert_eq!(
+        (
+            runs[0]["plan"].clone(),
+            runs[0]["state"].clone(),
+            runs[0]["duration_ms"].clone()
+        ),
+        (json!("long"), json!("interrupted"), Value::Null)
+    );
+    assert_eq!(
+        (
+            runs[1]["plan"].clone(),
+            runs[1]["state"].clone(),
+            runs[1]["tasks_passed"].clone()
+        ),
+        (json!("quick"), json!("ok"), json!(1))
+    );
+    let text = String::from_utf8_lossy(&env.run(&["runs"]).stdout).into_owned();
+    assert!(text.lines().nth(1).unwrap().contains("ok"), "{text}");
+    assert!(
+        text.lines().next().unwrap().contains("interrupted"),
+        "{text}"
+    );
 }
