@@ -27,7 +27,8 @@ use std::time::Duration;
 use reprise_core::retry::ResumeStrategy;
 
 use crate::outcome::{
-    AttemptOutcome, AttemptReport, InfraKind, Parsed, enforce_budget, infra, parse_usd_micro,
+    AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
+    parse_usd_micro,
 };
 use crate::process::{
     End, Invocation, Stdin, child_path_var, describe_duration, find_executable, preflight,
@@ -71,6 +72,7 @@ impl Adapter for CommandAdapter {
             config_home: request.config_home.clone(),
             argv: self.argv.clone(),
             elapsed: Duration::ZERO,
+            streams: Default::default(),
         };
         let Some(name) = self.argv.first().filter(|name| !name.is_empty()) else {
             report.outcome = infra(
@@ -113,6 +115,7 @@ impl Adapter for CommandAdapter {
             }
         };
         report.elapsed = finished.elapsed;
+        report.streams = Streams::kept(&finished.stdout, &finished.stderr);
         report.outcome = match finished.end {
             End::TimedOut => infra(
                 InfraKind::Timeout,

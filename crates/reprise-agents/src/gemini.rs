@@ -97,6 +97,7 @@ impl Adapter for GeminiAdapter {
                 config_home: request.config_home.clone(),
                 argv: Vec::new(),
                 elapsed: std::time::Duration::ZERO,
+                streams: Default::default(),
             };
         }
         let request = with_chosen_session_ids(request);

@@ -32,7 +32,7 @@ pub use codex::CodexAdapter;
 pub use command::CommandAdapter;
 pub use gemini::GeminiAdapter;
 pub use options::{CliOptions, clashing_arg, controlled_flags};
-pub use outcome::{AttemptOutcome, AttemptReport, InfraKind};
+pub use outcome::{AttemptOutcome, AttemptReport, InfraKind, STREAM_KEEP_BYTES, Streams};
 pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, Watch};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};
 pub use supervise::{SandboxRules, Supervision};

@@ -48,6 +48,32 @@ pub struct AttemptReport {
     pub argv: Vec<String>,
     /// Wall-clock time of the attempt itself (the version probe excluded).
     pub elapsed: Duration,
+    /// What the process printed, bounded head and tail
+    /// ([`STREAM_KEEP_BYTES`] each); empty for the in-process `sim`.
+    pub streams: Streams,
+}
+
+/// Most bytes of each output stream an attempt's report keeps.
+pub const STREAM_KEEP_BYTES: usize = 256 * 1024;
+
+/// An attempt's stdout and stderr, as kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Streams {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Streams {
+    /// Both streams, each cut to its head and tail past [`STREAM_KEEP_BYTES`].
+    pub(crate) fn kept(stdout: &[u8], stderr: &[u8]) -> Self {
+        let keep = |bytes: &[u8]| {
+            reprise_core::prompt::excerpt(&String::from_utf8_lossy(bytes), STREAM_KEEP_BYTES)
+        };
+        Self {
+            stdout: keep(stdout),
+            stderr: keep(stderr),
+        }
+    }
 }
 
 /// What a pure output parser read from one finished CLI process.

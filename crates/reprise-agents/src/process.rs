@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
 
-use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, enforce_budget, infra};
+use crate::outcome::{
+    AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
+};
 use crate::request::{AttemptRequest, CancelToken, Watch};
 use crate::supervise::{Supervision, record_finished, record_started, supervisor_args};
 
@@ -567,6 +569,7 @@ pub(crate) fn run_cli(
         config_home: request.config_home.clone(),
         argv: invocation.logged_argv(&request.prompt),
         elapsed: Duration::ZERO,
+        streams: Default::default(),
     };
     if let Err(detail) = resolved {
         report.outcome = infra(InfraKind::MissingBinary, detail);
@@ -606,6 +609,7 @@ pub(crate) fn run_cli(
         }
     };
     report.elapsed = finished.elapsed;
+    report.streams = Streams::kept(&finished.stdout, &finished.stderr);
     let stdout = String::from_utf8_lossy(&finished.stdout);
     let stderr = String::from_utf8_lossy(&finished.stderr);
     // Parsed even after a timeout: a partial transcript still names the

@@ -291,6 +291,7 @@ impl Adapter for SimAdapter {
             config_home: request.config_home.clone(),
             argv: vec!["sim".into()],
             elapsed: Duration::ZERO,
+            streams: Default::default(),
         };
         report.outcome = self.play(request, cancel, &mut report);
         // Only a session that exists is reported: a refused new session or

@@ -218,6 +218,27 @@ pub(crate) enum Command {
     /// Explain a retry budget spec.
     #[command(subcommand)]
     Budget(BudgetCommand),
+    /// Print what a task's attempts printed: the agent's stdout, stderr and
+    /// reply, each gate's output, and where the CLI's own transcript is.
+    #[command(after_help = help!("\
+  reprise logs add-greeting
+  reprise logs add-greeting --attempt 2 --gate tests
+  reprise logs quickstart/add-greeting --run R-01J... --json"))]
+    Logs {
+        /// The task (or PLAN/TASK).
+        task: String,
+        /// The run (default: the latest run of the task's plan).
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// Only this attempt.
+        #[arg(long, value_name = "N")]
+        attempt: Option<u32>,
+        /// Only this gate's output.
+        #[arg(long, value_name = "NAME")]
+        gate: Option<String>,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
     /// List every run: plan, start, duration, state, tasks passed, cost.
     #[command(after_help = help!("\
   reprise runs
@@ -397,10 +418,14 @@ pub(crate) enum LineageCommand {
 pub(crate) enum JournalCommand {
     /// Print a task's journal rows.
     #[command(after_help = help!("\
-  reprise journal show add-greeting --json"))]
+  reprise journal show add-greeting --json
+  reprise journal show add-greeting --full"))]
     Show {
         /// The task (or PLAN/TASK).
         task: String,
+        /// Print every row's whole body, not a one-line cut.
+        #[arg(long)]
+        full: bool,
         #[command(flatten)]
         plan: PlanArg,
     },

@@ -16,6 +16,7 @@ pub mod journal;
 pub mod key;
 pub mod ledger;
 pub mod locks;
+pub mod logs;
 pub mod repair;
 pub mod replies;
 pub mod snapshot;

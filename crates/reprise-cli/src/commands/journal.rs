@@ -14,7 +14,7 @@ use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+pub(crate) fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let task = task_key(settings, &state, task)?;
     let path = state.existing_journal_path(&task)?;
@@ -29,15 +29,13 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
             Ok(value @ Value::Object(_)) if whole => {
                 match serde_json::from_value::<JournalRow>(value.clone()) {
                     Ok(row) => {
-                        let body = serde_json::to_string(&row.body).unwrap_or_default();
-                        let _ = writeln!(
-                            text,
-                            "{:>5}  {}  {:<24} {}",
-                            row.seq,
-                            row.at,
-                            row.kind,
-                            clip(&body, 96)
-                        );
+                        let body = if full {
+                            serde_json::to_string_pretty(&row.body).unwrap_or_default()
+                        } else {
+                            clip(&serde_json::to_string(&row.body).unwrap_or_default(), 96)
+                        };
+                        let _ =
+                            writeln!(text, "{:>5}  {}  {:<24} {body}", row.seq, row.at, row.kind,);
                     }
                     Err(_) => {
                         let _ = writeln!(text, "{index:>5}  (row does not fit the journal format)");

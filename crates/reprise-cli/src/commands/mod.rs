@@ -9,6 +9,7 @@ mod deliver;
 mod init;
 mod journal;
 mod lineage;
+mod logs;
 mod rehearse;
 mod replay;
 mod resolve;
@@ -113,6 +114,19 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         }
         Command::Status { run } => status::status(settings, run.as_deref())?,
         Command::Runs => status::runs(settings)?,
+        Command::Logs {
+            task,
+            run,
+            attempt,
+            gate,
+            plan,
+        } => logs::logs(
+            &settings.with_plan(plan.name),
+            &task,
+            run.as_deref(),
+            attempt,
+            gate.as_deref(),
+        )?,
         Command::Task(TaskCommand::List) => status::list(settings)?,
         Command::Task(TaskCommand::Show { task, plan }) => {
             status::show(&settings.with_plan(plan.name), &task)?
@@ -120,8 +134,8 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Lineage(LineageCommand::Show { task, plan }) => {
             lineage::show(&settings.with_plan(plan.name), &task)?
         }
-        Command::Journal(JournalCommand::Show { task, plan }) => {
-            journal::show(&settings.with_plan(plan.name), &task)?
+        Command::Journal(JournalCommand::Show { task, plan, full }) => {
+            journal::show(&settings.with_plan(plan.name), &task, full)?
         }
         Command::Journal(JournalCommand::Verify { task, plan }) => {
             journal::verify(&settings.with_plan(plan.name), &task)?

@@ -873,3 +873,74 @@ tasks:
         "{text}"
     );
 }
+
+#[test]
+fn every_attempt_s_output_is_kept_and_logs_prints_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = git_env();
+    let counter = outside_dir(&env, "counter");
+    let count = counter.join("count");
+    let plan = write_plan(
+        &env,
+        "talk",
+        &format!(
+            r#"
+version: 1
+name: talk
+defaults: {{ agent: command, max_retries: 1, timeout: 30s, retry_policy: cold }}
+tasks:
+  - id: t
+    prompt: p
+    allowed_paths: ['{counter}']
+    command: [sh, -c, "{counting}; echo out-$n; echo err-$n >&2; echo $n > n.txt; echo DONE"]
+    gates: [ {{ name: second, run: "echo checked-$(cat n.txt); test $(cat n.txt) = 2" }} ]
+"#,
+            counting = count_attempt(&count),
+            counter = counter.display()
+        ),
+    );
+    assert_success(&env.run(&["run", &plan]));
+    let output = env.run(&["logs", "t"]);
+    assert_success(&output);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    for line in ["out-1", "err-1", "checked-1", "out-2", "err-2", "checked-2"] {
+        assert!(
+            text.lines().any(|shown| shown == line),
+            "{line} missing: {text}"
+        );
+    }
+    assert!(text.contains("== attempt 1 (new) agent.stderr"), "{text}");
+    assert!(text.contains("== attempt 2 (cold) gate.second"), "{text}");
+    // One attempt's one gate, as JSON, and kept private.
+    let one = json_of(&env.run(&["logs", "t", "--attempt", "2", "--gate", "second", "--json"]));
+    let logs = one["logs"].as_array().unwrap();
+    assert_eq!(logs.len(), 1, "{one}");
+    assert_eq!(logs[0]["text"], "checked-2");
+    let path = PathBuf::from(logs[0]["path"].as_str().unwrap());
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    let missing = env.run(&["logs", "t", "--gate", "nope"]);
+    assert_eq!(code(&missing), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("no attempt of talk/t kept output of gate nope"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    // journal show --full prints whole bodies; the default cuts them.
+    let full =
+        String::from_utf8_lossy(&env.run(&["journal", "show", "t", "--full"]).stdout).into_owned();
+    let cut = String::from_utf8_lossy(&env.run(&["journal", "show", "t"]).stdout).into_owned();
+    assert!(full.contains("\"retry_policy\": \"cold\""), "{full}");
+    assert!(!cut.contains("\"retry_policy\":\"cold\""), "{cut}");
+}

@@ -8,7 +8,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use reprise_agents::{AttemptOutcome, AttemptReport, AttemptRequest, InfraKind, Watch};
+use reprise_agents::{
+    AttemptOutcome, AttemptReport, AttemptRequest, InfraKind, STREAM_KEEP_BYTES, Watch,
+};
 use reprise_core::TaskKey;
 use reprise_core::budget::RetryBudget;
 use reprise_core::digest::Digest;
@@ -22,6 +24,7 @@ use reprise_core::recovery::{Diagnosis, Strategy, Symptoms, diagnose};
 use reprise_core::retry::{DecisionRecord, RetryMode, failed_decision_metadata};
 use reprise_store::audit::{AuditLog, seal_journal_after};
 use reprise_store::journal::{Journal, Spine};
+use reprise_store::logs::keep_attempt_logs;
 use reprise_store::snapshot::{Checkpoint, SnapshotStore};
 use reprise_store::state::now_rfc3339;
 use serde_json::{Value, json};
@@ -363,6 +366,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             started,
         );
         self.remove_tmp();
+        self.keep_logs(attempt, &report, &summary);
         let judged_now = Previous::of(task, &summary, &report);
         run.keep_or_drop_reply(&summary, &judged_now);
         self.previous = Some(judged_now);
@@ -398,6 +402,39 @@ impl<'r, 'a> Executor<'r, 'a> {
         self.summary = Some(summary);
         self.classified = Some(classified);
         Ok(TaskEvent::Judged(judgement))
+    }
+
+    /// Keeps what the attempt's agent and gates printed, for `reprise logs`;
+    /// a log that cannot be written is a warning, never the task's failure.
+    fn keep_logs(&self, attempt: u32, report: &AttemptReport, summary: &AttemptSummary) {
+        let run = self.run;
+        let reply = match &report.outcome {
+            AttemptOutcome::Replied { reply, .. } => reply.as_str(),
+            AttemptOutcome::Infra { detail, .. } => detail.as_str(),
+        };
+        let keep = |text: &str| reprise_core::prompt::excerpt(text, STREAM_KEEP_BYTES);
+        let mut kept = vec![
+            ("agent.stdout".to_owned(), report.streams.stdout.clone()),
+            ("agent.stderr".to_owned(), report.streams.stderr.clone()),
+            ("reply".to_owned(), keep(reply)),
+        ];
+        kept.extend(
+            summary
+                .gates
+                .iter()
+                .map(|gate| (format!("gate.{}", gate.name), keep(&gate.output))),
+        );
+        let outputs: Vec<(String, &str)> = kept
+            .iter()
+            .map(|(name, text)| (name.clone(), text.as_str()))
+            .collect();
+        if let Err(err) = keep_attempt_logs(run.state, run.run_id, &run.task.id, attempt, &outputs)
+        {
+            run.emit(Event::Warning {
+                task: Some(run.task.id.clone()),
+                message: format!("could not keep attempt {attempt}'s output: {err}"),
+            });
+        }
     }
 
     fn record_partial(&mut self, attempt: u32) -> Result<()> {

@@ -1,0 +1,112 @@
+//! `reprise logs TASK`: what each attempt of a task printed (kept by the
+//! engine under `runs/<run>/logs/`), and where the agent CLI's own
+//! transcript of each session is.
+
+use std::fmt::Write as _;
+
+use reprise_engine::load_run;
+use reprise_store::logs::attempt_logs;
+use serde_json::json;
+
+use crate::commands::resolve::{latest_run_of, task_key};
+use crate::error::CliError;
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+pub(crate) fn logs(
+    settings: &Settings,
+    task: &str,
+    run: Option<&str>,
+    attempt: Option<u32>,
+    gate: Option<&str>,
+) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let key = task_key(settings, &state, task)?;
+    let run = match run {
+        Some(run) => load_run(&state, run).map_err(|err| CliError::usage(err.to_string()))?,
+        None => latest_run_of(&state, Some(&key.plan))?,
+    };
+    let record = run.task(&key.task).ok_or_else(|| {
+        CliError::usage(format!(
+            "task {key} is not in run {}; see `reprise runs`",
+            run.run_id
+        ))
+    })?;
+    let logs = attempt_logs(&state, &run.run_id, &key.task)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let wanted = |log: &&reprise_store::logs::KeptLog| {
+        attempt.is_none_or(|n| log.attempt == n)
+            && gate.is_none_or(|gate| log.name == format!("gate.{gate}"))
+    };
+    let chosen: Vec<_> = logs.iter().filter(wanted).collect();
+    if chosen.is_empty() {
+        let what = match (attempt, gate) {
+            (Some(n), Some(gate)) => format!("attempt {n} of {key} kept no output of gate {gate}"),
+            (Some(n), None) => format!("attempt {n} of {key} kept no output"),
+            (None, Some(gate)) => format!("no attempt of {key} kept output of gate {gate}"),
+            (None, None) => format!("no attempt of {key} kept any output"),
+        };
+        return Err(CliError::usage(format!(
+            "{what} in run {}; `reprise status {}` lists its attempts",
+            run.run_id, run.run_id
+        )));
+    }
+    let mut text = String::new();
+    let mut entries = Vec::new();
+    for log in chosen {
+        let body = std::fs::read_to_string(&log.path).unwrap_or_default();
+        let mode = record
+            .attempts
+            .iter()
+            .find(|summary| summary.n == log.attempt)
+            .map_or("?", |summary| summary.mode.as_str());
+        let _ = writeln!(
+            text,
+            "== attempt {} ({mode}) {} ({}) ==",
+            log.attempt,
+            log.name,
+            log.path.display()
+        );
+        text.push_str(&body);
+        if !body.ends_with('\n') {
+            text.push('\n');
+        }
+        entries.push(
+            json!({"attempt": log.attempt, "name": log.name, "path": log.path, "text": body}),
+        );
+    }
+    // The CLI's own record of each session, where reprise saw it.
+    let mut transcripts = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for summary in record
+        .attempts
+        .iter()
+        .filter(|summary| attempt.is_none_or(|n| summary.n == n))
+    {
+        let Some(session) = summary.session_id.as_deref() else {
+            continue;
+        };
+        if !seen.insert(session.to_owned()) {
+            continue;
+        }
+        let copy = state
+            .sessions_dir(&record.agent)
+            .join(format!("{session}.jsonl"));
+        let native = std::fs::read_to_string(copy.with_extension("origin")).ok();
+        if native.is_none() && !copy.is_file() {
+            continue;
+        }
+        let _ = writeln!(
+            text,
+            "transcript of session {session}: {} (a copy: {})",
+            native.as_deref().unwrap_or("(not noted)"),
+            copy.display()
+        );
+        transcripts.push(json!({"session_id": session, "native": native, "copy": copy}));
+    }
+    Ok(Outcome {
+        json: json!({"run_id": run.run_id, "task": key.to_string(), "logs": entries, "transcripts": transcripts}),
+        text,
+        ok: true,
+    })
+}
