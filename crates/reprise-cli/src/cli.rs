@@ -143,6 +143,11 @@ pub(crate) enum Command {
         /// write nothing.
         #[arg(long, conflicts_with = "retry_failed")]
         check: bool,
+        /// Write one JSON object a line to stdout as things happen (run,
+        /// attempts, gates, decisions, anomalies, tasks), the last one
+        /// `run.finished` with the whole run document.
+        #[arg(long, conflicts_with = "check")]
+        events: bool,
     },
     /// Check a plan without running it.
     #[command(subcommand)]

@@ -14,6 +14,8 @@ use crate::error::CliError;
 #[derive(Debug)]
 pub(crate) struct Settings {
     pub(crate) json: bool,
+    /// `run --events`: one JSON object a line on stdout as things happen.
+    pub(crate) events: bool,
     /// An explicit state directory (flag, then REPRISE_STATE_DIR).
     pub(crate) state_dir: Option<PathBuf>,
     pub(crate) cwd: PathBuf,
@@ -61,6 +63,7 @@ impl Settings {
         Self {
             key_origin,
             json: global.json,
+            events: false,
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
             plan: None,
@@ -90,10 +93,19 @@ impl Settings {
             .unwrap_or_else(|| self.cwd.join(STATE_DIR_NAME))
     }
 
+    /// The same settings with `run --events` on.
+    pub(crate) fn with_events(&self) -> Self {
+        Self {
+            events: true,
+            ..self.with_plan(self.plan.clone())
+        }
+    }
+
     /// The same settings with `--plan` as a TASK argument's plan.
     pub(crate) fn with_plan(&self, plan: Option<String>) -> Self {
         Self {
             json: self.json,
+            events: self.events,
             state_dir: self.state_dir.clone(),
             cwd: self.cwd.clone(),
             key_path: self.key_path.clone(),

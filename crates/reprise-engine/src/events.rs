@@ -31,6 +31,12 @@ pub enum Event {
         task: TaskId,
         record: Box<DecisionRecord>,
     },
+    /// Something seen while an attempt ran (DESIGN.md section 8).
+    Anomaly {
+        task: TaskId,
+        attempt: u32,
+        anomaly: reprise_core::recovery::Anomaly,
+    },
     TaskFinished {
         task: TaskId,
         status: TaskStatus,

@@ -29,6 +29,8 @@ use crate::settings::Settings;
 pub(crate) use run::stopped_by;
 
 pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
+    // An event stream's last line carries the outcome: nothing more is printed.
+    let streamed = matches!(&command, Command::Run { events: true, .. });
     let outcome = match command {
         Command::Init { plan } => init::run(settings, plan)?,
         Command::Run {
@@ -47,8 +49,13 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             retry_budget,
             include_uncommitted,
             check: _,
+            events,
         } => run::run(
-            settings,
+            &if events {
+                settings.with_events()
+            } else {
+                settings.with_plan(settings.plan.clone())
+            },
             plan.as_deref(),
             retry_failed.as_deref(),
             seats,
@@ -166,6 +173,8 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             no_cache,
         }) => workspace::hash(settings, dir.as_deref(), threads, no_cache)?,
     };
-    outcome.print(settings.json);
+    if !streamed {
+        outcome.print(settings.json);
+    }
     Ok(outcome)
 }

@@ -68,6 +68,11 @@ impl EventSink for LivePrinter {
                         .unwrap_or_default()
                 )
             }
+            Event::Anomaly {
+                task,
+                attempt,
+                anomaly,
+            } => format!("[{task}] attempt {attempt}: anomaly {}", anomaly.kind()),
             Event::TaskFinished {
                 task,
                 status,
@@ -129,6 +134,78 @@ fn plural(count: u64) -> &'static str {
     if count == 1 { "" } else { "s" }
 }
 
+/// `--events`: one JSON object a line, flushed as each event happens.
+/// Version 1 of the stream: every object has `v`, `at` (RFC 3339) and
+/// `event`; the rest depends on the event (see the README).
+pub(crate) const EVENTS_VERSION: u64 = 1;
+
+struct EventStream;
+
+impl EventSink for EventStream {
+    fn event(&mut self, event: &Event) {
+        let (kind, mut body) = match event {
+            Event::RunStarted {
+                run_id,
+                plan_name,
+                tasks,
+                seats,
+            } => (
+                "run.started",
+                json!({"run_id": run_id, "plan": plan_name, "tasks": tasks, "seats": seats}),
+            ),
+            Event::Workspace { workspace } => ("run.workspace", json!({"workspace": workspace})),
+            Event::AttemptStarted {
+                task,
+                attempt,
+                mode,
+            } => (
+                "attempt.started",
+                json!({"task": task, "attempt": attempt, "mode": mode}),
+            ),
+            Event::AttemptFinished { task, summary } => (
+                "attempt.finished",
+                json!({"task": task, "attempt": summary}),
+            ),
+            Event::Decision { task, record } => (
+                "retry.decision",
+                json!({"task": task, "decision": record.to_value()}),
+            ),
+            Event::Anomaly {
+                task,
+                attempt,
+                anomaly,
+            } => (
+                "attempt.anomaly",
+                json!({"task": task, "attempt": attempt, "anomaly": anomaly}),
+            ),
+            Event::TaskFinished {
+                task,
+                status,
+                reason,
+            } => (
+                "task.finished",
+                json!({"task": task, "state": status, "reason": reason}),
+            ),
+            Event::Warning { task, message } => {
+                ("warning", json!({"task": task, "message": message}))
+            }
+        };
+        emit_event(kind, &mut body);
+    }
+}
+
+/// Writes one event line: `v`, `at` and `event` with the body's fields.
+fn emit_event(kind: &str, body: &mut Value) {
+    if let Some(object) = body.as_object_mut() {
+        object.insert("v".into(), json!(EVENTS_VERSION));
+        object.insert("at".into(), json!(now_rfc3339()));
+        object.insert("event".into(), json!(kind));
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{body}");
+    let _ = stdout.flush();
+}
+
 /// Collects nothing: `--json` prints only the final document.
 struct Quiet;
 
@@ -154,6 +231,12 @@ pub(crate) fn run(
         include_uncommitted,
     )?;
     let ok = run.ok == Some(true);
+    if settings.events {
+        emit_event(
+            "run.finished",
+            &mut json!({"ok": ok, "run": run_json(&run)}),
+        );
+    }
     Ok(Outcome {
         json: run_json(&run),
         text: summary_text(&run),
@@ -403,7 +486,9 @@ pub(crate) fn execute(
         include_uncommitted,
         supervisor: Some(supervisor(settings)),
     };
-    let ran = if settings.json {
+    let ran = if settings.events {
+        run_plan(&state, &plan, options, &cancel, &mut EventStream)
+    } else if settings.json {
         run_plan(&state, &plan, options, &cancel, &mut Quiet)
     } else {
         run_plan(&state, &plan, options, &cancel, &mut LivePrinter)

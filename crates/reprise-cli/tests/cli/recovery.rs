@@ -944,3 +944,67 @@ tasks:
     assert!(full.contains("\"retry_policy\": \"cold\""), "{full}");
     assert!(!cut.contains("\"retry_policy\":\"cold\""), "{cut}");
 }
+
+#[test]
+fn run_events_streams_one_json_object_a_line_as_things_happen() {
+    let env = git_env();
+    let counter = outside_dir(&env, "counter");
+    let count = counter.join("count");
+    let plan = write_plan(
+        &env,
+        "stream",
+        &format!(
+            r#"
+version: 1
+name: stream
+defaults: {{ agent: command, max_retries: 1, timeout: 30s }}
+tasks:
+  - id: stay
+    prompt: s
+    allowed_paths: ["src/**", '{counter}']
+    command: [sh, -c, "{counting}; mkdir -p src; echo ok > src/a.py; if [ $n = 1 ]; then echo stray > stray.txt; fi; echo DONE"]
+    gates: [ {{ name: second, run: "test $(cat '{count}') = 2" }} ]
+"#,
+            count = count.display(),
+            counting = count_attempt(&count),
+            counter = counter.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--events"]);
+    assert_success(&output);
+    let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{line}: {err}")))
+        .collect();
+    for event in &events {
+        assert_eq!(event["v"], 1, "{event}");
+        assert!(
+            event["at"].as_str().is_some_and(|at| at.ends_with('Z')),
+            "{event}"
+        );
+    }
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|event| event["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run.started",
+            "run.workspace",
+            "attempt.started",
+            "attempt.finished",
+            "attempt.anomaly",
+            "retry.decision",
+            "attempt.started",
+            "attempt.finished",
+            "task.finished",
+            "run.finished"
+        ]
+    );
+    assert_eq!(events[4]["anomaly"]["kind"], "write_outside_allowed_paths");
+    assert_eq!(events[3]["attempt"]["outcome"], "judged");
+    let last = events.last().unwrap();
+    assert_eq!(last["ok"], true);
+    assert_eq!(last["run"]["tasks"][0]["state"], "passed");
+}

@@ -475,6 +475,11 @@ impl<'r, 'a> Executor<'r, 'a> {
                 &now_rfc3339(),
                 &json!({"run_id": run.run_id, "attempt": attempt, "anomaly": anomaly}),
             )?;
+            run.emit(Event::Anomaly {
+                task: run.task.id.clone(),
+                attempt,
+                anomaly: anomaly.clone(),
+            });
         }
         let evidence = recovery::Evidence::of(report, summary);
         self.same_in_a_row = match (&self.last_evidence, summary.judged) {
