@@ -681,9 +681,16 @@ pub(crate) fn summary_text(run: &RunState) -> String {
             }
         }
     }
-    let first = run
-        .tasks
-        .first()
+    // The hint names the task that needs looking at: the first blocked or
+    // failed one, else the first.
+    let failed = run.tasks.iter().find(|task| {
+        matches!(
+            task.state,
+            reprise_engine::TaskStatus::Blocked | reprise_engine::TaskStatus::Failed
+        )
+    });
+    let first = failed
+        .or(run.tasks.first())
         .map(|task| task.task_id.as_str())
         .unwrap_or("TASK");
     if results > 0 {
@@ -693,10 +700,18 @@ pub(crate) fn summary_text(run: &RunState) -> String {
             run.run_id, run.run_id
         );
     }
-    let _ = writeln!(
-        text,
-        "next: `reprise status {}`, `reprise journal verify {first}`, `reprise lineage show {first}`",
-        run.run_id
-    );
+    if failed.is_some() {
+        let _ = writeln!(
+            text,
+            "next: `reprise logs {first}` (what its attempts printed), `reprise status {}`, `reprise journal show {first}`",
+            run.run_id
+        );
+    } else {
+        let _ = writeln!(
+            text,
+            "next: `reprise status {}`, `reprise journal verify {first}`, `reprise lineage show {first}`",
+            run.run_id
+        );
+    }
     text
 }

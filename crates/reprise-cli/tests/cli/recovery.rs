@@ -1008,3 +1008,30 @@ tasks:
     assert_eq!(last["ok"], true);
     assert_eq!(last["run"]["tasks"][0]["state"], "passed");
 }
+
+#[test]
+fn the_next_hint_names_the_task_that_failed() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "hint",
+        r#"
+version: 1
+name: hint
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: fine
+    prompt: f
+    command: [sh, -c, "echo DONE"]
+  - id: broken
+    prompt: b
+    command: [sh, -c, "echo DONE"]
+    gates: [ { name: never, run: "false" } ]
+"#,
+    );
+    let output = env.run(&["run", &plan]);
+    assert_eq!(code(&output), Some(1));
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let next = text.lines().find(|line| line.starts_with("next:")).unwrap();
+    assert!(next.starts_with("next: `reprise logs broken`"), "{text}");
+}
