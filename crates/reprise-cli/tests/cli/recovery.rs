@@ -820,6 +820,15 @@ tasks:
     assert_eq!(live["ok"], Value::Null, "no verdict before the run ends");
     let listed = json_of(&env.run(&["runs", "--json"]));
     assert_eq!(listed["runs"][0]["state"], "live", "{listed}");
+    let shown = String::from_utf8_lossy(&env.run(&["status"]).stdout).into_owned();
+    assert!(
+        shown
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(&format!("running (live, pid {}))", child.id()).replace("))", ")")),
+        "{shown}"
+    );
     assert_eq!(
         live["lifecycle"]["slow"],
         json!({"running": {"attempt": 1, "resumed": false}})
@@ -1034,4 +1043,110 @@ tasks:
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let next = text.lines().find(|line| line.starts_with("next:")).unwrap();
     assert!(next.starts_with("next: `reprise logs broken`"), "{text}");
+}
+
+#[test]
+fn the_event_stream_arrives_while_the_agent_runs_and_a_warm_retry_has_its_exact_sequence() {
+    use std::io::{BufRead, BufReader};
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "live",
+        r#"
+version: 1
+name: live
+tasks:
+  - id: fix
+    prompt: make a.txt good
+    agent: sim
+    retry_policy: warm
+    max_retries: 1
+    sim:
+      - { reply: "done", write: { a.txt: bad }, delay: 3s }
+      - { reply: "done again", write: { a.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat a.txt)\" = good" } ]
+"#,
+    );
+    let mut child = Command::new(BIN)
+        .args(["run", &plan, "--events"])
+        .current_dir(env.project())
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["event"], "run.started");
+    // The first attempt's agent is still at work: the run has not ended.
+    assert_eq!(
+        child.try_wait().unwrap(),
+        None,
+        "the stream came only at the end"
+    );
+    let mut kinds = vec![first["event"].as_str().unwrap().to_owned()];
+    let mut modes = Vec::new();
+    for line in lines {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["event"] == "attempt.started" {
+            modes.push(event["mode"].as_str().unwrap().to_owned());
+        }
+        kinds.push(event["event"].as_str().unwrap().to_owned());
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        kinds,
+        [
+            "run.started",
+            "run.workspace",
+            "attempt.started",
+            "attempt.finished",
+            "retry.decision",
+            "attempt.started",
+            "attempt.finished",
+            "task.finished",
+            "run.finished"
+        ]
+    );
+    assert_eq!(modes, ["new", "warm"]);
+}
+
+#[test]
+fn logs_keep_a_long_stream_s_head_and_tail_within_the_bound() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "loud",
+        r#"
+version: 1
+name: loud
+tasks:
+  - id: loud
+    prompt: l
+    agent: command
+    max_retries: 0
+    command: [sh, -c, "echo FIRST-LINE >&2; yes filler | head -c 400000 >&2; echo; echo LAST-LINE >&2; echo DONE"]
+    gates: [ { name: never, run: "echo gate-said-no; false" } ]
+"#,
+    );
+    assert_eq!(code(&env.run(&["run", &plan])), Some(1));
+    let logs = json_of(&env.run(&["logs", "loud", "--json"]));
+    let stderr = logs["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|log| log["name"] == "agent.stderr")
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(stderr.len() <= 256 * 1024, "{}", stderr.len());
+    assert!(stderr.starts_with("FIRST-LINE\n"));
+    assert!(stderr.trim_end().ends_with("LAST-LINE"));
+    assert!(stderr.contains("bytes omitted"));
+    // The last (only) attempt's gate output is kept too.
+    let gate = env.run(&["logs", "loud", "--gate", "never"]);
+    assert!(String::from_utf8_lossy(&gate.stdout).contains("gate-said-no"));
 }
