@@ -826,7 +826,7 @@ tasks:
             .lines()
             .next()
             .unwrap()
-            .ends_with(&format!("running (live, pid {}))", child.id()).replace("))", ")")),
+            .ends_with(&format!("running (live, pid {})", child.id())),
         "{shown}"
     );
     assert_eq!(
