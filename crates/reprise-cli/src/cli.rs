@@ -95,6 +95,23 @@ pub(crate) struct GlobalArgs {
     /// also REPRISE_STATE_DIR).
     #[arg(long, global = true, value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
+    /// Colour: on a terminal unless NO_COLOR is set (auto), always, or never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub(crate) color: ColorChoice,
+    /// Print less: a run shows only warnings and its summary.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// Print more: a run also shows each attempt's phases as lines.
+    #[arg(short, long, global = true)]
+    pub(crate) verbose: bool,
+}
+
+/// When output is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorChoice {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Debug, Subcommand)]

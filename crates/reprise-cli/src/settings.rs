@@ -16,6 +16,8 @@ pub(crate) struct Settings {
     pub(crate) json: bool,
     /// `run --events`: one JSON object a line on stdout as things happen.
     pub(crate) events: bool,
+    /// How human output looks.
+    pub(crate) display: crate::commands::progress::Display,
     /// An explicit state directory (flag, then REPRISE_STATE_DIR).
     pub(crate) state_dir: Option<PathBuf>,
     pub(crate) cwd: PathBuf,
@@ -64,6 +66,7 @@ impl Settings {
             key_origin,
             json: global.json,
             events: false,
+            display: crate::commands::progress::Display::resolve(global, &env),
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
             plan: None,
@@ -106,6 +109,7 @@ impl Settings {
         Self {
             json: self.json,
             events: self.events,
+            display: self.display,
             state_dir: self.state_dir.clone(),
             cwd: self.cwd.clone(),
             key_path: self.key_path.clone(),

@@ -31,6 +31,12 @@ pub enum Event {
         task: TaskId,
         record: Box<DecisionRecord>,
     },
+    /// What a running attempt is doing now.
+    Phase {
+        task: TaskId,
+        attempt: u32,
+        phase: Phase,
+    },
     /// Something seen while an attempt ran (DESIGN.md section 8).
     Anomaly {
         task: TaskId,
@@ -46,6 +52,28 @@ pub enum Event {
         task: Option<TaskId>,
         message: String,
     },
+}
+
+/// The phases of an attempt, as progress shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The agent is at work.
+    Agent,
+    /// The gates are judging its work.
+    Gates,
+    /// Diagnosing the failure and deciding what comes next.
+    Deciding,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Gates => "gates",
+            Self::Deciding => "deciding",
+        }
+    }
 }
 
 /// What task threads send the coordinator.

@@ -32,7 +32,7 @@ pub use delivery::{
     clean, diff, leaf_results, plan_apply, plan_clean,
 };
 pub use error::{EngineError, Result};
-pub use events::{Event, EventSink};
+pub use events::{Event, EventSink, Phase};
 pub use liveness::{Liveness, liveness, task_lifecycle};
 pub use records::{DecisionRow, read_decisions};
 pub use run::{AgentSetup, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id, run_plan};

@@ -10,6 +10,7 @@ mod init;
 mod journal;
 mod lineage;
 mod logs;
+pub(crate) mod progress;
 mod rehearse;
 mod replay;
 mod resolve;

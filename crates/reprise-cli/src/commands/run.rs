@@ -23,77 +23,10 @@ use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::commands::status::{attempt_line, money};
+use crate::commands::status::money;
 use crate::error::CliError;
-use crate::output::{Outcome, count, short};
+use crate::output::{Outcome, count};
 use crate::settings::Settings;
-
-/// Prints each event as a line, as it happens.
-struct LivePrinter;
-
-impl EventSink for LivePrinter {
-    fn event(&mut self, event: &Event) {
-        let line = match event {
-            Event::RunStarted {
-                run_id,
-                plan_name,
-                tasks,
-                seats,
-            } => format!(
-                "run {run_id} ({plan_name}): {}, {}",
-                count(*tasks as u64, "task"),
-                count(*seats, "seat")
-            ),
-            Event::Workspace { workspace } => workspace_line(workspace),
-            Event::AttemptStarted {
-                task,
-                attempt,
-                mode,
-            } => format!("[{task}] attempt {attempt} ({mode}) started"),
-            Event::AttemptFinished { task, summary } => {
-                format!("[{task}] {}", attempt_line(summary))
-            }
-            Event::Decision { task, record } => {
-                let reason = record
-                    .downgrade_reason
-                    .map(|reason| format!(", downgraded: {}", reason.as_str()))
-                    .unwrap_or_default();
-                format!(
-                    "[{task}] retry decision: {} (requested {}{reason}), decision {}",
-                    record.retry_mode,
-                    record.requested_mode,
-                    record
-                        .hash()
-                        .map(|hash| short(&hash.to_hex()).to_owned())
-                        .unwrap_or_default()
-                )
-            }
-            Event::Anomaly {
-                task,
-                attempt,
-                anomaly,
-            } => format!("[{task}] attempt {attempt}: anomaly {}", anomaly.kind()),
-            Event::TaskFinished {
-                task,
-                status,
-                reason,
-            } => match reason {
-                Some(reason) => format!("[{task}] {}: {reason}", status.as_str()),
-                None => format!("[{task}] {}", status.as_str()),
-            },
-            Event::Warning {
-                task: Some(task),
-                message,
-            } => format!("[{task}] warning: {message}"),
-            Event::Warning {
-                task: None,
-                message,
-            } => format!("warning: {message}"),
-        };
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{line}");
-    }
-}
 
 /// Where the run's tasks work, in one line.
 pub(crate) fn workspace_line(workspace: &Workspace) -> String {
@@ -169,6 +102,14 @@ impl EventSink for EventStream {
             Event::Decision { task, record } => (
                 "retry.decision",
                 json!({"task": task, "decision": record.to_value()}),
+            ),
+            Event::Phase {
+                task,
+                attempt,
+                phase,
+            } => (
+                "attempt.phase",
+                json!({"task": task, "attempt": attempt, "phase": phase}),
             ),
             Event::Anomaly {
                 task,
@@ -491,7 +432,13 @@ pub(crate) fn execute(
     } else if settings.json {
         run_plan(&state, &plan, options, &cancel, &mut Quiet)
     } else {
-        run_plan(&state, &plan, options, &cancel, &mut LivePrinter)
+        run_plan(
+            &state,
+            &plan,
+            options,
+            &cancel,
+            &mut crate::commands::progress::Progress::new(settings.display),
+        )
     };
     reprise_agents::supervise::reap_adopted();
     ran.map_err(|err| CliError {
@@ -634,6 +581,29 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         count(run.tasks.len() as u64, "task"),
         money(spent),
     );
+    // One row per task: its result, its attempts' modes, time and spend.
+    let _ = writeln!(
+        text,
+        "  {:<20} {:<9} {:<20} {:>7} {:>9}",
+        "task", "result", "attempts", "time", "cost"
+    );
+    for task in &run.tasks {
+        let modes: Vec<&str> = task.attempts.iter().map(|a| a.mode.as_str()).collect();
+        let ms: u64 = task.attempts.iter().map(|a| a.elapsed_ms).sum();
+        let _ = writeln!(
+            text,
+            "  {:<20} {:<9} {:<20} {:>7} {:>9}",
+            task.task_id.as_str(),
+            task.state.as_str(),
+            if modes.is_empty() {
+                "-".to_owned()
+            } else {
+                modes.join(", ")
+            },
+            crate::commands::progress::seconds(ms).trim_start(),
+            money(task.spent_micro_usd)
+        );
+    }
     // Blocked tasks first: they need a person.
     for task in run
         .tasks
@@ -694,23 +664,18 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         .map(|task| task.task_id.as_str())
         .unwrap_or("TASK");
     if results > 0 {
-        let _ = writeln!(
-            text,
-            "apply: `reprise apply {}`; see it first: `reprise diff {}`",
-            run.run_id, run.run_id
-        );
+        let _ = writeln!(text, "see the results: `reprise diff {}`", run.run_id);
+        let _ = writeln!(text, "apply them:      `reprise apply {}`", run.run_id);
     }
     if failed.is_some() {
         let _ = writeln!(
             text,
-            "next: `reprise logs {first}` (what its attempts printed), `reprise status {}`, `reprise journal show {first}`",
-            run.run_id
+            "next: `reprise logs {first}` (what its attempts printed), `reprise journal show {first}`"
         );
     } else {
         let _ = writeln!(
             text,
-            "next: `reprise status {}`, `reprise journal verify {first}`, `reprise lineage show {first}`",
-            run.run_id
+            "next: `reprise status`, `reprise journal verify {first}`, `reprise lineage show {first}`"
         );
     }
     text

@@ -83,7 +83,8 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
         line.push_str(&format!("; gates: {}", gates.join(", ")));
     }
     if let Some(session) = &attempt.session_id {
-        line.push_str(&format!("; session {session}"));
+        // Short on the terminal; `--json` has the whole id.
+        line.push_str(&format!("; session {}", &session[..session.len().min(8)]));
     }
     match attempt.cost_micro_usd {
         Some(cost) => line.push_str(&format!("; cost {}", money(cost))),

@@ -216,7 +216,7 @@ tasks:
     let text = stdout(&output);
     let attempt = text
         .lines()
-        .find(|line| line.starts_with("[test] attempt 1 (new): "))
+        .find(|line| line.contains("] [test] attempt 1 (new): "))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(
         attempt.contains("gates: tests could not run (exit 127: ")
@@ -464,7 +464,7 @@ tasks:
     let text = stdout(&output);
     let attempt = text
         .lines()
-        .find(|line| line.starts_with("[a] attempt 1 (new): "))
+        .find(|line| line.contains("] [a] attempt 1 (new): "))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(
         attempt.contains("gates: slow timed out after 1s;"),

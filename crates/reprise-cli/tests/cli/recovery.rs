@@ -1150,3 +1150,75 @@ tasks:
     let gate = env.run(&["logs", "loud", "--gate", "never"]);
     assert!(String::from_utf8_lossy(&gate.stdout).contains("gate-said-no"));
 }
+
+/// Runs `reprise ARGS` on a pseudo-terminal (util-linux `script`), with
+/// `extra` in its environment, and returns every byte it wrote.
+fn on_a_terminal(env: &Env, args: &str, extra: &[(&str, &str)]) -> String {
+    let mut command = Command::new("script");
+    command
+        .args(["-qfec", &format!("{BIN} {args}"), "/dev/null"])
+        .current_dir(env.project())
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("TERM", "xterm-256color");
+    for (name, value) in extra {
+        command.env(name, value);
+    }
+    let output = command.output().unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+const SLOW_PLAN: &str = r#"
+version: 1
+name: slow
+tasks:
+  - id: think
+    prompt: t
+    agent: sim
+    max_retries: 0
+    sim: [ { reply: "done", write: { t.txt: x }, delay: 2500ms } ]
+    gates: [ { name: check, run: "sleep 2.5; true" } ]
+"#;
+
+#[test]
+fn a_terminal_shows_each_running_task_s_phase_and_growing_elapsed_time_and_pipes_get_plain_lines() {
+    let env = git_env();
+    let plan = write_plan(&env, "slow", SLOW_PLAN);
+    let shown = on_a_terminal(&env, &format!("run {plan}"), &[]);
+    // Status lines are redrawn in place: the phase and the elapsed time.
+    let elapsed = |phase: &str| -> Vec<u64> {
+        shown
+            .split(&format!("[think] attempt 1 (new) · {phase} · "))
+            .skip(1)
+            .filter_map(|rest| rest.split('s').next()?.parse().ok())
+            .collect()
+    };
+    let agent = elapsed("agent");
+    let gates = elapsed("gates");
+    assert!(!agent.is_empty() && !gates.is_empty(), "{shown:?}");
+    let all: Vec<u64> = agent.iter().chain(&gates).copied().collect();
+    assert!(
+        all.iter().max() > all.iter().min(),
+        "elapsed never grew: {all:?}"
+    );
+    assert!(
+        shown.contains("\u{1b}[32mPASS"),
+        "colour on a terminal: {shown:?}"
+    );
+    // NO_COLOR: not one escape code, and no redraws.
+    let plain = on_a_terminal(&env, &format!("run {plan}"), &[("NO_COLOR", "1")]);
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
+    assert!(plain.contains("PASS  ["), "{plain:?}");
+    // Piped: plain lines only.
+    let piped = env.run(&["run", &plan]);
+    let text = String::from_utf8_lossy(&piped.stdout);
+    assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+    assert!(text.contains("PASS  [  "), "{text}");
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "wider than 100 columns: {line}"
+        );
+    }
+}

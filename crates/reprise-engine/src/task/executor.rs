@@ -34,7 +34,7 @@ use super::{
 };
 use crate::checkpoints;
 use crate::error::{EngineError, Result};
-use crate::events::Event;
+use crate::events::{Event, Phase};
 use crate::gates::GateRun;
 use crate::records::{VerifiedPrefix, record_decision};
 use crate::recovery;
@@ -228,6 +228,11 @@ impl<'r, 'a> Executor<'r, 'a> {
             attempt,
             mode: self.next.mode.to_owned(),
         });
+        run.emit(Event::Phase {
+            task: task.id.clone(),
+            attempt,
+            phase: Phase::Agent,
+        });
         self.journal.append(
             rows::ATTEMPT_STARTED,
             &now_rfc3339(),
@@ -338,6 +343,19 @@ impl<'r, 'a> Executor<'r, 'a> {
         let run = self.run;
         let task = run.task;
         let report = self.report.take().expect("the agent ran before its gates");
+        // The gates run only on a reply that is not a request for context.
+        let judged_by_gates = matches!(
+            &report.outcome,
+            AttemptOutcome::Replied { exit_code: 0, reply }
+                if reprise_core::outcome::needs_context(reply).is_none()
+        );
+        if judged_by_gates && !task.gates.is_empty() {
+            run.emit(Event::Phase {
+                task: task.id.clone(),
+                attempt,
+                phase: Phase::Gates,
+            });
+        }
         let tmp = self.tmp.clone().expect("the attempt has a scratch dir");
         let mut env = self.env.clone();
         env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
@@ -458,6 +476,11 @@ impl<'r, 'a> Executor<'r, 'a> {
             // Ctrl-C: the child was stopped and reaped; no retry.
             return Ok(TaskEvent::CancelRequested);
         }
+        run.emit(Event::Phase {
+            task: run.task.id.clone(),
+            attempt,
+            phase: Phase::Deciding,
+        });
         let summary = self.summary.as_ref().expect("a judged attempt");
         let report = self.report.as_ref().expect("an attempt that ran");
         let classified = self.classified.as_ref().expect("a classified attempt");

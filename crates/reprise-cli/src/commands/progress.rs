@@ -1,0 +1,250 @@
+//! What a run shows on a terminal while it goes: one result line per
+//! finished attempt (`PASS [  1.2s]`, cargo-nextest's way), and on an
+//! interactive terminal one status line per running task, redrawn in place
+//! with its attempt, phase and elapsed time. Piped output, `NO_COLOR` and
+//! `--color never` get plain lines only: no colour, no redraw.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write as _};
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use reprise_core::TaskId;
+use reprise_engine::{Event, EventSink, Outcome as AttemptOutcome, TaskStatus};
+
+use crate::cli::{ColorChoice, GlobalArgs};
+use crate::commands::run::workspace_line;
+use crate::commands::status::attempt_line;
+use crate::output::{count, short};
+
+/// How human output looks, settled once from the flags and the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Display {
+    pub(crate) color: bool,
+    /// Status lines redrawn in place (an interactive terminal, colour allowed).
+    pub(crate) live: bool,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
+}
+
+impl Display {
+    pub(crate) fn resolve(global: &GlobalArgs, env: &impl Fn(&str) -> Option<String>) -> Self {
+        let terminal =
+            std::io::stdout().is_terminal() && env("TERM").is_none_or(|term| term != "dumb");
+        let no_color = env("NO_COLOR").is_some_and(|value| !value.is_empty());
+        let color = match global.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => terminal && !no_color,
+        };
+        Self {
+            color,
+            live: terminal && color && !global.quiet,
+            quiet: global.quiet,
+            verbose: global.verbose,
+        }
+    }
+}
+
+/// `text` in an ANSI colour when colour is on (31 red, 32 green, 33 yellow).
+fn paint(display: Display, code: u8, text: &str) -> String {
+    if display.color {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
+/// A duration as the result lines show it, right-aligned: `  1.2s`, ` 73.0s`.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{:>5.1}s", ms as f64 / 1000.0)
+}
+
+/// Prints a run's events as they happen.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    display: Display,
+    multi: Option<MultiProgress>,
+    bars: BTreeMap<TaskId, ProgressBar>,
+    /// Each task's current attempt and mode, for its status line.
+    attempts: BTreeMap<TaskId, (u32, String)>,
+}
+
+impl Progress {
+    pub(crate) fn new(display: Display) -> Self {
+        Self {
+            display,
+            multi: display
+                .live
+                .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stdout())),
+            bars: BTreeMap::new(),
+            attempts: BTreeMap::new(),
+        }
+    }
+
+    fn line(&self, text: &str) {
+        match &self.multi {
+            Some(multi) => {
+                let _ = multi.println(text);
+            }
+            None => {
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{text}");
+            }
+        }
+    }
+
+    /// A task's status line: `[task] attempt 2 (warm) · gates · 3s`.
+    fn status(&mut self, task: &TaskId, phase: &str) {
+        let Some(multi) = &self.multi else {
+            return;
+        };
+        let (attempt, mode) = self
+            .attempts
+            .get(task)
+            .cloned()
+            .unwrap_or((1, "new".into()));
+        let bar = self.bars.entry(task.clone()).or_insert_with(|| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{prefix}] {msg} · {elapsed}")
+                    .expect("a valid template"),
+            );
+            bar.set_prefix(task.as_str().to_owned());
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        bar.set_message(format!("attempt {attempt} ({mode}) · {phase}"));
+    }
+
+    fn result_mark(&self, outcome: &AttemptOutcome) -> String {
+        match outcome {
+            AttemptOutcome::Passed => paint(self.display, 32, "PASS "),
+            AttemptOutcome::Judged => paint(self.display, 31, "FAIL "),
+            AttemptOutcome::Infra => paint(self.display, 33, "INFRA"),
+            AttemptOutcome::NeedsContext => paint(self.display, 33, "ASK  "),
+        }
+    }
+}
+
+impl EventSink for Progress {
+    fn event(&mut self, event: &Event) {
+        let quiet = self.display.quiet;
+        match event {
+            Event::RunStarted {
+                run_id,
+                plan_name,
+                tasks,
+                seats,
+            } if !quiet => self.line(&format!(
+                "run {run_id} ({plan_name}): {}, {}",
+                count(*tasks as u64, "task"),
+                count(*seats, "seat")
+            )),
+            Event::Workspace { workspace } if !quiet => self.line(&workspace_line(workspace)),
+            Event::AttemptStarted {
+                task,
+                attempt,
+                mode,
+            } => {
+                self.attempts.insert(task.clone(), (*attempt, mode.clone()));
+                if let Some(bar) = self.bars.get(task) {
+                    bar.reset_elapsed();
+                }
+                if self.multi.is_some() {
+                    self.status(task, "starting");
+                } else if !quiet {
+                    self.line(&format!("[{task}] attempt {attempt} ({mode}) started"));
+                }
+            }
+            Event::Phase {
+                task,
+                attempt,
+                phase,
+            } => {
+                if self.multi.is_some() {
+                    self.status(task, phase.as_str());
+                } else if self.display.verbose {
+                    self.line(&format!("[{task}] attempt {attempt}: {}", phase.as_str()));
+                }
+            }
+            Event::AttemptFinished { task, summary } if !quiet => {
+                let mark = self.result_mark(&summary.outcome);
+                self.line(&format!(
+                    "{mark} [{}] [{task}] {}",
+                    seconds(summary.elapsed_ms),
+                    attempt_line(summary)
+                ));
+            }
+            Event::Decision { task, record } if !quiet => {
+                let reason = record
+                    .downgrade_reason
+                    .map(|reason| format!(", downgraded: {}", reason.as_str()))
+                    .unwrap_or_default();
+                let hash = record
+                    .hash()
+                    .map(|hash| short(&hash.to_hex())[..8].to_owned())
+                    .unwrap_or_default();
+                self.line(&format!(
+                    "[{task}] retry decision: {} (requested {}{reason}), decision {hash}",
+                    record.retry_mode, record.requested_mode,
+                ));
+            }
+            Event::Anomaly {
+                task,
+                attempt,
+                anomaly,
+            } if !quiet => self.line(&format!(
+                "[{task}] attempt {attempt}: anomaly {}",
+                anomaly.kind()
+            )),
+            Event::TaskFinished {
+                task,
+                status,
+                reason,
+            } => {
+                if let Some(bar) = self.bars.remove(task) {
+                    bar.finish_and_clear();
+                }
+                if quiet {
+                    return;
+                }
+                let state = match status {
+                    TaskStatus::Passed => paint(self.display, 32, status.as_str()),
+                    TaskStatus::Partial => paint(self.display, 33, status.as_str()),
+                    TaskStatus::Failed | TaskStatus::Blocked => {
+                        paint(self.display, 31, status.as_str())
+                    }
+                    _ => status.as_str().to_owned(),
+                };
+                match reason {
+                    Some(reason) => self.line(&format!("[{task}] {state}: {reason}")),
+                    None => self.line(&format!("[{task}] {state}")),
+                }
+            }
+            Event::Warning {
+                task: Some(task),
+                message,
+            } => self.line(&format!(
+                "[{task}] {}: {message}",
+                paint(self.display, 33, "warning")
+            )),
+            Event::Warning {
+                task: None,
+                message,
+            } => self.line(&format!(
+                "{}: {message}",
+                paint(self.display, 33, "warning")
+            )),
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        for bar in self.bars.values() {
+            bar.finish_and_clear();
+        }
+    }
+}
