@@ -261,6 +261,20 @@ pub(crate) enum Command {
         #[command(flatten)]
         plan: PlanArg,
     },
+    /// Write one self-contained HTML report of a run (default: the latest).
+    #[command(after_help = help!("\
+  reprise report
+  reprise report R-01J... -o run.html --open"))]
+    Report {
+        /// A run id (`R-...`; default: the latest run).
+        run: Option<String>,
+        /// Where to write it (default: `.reprise/runs/<run>/report.html`).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Open it with the desktop's opener (`xdg-open`) once written.
+        #[arg(long)]
+        open: bool,
+    },
     /// List every run: plan, start, duration, state, tasks passed, cost.
     #[command(after_help = help!("\
   reprise runs

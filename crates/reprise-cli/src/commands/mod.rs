@@ -13,6 +13,7 @@ mod logs;
 pub(crate) mod progress;
 mod rehearse;
 mod replay;
+mod report;
 mod resolve;
 mod run;
 mod shell;
@@ -122,6 +123,9 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         }
         Command::Status { run } => status::status(settings, run.as_deref())?,
         Command::Runs => status::runs(settings)?,
+        Command::Report { run, output, open } => {
+            report::report(settings, run.as_deref(), output.as_deref(), open)?
+        }
         Command::Logs {
             task,
             run,

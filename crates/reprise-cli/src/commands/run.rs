@@ -581,6 +581,19 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         count(run.tasks.len() as u64, "task"),
         money(spent),
     );
+    // Blocked tasks first: they need a person.
+    for task in run
+        .tasks
+        .iter()
+        .filter(|task| task.state == reprise_engine::TaskStatus::Blocked)
+    {
+        let _ = writeln!(
+            text,
+            "  BLOCKED {:<12} {}",
+            task.task_id.as_str(),
+            task.reason.as_deref().unwrap_or("")
+        );
+    }
     // One row per task: its result, its attempts' modes, time and spend.
     let _ = writeln!(
         text,
@@ -602,19 +615,6 @@ pub(crate) fn summary_text(run: &RunState) -> String {
             },
             crate::commands::progress::seconds(ms).trim_start(),
             money(task.spent_micro_usd)
-        );
-    }
-    // Blocked tasks first: they need a person.
-    for task in run
-        .tasks
-        .iter()
-        .filter(|task| task.state == reprise_engine::TaskStatus::Blocked)
-    {
-        let _ = writeln!(
-            text,
-            "  BLOCKED {:<12} {}",
-            task.task_id.as_str(),
-            task.reason.as_deref().unwrap_or("")
         );
     }
     let mut results = 0;

@@ -1002,17 +1002,28 @@ tasks:
             "run.started",
             "run.workspace",
             "attempt.started",
+            "attempt.phase",
+            "attempt.phase",
             "attempt.finished",
+            "attempt.phase",
             "attempt.anomaly",
             "retry.decision",
             "attempt.started",
+            "attempt.phase",
+            "attempt.phase",
             "attempt.finished",
             "task.finished",
             "run.finished"
         ]
     );
-    assert_eq!(events[4]["anomaly"]["kind"], "write_outside_allowed_paths");
-    assert_eq!(events[3]["attempt"]["outcome"], "judged");
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|event| event["event"] == "attempt.phase")
+        .map(|event| event["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["agent", "gates", "deciding", "agent", "gates"]);
+    assert_eq!(events[7]["anomaly"]["kind"], "write_outside_allowed_paths");
+    assert_eq!(events[5]["attempt"]["outcome"], "judged");
     let last = events.last().unwrap();
     assert_eq!(last["ok"], true);
     assert_eq!(last["run"]["tasks"][0]["state"], "passed");
@@ -1102,9 +1113,14 @@ tasks:
             "run.started",
             "run.workspace",
             "attempt.started",
+            "attempt.phase",
+            "attempt.phase",
             "attempt.finished",
+            "attempt.phase",
             "retry.decision",
             "attempt.started",
+            "attempt.phase",
+            "attempt.phase",
             "attempt.finished",
             "task.finished",
             "run.finished"
@@ -1221,4 +1237,119 @@ fn a_terminal_shows_each_running_task_s_phase_and_growing_elapsed_time_and_pipes
             "wider than 100 columns: {line}"
         );
     }
+}
+
+/// Loads `page` in headless Chromium (Debian's `chromium`, installed by
+/// `./scripts/test`) and returns the DOM after its script ran; saves a
+/// screenshot beside the test's other artifacts.
+fn rendered_in_chromium(page: &Path, screenshot: &Path) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ];
+    let run = |extra: &[String]| {
+        Command::new("chromium")
+            .args(flags)
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .unwrap_or_else(|err| {
+                panic!("chromium could not run ({err}); ./scripts/test installs Debian's chromium")
+            })
+    };
+    let shot = run(&[
+        format!("--screenshot={}", screenshot.display()),
+        "--window-size=1280,1800".to_owned(),
+    ]);
+    assert!(
+        screenshot.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let dom = run(&["--dump-dom".to_owned()]);
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    String::from_utf8_lossy(&dom.stdout).into_owned()
+}
+
+#[test]
+fn the_report_renders_in_a_real_browser_with_attention_retries_and_a_broken_chain() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "shown",
+        r#"
+version: 1
+name: shown
+seats: 3
+defaults: { agent: sim, max_retries: 1 }
+tasks:
+  - id: warmed
+    prompt: w
+    retry_policy: warm
+    sim:
+      - { reply: "first", write: { w.txt: bad } }
+      - { reply: "second", write: { w.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat w.txt)\" = good" } ]
+  - id: forked
+    prompt: f
+    retry_policy: fork
+    sim:
+      - { reply: "first", write: { f.txt: bad } }
+      - { reply: "second", write: { f.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat f.txt)\" = good" } ]
+  - id: stuck
+    prompt: s
+    max_retries: 0
+    sim: [ { reply: "no" } ]
+    gates: [ { name: never, run: "false" } ]
+"#,
+    );
+    assert_eq!(code(&env.run(&["run", &plan])), Some(1));
+    // Tamper with one journal: one byte of a row's body.
+    let journal = env
+        .project()
+        .join(".reprise/plans/shown/tasks/forked/journal.jsonl");
+    let text = fs::read_to_string(&journal).unwrap();
+    fs::write(&journal, text.replacen("\"attempt\":1", "\"attempt\":7", 1)).unwrap();
+    let page = env.temp.path().join("report.html");
+    let written = env.run(&["report", "-o", page.to_str().unwrap()]);
+    assert_success(&written);
+    let html = fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "nothing fetched"
+    );
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report");
+    fs::create_dir_all(&artifacts).unwrap();
+    let dom = rendered_in_chromium(&page, &artifacts.join("report.png"));
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "its script ran: {dom}"
+    );
+    let attention = dom.split("id=\"attention\"").nth(1).unwrap();
+    let attention = attention.split("</div>").next().unwrap();
+    assert!(attention.contains("data-task=\"stuck\""), "{attention}");
+    assert!(!attention.contains("data-task=\"warmed\""), "{attention}");
+    assert!(dom.contains("data-mode=\"warm\""), "{dom}");
+    assert!(dom.contains("data-mode=\"fork\""), "{dom}");
+    assert!(
+        dom.contains("class=\"broken\" data-chain=\"journal and spine of forked\""),
+        "{dom}"
+    );
+    assert!(
+        !dom.contains("data-chain=\"journal and spine of warmed\""),
+        "{dom}"
+    );
 }

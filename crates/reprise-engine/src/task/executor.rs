@@ -237,7 +237,8 @@ impl<'r, 'a> Executor<'r, 'a> {
             rows::ATTEMPT_STARTED,
             &now_rfc3339(),
             &json!({"run_id": run.run_id, "attempt": attempt, "mode": self.next.mode,
-                    "session": session_json(&self.next.session)}),
+                    "session": session_json(&self.next.session),
+                    "prompt_bytes": self.next.prompt.len()}),
         )?;
         self.started = Some(Instant::now());
         // A TMPDIR of the attempt's own, inside what the sandbox lets it write.

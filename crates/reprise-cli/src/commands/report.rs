@@ -1,0 +1,371 @@
+//! `reprise report [RUN]`: one self-contained HTML file of a run, built from
+//! the state directory alone: what needs attention first, then each task's
+//! attempts (mode, downgrade, gates with their levels, time, cost, bytes
+//! sent), its sessions' lineage, the verification of every chain, and each
+//! attempt's kept output folded away. Styles and script are inline, nothing
+//! is fetched: the file works opened from disk. A chain that does not
+//! verify is shown as broken, and what it holds is marked unverified.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use reprise_core::TaskKey;
+use reprise_core::chain::ChainFormat;
+use reprise_engine::{RunState, TaskRecord, TaskStatus, latest_run, load_run};
+use reprise_store::audit::read_audit;
+use reprise_store::journal::verify_journal;
+use reprise_store::ledger::verify_ledger;
+use reprise_store::logs::attempt_logs;
+use reprise_store::state::StateDir;
+use serde_json::{Value, json};
+
+use crate::commands::progress::seconds;
+use crate::commands::status::money;
+use crate::error::CliError;
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}\
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}\
+.attention{background:#fff4e5;border:1px solid #f0a020;padding:.5em 1em}\
+.broken{background:#fde8e8;border:1px solid #d33;padding:.5em 1em;font-weight:bold}\
+.ok{color:#180}.bad{color:#c22}table{border-collapse:collapse}td,th{padding:.2em .7em;text-align:left;\
+border-bottom:1px solid #eee}pre{background:#f6f6f6;padding:.5em;overflow:auto;max-height:30em}\
+details{margin:.2em 0}code{font-size:.95em}";
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+pub(crate) fn report(
+    settings: &Settings,
+    run: Option<&str>,
+    out: Option<&Path>,
+    open: bool,
+) -> Result<Outcome, CliError> {
+    let (state, key) = settings.keyed_state()?;
+    let run = match run {
+        Some(run) => load_run(&state, run),
+        None => latest_run(&state),
+    }
+    .map_err(|err| CliError::usage(err.to_string()))?;
+    let html = render(&state, &key, &run)?;
+    let path = match out {
+        Some(path) => path.to_path_buf(),
+        None => state.runs_dir().join(&run.run_id).join("report.html"),
+    };
+    std::fs::write(&path, html.as_bytes()).map_err(|source| {
+        CliError::usage(format!(
+            "cannot write the report to {}: {source}",
+            path.display()
+        ))
+    })?;
+    if open {
+        // The desktop's own opener; a machine without one still has the file.
+        let _ = std::process::Command::new("xdg-open").arg(&path).spawn();
+    }
+    Ok(Outcome {
+        json: json!({"run_id": run.run_id, "report": path}),
+        text: format!("report of run {}: {}\n", run.run_id, path.display()),
+        ok: true,
+    })
+}
+
+fn render(
+    state: &StateDir,
+    key: &reprise_store::key::KeyFile,
+    run: &RunState,
+) -> Result<String, CliError> {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reprise run {id}</title>\
+         <style>{STYLE}</style></head><body><h1>Run <code>{id}</code> ({plan})</h1>",
+        id = escape(&run.run_id),
+        plan = escape(&run.plan_name)
+    );
+    let verdict = match run.ok {
+        Some(true) => "<span class=\"ok\">ok</span>".to_owned(),
+        Some(false) => "<span class=\"bad\">failed</span>".to_owned(),
+        None => "not finished".to_owned(),
+    };
+    let _ = write!(
+        html,
+        "<p id=\"verdict\">{verdict} · started {} · {} spent</p>",
+        escape(&run.started_at),
+        money(run.tasks.iter().map(|task| task.spent_micro_usd).sum())
+    );
+    attention(&mut html, run);
+    // Every chain's verification; a broken one is said first and loudly.
+    let audit = read_audit(state, key)?;
+    let ledger = verify_ledger(state, &audit)?;
+    let mut chains = Vec::new();
+    chains.push(("audit chain".to_owned(), audit.ok(), String::new()));
+    chains.push(("ledger".to_owned(), ledger.ok(), String::new()));
+    let plan = run.plan_id();
+    let mut broken_tasks = std::collections::BTreeSet::new();
+    for task in &run.tasks {
+        let Some(plan) = plan.clone() else { continue };
+        let task_key = TaskKey::new(plan, task.task_id.clone());
+        // A task that never started has no journal.
+        if let Ok(verification) = verify_journal(state, &task_key, || Ok(key.clone())) {
+            let at = verification.chain.fault.map(|fault| {
+                format!(
+                    " at row {} ({})",
+                    fault.row,
+                    ChainFormat::Journal.reason_name(fault.reason)
+                )
+            });
+            if !verification.ok() {
+                broken_tasks.insert(task.task_id.clone());
+            }
+            chains.push((
+                format!("journal and spine of {}", task.task_id),
+                verification.ok(),
+                at.unwrap_or_default(),
+            ));
+        }
+    }
+    for (name, _, at) in chains.iter().filter(|(_, ok, _)| !ok) {
+        let _ = write!(
+            html,
+            "<p class=\"broken\" data-chain=\"{}\">BROKEN: the {} does not verify{}; what it holds below is unverified, not fact.</p>",
+            escape(name),
+            escape(name),
+            escape(at)
+        );
+    }
+    html.push_str("<h2>Chains</h2><table id=\"chains\">");
+    for (name, ok, at) in &chains {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"{}\">{}{}</td></tr>",
+            escape(name),
+            if *ok { "ok" } else { "bad" },
+            if *ok { "verifies" } else { "BROKEN" },
+            escape(at)
+        );
+    }
+    html.push_str("</table>");
+    for task in &run.tasks {
+        task_section(
+            &mut html,
+            state,
+            run,
+            task,
+            broken_tasks.contains(&task.task_id),
+        );
+    }
+    html.push_str(
+        "<script>document.body.dataset.rendered='yes';\
+         document.querySelectorAll('details').forEach(function(d){d.open=false;});</script></body></html>",
+    );
+    Ok(html)
+}
+
+/// Tasks that need a person: failed or blocked, with how long ago the run ended.
+fn attention(html: &mut String, run: &RunState) {
+    let needing: Vec<&TaskRecord> = run
+        .tasks
+        .iter()
+        .filter(|task| matches!(task.state, TaskStatus::Failed | TaskStatus::Blocked))
+        .collect();
+    if needing.is_empty() {
+        html.push_str("<p id=\"attention\" class=\"ok\">Nothing needs attention.</p>");
+        return;
+    }
+    let age = run
+        .finished_at
+        .as_deref()
+        .and_then(|end| humantime::parse_rfc3339(end).ok())
+        .and_then(|end| std::time::SystemTime::now().duration_since(end).ok())
+        .map(|since| {
+            format!(
+                ", {} ago",
+                humantime::format_duration(std::time::Duration::from_secs(since.as_secs()))
+            )
+        })
+        .unwrap_or_default();
+    html.push_str("<div id=\"attention\" class=\"attention\"><strong>Needs attention</strong><ul>");
+    for task in needing {
+        let _ = write!(
+            html,
+            "<li data-task=\"{id}\"><a href=\"#task-{id}\">{id}</a>: {} ({}){age}</li>",
+            task.state.as_str(),
+            escape(task.reason.as_deref().unwrap_or("")),
+            id = escape(task.task_id.as_str())
+        );
+    }
+    html.push_str("</ul></div>");
+}
+
+fn task_section(
+    html: &mut String,
+    state: &StateDir,
+    run: &RunState,
+    task: &TaskRecord,
+    broken: bool,
+) {
+    let id = escape(task.task_id.as_str());
+    let _ = write!(
+        html,
+        "<h2 id=\"task-{id}\">{id}: {}</h2>",
+        escape(task.state.as_str())
+    );
+    if broken {
+        let _ = write!(
+            html,
+            "<p class=\"broken\">This task's journal does not verify: its attempts below are as state.json says, unverified.</p>"
+        );
+    }
+    let journal = journal_rows(state, run, task);
+    html.push_str("<table class=\"attempts\"><tr><th>attempt</th><th>mode</th><th>outcome</th><th>gates</th><th>time</th><th>cost</th><th>sent</th><th>decision</th></tr>");
+    for attempt in &task.attempts {
+        let gates: Vec<String> = attempt
+            .gates
+            .iter()
+            .map(|gate| {
+                let level = gate
+                    .level
+                    .map(|level| format!("@{level}"))
+                    .unwrap_or_default();
+                let mark = if gate.passed {
+                    "ok"
+                } else if gate.could_not_run {
+                    "could not run"
+                } else {
+                    "failed"
+                };
+                format!("{}{level} {mark}", escape(&gate.name))
+            })
+            .collect();
+        let started = journal
+            .iter()
+            .find(|row| row["kind"] == "attempt.started" && row["body"]["attempt"] == attempt.n);
+        let sent = started
+            .and_then(|row| row["body"]["prompt_bytes"].as_u64())
+            .map(|bytes| format!("{bytes} B"))
+            .unwrap_or_else(|| "-".to_owned());
+        let decision = journal
+            .iter()
+            .rfind(|row| row["kind"] == "retry.decision" && row["body"]["attempt"] == attempt.n)
+            .map(|row| {
+                let decision = &row["body"]["decision"];
+                match decision["downgrade_reason"].as_str() {
+                    Some(reason) => format!(
+                        "{} (asked {}, downgraded: {})",
+                        decision["retry_mode"].as_str().unwrap_or("?"),
+                        decision["requested_mode"].as_str().unwrap_or("?"),
+                        reason
+                    ),
+                    None => decision["retry_mode"].as_str().unwrap_or("?").to_owned(),
+                }
+            })
+            .unwrap_or_default();
+        let outcome = serde_json::to_value(&attempt.outcome)
+            .ok()
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = write!(
+            html,
+            "<tr class=\"attempt\" data-mode=\"{mode}\"><td>{}</td><td>{mode}</td><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{sent}</td><td>{}</td></tr>",
+            attempt.n,
+            escape(&outcome),
+            attempt
+                .infra_kind
+                .as_deref()
+                .map(|kind| format!(" ({})", escape(kind)))
+                .unwrap_or_default(),
+            gates.join(", "),
+            seconds(attempt.elapsed_ms).trim(),
+            attempt
+                .cost_micro_usd
+                .map(money)
+                .unwrap_or_else(|| "unknown".to_owned()),
+            escape(&decision),
+            mode = escape(&attempt.mode),
+        );
+    }
+    html.push_str("</table>");
+    lineage(html, &journal);
+    if let Ok(logs) = attempt_logs(state, &run.run_id, &task.task_id) {
+        for log in logs {
+            let text = std::fs::read_to_string(&log.path).unwrap_or_default();
+            let _ = write!(
+                html,
+                "<details class=\"log\"><summary>attempt {} · {}</summary><pre>{}</pre></details>",
+                log.attempt,
+                escape(&log.name),
+                escape(&text)
+            );
+        }
+    }
+}
+
+/// Which session each attempt ran in, and which fork came from which.
+fn lineage(html: &mut String, journal: &[Value]) {
+    let mut lines = Vec::new();
+    for row in journal
+        .iter()
+        .filter(|row| row["kind"] == "attempt.started")
+    {
+        let body = &row["body"];
+        let session = &body["session"];
+        let line = if let Some(from) = session["fork"].as_str() {
+            format!(
+                "attempt {}: fork of session {}",
+                body["attempt"],
+                escape(&from[..from.len().min(8)])
+            )
+        } else if let Some(id) = session["resume"].as_str() {
+            format!(
+                "attempt {}: resumed session {}",
+                body["attempt"],
+                escape(&id[..id.len().min(8)])
+            )
+        } else {
+            format!("attempt {}: new session", body["attempt"])
+        };
+        lines.push(line);
+    }
+    if lines.is_empty() {
+        return;
+    }
+    html.push_str("<ul class=\"lineage\">");
+    for line in lines {
+        let _ = write!(html, "<li>{line}</li>");
+    }
+    html.push_str("</ul>");
+}
+
+/// The task's journal rows of this run, as written (unverified: the chains
+/// table says whether they verify).
+fn journal_rows(state: &StateDir, run: &RunState, task: &TaskRecord) -> Vec<Value> {
+    let Some(plan) = run.plan_id() else {
+        return Vec::new();
+    };
+    let Ok(path) = state.existing_journal_path(&TaskKey::new(plan, task.task_id.clone())) else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|row| {
+            row["body"]["run_id"]
+                .as_str()
+                .is_none_or(|id| id == run.run_id)
+        })
+        .collect()
+}
