@@ -103,7 +103,7 @@ impl Adapter for CommandAdapter {
             request.timeout,
             cancel,
             request.supervision.as_ref(),
-            request.watch,
+            request.watch.clone(),
         ) {
             Ok(finished) => finished,
             Err(error) => {
@@ -129,7 +129,7 @@ impl Adapter for CommandAdapter {
                 format!("cancelled; the process group of command '{name}' was killed"),
             ),
             End::OutputLimit | End::Idle => {
-                watch_outcome(finished.end, &format!("command '{name}'"), request.watch)
+                watch_outcome(finished.end, &format!("command '{name}'"), &request.watch)
             }
             End::Exited => {
                 let parsed = parse(

@@ -190,8 +190,13 @@ pub(crate) fn run_process(
         });
     }
     let (done_sender, done) = mpsc::channel();
-    let stdout = Capture::start(child.stdout.take(), done_sender.clone());
-    let stderr = Capture::start(child.stderr.take(), done_sender);
+    let tee = |name: &str| watch.live_log.as_ref().map(|dir| dir.join(name));
+    let stdout = Capture::start(
+        child.stdout.take(),
+        done_sender.clone(),
+        tee("agent.stdout"),
+    );
+    let stderr = Capture::start(child.stderr.take(), done_sender, tee("agent.stderr"));
 
     let deadline = started.checked_add(timeout);
     // Poll fast at first and back off to POLL_INTERVAL: a command that exits
@@ -206,7 +211,7 @@ pub(crate) fn run_process(
             break End::Cancelled;
         }
         let now = Instant::now();
-        if let Some(end) = watched(watch, started, now, &stdout, &stderr) {
+        if let Some(end) = watched(&watch, started, now, &stdout, &stderr) {
             break end;
         }
         match deadline {
@@ -261,7 +266,7 @@ pub(crate) fn run_process(
 
 /// Whether the output bounds of `watch` are passed.
 fn watched(
-    watch: Watch,
+    watch: &Watch,
     started: Instant,
     now: Instant,
     stdout: &Capture,
@@ -314,7 +319,14 @@ struct Captured {
 }
 
 impl Capture {
-    fn start(pipe: Option<impl Read + Send + 'static>, done: Sender<()>) -> Self {
+    /// Drains `pipe`, keeping up to `OUTPUT_CAP_BYTES`; with `tee`, also
+    /// appends what it keeps to that file as it arrives (mode 0600), so the
+    /// output can be followed while the process runs.
+    fn start(
+        pipe: Option<impl Read + Send + 'static>,
+        done: Sender<()>,
+        tee: Option<PathBuf>,
+    ) -> Self {
         let shared = Arc::new(Mutex::new(Captured::default()));
         let Some(mut pipe) = pipe else {
             let _ = done.send(());
@@ -323,6 +335,15 @@ impl Capture {
         let writer = Arc::clone(&shared);
         thread::spawn(move || {
             let mut buffer = vec![0u8; 64 * 1024];
+            let mut tee = tee.and_then(|path| {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o600)
+                    .open(path)
+                    .ok()
+            });
             loop {
                 match pipe.read(&mut buffer) {
                     Ok(0) => break,
@@ -332,6 +353,9 @@ impl Capture {
                         captured.last = Some(Instant::now());
                         let room = OUTPUT_CAP_BYTES.saturating_sub(captured.kept.len());
                         captured.kept.extend_from_slice(&buffer[..read.min(room)]);
+                        if let Some(file) = tee.as_mut() {
+                            let _ = file.write_all(&buffer[..read.min(room)]);
+                        }
                     }
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => break,
@@ -593,7 +617,7 @@ pub(crate) fn run_cli(
         request.timeout,
         cancel,
         supervision,
-        request.watch,
+        request.watch.clone(),
     ) {
         Ok(finished) => finished,
         Err(error) => {
@@ -637,13 +661,13 @@ pub(crate) fn run_cli(
             InfraKind::Cancelled,
             format!("cancelled; the {} process group was killed", spec.name),
         ),
-        End::OutputLimit | End::Idle => watch_outcome(finished.end, spec.name, request.watch),
+        End::OutputLimit | End::Idle => watch_outcome(finished.end, spec.name, &request.watch),
     };
     report
 }
 
 /// The outcome of an attempt the watch stopped: what bound it passed.
-pub(crate) fn watch_outcome(end: End, name: &str, watch: Watch) -> AttemptOutcome {
+pub(crate) fn watch_outcome(end: End, name: &str, watch: &Watch) -> AttemptOutcome {
     match end {
         End::OutputLimit => infra(
             InfraKind::OutputLimit,
@@ -876,6 +900,7 @@ pub(crate) mod tests {
         let watch = Watch {
             max_output_bytes: Some(64 * 1024),
             idle_timeout: None,
+            live_log: None,
         };
         let finished = run_watched("sleep 30 & echo $$ $!; yes flood", watch);
         assert_eq!(finished.end, End::OutputLimit);
@@ -893,8 +918,9 @@ pub(crate) mod tests {
         let watch = Watch {
             max_output_bytes: None,
             idle_timeout: Some(Duration::from_millis(300)),
+            live_log: None,
         };
-        let silent = run_watched("echo started; exec sleep 30", watch);
+        let silent = run_watched("echo started; exec sleep 30", watch.clone());
         assert_eq!(silent.end, End::Idle);
         assert_eq!(silent.stdout, b"started\n");
         // Output every 50 ms for a second keeps it going past the bound.

@@ -73,14 +73,18 @@ pub struct AttemptRequest {
     pub model: Option<String>,
 }
 
-/// Bounds on an attempt's output, watched while it runs: past either the
-/// process group is killed and reaped, as on a timeout.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the driver watches of an attempt's output: bounds (past either the
+/// process group is killed and reaped, as on a timeout), and where it is
+/// written as it comes, to be followed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Watch {
     /// Most bytes of stdout and stderr together.
     pub max_output_bytes: Option<u64>,
     /// Longest time without a byte on stdout or stderr.
     pub idle_timeout: Option<Duration>,
+    /// A directory the driver appends `agent.stdout` and `agent.stderr` to
+    /// as the child prints (`reprise logs --follow`).
+    pub live_log: Option<PathBuf>,
 }
 
 /// Shared cancellation flag (Ctrl-C); cheap to clone, all clones see one flag.

@@ -258,6 +258,10 @@ pub(crate) enum Command {
         /// Only this gate's output.
         #[arg(long, value_name = "NAME")]
         gate: Option<String>,
+        /// Follow a live run: print the running attempt's output as it
+        /// comes, until the task ends.
+        #[arg(long, short = 'f', conflicts_with_all = ["attempt", "gate"])]
+        follow: bool,
         #[command(flatten)]
         plan: PlanArg,
     },

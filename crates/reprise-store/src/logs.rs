@@ -35,6 +35,11 @@ impl StateDir {
     }
 }
 
+/// Makes an attempt's log directory (0700, parents too).
+pub fn make_log_dir(dir: &std::path::Path) -> Result<()> {
+    create_dir_all_durable(dir, 0o700)
+}
+
 /// Keeps an attempt's outputs, each `(name, text)`; empty texts are skipped.
 pub fn keep_attempt_logs(
     state: &StateDir,

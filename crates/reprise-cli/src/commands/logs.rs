@@ -110,3 +110,84 @@ pub(crate) fn logs(
         ok: true,
     })
 }
+
+/// `reprise logs TASK --follow`: while the task's run is live, prints each
+/// attempt's agent output as the process driver writes it, a header as each
+/// attempt starts; ends when the task ends or its run stops.
+pub(crate) fn follow(
+    settings: &Settings,
+    task: &str,
+    run: Option<&str>,
+) -> Result<Outcome, CliError> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let state = settings.state()?;
+    let key = task_key(settings, &state, task)?;
+    let run_id = match run {
+        Some(run) => load_run(&state, run).map_err(|err| CliError::usage(err.to_string()))?,
+        None => latest_run_of(&state, Some(&key.plan))?,
+    }
+    .run_id;
+    let dir = state
+        .task_logs_dir(&run_id, &key.task)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    // How much of each file has been printed.
+    let mut printed: std::collections::BTreeMap<std::path::PathBuf, u64> = Default::default();
+    let mut attempt_shown = 0;
+    let mut out = std::io::stdout();
+    loop {
+        let current = load_run(&state, &run_id).map_err(|err| CliError::usage(err.to_string()))?;
+        let ended = current
+            .task(&key.task)
+            .is_none_or(|task| task.state.is_terminal())
+            || !matches!(
+                reprise_engine::liveness(&state, &current),
+                reprise_engine::Liveness::Live { .. }
+            );
+        let mut attempts: Vec<u32> = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        attempts.sort_unstable();
+        let floor = attempt_shown.max(1);
+        for attempt in attempts.into_iter().filter(|n| *n >= floor) {
+            for name in ["agent.stdout", "agent.stderr"] {
+                let path = dir.join(attempt.to_string()).join(name);
+                let Ok(mut file) = std::fs::File::open(&path) else {
+                    continue;
+                };
+                let from = printed.get(&path).copied().unwrap_or(0);
+                let len = file.metadata().map_or(0, |meta| meta.len());
+                if len <= from {
+                    continue;
+                }
+                if attempt != attempt_shown {
+                    let _ = writeln!(out, "== attempt {attempt} ==");
+                    attempt_shown = attempt;
+                }
+                let mut fresh = Vec::new();
+                if file.seek(std::io::SeekFrom::Start(from)).is_ok()
+                    && file.read_to_end(&mut fresh).is_ok()
+                {
+                    let _ = out.write_all(&fresh);
+                    let _ = out.flush();
+                    printed.insert(path, from + fresh.len() as u64);
+                }
+            }
+        }
+        if ended {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Ok(Outcome {
+        json: json!({"run_id": run_id, "task": key.to_string(), "followed": true}),
+        text: format!(
+            "[{}] run {run_id}: the task is no longer running\n",
+            key.task
+        ),
+        ok: true,
+    })
+}

@@ -129,9 +129,17 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Logs {
             task,
             run,
+            follow: true,
+            plan,
+            ..
+        } => logs::follow(&settings.with_plan(plan.name), &task, run.as_deref())?,
+        Command::Logs {
+            task,
+            run,
             attempt,
             gate,
             plan,
+            ..
         } => logs::logs(
             &settings.with_plan(plan.name),
             &task,

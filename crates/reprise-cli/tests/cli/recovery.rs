@@ -1353,3 +1353,75 @@ tasks:
         "{dom}"
     );
 }
+
+#[test]
+fn logs_follow_prints_a_running_agent_s_output_as_it_comes_and_ends_with_the_task() {
+    use std::io::{BufRead, BufReader};
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "ticks",
+        r#"
+version: 1
+name: ticks
+tasks:
+  - id: tick
+    prompt: t
+    agent: command
+    max_retries: 0
+    command: [sh, -c, "i=1; while [ $i -le 8 ]; do echo tick $i; sleep 0.4; i=$((i+1)); done; echo DONE"]
+"#,
+    );
+    let spawn = |args: &[&str], out: std::process::Stdio| {
+        Command::new(BIN)
+            .args(args)
+            .current_dir(env.project())
+            .env_clear()
+            .env("HOME", env.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdout(out)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut run = spawn(&["run", &plan], std::process::Stdio::null());
+    let journal = env
+        .project()
+        .join(".reprise/plans/ticks/tasks/tick/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut follow = spawn(&["logs", "tick", "--follow"], std::process::Stdio::piped());
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.starts_with("tick ") {
+            // The first tick comes while the agent is still at work.
+            if seen.is_empty() {
+                assert_eq!(run.try_wait().unwrap(), None, "output came only at the end");
+            }
+            seen.push(line);
+        }
+        if seen.len() == 8 {
+            break;
+        }
+    }
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(
+        follow.wait().unwrap().success(),
+        "follow ends when the task does"
+    );
+    assert!(run.wait().unwrap().success());
+    assert_eq!(seen.first().map(String::as_str), Some("tick 1"));
+    assert_eq!(seen.last().map(String::as_str), Some("tick 8"));
+    assert!(
+        rest.iter().any(|line| line.contains("no longer running")),
+        "{rest:?}"
+    );
+}

@@ -274,6 +274,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                 watch: Watch {
                     max_output_bytes: task.max_output_bytes,
                     idle_timeout: task.idle_timeout,
+                    live_log: self.live_log_dir(attempt),
                 },
                 model: self.next_model.clone(),
             },
@@ -421,6 +422,20 @@ impl<'r, 'a> Executor<'r, 'a> {
         self.summary = Some(summary);
         self.classified = Some(classified);
         Ok(TaskEvent::Judged(judgement))
+    }
+
+    /// Where the driver writes the attempt's output as it comes (the kept,
+    /// bounded copy replaces it when the attempt ends); `None` if it cannot
+    /// be made, and the attempt runs all the same.
+    fn live_log_dir(&self, attempt: u32) -> Option<std::path::PathBuf> {
+        let run = self.run;
+        let dir = run
+            .state
+            .task_logs_dir(run.run_id, &run.task.id)
+            .ok()?
+            .join(attempt.to_string());
+        reprise_store::logs::make_log_dir(&dir).ok()?;
+        Some(dir)
     }
 
     /// Keeps what the attempt's agent and gates printed, for `reprise logs`;
