@@ -683,6 +683,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         assert_eq!(status["state_lags"], json!([]), "{status}");
         assert_eq!(status["liveness"], json!({"state": "finished"}), "{status}");
         assert_eq!(status["lifecycle"], json!({}), "{status}");
+        assert_eq!(status["attempt_elapsed_ms"], json!({}), "{status}");
         for extra in [
             "ledger",
             "audit",
@@ -690,6 +691,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
             "state_lags",
             "liveness",
             "lifecycle",
+            "attempt_elapsed_ms",
         ] {
             status.as_object_mut().unwrap().remove(extra);
         }
@@ -721,6 +723,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         "state_lags",
         "liveness",
         "lifecycle",
+        "attempt_elapsed_ms",
     ] {
         status.as_object_mut().unwrap().remove(extra);
     }

@@ -171,6 +171,25 @@ impl Project {
         Rehearsal { output, json }
     }
 
+    /// `reprise ARGS --json` in the project, as its user would run it.
+    fn reprise_json(&self, args: &[&str]) -> Value {
+        let output = Command::new(BIN)
+            .args(args)
+            .arg("--json")
+            .current_dir(self.root())
+            .env_clear()
+            .env("HOME", self.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .output()
+            .unwrap();
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+            panic!(
+                "{args:?} printed no json ({err}): {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+    }
+
     /// Every transcript file of `task`'s rehearsal home.
     fn transcripts(&self, cli: Cli, task: &str) -> Vec<PathBuf> {
         let pattern = format!(
@@ -474,6 +493,26 @@ fn warm_retry_resumes_the_same_session_with_only_the_instruction(cli: Cli) {
         "the prompt is not re-sent"
     );
     assert_eq!(instruction.matches("content").count(), 1);
+    // `reprise logs` has both attempts' output and names the session's
+    // transcript where the CLI keeps it (Claude Code and Codex keep one).
+    let logs = project.reprise_json(&["logs", "greet"]);
+    let attempts: Vec<u64> = logs["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|log| log["name"] == "agent.stdout")
+        .map(|log| log["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempts, [1, 2], "{logs}");
+    if cli != Cli::Gemini {
+        let transcripts = logs["transcripts"].as_array().unwrap();
+        assert_eq!(transcripts.len(), 1, "one session: {logs}");
+        assert_eq!(transcripts[0]["session_id"], sessions[0].as_str());
+        let native = transcripts[0]["native"]
+            .as_str()
+            .expect("the native path is noted");
+        assert!(Path::new(native).is_file(), "{native}");
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@ pub use delivery::{
 };
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};
-pub use liveness::{Liveness, liveness, task_lifecycle};
+pub use liveness::{Liveness, TaskProgress, liveness, task_lifecycle};
 pub use records::{DecisionRow, read_decisions};
 pub use run::{AgentSetup, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id, run_plan};
 pub use sandbox::{TaskOutput, Workspace, result_branch};

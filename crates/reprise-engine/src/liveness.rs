@@ -47,11 +47,19 @@ pub fn liveness(state: &StateDir, run: &RunState) -> Liveness {
         })
 }
 
+/// Where a task's journal leaves it in a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskProgress {
+    pub state: TaskState,
+    /// When its latest attempt started (RFC 3339), if one did.
+    pub attempt_started_at: Option<String>,
+}
+
 /// Where `task`'s journal leaves it in `run_id`: the lifecycle replayed over
 /// its rows from that run's `task.started` on; `None` when the task never
 /// started in that run or its journal cannot be read. Rows are read as
 /// recorded: `journal verify` is what vouches for them.
-pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<TaskState> {
+pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<TaskProgress> {
     let path = state.existing_journal_path(key).ok()?;
     let text = fs::read_to_string(path).ok()?;
     let rows: Vec<JournalRow> = text
@@ -61,7 +69,7 @@ pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<T
     let start = rows.iter().rposition(|row| {
         row.kind == "task.started" && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
     })?;
-    let own = rows[start..]
+    let own: Vec<&JournalRow> = rows[start..]
         .iter()
         .take_while(|row| {
             row.body
@@ -69,6 +77,13 @@ pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<T
                 .and_then(Value::as_str)
                 .is_none_or(|id| id == run_id)
         })
-        .map(|row| (row.kind.as_str(), &row.body));
-    Some(replay(own))
+        .collect();
+    Some(TaskProgress {
+        state: replay(own.iter().map(|row| (row.kind.as_str(), &row.body))),
+        attempt_started_at: own
+            .iter()
+            .rev()
+            .find(|row| row.kind == "attempt.started")
+            .map(|row| row.at.clone()),
+    })
 }

@@ -205,6 +205,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     );
     // Where each unfinished task was, as its journal reads back.
     let mut lifecycles = serde_json::Map::new();
+    let mut elapsed_of = serde_json::Map::new();
     let mut disagreements = Vec::new();
     let mut lagging = Vec::new();
     for task in &run.tasks {
@@ -240,14 +241,34 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         if run.ok.is_none()
             && !task.state.is_terminal()
             && let Some(plan) = run.plan_id()
-            && let Some(lifecycle) = reprise_engine::task_lifecycle(
+            && let Some(progress) = reprise_engine::task_lifecycle(
                 &state,
                 &reprise_core::TaskKey::new(plan, task.task_id.clone()),
                 &run.run_id,
             )
         {
-            let _ = writeln!(text, "    journal: {}", lifecycle_line(lifecycle, liveness));
-            lifecycles.insert(task.task_id.as_str().to_owned(), json!(lifecycle));
+            // How long its attempt has been going, while the run is live.
+            let elapsed = progress
+                .attempt_started_at
+                .as_deref()
+                .filter(|_| matches!(liveness, reprise_engine::Liveness::Live { .. }))
+                .and_then(|at| humantime::parse_rfc3339(at).ok())
+                .and_then(|at| std::time::SystemTime::now().duration_since(at).ok());
+            let for_how_long = elapsed
+                .map(|since| format!(", for {}s", since.as_secs()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                text,
+                "    journal: {}{for_how_long}",
+                lifecycle_line(progress.state, liveness)
+            );
+            lifecycles.insert(task.task_id.as_str().to_owned(), json!(progress.state));
+            if let Some(since) = elapsed {
+                elapsed_of.insert(
+                    task.task_id.as_str().to_owned(),
+                    json!(since.as_millis() as u64),
+                );
+            }
         }
     }
     ledger_lines(&checked, &mut text);
@@ -274,6 +295,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     };
     json["liveness"] = json!(liveness);
     json["lifecycle"] = Value::Object(lifecycles);
+    json["attempt_elapsed_ms"] = Value::Object(elapsed_of);
     Ok(Outcome { json, text, ok })
 }
 

@@ -818,6 +818,7 @@ tasks:
         "{live}"
     );
     assert_eq!(live["ok"], Value::Null, "no verdict before the run ends");
+    assert!(live["attempt_elapsed_ms"]["slow"].is_u64(), "{live}");
     let listed = json_of(&env.run(&["runs", "--json"]));
     assert_eq!(listed["runs"][0]["state"], "live", "{listed}");
     let shown = String::from_utf8_lossy(&env.run(&["status"]).stdout).into_owned();
