@@ -96,10 +96,10 @@ impl Settings {
             .unwrap_or_else(|| self.cwd.join(STATE_DIR_NAME))
     }
 
-    /// The same settings with `run --events` on.
-    pub(crate) fn with_events(&self) -> Self {
+    /// The same settings with `run --events` on or off.
+    pub(crate) fn with_events(&self, events: bool) -> Self {
         Self {
-            events: true,
+            events,
             ..self.with_plan(self.plan.clone())
         }
     }

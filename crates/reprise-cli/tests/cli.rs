@@ -32,19 +32,9 @@ impl Env {
         self.temp.path().join("home/.local/state/reprise/audit.key")
     }
 
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .current_dir(self.project())
-            .env_clear()
-            .env("HOME", self.temp.path().join("home"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .output()
-            .unwrap()
-    }
-
-    /// As `run`, with extra environment variables.
-    fn run_env(&self, args: &[&str], extra: &[(&str, &Path)]) -> Output {
+    /// `reprise ARGS` in the project, with a cleared environment but for
+    /// `HOME` (the test's own) and `PATH`: to run, or to spawn and watch.
+    fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(BIN);
         command
             .args(args)
@@ -52,6 +42,16 @@ impl Env {
             .env_clear()
             .env("HOME", self.temp.path().join("home"))
             .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// As `run`, with extra environment variables.
+    fn run_env(&self, args: &[&str], extra: &[(&str, &Path)]) -> Output {
+        let mut command = self.command(args);
         for (name, value) in extra {
             command.env(name, value);
         }

@@ -7,7 +7,7 @@
 use std::fs;
 
 use reprise_core::TaskKey;
-use reprise_core::lifecycle::{TaskState, replay};
+use reprise_core::lifecycle::{TaskState, replay, rows};
 use reprise_core::record::JournalRow;
 use reprise_store::locks::task_holder;
 use reprise_store::state::StateDir;
@@ -67,7 +67,8 @@ pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<T
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect();
     let start = rows.iter().rposition(|row| {
-        row.kind == "task.started" && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
+        row.kind == rows::TASK_STARTED
+            && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
     })?;
     let own: Vec<&JournalRow> = rows[start..]
         .iter()
@@ -83,7 +84,7 @@ pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<T
         attempt_started_at: own
             .iter()
             .rev()
-            .find(|row| row.kind == "attempt.started")
+            .find(|row| row.kind == rows::ATTEMPT_STARTED)
             .map(|row| row.at.clone()),
     })
 }

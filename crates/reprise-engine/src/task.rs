@@ -370,7 +370,7 @@ impl TaskRun<'_> {
             Ok(output) => {
                 let commit_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 journal.append(
-                    "task.result",
+                    rows::RESULT,
                     &now_rfc3339(),
                     &json!({"run_id": self.run_id, "base_commit": output.base, "commit": output.commit,
                             "branch": output.branch, "files_changed": output.files_changed,
@@ -382,7 +382,7 @@ impl TaskRun<'_> {
             Err(err) => {
                 let reason = format!("the result could not be committed: {err}");
                 journal.append(
-                    "task.result",
+                    rows::RESULT,
                     &now_rfc3339(),
                     &json!({"run_id": self.run_id, "base_commit": base, "error": reason}),
                 )?;

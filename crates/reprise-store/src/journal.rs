@@ -196,11 +196,31 @@ pub fn verify_journal(
 ) -> Result<JournalVerification> {
     let path = state.existing_journal_path(task)?;
     let audit = read_audit(state, &key()?)?;
+    verify_journal_against(state, task, &path, audit)
+}
+
+/// As [`verify_journal`], against an audit chain already read (a caller
+/// verifying many journals reads and checks the audit chain once).
+pub fn verify_journal_with(
+    state: &StateDir,
+    task: &TaskKey,
+    audit: &AuditSummary,
+) -> Result<JournalVerification> {
+    let path = state.existing_journal_path(task)?;
+    verify_journal_against(state, task, &path, audit.clone())
+}
+
+fn verify_journal_against(
+    state: &StateDir,
+    task: &TaskKey,
+    path: &std::path::Path,
+    audit: AuditSummary,
+) -> Result<JournalVerification> {
     let seals: Vec<Head> = audit.seals_of(task);
     let watch: Vec<u64> = seals.iter().map(|seal| seal.seq).collect();
     let mut decision_rows = std::collections::HashSet::new();
     let chain = read_chain(
-        &path,
+        path,
         ChainFormat::Journal,
         None,
         Some(task.task.as_str()),

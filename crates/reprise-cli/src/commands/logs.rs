@@ -4,14 +4,32 @@
 
 use std::fmt::Write as _;
 
-use reprise_engine::load_run;
+use reprise_core::TaskKey;
+use reprise_engine::{RunState, load_run};
 use reprise_store::logs::attempt_logs;
+use reprise_store::state::StateDir;
 use serde_json::json;
 
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
+
+/// The state directory, the task's key and the run asked for (default: the
+/// latest run of the task's plan).
+fn resolve(
+    settings: &Settings,
+    task: &str,
+    run: Option<&str>,
+) -> Result<(StateDir, TaskKey, RunState), CliError> {
+    let state = settings.state()?;
+    let key = task_key(settings, &state, task)?;
+    let run = match run {
+        Some(run) => load_run(&state, run).map_err(|err| CliError::usage(err.to_string()))?,
+        None => latest_run_of(&state, Some(&key.plan))?,
+    };
+    Ok((state, key, run))
+}
 
 pub(crate) fn logs(
     settings: &Settings,
@@ -20,12 +38,7 @@ pub(crate) fn logs(
     attempt: Option<u32>,
     gate: Option<&str>,
 ) -> Result<Outcome, CliError> {
-    let state = settings.state()?;
-    let key = task_key(settings, &state, task)?;
-    let run = match run {
-        Some(run) => load_run(&state, run).map_err(|err| CliError::usage(err.to_string()))?,
-        None => latest_run_of(&state, Some(&key.plan))?,
-    };
+    let (state, key, run) = resolve(settings, task, run)?;
     let record = run.task(&key.task).ok_or_else(|| {
         CliError::usage(format!(
             "task {key} is not in run {}; see `reprise runs`",
@@ -120,13 +133,8 @@ pub(crate) fn follow(
     run: Option<&str>,
 ) -> Result<Outcome, CliError> {
     use std::io::{Read as _, Seek as _, Write as _};
-    let state = settings.state()?;
-    let key = task_key(settings, &state, task)?;
-    let run_id = match run {
-        Some(run) => load_run(&state, run).map_err(|err| CliError::usage(err.to_string()))?,
-        None => latest_run_of(&state, Some(&key.plan))?,
-    }
-    .run_id;
+    let (state, key, run) = resolve(settings, task, run)?;
+    let run_id = run.run_id;
     let dir = state
         .task_logs_dir(&run_id, &key.task)
         .map_err(|err| CliError::usage(err.to_string()))?;

@@ -53,11 +53,7 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             check: _,
             events,
         } => run::run(
-            &if events {
-                settings.with_events()
-            } else {
-                settings.with_plan(settings.plan.clone())
-            },
+            &settings.with_events(events),
             plan.as_deref(),
             retry_failed.as_deref(),
             seats,

@@ -13,7 +13,7 @@ use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_engine::{RunState, TaskRecord, TaskStatus, latest_run, load_run};
 use reprise_store::audit::read_audit;
-use reprise_store::journal::verify_journal;
+use reprise_store::journal::verify_journal_with;
 use reprise_store::ledger::verify_ledger;
 use reprise_store::logs::attempt_logs;
 use reprise_store::state::StateDir;
@@ -119,7 +119,7 @@ fn render(
         let Some(plan) = plan.clone() else { continue };
         let task_key = TaskKey::new(plan, task.task_id.clone());
         // A task that never started has no journal.
-        if let Ok(verification) = verify_journal(state, &task_key, || Ok(key.clone())) {
+        if let Ok(verification) = verify_journal_with(state, &task_key, &audit) {
             let at = verification.chain.fault.map(|fault| {
                 format!(
                     " at row {} ({})",

@@ -333,10 +333,14 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         let run = load_run(&state, id).map_err(engine_error)?;
         let liveness = reprise_engine::liveness(&state, &run);
         let standing = match (run.ok, liveness) {
-            (Some(true), _) => "ok".to_owned(),
-            (Some(false), _) => "failed".to_owned(),
-            (None, reprise_engine::Liveness::Live { pid }) => format!("live (pid {pid})"),
-            (None, _) => "interrupted".to_owned(),
+            (Some(true), _) => "ok",
+            (Some(false), _) => "failed",
+            (None, reprise_engine::Liveness::Live { .. }) => "live",
+            (None, _) => "interrupted",
+        };
+        let shown_standing = match liveness {
+            reprise_engine::Liveness::Live { pid } => format!("live (pid {pid})"),
+            _ => standing.to_owned(),
         };
         let passed = run
             .tasks
@@ -344,12 +348,12 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             .filter(|task| task.state.delivered())
             .count();
         let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
-        let duration_ms = run.finished_at.as_deref().and_then(|end| {
+        let duration = run.finished_at.as_deref().and_then(|end| {
             let start = humantime::parse_rfc3339(&run.started_at).ok()?;
             let end = humantime::parse_rfc3339(end).ok()?;
             end.duration_since(start).ok()
         });
-        let shown_duration = duration_ms.map_or_else(
+        let shown_duration = duration.map_or_else(
             || "-".to_owned(),
             |duration| format!("{:.1}s", duration.as_secs_f64()),
         );
@@ -360,7 +364,7 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             run.plan_name,
             run.started_at.get(..19).unwrap_or(&run.started_at),
             shown_duration,
-            standing,
+            shown_standing,
             passed,
             crate::output::count(run.tasks.len() as u64, "task"),
             money(spent)
@@ -370,13 +374,8 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             "plan": run.plan_name,
             "started_at": run.started_at,
             "finished_at": run.finished_at,
-            "duration_ms": duration_ms.map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
-            "state": match (run.ok, liveness) {
-                (Some(true), _) => "ok",
-                (Some(false), _) => "failed",
-                (None, reprise_engine::Liveness::Live { .. }) => "live",
-                (None, _) => "interrupted",
-            },
+            "duration_ms": duration.map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+            "state": standing,
             "liveness": liveness,
             "tasks_passed": passed,
             "tasks": run.tasks.len(),

@@ -6,6 +6,21 @@
 use super::worktrees::{count_attempt, git_env, outside_dir, task_json, write_plan};
 use super::*;
 
+/// Waits (a minute at most) until `task`'s first attempt has started.
+fn wait_for_an_attempt(env: &Env, plan: &str, task: &str) {
+    let journal = env
+        .project()
+        .join(format!(".reprise/plans/{plan}/tasks/{task}/journal.jsonl"));
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the attempt of {task} never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn journal_kinds(env: &Env, plan: &str, task: &str) -> Vec<Value> {
     let path = env
         .project()
@@ -790,27 +805,13 @@ tasks:
     command: [sh, -c, "sleep 300; echo DONE"]
 "#,
     );
-    let mut child = Command::new(BIN)
-        .args(["run", &plan])
-        .current_dir(env.project())
-        .env_clear()
-        .env("HOME", env.temp.path().join("home"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    let mut child = env
+        .command(&["run", &plan])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let journal = env
-        .project()
-        .join(".reprise/plans/long/tasks/slow/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the attempt never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_an_attempt(&env, "long", "slow");
     let live = json_of(&env.run(&["status", "--json"]));
     assert_eq!(
         live["liveness"],
@@ -1079,12 +1080,8 @@ tasks:
     gates: [ { name: good, run: "test \"$(cat a.txt)\" = good" } ]
 "#,
     );
-    let mut child = Command::new(BIN)
-        .args(["run", &plan, "--events"])
-        .current_dir(env.project())
-        .env_clear()
-        .env("HOME", env.temp.path().join("home"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    let mut child = env
+        .command(&["run", &plan, "--events"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -1374,29 +1371,14 @@ tasks:
 "#,
     );
     let spawn = |args: &[&str], out: std::process::Stdio| {
-        Command::new(BIN)
-            .args(args)
-            .current_dir(env.project())
-            .env_clear()
-            .env("HOME", env.temp.path().join("home"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        env.command(args)
             .stdout(out)
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap()
     };
     let mut run = spawn(&["run", &plan], std::process::Stdio::null());
-    let journal = env
-        .project()
-        .join(".reprise/plans/ticks/tasks/tick/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_an_attempt(&env, "ticks", "tick");
     let mut follow = spawn(&["logs", "tick", "--follow"], std::process::Stdio::piped());
     let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();

@@ -244,8 +244,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         // A TMPDIR of the attempt's own, inside what the sandbox lets it write.
         let tmp = run.state.attempt_tmp_dir(run.run_id, &task.id, attempt);
         let _ = fs::create_dir_all(&tmp);
-        let mut env = self.env.clone();
-        env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        let env = self.attempt_env(&tmp);
         // A task without an envelope holds what is free in the run's pool
         // while its attempt runs.
         let mut hold = run.pool.attempt_budget(
@@ -314,6 +313,14 @@ impl<'r, 'a> Executor<'r, 'a> {
         })
     }
 
+    /// The task's environment with the attempt's own TMPDIR, for its agent
+    /// and its gates alike.
+    fn attempt_env(&self, tmp: &std::path::Path) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        env
+    }
+
     /// The CLI says the session is gone: a second decision, recorded, and
     /// the same attempt runs again, cold.
     fn fall_back_cold(&mut self, attempt: u32) -> Result<()> {
@@ -359,8 +366,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             });
         }
         let tmp = self.tmp.clone().expect("the attempt has a scratch dir");
-        let mut env = self.env.clone();
-        env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        let env = self.attempt_env(&tmp);
         let budget = &self.budget;
         let level_of = |criterion: &str| match budget {
             Some(budget) => budget.level(criterion),

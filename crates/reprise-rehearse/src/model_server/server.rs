@@ -406,19 +406,7 @@ impl Shared {
                 usage,
                 ..Outcome::default()
             };
-            if let Some(dir) = &self.bodies {
-                std::fs::write(dir.join(format!("{number:06}.json")), &seen.body)?;
-            }
-            let total = prompt.total_tokens();
-            self.record(
-                seen,
-                Some(api),
-                &summary,
-                &observed,
-                Some(number),
-                &outcome,
-                total,
-            )?;
+            self.keep_and_record(seen, api, &summary, &observed, number, &outcome, &prompt)?;
             return Ok(Answer::Now(http::json(200, body.to_string().into_bytes())));
         }
         let tool_result = summary.last_user_text.is_none();
@@ -495,20 +483,35 @@ impl Shared {
             }
         };
         drop(state);
+        self.keep_and_record(seen, api, &summary, &observed, number, &outcome, &prompt)?;
+        Ok(answer)
+    }
+
+    /// An API request's body kept (with `--keep-requests`) and its log line,
+    /// with every input token of its prompt.
+    #[allow(clippy::too_many_arguments)]
+    fn keep_and_record(
+        &self,
+        seen: &Seen,
+        api: Api,
+        summary: &Summary,
+        observed: &Observed,
+        number: u64,
+        outcome: &Outcome,
+        prompt: &super::cache::Prompt,
+    ) -> io::Result<()> {
         if let Some(dir) = &self.bodies {
             std::fs::write(dir.join(format!("{number:06}.json")), &seen.body)?;
         }
-        let total = prompt.total_tokens();
         self.record(
             seen,
             Some(api),
-            &summary,
-            &observed,
+            summary,
+            observed,
             Some(number),
-            &outcome,
-            total,
-        )?;
-        Ok(answer)
+            outcome,
+            prompt.total_tokens(),
+        )
     }
 
     /// Appends the request's log line before any reply, so hung and failed
