@@ -149,11 +149,14 @@ pub enum InfraKind {
     OutputLimit,
     /// The agent printed nothing for the task's `idle_timeout` and was killed.
     IdleTimeout,
+    /// The process driving the run died while the attempt ran (recorded by
+    /// the `run --continue` that found it).
+    Interrupted,
 }
 
 impl InfraKind {
     /// Every infrastructure kind.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::SpawnFailed,
         Self::MissingBinary,
         Self::Timeout,
@@ -170,6 +173,7 @@ impl InfraKind {
         Self::AgentExitWithoutReply,
         Self::OutputLimit,
         Self::IdleTimeout,
+        Self::Interrupted,
     ];
 
     /// The stable snake_case name recorded in journals and `state.json`.
@@ -191,6 +195,7 @@ impl InfraKind {
             Self::AgentExitWithoutReply => "agent_exit_without_reply",
             Self::OutputLimit => "output_limit",
             Self::IdleTimeout => "idle_timeout",
+            Self::Interrupted => "interrupted",
         }
     }
 
@@ -211,7 +216,8 @@ impl InfraKind {
             | Self::GateCouldNotRun
             | Self::AgentExitWithoutReply
             | Self::OutputLimit
-            | Self::IdleTimeout => true,
+            | Self::IdleTimeout
+            | Self::Interrupted => true,
             Self::MissingBinary
             | Self::AuthFailed
             | Self::BudgetExhausted
@@ -277,6 +283,7 @@ mod tests {
             InfraKind::AgentExitWithoutReply => 13,
             InfraKind::OutputLimit => 14,
             InfraKind::IdleTimeout => 15,
+            InfraKind::Interrupted => 16,
         }
     }
 

@@ -413,6 +413,8 @@ pub struct AuditSummary {
     pub decisions: Vec<DecisionBinding>,
     /// From `state.migrate` rows: the plan each layout-1 task journal went to.
     pub migrated: BTreeMap<TaskId, PlanId>,
+    /// Park receipts, releases, resume receipts and grant continuations.
+    pub suspensions: Vec<crate::suspension::AuditSuspensionRow>,
 }
 
 impl AuditSummary {
@@ -436,6 +438,14 @@ impl AuditSummary {
         self.decisions
             .iter()
             .filter(|binding| self.names(task, &binding.task_id, binding.plan.as_ref()))
+            .collect()
+    }
+
+    /// The suspension rows about `task`, in chain order.
+    pub fn suspensions_of(&self, task: &TaskKey) -> Vec<&crate::suspension::AuditSuspensionRow> {
+        self.suspensions
+            .iter()
+            .filter(|row| &row.row.task() == task)
             .collect()
     }
 
@@ -510,6 +520,19 @@ pub fn read_audit(state: &StateDir, key: &KeyFile) -> Result<AuditSummary> {
                     kind if kind == DECISION_BINDING_KIND => {
                         if let Ok(binding) = serde_json::from_slice::<DecisionBinding>(payload) {
                             summary.decisions.push(binding);
+                        }
+                    }
+                    kind if kind.starts_with("task.") => {
+                        if let Some(parsed) =
+                            crate::suspension::SuspensionAudit::parse(kind, payload)
+                        {
+                            summary
+                                .suspensions
+                                .push(crate::suspension::AuditSuspensionRow {
+                                    seq: row.seq,
+                                    digest: row.digest,
+                                    row: parsed,
+                                });
                         }
                     }
                     kind if kind == MIGRATE_KIND => {

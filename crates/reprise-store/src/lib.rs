@@ -21,6 +21,7 @@ pub mod repair;
 pub mod replies;
 pub mod snapshot;
 pub mod state;
+pub mod suspension;
 pub mod witness;
 pub mod workspace;
 
