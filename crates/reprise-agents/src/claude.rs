@@ -85,6 +85,10 @@ impl Adapter for ClaudeAdapter {
         ResumeStrategy::NativeForkable
     }
 
+    fn chooses_session_ids(&self) -> bool {
+        true
+    }
+
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
         let request = with_chosen_session_ids(request);
         let tools = &self.allowed_tools;

@@ -78,6 +78,10 @@ impl Adapter for GeminiAdapter {
         ResumeStrategy::Native
     }
 
+    fn chooses_session_ids(&self) -> bool {
+        true
+    }
+
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
         if let SessionMode::Fork { from, .. } = &request.session {
             // The engine never asks (the strategy says resume only); refuse

@@ -87,9 +87,15 @@ pub struct Watch {
     pub live_log: Option<PathBuf>,
 }
 
-/// Shared cancellation flag (Ctrl-C); cheap to clone, all clones see one flag.
+/// Shared cancellation flag (Ctrl-C); cheap to clone, all clones see one
+/// flag. A child token (`child`) is also cancelled by its parent, but
+/// cancelling the child leaves the parent alone: one task's attempt can be
+/// stopped (a park) without stopping the run.
 #[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+pub struct CancelToken {
+    own: Arc<AtomicBool>,
+    parent: Option<Arc<AtomicBool>>,
+}
 
 impl CancelToken {
     /// A token that is not cancelled.
@@ -97,14 +103,26 @@ impl CancelToken {
         Self::default()
     }
 
-    /// Cancels every attempt watching this token (or a clone of it).
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+    /// A token cancelled by this one (or its own `cancel`).
+    pub fn child(&self) -> Self {
+        Self {
+            own: Arc::new(AtomicBool::new(false)),
+            parent: Some(Arc::clone(&self.own)),
+        }
     }
 
-    /// Whether `cancel` has been called on this token or a clone.
+    /// Cancels every attempt watching this token (or a clone of it).
+    pub fn cancel(&self) {
+        self.own.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `cancel` has been called on this token, a clone, or its parent.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.own.load(Ordering::SeqCst)
+            || self
+                .parent
+                .as_ref()
+                .is_some_and(|parent| parent.load(Ordering::SeqCst))
     }
 }
 
@@ -133,6 +151,14 @@ pub trait Adapter: Send + Sync + fmt::Debug {
         cwd: &Path,
         config_home: Option<&Path>,
     ) -> Option<PathBuf>;
+
+    /// Whether the CLI lets the caller choose a new session's id
+    /// (`--session-id`): the engine then picks it before the attempt starts
+    /// and records it, so an attempt cut short by a crash can still be
+    /// resumed.
+    fn chooses_session_ids(&self) -> bool {
+        false
+    }
 
     /// Where the CLI writes its own state (config home, session store), so
     /// the sandbox lets it: `config_home` if given, else the CLI's default

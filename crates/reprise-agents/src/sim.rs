@@ -123,6 +123,18 @@ impl SimAdapter {
                 ),
             );
         }
+        // The session exists from the attempt's start, as a CLI's does: an
+        // attempt stopped midway (a park, a crash) leaves it resumable.
+        if let Err(error) = self.open_session(&target) {
+            return infra(
+                InfraKind::ApiError,
+                format!(
+                    "sim could not open session {} under '{}': {error}",
+                    target.id(),
+                    self.store.display()
+                ),
+            );
+        }
         let timed_out = step.delay >= request.timeout;
         if !wait(step.delay.min(request.timeout), cancel) {
             return infra(InfraKind::Cancelled, "cancelled while the sim step ran");
@@ -218,18 +230,18 @@ impl SimAdapter {
         })
     }
 
-    fn record_turn(&self, target: &Target, prompt: &str, reply: &str) -> io::Result<()> {
+    /// Creates a new session's file, or a fork's copy of its origin.
+    fn open_session(&self, target: &Target) -> io::Result<()> {
         fs::create_dir_all(&self.store)?;
         let path = self.session_file(target.id());
-        let earlier_turns = match target {
+        match target {
             Target::New(_) => {
                 OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .open(&path)?;
-                0
             }
-            Target::Resume(_) => count_turns(&fs::read(&path)?),
+            Target::Resume(_) => {}
             Target::Fork { from, .. } => {
                 let original = fs::read(self.session_file(from))?;
                 let mut copy = OpenOptions::new()
@@ -237,9 +249,14 @@ impl SimAdapter {
                     .create_new(true)
                     .open(&path)?;
                 copy.write_all(&original)?;
-                count_turns(&original)
             }
-        };
+        }
+        Ok(())
+    }
+
+    fn record_turn(&self, target: &Target, prompt: &str, reply: &str) -> io::Result<()> {
+        let path = self.session_file(target.id());
+        let earlier_turns = count_turns(&fs::read(&path)?);
         let turn = SimTurn {
             turn: earlier_turns + 1,
             prompt: prompt.to_string(),
@@ -277,6 +294,10 @@ impl Adapter for SimAdapter {
 
     fn strategy(&self) -> ResumeStrategy {
         ResumeStrategy::NativeForkable
+    }
+
+    fn chooses_session_ids(&self) -> bool {
+        true
     }
 
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
@@ -789,6 +810,20 @@ mod tests {
             && fs::read_dir(&world.store).map_or(true, |mut entries| entries.next().is_none())
     }
 
+    /// The sandbox is untouched, and every session in the store (an attempt
+    /// stopped midway leaves its session open, as a CLI does) has no turn.
+    fn no_turn_written(world: &World) -> bool {
+        fs::read_dir(&world.sandbox)
+            .expect("sandbox")
+            .next()
+            .is_none()
+            && fs::read_dir(&world.store).map_or(true, |entries| {
+                entries
+                    .flatten()
+                    .all(|entry| fs::read(entry.path()).is_ok_and(|bytes| bytes.is_empty()))
+            })
+    }
+
     #[test]
     fn a_delay_beyond_the_timeout_times_out_and_writes_nothing() {
         let world = world();
@@ -813,8 +848,10 @@ mod tests {
             };
             let report = run(&sim, &request);
             assert_eq!(infra_kind(&report), InfraKind::Timeout);
-            assert_eq!(report.session_id, None);
-            assert!(nothing_written(&world));
+            // The session was opened when the attempt started: resumable.
+            assert_eq!(report.session_id.as_deref(), Some("late"));
+            assert!(no_turn_written(&world));
+            fs::remove_file(world.store.join("late.jsonl")).expect("the open session");
         }
         let request = AttemptRequest {
             timeout: Duration::from_secs(30),
@@ -924,7 +961,7 @@ mod tests {
         let report = sim.run(&request, &cancel);
         canceller.join().expect("canceller");
         assert_eq!(infra_kind(&report), InfraKind::Cancelled);
-        assert!(nothing_written(&world));
+        assert!(no_turn_written(&world));
         assert_eq!(
             infra_kind(&sim.run(&request, &cancel)),
             InfraKind::Cancelled

@@ -137,8 +137,14 @@ pub(crate) enum Command {
     Run {
         /// The plan file (YAML). Not needed with --retry-failed, which
         /// re-reads the run's own plan.
-        #[arg(required_unless_present = "retry_failed")]
+        #[arg(required_unless_present_any = ["retry_failed", "continue_run"])]
         plan: Option<PathBuf>,
+        /// Take up run RUN, interrupted or parked, in this process: what
+        /// passed stays passed, what was queued runs, an attempt the dead
+        /// process was running is retried (warm when its session and files
+        /// allow), and parks whose wake time has passed are resumed.
+        #[arg(long = "continue", value_name = "RUN", conflicts_with_all = ["retry_failed", "check", "plan", "include_uncommitted", "retry_budget"])]
+        continue_run: Option<String>,
         /// Start a new leg of finished run RUN: its failed tasks run again,
         /// each judged one starting cold with its kept reply quoted once.
         #[arg(long, value_name = "RUN")]
@@ -439,6 +445,50 @@ pub(crate) enum TaskCommand {
         #[command(flatten)]
         plan: PlanArg,
     },
+    /// Park a running task: stop its agent, snapshot and remove its
+    /// worktree, give back its seat and unspent budget, until a resume.
+    #[command(after_help = help!("\
+  reprise task suspend add-greeting
+  reprise task suspend add-greeting --until approval --reason \"check the schema first\"
+  reprise task suspend add-greeting --until 2026-12-01T18:00:00Z
+  reprise task suspend add-greeting --until 30m --json"))]
+    Suspend {
+        /// The task (or PLAN/TASK).
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+        /// What wakes it: `approval` (`reprise approve` first), a time
+        /// (RFC 3339) or a duration from now (`30m`); default: a resume.
+        #[arg(long, value_name = "approval|TIME")]
+        until: Option<String>,
+        /// Why, for the record and `reprise task list-suspended`.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Resume a parked task: its worktree comes back from the park's
+    /// snapshot, and its agent continues its own session when nothing
+    /// changed (warm), else starts over (cold, recorded).
+    #[command(after_help = help!("\
+  reprise task resume add-greeting
+  reprise task resume add-greeting --mode cold --json"))]
+    Resume {
+        /// The task (or PLAN/TASK).
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+        /// The mode to ask for (default: the task's retry policy); a
+        /// drifted workspace still goes cold.
+        #[arg(long, value_enum)]
+        mode: Option<ResumeMode>,
+    },
+}
+
+/// A resume's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ResumeMode {
+    Warm,
+    Fork,
+    Cold,
 }
 
 #[derive(Debug, Subcommand)]

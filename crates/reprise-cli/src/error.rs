@@ -9,6 +9,8 @@ pub(crate) const EXIT_OK: u8 = 0;
 pub(crate) const EXIT_FAILED: u8 = 1;
 /// Usage or bad input.
 pub(crate) const EXIT_USAGE: u8 = 2;
+/// A run ended with tasks parked (waiting for a resume, an approval or a time).
+pub(crate) const EXIT_PARKED: u8 = 3;
 
 #[derive(Debug)]
 pub(crate) struct CliError {

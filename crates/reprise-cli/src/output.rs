@@ -13,11 +13,14 @@ pub(crate) struct Outcome {
     pub(crate) json: Value,
     pub(crate) text: String,
     pub(crate) ok: bool,
+    /// An exit code other than the one `ok` gives (3: a run left tasks parked).
+    pub(crate) code: Option<u8>,
 }
 
 impl Outcome {
     pub(crate) fn exit_code(&self) -> u8 {
-        if self.ok { EXIT_OK } else { EXIT_FAILED }
+        self.code
+            .unwrap_or(if self.ok { EXIT_OK } else { EXIT_FAILED })
     }
 
     pub(crate) fn print(&self, json: bool) {

@@ -28,6 +28,12 @@
 //! | closing t              | closed (delivered or not)   | closing t (failed if undelivered) | finish |
 //! | closing t              | finished                    | t                                 | (none) |
 //! | any open state         | cancel requested            | closing cancelled                 | close |
+//! | checkpointing n        | park requested              | suspended (resumes as n)          | park |
+//! | running n              | park requested              | suspended (resumes as n+1)        | park |
+//! | suspended (as n)       | resumed (warm, fork or cold)| checkpointing n                   | take checkpoint |
+//!
+//! A park is not a failure: the attempt it stops is not counted against
+//! `max_attempts` (the resume row records the policy with one more attempt).
 //!
 //! Rollbacks happen only where the task has checkpoints (`snapshots`): a
 //! task run in place or `read_only` retries with its files as they are.
@@ -174,7 +180,7 @@ pub enum TaskState {
     /// Delivering or restoring, then recording the end.
     Closing(Terminal),
     Finished(Terminal),
-    /// Parked with nothing held (suspend / resume: no transitions yet).
+    /// Parked with nothing held; `attempt` is the one a resume starts.
     Suspended {
         attempt: u32,
     },
@@ -208,6 +214,13 @@ pub enum TaskEvent {
     /// `task.finished` recorded.
     Finished,
     CancelRequested,
+    /// Someone (or the agent's own stop at a limit or a question) asked to
+    /// park the task; its agent, if one ran, has been stopped and reaped.
+    ParkRequested,
+    /// `task.resume` recorded; `cold` when the session does not continue.
+    Resumed {
+        cold: bool,
+    },
 }
 
 /// What the engine does next.
@@ -258,6 +271,11 @@ pub enum Effect {
     /// Nothing to deliver: close as the state says.
     Close,
     Finish(Terminal),
+    /// Record the park and release what the task holds; a resume starts
+    /// attempt `next`.
+    Park {
+        next: u32,
+    },
 }
 
 /// A state and what to do to leave it.
@@ -372,6 +390,13 @@ fn retry(policy: &Policy, attempt: u32, strategy: Strategy) -> Step {
     }
 }
 
+fn park(next: u32) -> Step {
+    step(
+        TaskState::Suspended { attempt: next },
+        vec![Effect::Park { next }],
+    )
+}
+
 fn checkpoint(attempt: u32, resumed: bool) -> Step {
     step(
         TaskState::Checkpointing { attempt, resumed },
@@ -389,8 +414,12 @@ pub fn transition(
     use TaskState as S;
     let invalid = InvalidTransition { state, event };
     Ok(match (state, event) {
+        (S::Suspended { attempt }, E::Resumed { cold }) => checkpoint(attempt, !cold),
         (S::Finished(_) | S::Suspended { .. }, _) => return Err(invalid),
         (S::Closing(_), E::CancelRequested) => return Err(invalid),
+        (S::Checkpointing { attempt, .. }, E::ParkRequested) => park(attempt),
+        (S::Running { attempt, .. }, E::ParkRequested) => park(attempt + 1),
+        (_, E::ParkRequested | E::Resumed { .. }) => return Err(invalid),
         (_, E::CancelRequested) => close_undelivered(policy, Terminal::Cancelled),
 
         (S::Queued, E::Started) => checkpoint(1, false),
@@ -535,6 +564,13 @@ pub mod rows {
     pub const DECISION: &str = "retry.decision";
     pub const RESULT: &str = "task.result";
     pub const TASK_FINISHED: &str = "task.finished";
+    /// A park (the `task.suspend` journal row).
+    pub const SUSPEND: &str = "task.suspend";
+    /// A park's resume (`task.resume`), with the policy it continues under.
+    pub const RESUME: &str = "task.resume";
+    /// A `run --continue` taking over an interrupted task, with the policy
+    /// it continues under.
+    pub const CONTINUED: &str = "task.continued";
 }
 
 /// The state a task's journal rows (from its latest `task.started`) leave
@@ -554,6 +590,16 @@ pub fn replay<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Value)>) -> TaskS
                     .get("lifecycle")
                     .and_then(|value| serde_json::from_value(value.clone()).ok());
                 state = TaskState::Queued;
+            }
+            // A resume or a continuation may grant the attempt a park or an
+            // interruption took back.
+            rows::RESUME | rows::CONTINUED => {
+                if let Some(extended) = body
+                    .get("lifecycle")
+                    .and_then(|value| serde_json::from_value(value.clone()).ok())
+                {
+                    policy = Some(extended);
+                }
             }
             // The end is recorded as what it was, whatever came before it.
             rows::TASK_FINISHED => {
@@ -626,6 +672,10 @@ fn event_of(state: TaskState, kind: &str, body: &Value, superseded: bool) -> Opt
         rows::RESTORED => TaskEvent::RolledBack,
         rows::RESULT => TaskEvent::Closed {
             delivered: body.get("error").is_none(),
+        },
+        rows::SUSPEND => TaskEvent::ParkRequested,
+        rows::RESUME => TaskEvent::Resumed {
+            cold: body.get("mode").and_then(Value::as_str) == Some("cold"),
         },
         _ => return None,
     })
@@ -741,7 +791,9 @@ mod tests {
         use TaskEvent as E;
         let mut all = vec![E::Started, E::CheckpointTaken, E::RolledBack, E::Finished];
         all.push(E::CancelRequested);
+        all.push(E::ParkRequested);
         for flag in [false, true] {
+            all.push(E::Resumed { cold: flag });
             all.push(E::AgentEnded { session_gone: flag });
             all.push(E::BudgetConsumed { granted: flag });
             all.push(E::RetryDecided { cold: flag });
@@ -827,7 +879,25 @@ mod tests {
                 effects,
             ))
         };
+        // A parked task wakes only by a resume, into the attempt it was
+        // parked before, warm unless the resume went cold.
+        if let (S::Suspended { attempt }, E::Resumed { cold }) = (state, event) {
+            return take(attempt, !cold);
+        }
         if matches!(state, S::Finished(_) | S::Suspended { .. }) {
+            return None;
+        }
+        // A park stops the task where an agent is about to run or runs; the
+        // stopped attempt is not the one a resume starts.
+        if event == E::ParkRequested {
+            let next = match state {
+                S::Checkpointing { attempt, .. } => attempt,
+                S::Running { attempt, .. } => attempt + 1,
+                _ => return None,
+            };
+            return Some(step(S::Suspended { attempt: next }, vec![F::Park { next }]));
+        }
+        if matches!(event, E::Resumed { .. }) {
             return None;
         }
         if event == E::CancelRequested {
@@ -980,9 +1050,9 @@ mod tests {
                 }
             }
         }
-        assert_eq!(policies.len() * states.len() * events.len(), 12 * 79 * 21);
-        // Every state but `queued` and `suspended` can be entered.
-        assert_eq!(reached.len(), 9, "{reached:?}");
+        assert_eq!(policies.len() * states.len() * events.len(), 12 * 79 * 24);
+        // Every state but `queued` can be entered.
+        assert_eq!(reached.len(), 10, "{reached:?}");
         assert!(valid > 1000, "{valid}");
     }
 
@@ -1023,6 +1093,7 @@ mod tests {
                     |attempt: u32| scripts[(attempt as usize - 1).min(scripts.len() - 1)];
                 let mut row = |kind: &str, body: Value| rows.push((kind.to_owned(), body));
                 let produced = match effect {
+                    Effect::Park { .. } => unreachable!("the scripts never park"),
                     Effect::TakeCheckpoint { attempt } => {
                         if policy.snapshots {
                             row(rows::CHECKPOINT_TAKEN, json!({"attempt": attempt}));
@@ -1303,5 +1374,58 @@ mod tests {
         // A journal from before the lifecycle was recorded stays queued.
         let old = json!({});
         assert_eq!(replay([(rows::TASK_STARTED, &old)]), TaskState::Queued);
+    }
+
+    #[test]
+    fn a_park_and_its_resume_read_back_from_their_rows() {
+        let policy = Policy {
+            max_attempts: 1,
+            budgeted: false,
+            rollback: RollbackOnRetry::Auto,
+            snapshots: false,
+        };
+        let extended = Policy {
+            max_attempts: 2,
+            ..policy
+        };
+        let mut rows = vec![
+            (rows::TASK_STARTED, json!({"lifecycle": policy})),
+            (rows::ATTEMPT_STARTED, json!({"attempt": 1})),
+            (rows::SUSPEND, json!({"attempt": 1})),
+        ];
+        let read = |rows: &[(&str, Value)]| replay(rows.iter().map(|(kind, body)| (*kind, body)));
+        assert_eq!(read(&rows), TaskState::Suspended { attempt: 2 });
+        rows.push((rows::RESUME, json!({"mode": "warm", "lifecycle": extended})));
+        assert_eq!(
+            read(&rows),
+            TaskState::Checkpointing {
+                attempt: 2,
+                resumed: true
+            }
+        );
+        // Attempt 2 runs under the extended policy: its failure retries no
+        // further, and the task fails with its attempts spent.
+        rows.push((rows::ATTEMPT_STARTED, json!({"attempt": 2})));
+        rows.push((rows::AGENT_ENDED, json!({"attempt": 2})));
+        assert_eq!(read(&rows), TaskState::Judging { attempt: 2 });
+        assert_eq!(
+            transition(
+                &extended,
+                TaskState::Diagnosing { attempt: 2 },
+                TaskEvent::Diagnosed(Strategy::RetryByPolicy)
+            )
+            .map(|step| step.state),
+            Ok(TaskState::Closing(Terminal::Failed(
+                Failure::AttemptsExhausted
+            )))
+        );
+        assert!(
+            transition(
+                &policy,
+                TaskState::Suspended { attempt: 2 },
+                TaskEvent::CancelRequested
+            )
+            .is_err()
+        );
     }
 }

@@ -36,6 +36,9 @@ pub enum EngineError {
     Checkpoint(String),
     #[error("{0}")]
     Lifecycle(String),
+    /// A park that cannot be made or completed.
+    #[error("{0}")]
+    Park(String),
     #[error("cannot create the sandbox for task {task}: {detail}")]
     Sandbox { task: String, detail: String },
     #[error("run {run} not found under {dir}; `reprise status` lists the latest run")]

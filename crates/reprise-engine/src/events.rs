@@ -81,6 +81,8 @@ impl Phase {
 pub(crate) enum Message {
     Event(Event),
     Done(TaskId, crate::task::TaskResult),
+    /// A request that came in over the control socket.
+    Control(crate::control::ControlRequest),
 }
 
 /// Receives events on the coordinating thread.

@@ -9,14 +9,17 @@
 
 mod budget;
 mod checkpoints;
+mod control;
 mod delivery;
 mod error;
 mod events;
 mod gates;
 mod liveness;
+mod park;
 mod pool;
 mod records;
 mod recovery;
+mod resume;
 mod run;
 mod sandbox;
 mod state;
@@ -27,6 +30,7 @@ pub use budget::{plan_criteria, resolve_budget};
 pub use checkpoints::{
     RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint, task_snapshots,
 };
+pub use control::{CONTROL_VERSION, ControlOp, ask as ask_run, socket_path};
 pub use delivery::{
     ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport, apply,
     clean, diff, leaf_results, plan_apply, plan_clean,
@@ -34,8 +38,13 @@ pub use delivery::{
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};
 pub use liveness::{Liveness, TaskProgress, liveness, task_lifecycle};
+pub use park::{ParkRequest, Parked, complete_park, park_directly};
 pub use records::{DecisionRow, read_decisions};
-pub use run::{AgentSetup, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id, run_plan};
+pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
+pub use run::{
+    AgentSetup, Continuing, Resume, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id,
+    run_plan,
+};
 pub use sandbox::{TaskOutput, Workspace, result_branch};
 pub use state::{
     AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, latest_run, load_run,

@@ -26,25 +26,32 @@ pub enum Liveness {
     Live { pid: u32 },
     /// It did not finish and no process drives it.
     Interrupted,
+    /// No process drives it and tasks of it are parked: it goes on when
+    /// they are resumed (or their wake time comes and it is continued).
+    Parked,
 }
 
 /// How `run` stands now.
 pub fn liveness(state: &StateDir, run: &RunState) -> Liveness {
-    if run.ok.is_some() {
+    let parked = run
+        .tasks
+        .iter()
+        .any(|task| task.state == crate::state::TaskStatus::Suspended);
+    if run.ok.is_some() && !parked {
         return Liveness::Finished;
     }
     let Some(plan) = run.plan_id() else {
         return Liveness::Interrupted;
     };
-    run.tasks
-        .iter()
-        .find_map(|task| {
-            let key = TaskKey::new(plan.clone(), task.task_id.clone());
-            task_holder(state, &key).filter(|holder| holder.run_id == run.run_id)
-        })
-        .map_or(Liveness::Interrupted, |holder| Liveness::Live {
-            pid: holder.pid,
-        })
+    let holder = run.tasks.iter().find_map(|task| {
+        let key = TaskKey::new(plan.clone(), task.task_id.clone());
+        task_holder(state, &key).filter(|holder| holder.run_id == run.run_id)
+    });
+    match holder {
+        Some(holder) => Liveness::Live { pid: holder.pid },
+        None if parked => Liveness::Parked,
+        None => Liveness::Interrupted,
+    }
 }
 
 /// Where a task's journal leaves it in a run.

@@ -47,6 +47,20 @@ impl SharedPool {
         }
     }
 
+    /// What the pool holds free (`None`: the run has no pool).
+    pub(crate) fn free(&self) -> Option<u64> {
+        self.lock().free_micro_usd()
+    }
+
+    /// Reserves a resumed task's envelope: what it had left when it was
+    /// parked. `Ok(None)` when it must wait for headroom.
+    pub(crate) fn reserve_left(&self, left: Option<u64>) -> Option<Option<u64>> {
+        match self.lock().reserve(left) {
+            Reservation::Granted(envelope) => Some(envelope),
+            Reservation::Wait | Reservation::Exhausted { .. } => None,
+        }
+    }
+
     /// A task ended: its envelope (if any) is settled with what it spent.
     /// A task without an envelope settled each attempt as it went.
     pub(crate) fn settle(&self, envelope: Option<u64>, spent: u64) {

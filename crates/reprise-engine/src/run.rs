@@ -22,6 +22,7 @@ use reprise_store::state::{StateDir, now_rfc3339};
 
 use crate::error::{EngineError, Result};
 use crate::events::{Event, EventSink, Message};
+use crate::park::Parked;
 use crate::pool::SharedPool;
 use crate::sandbox::{TaskBase, Workspace, dependent_base};
 use crate::state::{RunState, TaskRecord, TaskStatus};
@@ -51,6 +52,28 @@ pub struct RunOptions {
     /// How agent and gate processes are supervised and contained; `None`
     /// starts them directly (library tests that have no reprise binary).
     pub supervisor: Option<Supervisor>,
+    /// For `run --continue` and a resume with no live run: the run to take
+    /// up again (its id is `run_id`).
+    pub continuing: Option<Continuing>,
+}
+
+/// A run taken up again in a new process: what its ledger says of each
+/// task stands, a task that was running is taken up where its journal left
+/// it, and the parks named here (each checked by [`crate::check_resume`])
+/// are resumed. A park whose wake time has passed is resumed too; any other
+/// park stays parked.
+#[derive(Debug, Clone)]
+pub struct Continuing {
+    pub prior: RunState,
+    pub resume: BTreeMap<TaskId, Resume>,
+}
+
+/// A checked park to resume, the mode asked for, and the approval's digest.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    pub point: crate::resume::ParkPoint,
+    pub mode: Option<reprise_core::retry::RetryMode>,
+    pub approval: Option<reprise_core::digest::Digest>,
 }
 
 /// What the engine needs to supervise and contain each attempt's processes.
@@ -210,7 +233,19 @@ pub fn run_plan(
         .iter()
         .map(|task| (task.id.clone(), adapter_for(task, plan, state)))
         .collect();
-    let workspace = Workspace::detect(state, &options.project, options.include_uncommitted)?;
+    // A continued run works where it worked: its recorded workspace.
+    let workspace = match options
+        .continuing
+        .as_ref()
+        .and_then(|continuing| continuing.prior.workspace.clone())
+    {
+        Some(workspace) => workspace,
+        None => Workspace::detect(state, &options.project, options.include_uncommitted)?,
+    };
+    // The audit chain is read once per run: each task's seal must respect the
+    // seals its journal already has, and reading the chain per task would
+    // make every task cost more than the one before.
+    let audit = read_audit(state, &options.key)?;
     let mut run = RunState {
         v: 1,
         workspace: Some(workspace.clone()),
@@ -285,6 +320,10 @@ pub fn run_plan(
         .enumerate()
         .map(|(index, task)| (&task.id, index))
         .collect();
+    let mut taken_up = match &options.continuing {
+        Some(continuing) => take_up_run(state, plan, &audit, &mut run, continuing)?,
+        None => TakenUpRun::default(),
+    };
     run.save(state, false)?;
     let mut saver = Saver {
         last: std::time::Instant::now(),
@@ -314,10 +353,6 @@ pub fn run_plan(
         });
     }
 
-    // The audit chain is read once per run: each task's seal must respect the
-    // seals its journal already has, and reading the chain per task would
-    // make every task cost more than the one before.
-    let audit = read_audit(state, &options.key)?;
     // The coordinator's own handle on the audit chain: it seals the ledger's
     // head at each task's terminal transition and at the run's end.
     let mut ledger_audit = AuditLog::open(state, options.key.clone())?;
@@ -327,11 +362,42 @@ pub fn run_plan(
         .as_ref()
         .map(|spec| (spec, criteria.as_slice()));
     let mut ledger = Ledger::open(state)?;
-    ledger.run_started(&now_rfc3339(), &run.run_id, plan.id(), workspace.base())?;
+    if options.continuing.is_none() {
+        ledger.run_started(&now_rfc3339(), &run.run_id, plan.id(), workspace.base())?;
+    }
     let pool = SharedPool::new(plan.budget_micro_usd());
     let mut envelopes: BTreeMap<TaskId, Option<u64>> = BTreeMap::new();
+    let controls: BTreeMap<TaskId, crate::park::TaskControl> = order
+        .iter()
+        .map(|task| (task.id.clone(), crate::park::TaskControl::default()))
+        .collect();
     let (sender, receiver) = mpsc::channel::<Message>();
+    // The control socket: `reprise task suspend` reaches the run here.
+    let server = match crate::control::ControlServer::bind(&crate::control::socket_path(
+        state,
+        &options.run_id,
+    )) {
+        Ok(server) => Some(server),
+        Err(err) => {
+            sink.event(&Event::Warning {
+                task: None,
+                message: format!(
+                    "no control socket ({err}): `reprise task suspend` cannot reach this run"
+                ),
+            });
+            None
+        }
+    };
+    let serving = std::sync::atomic::AtomicBool::new(false);
+    let plan_key = |task: &TaskId| TaskKey::new(plan.id().clone(), task.clone());
     std::thread::scope(|scope| -> Result<()> {
+        if let Some(server) = &server {
+            let to_coordinator = sender.clone();
+            let serving = &serving;
+            scope.spawn(move || server.serve(&to_coordinator, serving));
+        }
+        // The socket's thread ends when the run's loop does, however it ends.
+        let _stop_serving = StopOnDrop(&serving);
         let mut running = 0usize;
         loop {
             // Settle what can be settled without running anything.
@@ -379,8 +445,16 @@ pub fn run_plan(
                 {
                     continue;
                 }
-                // Its base: the run's, or its dependencies' results merged.
-                let base = match task_base(&workspace, &run, &position, task)? {
+                let continuation = taken_up.continuations.remove(&task.id);
+                // Its base: the run's, or its dependencies' results merged;
+                // a task taken up again keeps the base it started from.
+                let recorded = continuation
+                    .as_ref()
+                    .and_then(|(_, _, base)| base.clone())
+                    .map(|base| Ok(Some(base)));
+                let base = match recorded
+                    .map_or_else(|| task_base(&workspace, &run, &position, task), Ok)?
+                {
                     Ok(base) => base,
                     Err(reason) => {
                         block_queued(
@@ -394,9 +468,25 @@ pub fn run_plan(
                         continue;
                     }
                 };
-                let envelope = match pool.reserve(task) {
+                let reserved = match continuation.as_ref() {
+                    Some((crate::task::Continuation::Resume { point, .. }, _, _)) => Ok(pool
+                        .reserve_left(
+                            point
+                                .body
+                                .envelope
+                                .reserved_micro_usd
+                                .map(|_| point.body.envelope.headroom_micro_usd),
+                        )),
+                    _ => pool.reserve(task),
+                };
+                let envelope = match reserved {
                     Ok(Some(envelope)) => envelope,
-                    Ok(None) => continue,
+                    Ok(None) => {
+                        if let Some(continuation) = continuation {
+                            taken_up.continuations.insert(task.id.clone(), continuation);
+                        }
+                        continue;
+                    }
                     Err(reason) => {
                         block_queued(
                             &mut ledger,
@@ -411,14 +501,26 @@ pub fn run_plan(
                 };
                 envelopes.insert(task.id.clone(), envelope);
                 run.tasks[position[&task.id]].state = TaskStatus::Running;
-                ledger.transition(
-                    &now_rfc3339(),
-                    &run.run_id,
-                    &task.id,
-                    "queued",
-                    "running",
-                    None,
-                )?;
+                let from = continuation.as_ref().map_or("queued", |(_, from, _)| *from);
+                // A task interrupted while running is still running in the ledger.
+                if from != "running" {
+                    ledger.transition(
+                        &now_rfc3339(),
+                        &run.run_id,
+                        &task.id,
+                        from,
+                        "running",
+                        None,
+                    )?;
+                }
+                let spent_before = match continuation.as_ref() {
+                    Some((crate::task::Continuation::Resume { point, .. }, _, _)) => {
+                        point.body.envelope.spent_micro_usd
+                    }
+                    _ => 0,
+                };
+                taken_up.spent_before.insert(task.id.clone(), spent_before);
+                let continuation = continuation.map(|(continuation, _, _)| continuation);
                 saver.maybe_save(&run, state)?;
                 running += 1;
                 let sender = sender.clone();
@@ -437,6 +539,7 @@ pub fn run_plan(
                 let run_id = options.run_id.as_str();
                 let supervisor = options.supervisor.as_ref();
                 let pool = &pool;
+                let control = &controls[&task.id];
                 scope.spawn(move || {
                     let result = TaskRun {
                         state,
@@ -458,22 +561,87 @@ pub fn run_plan(
                         cancel,
                         supervisor,
                         events: sender.clone(),
+                        control,
+                        spent_before,
+                        continuation,
                     }
                     .execute();
                     let _ = sender.send(Message::Done(task.id.clone(), result));
                 });
             }
-            if running == 0 {
+            if running == 0 && taken_up.timed.is_empty() {
                 break;
             }
-            match receiver.recv().expect("a running task holds a sender") {
+            // A park with a wake time is resumed by the run when it comes.
+            let next_wake = taken_up.timed.values().map(|(at, _)| *at).min();
+            let message = match next_wake {
+                Some(at) => {
+                    let wait = at
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or_default();
+                    match receiver.recv_timeout(wait) {
+                        Ok(message) => message,
+                        Err(_) => {
+                            wake_due(
+                                state,
+                                &options.key,
+                                &mut run,
+                                &mut taken_up,
+                                &plan_key,
+                                sink,
+                            );
+                            continue;
+                        }
+                    }
+                }
+                None => receiver.recv().expect("a running task holds a sender"),
+            };
+            match message {
                 Message::Event(event) => sink.event(&event),
-                Message::Done(id, result) => {
+                Message::Control(request) => {
+                    if let Some(answer) =
+                        control_answer(&request.op, &request.reply, &run, &position, &controls)
+                    {
+                        let _ = request.reply.send(answer);
+                    }
+                }
+                Message::Done(id, mut result) => {
                     running -= 1;
+                    let free_before = pool.free();
+                    let spent_before = taken_up.spent_before.remove(&id).unwrap_or(0);
                     pool.settle(
                         envelopes.get(&id).copied().flatten(),
-                        result.spent_micro_usd,
+                        result.spent_micro_usd.saturating_sub(spent_before),
                     );
+                    if let Some(parked) = result.parked.take() {
+                        if let reprise_store::suspension::Wake::Time { at } = &parked.wake
+                            && let Ok(at) = humantime::parse_rfc3339_weak(at)
+                        {
+                            taken_up.timed.insert(id.clone(), (at, None));
+                        }
+                        apply(&mut run, &id, &result);
+                        finish_park(
+                            ParkEnd {
+                                ledger: &mut ledger,
+                                audit: &mut ledger_audit,
+                                key: &plan_key(&id),
+                                run_id: &run.run_id,
+                                seats,
+                                running,
+                                pool_free: (free_before, pool.free()),
+                            },
+                            parked,
+                        )?;
+                        finish(&mut run, sink, &id, result.status, result.reason.clone());
+                        saver.maybe_save(&run, state)?;
+                        continue;
+                    }
+                    if let Some((_, Some(reply))) = controls[&id].take() {
+                        let _ = reply.send(serde_json::json!({"ok": false, "error": format!(
+                            "task {id} {} before it could be parked",
+                            result.status.as_str()
+                        )}));
+                    }
                     apply(&mut run, &id, &result);
                     if let (Some(prior), TaskStatus::Passed) = (&options.retry_of, result.status) {
                         // A pass also retires the earlier leg's kept reply.
@@ -503,6 +671,136 @@ pub fn run_plan(
     run.ok = Some(run.tasks.iter().all(|task| task.state.delivered()));
     run.save(state, true)?;
     Ok(run)
+}
+
+/// Sets the flag when dropped: the control socket's thread stops serving.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The coordinator's answer to a control request, or `None` when the
+/// answer comes later: a suspend is filed with the task's thread, and the
+/// coordinator answers when it has finished the park.
+fn control_answer(
+    op: &crate::control::ControlOp,
+    reply: &mpsc::Sender<serde_json::Value>,
+    run: &RunState,
+    position: &BTreeMap<&TaskId, usize>,
+    controls: &BTreeMap<TaskId, crate::park::TaskControl>,
+) -> Option<serde_json::Value> {
+    use crate::control::ControlOp;
+    use serde_json::json;
+    match op {
+        ControlOp::Ping => {
+            Some(json!({"ok": true, "run_id": run.run_id, "pid": std::process::id()}))
+        }
+        ControlOp::Suspend { task, wake, reason } => {
+            let Some(&index) = position.get(task) else {
+                return Some(
+                    json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
+                );
+            };
+            let status = run.tasks[index].state;
+            if status != TaskStatus::Running {
+                return Some(json!({"ok": false, "error": format!(
+                    "task {task} is {} in run {}: only a running task can be parked", status.as_str(), run.run_id)}));
+            }
+            let request = crate::control::ControlOp::park_request(wake, reason);
+            match controls[task].request(request, Some(reply.clone())) {
+                Ok(()) => None,
+                Err(err) => Some(json!({"ok": false, "error": err})),
+            }
+        }
+    }
+}
+
+fn parked_json(parked: &Parked) -> serde_json::Value {
+    serde_json::json!({
+        "ok": true,
+        "run_id": parked.run_id,
+        "task": parked.task.task,
+        "plan": parked.task.plan,
+        "park": parked.park,
+        "receipt": parked.receipt,
+        "wake": parked.wake,
+        "released": parked.released.iter().map(|(resource, detail)| serde_json::json!({"resource": resource, "detail": detail})).collect::<Vec<_>>(),
+    })
+}
+
+/// What the coordinator needs to finish a park.
+struct ParkEnd<'a> {
+    ledger: &'a mut Ledger,
+    audit: &'a mut AuditLog,
+    key: &'a TaskKey,
+    run_id: &'a str,
+    seats: usize,
+    running: usize,
+    /// The pool's free amount before and after the headroom came back.
+    pool_free: (Option<u64>, Option<u64>),
+}
+
+/// The coordinator's steps of a park: the seat and the budget, each
+/// released and recorded, then the ledger's `suspended`, then the answer to
+/// whoever asked.
+fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> Result<()> {
+    use reprise_store::suspension::Resource;
+    let ParkEnd {
+        ledger,
+        audit,
+        key,
+        run_id,
+        seats,
+        running,
+        pool_free,
+    } = end;
+    let mut released = parked.released.clone();
+    let seat = serde_json::json!({"seats": seats, "running_after": running});
+    crate::park::write_release(
+        audit,
+        key,
+        run_id,
+        parked.park,
+        parked.receipt,
+        Resource::Seat,
+        seat.clone(),
+    )?;
+    released.push((Resource::Seat, seat));
+    let budget = serde_json::json!({"returned_micro_usd": parked.headroom_micro_usd,
+        "pool_free_before": pool_free.0, "pool_free_after": pool_free.1});
+    crate::park::write_release(
+        audit,
+        key,
+        run_id,
+        parked.park,
+        parked.receipt,
+        Resource::Budget,
+        budget.clone(),
+    )?;
+    released.push((Resource::Budget, budget));
+    let head = ledger.transition(
+        &now_rfc3339(),
+        run_id,
+        &key.task,
+        "running",
+        "suspended",
+        Some(&format!("parked until {}", parked.wake.describe())),
+    )?;
+    seal_ledger(audit, head, &now_rfc3339())?;
+    if let Some(reply) = parked.reply {
+        let _ = reply.send(parked_json(&Parked {
+            run_id: run_id.to_owned(),
+            task: key.clone(),
+            park: parked.park,
+            receipt: parked.receipt,
+            released,
+            wake: parked.wake,
+        }));
+    }
+    Ok(())
 }
 
 /// Rewrites `state.json` at most every `SAVE_EVERY` while a run goes on: a
@@ -621,4 +919,209 @@ fn finish(
         status,
         reason,
     });
+}
+
+/// What a continued run takes up: how each task not yet settled comes back
+/// (its continuation, the ledger state it leaves, the base it started
+/// from), what each had spent, and the parks it wakes at their time.
+#[derive(Debug, Default)]
+struct TakenUpRun {
+    continuations: BTreeMap<TaskId, (crate::task::Continuation, &'static str, Option<String>)>,
+    spent_before: BTreeMap<TaskId, u64>,
+    timed: BTreeMap<TaskId, (std::time::SystemTime, Option<()>)>,
+}
+
+/// Rebuilds a continued run's record from its ledger (the truth about each
+/// task) and its last saved state, and says how each unsettled task is
+/// taken up.
+fn take_up_run(
+    state: &StateDir,
+    plan: &Plan,
+    audit: &reprise_store::audit::AuditSummary,
+    run: &mut RunState,
+    continuing: &Continuing,
+) -> Result<TakenUpRun> {
+    let prior = &continuing.prior;
+    let ledger = reprise_store::ledger::verify_ledger(state, audit)?;
+    run.started_at.clone_from(&prior.started_at);
+    run.retry_of.clone_from(&prior.retry_of);
+    run.plan.clone_from(&prior.plan);
+    let mut taken = TakenUpRun::default();
+    for record in &mut run.tasks {
+        let id = record.task_id.clone();
+        if let Some(before) = prior.task(&id) {
+            record.attempts.clone_from(&before.attempts);
+            record.spent_micro_usd = before.spent_micro_usd;
+            record.judged = before.judged;
+            record.metadata.clone_from(&before.metadata);
+            record.gaps.clone_from(&before.gaps);
+            record.base_commit.clone_from(&before.base_commit);
+            record.cwd.clone_from(&before.cwd);
+            record.output.clone_from(&before.output);
+            record.reason.clone_from(&before.reason);
+        }
+        let key = TaskKey::new(plan.id().clone(), id.clone());
+        let base = || journal_base(state, &key, &run.run_id);
+        match ledger.state_of(&run.run_id, id.as_str()) {
+            None | Some("queued") => record.state = TaskStatus::Queued,
+            Some("running") => {
+                record.state = TaskStatus::Queued;
+                taken.continuations.insert(
+                    id,
+                    (crate::task::Continuation::Interrupted, "running", base()),
+                );
+            }
+            Some("suspended") => match continuing.resume.get(&id) {
+                Some(resume) => {
+                    record.state = TaskStatus::Queued;
+                    taken.continuations.insert(
+                        id,
+                        (
+                            crate::task::Continuation::Resume {
+                                point: Box::new(resume.point.clone()),
+                                mode: resume.mode,
+                                approval: resume.approval,
+                            },
+                            "suspended",
+                            base(),
+                        ),
+                    );
+                }
+                None => {
+                    record.state = TaskStatus::Suspended;
+                    if let Some(point) = crate::resume::latest_park(state, &key, audit)
+                        && let reprise_store::suspension::Wake::Time { at } = &point.body.wake
+                        && let Ok(at) = humantime::parse_rfc3339_weak(at)
+                    {
+                        taken.timed.insert(id, (at, None));
+                    }
+                }
+            },
+            Some(other) => {
+                record.state = status_named(other).unwrap_or(TaskStatus::Failed);
+                if record.state.delivered() && record.output.is_none() {
+                    record.output = journal_output(state, &key, &run.run_id);
+                }
+            }
+        }
+    }
+    Ok(taken)
+}
+
+/// Wakes the timed parks whose time has come: each is checked as any
+/// resume is and queued to run; a park that fails the checks stays parked,
+/// with a warning.
+fn wake_due(
+    state: &StateDir,
+    key: &reprise_store::key::KeyFile,
+    run: &mut RunState,
+    taken: &mut TakenUpRun,
+    plan_key: &dyn Fn(&TaskId) -> TaskKey,
+    sink: &mut dyn EventSink,
+) {
+    let now = std::time::SystemTime::now();
+    let due: Vec<TaskId> = taken
+        .timed
+        .iter()
+        .filter(|(_, (at, _))| *at <= now)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in due {
+        taken.timed.remove(&id);
+        let task_key = plan_key(&id);
+        match crate::resume::check_resume(state, key, &task_key, None) {
+            Ok(point) => {
+                run.task_mut(&id).state = TaskStatus::Queued;
+                let base = journal_base(state, &task_key, &run.run_id);
+                taken.continuations.insert(
+                    id,
+                    (
+                        crate::task::Continuation::Resume {
+                            point: Box::new(point),
+                            mode: None,
+                            approval: None,
+                        },
+                        "suspended",
+                        base,
+                    ),
+                );
+            }
+            Err(refusal) => sink.event(&Event::Warning {
+                task: Some(id),
+                message: format!("its wake time came but it stays parked: {refusal}"),
+            }),
+        }
+    }
+}
+
+fn status_named(name: &str) -> Option<TaskStatus> {
+    [
+        TaskStatus::Queued,
+        TaskStatus::Running,
+        TaskStatus::Passed,
+        TaskStatus::Partial,
+        TaskStatus::Failed,
+        TaskStatus::Blocked,
+        TaskStatus::Cancelled,
+        TaskStatus::Suspended,
+    ]
+    .into_iter()
+    .find(|status| status.as_str() == name)
+}
+
+/// A journal row of `run_id` of the given kind, the latest.
+fn journal_row(
+    state: &StateDir,
+    key: &TaskKey,
+    run_id: &str,
+    kind: &str,
+) -> Option<serde_json::Value> {
+    crate::resume::journal_rows(state, key)
+        .into_iter()
+        .rev()
+        .find(|row| {
+            row.kind == kind
+                && row.body.get("run_id").and_then(serde_json::Value::as_str) == Some(run_id)
+        })
+        .map(|row| row.body)
+}
+
+/// The base commit the task's `task.started` recorded in `run_id`.
+fn journal_base(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<String> {
+    journal_row(
+        state,
+        key,
+        run_id,
+        reprise_core::lifecycle::rows::TASK_STARTED,
+    )?
+    .get("base_commit")?
+    .as_str()
+    .map(str::to_owned)
+}
+
+/// The result the task committed in `run_id`, from its `task.result` row.
+fn journal_output(
+    state: &StateDir,
+    key: &TaskKey,
+    run_id: &str,
+) -> Option<crate::sandbox::TaskOutput> {
+    let body = journal_row(state, key, run_id, reprise_core::lifecycle::rows::RESULT)?;
+    if body.get("error").is_some() {
+        return None;
+    }
+    Some(crate::sandbox::TaskOutput {
+        base: body.get("base_commit")?.as_str()?.to_owned(),
+        commit: body
+            .get("commit")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        branch: body
+            .get("branch")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        files_changed: body
+            .get("files_changed")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0),
+    })
 }

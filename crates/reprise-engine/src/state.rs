@@ -30,6 +30,9 @@ pub enum TaskStatus {
     /// a dependency conflict, or an envelope that can never fit.
     Blocked,
     Cancelled,
+    /// Parked: it holds no process, worktree, seat or reservation, and
+    /// waits for a resume, an approval or a time (`task.suspend`).
+    Suspended,
 }
 
 impl TaskStatus {
@@ -42,11 +45,12 @@ impl TaskStatus {
             Self::Failed => "failed",
             Self::Blocked => "blocked",
             Self::Cancelled => "cancelled",
+            Self::Suspended => "suspended",
         }
     }
 
     pub fn is_terminal(self) -> bool {
-        !matches!(self, Self::Queued | Self::Running)
+        !matches!(self, Self::Queued | Self::Running | Self::Suspended)
     }
 
     /// Whether the task left a result its dependents build on.
@@ -67,6 +71,8 @@ pub enum Outcome {
     Infra,
     /// The agent asked for more context (`NEEDS_CONTEXT: ...`).
     NeedsContext,
+    /// The task was parked while this attempt ran: stopped, not judged.
+    Parked,
 }
 
 /// One gate's verdict on an attempt.

@@ -78,6 +78,24 @@ pub(crate) struct TaskRun<'a> {
     /// How processes are supervised and contained, if they are.
     pub(crate) supervisor: Option<&'a Supervisor>,
     pub(crate) events: Sender<Message>,
+    /// Where a park request for this task arrives.
+    pub(crate) control: &'a crate::park::TaskControl,
+    /// What the task had spent before this leg (a resume's): its envelope
+    /// is what was left.
+    pub(crate) spent_before: u64,
+    /// Set when the task is taken up again rather than started.
+    pub(crate) continuation: Option<Continuation>,
+}
+
+/// A park the task thread recorded; the coordinator finishes it.
+#[derive(Debug, Clone)]
+pub(crate) struct ParkedTask {
+    pub(crate) park: reprise_core::digest::Digest,
+    pub(crate) receipt: reprise_core::digest::Digest,
+    pub(crate) wake: reprise_store::suspension::Wake,
+    pub(crate) released: Vec<(reprise_store::suspension::Resource, Value)>,
+    pub(crate) reply: Option<crate::park::ParkReply>,
+    pub(crate) headroom_micro_usd: u64,
 }
 
 /// How a task's run ended.
@@ -96,6 +114,8 @@ pub(crate) struct TaskResult {
     pub(crate) output: Option<TaskOutput>,
     /// For a partial task: the gates its kept attempt did not pass.
     pub(crate) gaps: Vec<String>,
+    /// The park, when the task was parked.
+    pub(crate) parked: Option<ParkedTask>,
 }
 
 /// A task's three chains, open for appending.
@@ -124,8 +144,10 @@ struct NextAttempt {
     prompt: String,
 }
 
+mod continuation;
 mod executor;
 
+pub(crate) use continuation::Continuation;
 use executor::Executor;
 
 impl TaskRun<'_> {
@@ -142,8 +164,13 @@ impl TaskRun<'_> {
             cwd: None,
             output: None,
             gaps: Vec::new(),
+            parked: None,
         };
-        if let Err(err) = self.attempts(&mut result) {
+        let done = match &self.continuation {
+            Some(continuation) => self.continue_task(&mut result, continuation),
+            None => self.attempts(&mut result),
+        };
+        if let Err(err) = done {
             result.status = TaskStatus::Failed;
             result.reason = Some(err.to_string());
         }
@@ -278,7 +305,7 @@ impl TaskRun<'_> {
             Some(carried) if carried.judged => self.cold(1, Some(carried)),
             _ => NextAttempt {
                 mode: "new",
-                session: SessionMode::New { session_id: None },
+                session: self.new_session(),
                 prompt: task.prompt.clone(),
             },
         };
@@ -409,8 +436,19 @@ impl TaskRun<'_> {
         self.warn_all(built.notices);
         NextAttempt {
             mode: "cold",
-            session: SessionMode::New { session_id: None },
+            session: self.new_session(),
             prompt: built.text,
+        }
+    }
+
+    /// A new session, its id chosen here when the CLI lets us (so it is in
+    /// `attempt.started` before the agent runs).
+    fn new_session(&self) -> SessionMode {
+        SessionMode::New {
+            session_id: self
+                .adapter
+                .chooses_session_ids()
+                .then(|| uuid::Uuid::new_v4().to_string()),
         }
     }
 

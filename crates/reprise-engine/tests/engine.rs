@@ -151,6 +151,7 @@ impl World {
                 key: self.fixture.key.clone(),
                 include_uncommitted: false,
                 supervisor: None,
+                continuing: None,
             },
             &CancelToken::new(),
             &mut recorder,

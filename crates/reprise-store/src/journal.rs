@@ -53,6 +53,11 @@ impl Journal {
             .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))
     }
 
+    /// The journal's last row, if it has one.
+    pub fn head(&mut self) -> Result<Option<Head>> {
+        self.file.head()
+    }
+
     /// The plan's task this journal belongs to.
     pub fn task(&self) -> &TaskKey {
         &self.task

@@ -106,5 +106,10 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
         )),
         (None, None) => {}
     }
-    Ok(Outcome { json, text, ok })
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        code: None,
+    })
 }

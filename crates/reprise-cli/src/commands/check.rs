@@ -55,6 +55,7 @@ pub(crate) fn check(
     }
     text.push_str("check: ok; nothing was run or written\n");
     Ok(Outcome {
+        code: None,
         json: json!({"plan": plan_path, "ok": true, "checks": findings.json}),
         text,
         ok: true,

@@ -74,6 +74,7 @@ pub(crate) fn list(
         text.push('\n');
     }
     Ok(Outcome {
+        code: None,
         json: json!({
             "plan": key.plan.as_str(),
             "task_id": key.task.as_str(),
@@ -129,6 +130,7 @@ pub(crate) fn restore(
             if changes.files.len() == 1 { "" } else { "s" }
         );
         return Ok(Outcome {
+            code: None,
             json: json!({"dry_run": true, "checkpoint": checkpoint.id, "changes": changes}),
             text,
             ok: true,
@@ -175,6 +177,7 @@ pub(crate) fn restore(
         }
     );
     Ok(Outcome {
+        code: None,
         json: json!({
             "dry_run": false,
             "checkpoint": checkpoint.id,

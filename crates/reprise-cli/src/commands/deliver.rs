@@ -116,6 +116,7 @@ pub(crate) fn apply(
         }
     }
     Ok(Outcome {
+        code: None,
         json: json!({
             "run_id": run.run_id,
             "dry_run": dry_run,
@@ -151,6 +152,7 @@ pub(crate) fn diff(
         }
     }
     Ok(Outcome {
+        code: None,
         json: json!({
             "run_id": run.run_id,
             "task_id": task.as_ref().map(TaskId::as_str),
@@ -225,6 +227,7 @@ pub(crate) fn clean(
         if branch_count == 1 { "" } else { "es" },
     );
     Ok(Outcome {
+        code: None,
         json: json!({
             "dry_run": dry_run,
             "items": plan.items,

@@ -102,6 +102,7 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
         ));
     }
     Ok(Outcome {
+        code: None,
         json: json!({
             "state_dir": state.root(),
             "created": created,

@@ -53,6 +53,7 @@ pub(crate) fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcom
         text.push_str("(empty journal)\n");
     }
     Ok(Outcome {
+        code: None,
         json: json!({"plan": task.plan.as_str(), "task_id": task.task.as_str(), "rows": rows, "discarded_lines": discarded}),
         text,
         ok: true,
@@ -187,5 +188,10 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
             "  the last line was torn by a crash: run `reprise replay repair {task}`"
         );
     }
-    Ok(Outcome { json, text, ok })
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        code: None,
+    })
 }

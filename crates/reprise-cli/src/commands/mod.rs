@@ -18,6 +18,7 @@ mod resolve;
 mod run;
 mod shell;
 mod status;
+mod task;
 mod workspace;
 
 use crate::cli::{
@@ -45,6 +46,17 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Completions { shell } => shell::completions(shell),
         Command::Man => shell::man()?,
         Command::Run {
+            continue_run: Some(run_id),
+            seats,
+            events,
+            ..
+        } => run::continue_run(
+            &settings.with_events(events),
+            &run_id,
+            seats,
+            std::collections::BTreeMap::new(),
+        )?,
+        Command::Run {
             plan,
             retry_failed,
             seats,
@@ -52,6 +64,7 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             include_uncommitted,
             check: _,
             events,
+            continue_run: None,
         } => run::run(
             &settings.with_events(events),
             plan.as_deref(),
@@ -146,6 +159,20 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
         Command::Task(TaskCommand::List) => status::list(settings)?,
         Command::Task(TaskCommand::Show { task, plan }) => {
             status::show(&settings.with_plan(plan.name), &task)?
+        }
+        Command::Task(TaskCommand::Suspend {
+            task,
+            plan,
+            until,
+            reason,
+        }) => task::suspend(
+            &settings.with_plan(plan.name),
+            &task,
+            until.as_deref(),
+            reason,
+        )?,
+        Command::Task(TaskCommand::Resume { task, plan, mode }) => {
+            task::resume(&settings.with_plan(plan.name), &task, mode)?
         }
         Command::Lineage(LineageCommand::Show { task, plan }) => {
             lineage::show(&settings.with_plan(plan.name), &task)?

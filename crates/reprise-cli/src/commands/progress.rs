@@ -123,6 +123,7 @@ impl Progress {
             AttemptOutcome::Judged => paint(self.display, 31, "FAIL "),
             AttemptOutcome::Infra => paint(self.display, 33, "INFRA"),
             AttemptOutcome::NeedsContext => paint(self.display, 33, "ASK  "),
+            AttemptOutcome::Parked => paint(self.display, 36, "PARK "),
         }
     }
 }

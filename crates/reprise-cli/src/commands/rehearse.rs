@@ -158,6 +158,7 @@ pub(crate) fn rehearse(
     );
     text.push_str(&traffic_table(&tasks));
     Ok(Outcome {
+        code: None,
         json: json!({
             "run": run_json(&run),
             "rehearsal": {
@@ -448,6 +449,7 @@ pub(crate) fn serve(
         tasks.push(json!({"task": task, "traffic": traffic}));
     }
     Ok(Outcome {
+        code: None,
         json: json!({"server": url, "log": log, "tasks": tasks}),
         text: out,
         ok: true,

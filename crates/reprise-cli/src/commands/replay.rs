@@ -161,5 +161,10 @@ pub(crate) fn repair(
         ([only], _) if !all => only.clone(),
         _ => json!({"ok": ok, "repairs": reports}),
     };
-    Ok(Outcome { json, text, ok })
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        code: None,
+    })
 }

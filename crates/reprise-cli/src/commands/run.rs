@@ -171,18 +171,94 @@ pub(crate) fn run(
         BTreeMap::new(),
         include_uncommitted,
     )?;
+    Ok(finished(settings, &run))
+}
+
+/// `reprise run --continue RUN`: takes up an interrupted or parked run in
+/// this process.
+pub(crate) fn continue_run(
+    settings: &Settings,
+    run_id: &str,
+    seats: Option<u32>,
+    resume: BTreeMap<TaskId, reprise_engine::Resume>,
+) -> Result<Outcome, CliError> {
+    let prepared = prepare_continue(settings, run_id, resume)?;
+    let run = execute(
+        settings,
+        prepared,
+        run_id.to_owned(),
+        seats,
+        BTreeMap::new(),
+        false,
+    )?;
+    Ok(finished(settings, &run))
+}
+
+/// What a continued run needs, checked before anything is written: the run
+/// exists, no process drives it, and it has something left to do.
+pub(crate) fn prepare_continue(
+    settings: &Settings,
+    run_id: &str,
+    resume: BTreeMap<TaskId, reprise_engine::Resume>,
+) -> Result<Prepared, CliError> {
+    reprise_core::check_run_id(run_id).map_err(|err| CliError::usage(err.to_string()))?;
+    let state = settings.state()?;
+    let prior =
+        reprise_engine::load_run(&state, run_id).map_err(|err| CliError::usage(err.to_string()))?;
+    match reprise_engine::liveness(&state, &prior) {
+        reprise_engine::Liveness::Live { pid } => {
+            return Err(CliError::usage(format!(
+                "run {run_id} is live (pid {pid}): it goes on by itself; `reprise status {run_id}` shows it"
+            )));
+        }
+        reprise_engine::Liveness::Finished => {
+            return Err(CliError::usage(format!(
+                "run {run_id} has finished; nothing to continue (`reprise run --retry-failed {run_id}` re-runs its failed tasks)"
+            )));
+        }
+        reprise_engine::Liveness::Interrupted | reprise_engine::Liveness::Parked => {}
+    }
+    let plan_path = PathBuf::from(&prior.plan);
+    let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    if prior.plan_id().as_ref() != Some(plan.id()) {
+        return Err(CliError::usage(format!(
+            "the plan file {} is no longer plan {} of run {run_id}; restore it to continue the run",
+            plan_path.display(),
+            prior.plan_name
+        )));
+    }
+    check_containment(&plan)?;
+    let retry_budget =
+        resolve_budget(&plan, None).map_err(|err| CliError::usage(err.to_string()))?;
+    let (state, key) = open_or_create_state(settings)?;
+    Ok(Prepared {
+        plan,
+        plan_path,
+        prior: None,
+        retry_budget,
+        state,
+        key,
+        continuing: Some(reprise_engine::Continuing { prior, resume }),
+    })
+}
+
+/// The outcome of a run that ended: exit 0 when every task passed, 3 when
+/// some are parked (each with the command that wakes it), else 1.
+fn finished(settings: &Settings, run: &RunState) -> Outcome {
     let ok = run.ok == Some(true);
     if settings.events {
-        emit_event(
-            "run.finished",
-            &mut json!({"ok": ok, "run": run_json(&run)}),
-        );
+        emit_event("run.finished", &mut json!({"ok": ok, "run": run_json(run)}));
     }
-    Ok(Outcome {
-        json: run_json(&run),
-        text: summary_text(&run),
+    let parked = run
+        .tasks
+        .iter()
+        .any(|task| task.state == reprise_engine::TaskStatus::Suspended);
+    Outcome {
+        code: parked.then_some(crate::error::EXIT_PARKED),
+        json: run_json(run),
+        text: summary_text(run),
         ok,
-    })
+    }
 }
 
 /// A run that can start: the plan and budget validated, the state directory
@@ -194,6 +270,8 @@ pub(crate) struct Prepared {
     pub(crate) retry_budget: Option<BudgetSpec>,
     pub(crate) state: StateDir,
     pub(crate) key: KeyFile,
+    /// For `run --continue` and a resume with no live run.
+    pub(crate) continuing: Option<reprise_engine::Continuing>,
 }
 
 /// Validates everything a run needs before anything is written, then finds
@@ -259,6 +337,7 @@ pub(crate) fn prepare_checked(
         retry_budget,
         state,
         key,
+        continuing: None,
     })
 }
 
@@ -402,6 +481,7 @@ pub(crate) fn execute(
         retry_budget,
         state,
         key,
+        continuing,
     } = prepared;
     let project = state
         .root()
@@ -426,6 +506,7 @@ pub(crate) fn execute(
         key,
         include_uncommitted,
         supervisor: Some(supervisor(settings)),
+        continuing,
     };
     let ran = if settings.events {
         run_plan(&state, &plan, options, &cancel, &mut EventStream)
@@ -555,6 +636,12 @@ pub(crate) fn run_json(run: &RunState) -> Value {
 fn run_verdict(run: &RunState) -> &'static str {
     if run.ok == Some(true) {
         "ok"
+    } else if run
+        .tasks
+        .iter()
+        .any(|task| task.state == reprise_engine::TaskStatus::Suspended)
+    {
+        "PARKED"
     } else if stopped_by().is_some()
         || run
             .tasks
@@ -581,7 +668,21 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         count(run.tasks.len() as u64, "task"),
         money(spent),
     );
-    // Blocked tasks first: they need a person.
+    // Parked tasks first, with what wakes each.
+    for task in run
+        .tasks
+        .iter()
+        .filter(|task| task.state == reprise_engine::TaskStatus::Suspended)
+    {
+        let _ = writeln!(
+            text,
+            "  PARKED  {:<12} {}; wake it: reprise task resume {}",
+            task.task_id.as_str(),
+            task.reason.as_deref().unwrap_or("parked"),
+            task.task_id.as_str()
+        );
+    }
+    // Blocked tasks next: they need a person.
     for task in run
         .tasks
         .iter()

@@ -15,6 +15,7 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Outcome {
     clap_complete::generate(shell, &mut command, "reprise", &mut script);
     let script = String::from_utf8_lossy(&script).into_owned();
     Outcome {
+        code: None,
         json: json!({"shell": shell.to_string(), "script": script}),
         text: script,
         ok: true,
@@ -30,6 +31,7 @@ pub(crate) fn man() -> Result<Outcome, CliError> {
         .map_err(|err| CliError::usage(format!("cannot render the manual page: {err}")))?;
     let page = String::from_utf8_lossy(&page).into_owned();
     Ok(Outcome {
+        code: None,
         json: json!({"man": page}),
         text: page,
         ok: true,

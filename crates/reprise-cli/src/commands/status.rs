@@ -66,6 +66,7 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
             reprise_engine::Outcome::Judged => "not accepted",
             reprise_engine::Outcome::Infra => "infrastructure failure",
             reprise_engine::Outcome::NeedsContext => "asked for context",
+            reprise_engine::Outcome::Parked => "stopped by a park",
         }),
     }
     if !attempt.gates.is_empty() {
@@ -195,12 +196,18 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         run.run_id,
         run.plan_name,
         match (run.ok, liveness) {
+            (_, reprise_engine::Liveness::Live { pid }) => format!("running (live, pid {pid})"),
+            (_, reprise_engine::Liveness::Parked) => format!(
+                "PARKED: tasks wait for a resume, an approval or a time; `reprise task list-suspended` lists them, `reprise run --continue {}` takes the run up",
+                run.run_id
+            ),
             (Some(true), _) => "ok".to_owned(),
             (Some(false), _) => "FAILED".to_owned(),
-            (None, reprise_engine::Liveness::Live { pid }) => format!("running (live, pid {pid})"),
-            (None, _) => "INTERRUPTED: it stopped before it finished and no process drives it; \
-                          start a new run of its plan with `reprise run`"
-                .to_owned(),
+            (None, _) => format!(
+                "INTERRUPTED: it stopped before it finished and no process drives it; \
+                 `reprise run --continue {}` takes it up where it stopped",
+                run.run_id
+            ),
         }
     );
     // Where each unfinished task was, as its journal reads back.
@@ -296,7 +303,12 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     json["liveness"] = json!(liveness);
     json["lifecycle"] = Value::Object(lifecycles);
     json["attempt_elapsed_ms"] = Value::Object(elapsed_of);
-    Ok(Outcome { json, text, ok })
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        code: None,
+    })
 }
 
 /// Where a task's journal leaves it, in words.
@@ -333,9 +345,10 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         let run = load_run(&state, id).map_err(engine_error)?;
         let liveness = reprise_engine::liveness(&state, &run);
         let standing = match (run.ok, liveness) {
+            (_, reprise_engine::Liveness::Live { .. }) => "live",
+            (_, reprise_engine::Liveness::Parked) => "parked",
             (Some(true), _) => "ok",
             (Some(false), _) => "failed",
-            (None, reprise_engine::Liveness::Live { .. }) => "live",
             (None, _) => "interrupted",
         };
         let shown_standing = match liveness {
@@ -386,6 +399,7 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         text.push_str("no runs yet: start one with `reprise run PLAN`\n");
     }
     Ok(Outcome {
+        code: None,
         json: json!({"runs": rows}),
         text,
         ok: true,
@@ -412,6 +426,7 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
                            "spent_micro_usd": task.spent_micro_usd}))
         .collect();
     Ok(Outcome {
+        code: None,
         json: json!({"run_id": run.run_id, "tasks": tasks}),
         text,
         ok: true,
@@ -463,6 +478,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         let _ = writeln!(text, "  {key}: {value}");
     }
     Ok(Outcome {
+        code: None,
         json: json!({
             "plan": key.plan.as_str(),
             "task_id": id.as_str(),

@@ -367,3 +367,23 @@ fn push_gate_outputs(
         }
     }
 }
+
+/// What a resumed session is told when its parked task wakes: its files are
+/// as it left them, why it was parked, and what the person who woke it
+/// said (an approval's note). Both texts are the operator's, not an agent's.
+pub fn resume_prompt(reason: Option<&str>, note: Option<&str>) -> String {
+    let mut text = String::from(
+        "Your work on this task was paused and is now resumed. The files are as you left them.",
+    );
+    if let Some(reason) = reason.filter(|reason| !reason.trim().is_empty()) {
+        text.push_str(&format!("\nIt was paused because: {}", reason.trim()));
+    }
+    if let Some(note) = note.filter(|note| !note.trim().is_empty()) {
+        text.push_str(&format!(
+            "\nThe person who resumed it says: {}",
+            note.trim()
+        ));
+    }
+    text.push_str("\nContinue the task from where you stopped, and finish it.");
+    text
+}

@@ -21,7 +21,7 @@ mod tests;
 pub use compose::{
     BuiltPrompt, CORRECTIVE_TEMPLATE_ID, ContextRequest, FailedGate, GATE_OUTPUT_MAX,
     INSTRUCTION_TAG, NonceSource, PreviousAttempt, REPLY_QUOTE_MAX, RetryContext, cold_prompt,
-    cold_retry_prompt, corrective,
+    cold_retry_prompt, corrective, resume_prompt,
 };
 pub use excerpt::excerpt;
 pub use fence::{Fenced, Nonce, fence, fence_or_notice};

@@ -92,6 +92,9 @@ pub(super) struct Executor<'r, 'a> {
     next_model: Option<String>,
     /// What the latest decision changed besides the mode.
     modification: Option<Value>,
+    /// A park stopped the running agent; its session, if it had one.
+    agent_stopped: bool,
+    parked_session: Option<String>,
 }
 
 impl<'r, 'a> Executor<'r, 'a> {
@@ -142,13 +145,39 @@ impl<'r, 'a> Executor<'r, 'a> {
             next_timeout: None,
             next_model: None,
             modification: None,
+            agent_stopped: false,
+            parked_session: None,
         }
     }
 
     /// Drives the lifecycle from `task.started` to `task.finished`.
     pub(super) fn drive(&mut self, policy: &Policy) -> Result<()> {
-        let mut state = TaskState::Queued;
-        let mut pending = VecDeque::from([TaskEvent::Started]);
+        self.drive_from(policy, TaskState::Queued, vec![TaskEvent::Started])
+    }
+
+    /// Drives the lifecycle from `state` whose `effects` are still to do.
+    pub(super) fn drive_with(
+        &mut self,
+        policy: &Policy,
+        state: TaskState,
+        effects: Vec<Effect>,
+    ) -> Result<()> {
+        let mut first = Vec::new();
+        for effect in effects {
+            first.extend(self.perform(state, effect)?);
+        }
+        self.drive_from(policy, state, first)
+    }
+
+    /// Drives the lifecycle from `state`, fed `first`: a continued task
+    /// picks up where its journal left it.
+    pub(super) fn drive_from(
+        &mut self,
+        policy: &Policy,
+        mut state: TaskState,
+        first: Vec<TaskEvent>,
+    ) -> Result<()> {
+        let mut pending = VecDeque::from(first);
         while let Some(event) = pending.pop_front() {
             let step = transition(policy, state, event)
                 .map_err(|err| EngineError::Lifecycle(err.to_string()))?;
@@ -194,10 +223,285 @@ impl<'r, 'a> Executor<'r, 'a> {
                 self.finish(terminal)?;
                 Some(TaskEvent::Finished)
             }
+            Effect::Park { next } => {
+                self.park(next)?;
+                None
+            }
         })
     }
 
+    /// Takes up what the journal says of the task's earlier attempts in
+    /// this run: their summaries and cost, the budget they consumed, the
+    /// checkpoints before the first and the latest attempt.
+    pub(super) fn take_up(&mut self, taken: super::continuation::TakenUp) -> Result<()> {
+        self.result.spent_micro_usd = taken
+            .attempts
+            .iter()
+            .filter_map(|attempt| attempt.cost_micro_usd)
+            .sum();
+        self.result.attempts = taken.attempts;
+        self.attempt = taken.attempt;
+        if let Some(budget) = self.budget.as_mut() {
+            for _ in 0..taken.budget_consumed {
+                let _ = budget.consume();
+            }
+        }
+        if let Some(store) = &self.snapshots {
+            let find = |found: Option<(String, Digest)>| -> Result<Option<(Checkpoint, Digest)>> {
+                Ok(match found {
+                    Some((id, hash)) => Some((store.find(&id)?, hash)),
+                    None => None,
+                })
+            };
+            self.base_checkpoint = find(taken.base_checkpoint)?;
+            self.attempt_checkpoint = find(taken.attempt_checkpoint)?;
+        }
+        Ok(())
+    }
+
+    /// The process that ran attempt `attempt` died with it: the agent's end
+    /// is recorded as an interruption (with the session the attempt started,
+    /// so the retry can resume it) and the attempt is judged as the
+    /// infrastructure failure it was.
+    pub(super) fn interrupted(
+        &mut self,
+        attempt: u32,
+        (mode, session_id): (&'static str, Option<String>),
+        agent_ended: bool,
+    ) -> Result<()> {
+        let run = self.run;
+        self.attempt = attempt;
+        // The summary names the mode the interrupted attempt ran in.
+        self.next.mode = mode;
+        let tmp = run.state.attempt_tmp_dir(run.run_id, &run.task.id, attempt);
+        let _ = fs::create_dir_all(&tmp);
+        self.tmp = Some(tmp);
+        self.started = Some(Instant::now());
+        let report = AttemptReport {
+            outcome: AttemptOutcome::Infra {
+                kind: InfraKind::Interrupted,
+                detail: "the process driving the run died while the attempt ran".to_owned(),
+            },
+            session_id: session_id.clone(),
+            cost_micro_usd: None,
+            adapter: run.adapter.name(),
+            cli_version: None,
+            cwd: self.cwd.clone(),
+            config_home: run.setup.config_home.clone(),
+            argv: Vec::new(),
+            elapsed: std::time::Duration::ZERO,
+            streams: Default::default(),
+        };
+        if agent_ended {
+            self.agent_ended =
+                super::continuation::last_agent_end(run.state, &self.key, run.run_id);
+        } else {
+            let workspace_hash = run.workspace_hash(&self.cwd)?;
+            let head = self.journal.append(
+                rows::AGENT_ENDED,
+                &now_rfc3339(),
+                &json!({"run_id": run.run_id, "attempt": attempt, "session_id": session_id,
+                        "workspace_hash": workspace_hash, "interrupted": true}),
+            )?;
+            self.agent_ended = Some(head.digest);
+        }
+        self.report = Some(report);
+        Ok(())
+    }
+
+    /// What the task spent in this leg of it (a resumed task's envelope is
+    /// what was left when it parked).
+    fn spent_this_leg(&self) -> u64 {
+        self.result
+            .spent_micro_usd
+            .saturating_sub(self.run.spent_before)
+    }
+
+    /// The agent was stopped for a park: what it cost is counted, its
+    /// session kept for a warm resume, its output kept, and the attempt
+    /// listed as parked (not judged, not a failure).
+    fn stopped_for_park(&mut self, attempt: u32, report: AttemptReport) {
+        let run = self.run;
+        self.result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
+        if let Some(session_id) = &report.session_id {
+            run.preserve_transcript(session_id, &self.cwd);
+        }
+        let summary = AttemptSummary {
+            n: attempt,
+            mode: self.next.mode.to_owned(),
+            session_id: report.session_id.clone(),
+            judged: false,
+            outcome: crate::state::Outcome::Parked,
+            infra_kind: None,
+            exit_code: None,
+            gates: Vec::new(),
+            cost_micro_usd: report.cost_micro_usd,
+            elapsed_ms: self.started.map_or(0, |started| {
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+            }),
+            agent_us: u64::try_from(report.elapsed.as_micros()).unwrap_or(u64::MAX),
+            gates_us: 0,
+        };
+        self.keep_logs(attempt, &report, &summary);
+        self.remove_tmp();
+        let mut body = attempt_body(
+            run.run_id,
+            &summary,
+            &report,
+            run.containment_body(&report, self.sandboxed),
+        );
+        body["accepted"] = json!("parked");
+        // A store failure here surfaces at the park's own first write.
+        let _ = self
+            .journal
+            .append(rows::ATTEMPT_FINISHED, &now_rfc3339(), &body);
+        self.parked_session = report.session_id.or_else(|| self.last_session());
+        self.agent_stopped = true;
+        self.result.attempts.push(summary);
+    }
+
+    /// The session of the latest attempt that had one.
+    fn last_session(&self) -> Option<String> {
+        self.result
+            .attempts
+            .iter()
+            .rev()
+            .find_map(|attempt| attempt.session_id.clone())
+    }
+
+    /// Records the park and gives back the process and the sandbox; the
+    /// coordinator gives back the seat and the budget and moves the ledger.
+    fn park(&mut self, next: u32) -> Result<()> {
+        use reprise_store::suspension::{
+            EnvelopeBalance, JournalHead, ParkCause, Resource, SUSPEND_KIND, SuspendBody, Wake,
+        };
+        let run = self.run;
+        let (request, reply) = run.control.take().unwrap_or((
+            crate::park::ParkRequest {
+                wake: Wake::Resume,
+                cause: ParkCause::Request,
+                reason: None,
+                question: None,
+            },
+            None,
+        ));
+        let workspace_hash = run.workspace_hash(&self.cwd)?;
+        let spent = self.result.spent_micro_usd;
+        let reserved = run.envelope_micro_usd;
+        let body = SuspendBody {
+            run_id: run.run_id.to_owned(),
+            attempt: next.saturating_sub(u32::from(self.agent_stopped)).max(1),
+            session_id: self.parked_session.clone().or_else(|| self.last_session()),
+            workspace_hash,
+            journal_head: self.journal.head()?.map(|head| JournalHead {
+                seq: head.seq,
+                event_hash: head.digest,
+            }),
+            envelope: EnvelopeBalance {
+                reserved_micro_usd: reserved,
+                spent_micro_usd: spent,
+                headroom_micro_usd: reserved
+                    .map_or(0, |reserved| reserved.saturating_sub(self.spent_this_leg())),
+            },
+            wake: request.wake.clone(),
+            cause: request.cause,
+            reason: request.reason.clone(),
+            question: request.question.clone(),
+            grant_hash: String::new(),
+        };
+        let head = self.journal.append(
+            SUSPEND_KIND,
+            &now_rfc3339(),
+            &serde_json::to_value(&body).expect("a suspend body serialises"),
+        )?;
+        crate::park::hold_at("suspend");
+        let receipt = crate::park::write_receipt(&mut self.audit, &self.key, &body, head)?;
+        let mut released = Vec::new();
+        // The agent's process group was killed and reaped by its driver
+        // before the attempt returned.
+        let process = json!({"stopped": self.agent_stopped, "reaped": true,
+                             "attempt": body.attempt});
+        crate::park::write_release(
+            &mut self.audit,
+            &self.key,
+            run.run_id,
+            head.digest,
+            receipt,
+            Resource::Process,
+            process.clone(),
+        )?;
+        released.push((Resource::Process, process));
+        let sandbox = self.release_sandbox(next)?;
+        crate::park::write_release(
+            &mut self.audit,
+            &self.key,
+            run.run_id,
+            head.digest,
+            receipt,
+            Resource::Sandbox,
+            sandbox.clone(),
+        )?;
+        released.push((Resource::Sandbox, sandbox));
+        self.result.status = TaskStatus::Suspended;
+        self.result.reason = Some(format!("parked until {}", request.wake.describe()));
+        self.result.parked = Some(super::ParkedTask {
+            park: head.digest,
+            receipt,
+            wake: request.wake,
+            released,
+            reply,
+            headroom_micro_usd: body.envelope.headroom_micro_usd,
+        });
+        Ok(())
+    }
+
+    /// Snapshots the worktree and removes it; a task run in place keeps its
+    /// directory (it is the user's), with a checkpoint of it when it has
+    /// checkpoints.
+    fn release_sandbox(&mut self, next: u32) -> Result<Value> {
+        let run = self.run;
+        let checkpoint = match &self.snapshots {
+            Some(store) => {
+                let hash = run.workspace_hash(&self.cwd)?;
+                Some(checkpoints::take(
+                    store,
+                    &mut self.journal,
+                    run.run_id,
+                    next,
+                    "parked",
+                    hash,
+                )?)
+            }
+            None => None,
+        };
+        let files = checkpoint
+            .as_ref()
+            .map(|checkpoint| checkpoint.manifest.files);
+        let id = checkpoint.as_ref().map(|checkpoint| checkpoint.id.clone());
+        match (self.isolated, run.workspace.repo()) {
+            (true, Some(repo)) => {
+                let dir = run.state.worktree_dir(run.run_id, &run.task.id);
+                crate::park::remove_worktree(run.state, repo, &dir)?;
+                Ok(crate::park::sandbox_detail(
+                    id.as_deref(),
+                    &dir,
+                    true,
+                    files,
+                ))
+            }
+            _ => Ok(crate::park::sandbox_detail(
+                id.as_deref(),
+                &self.cwd,
+                false,
+                files,
+            )),
+        }
+    }
+
     fn take_checkpoint(&mut self, attempt: u32) -> Result<Option<TaskEvent>> {
+        if self.run.control.pending() {
+            return Ok(Some(TaskEvent::ParkRequested));
+        }
         if self.run.cancel.is_cancelled() {
             return Ok(Some(TaskEvent::CancelRequested));
         }
@@ -247,10 +551,12 @@ impl<'r, 'a> Executor<'r, 'a> {
         let env = self.attempt_env(&tmp);
         // A task without an envelope holds what is free in the run's pool
         // while its attempt runs.
+        // The agent watches the run's cancel and the task's park.
+        let stop = run.control.begin_agent(run.cancel);
         let mut hold = run.pool.attempt_budget(
             run.envelope_micro_usd
-                .map(|envelope| envelope.saturating_sub(self.result.spent_micro_usd)),
-            run.cancel,
+                .map(|envelope| envelope.saturating_sub(self.spent_this_leg())),
+            &stop,
         );
         let remaining = hold.budget();
         let supervision = run.supervision(&self.cwd, &tmp, true);
@@ -277,11 +583,16 @@ impl<'r, 'a> Executor<'r, 'a> {
                 },
                 model: self.next_model.clone(),
             },
-            run.cancel,
+            &stop,
         );
+        let parking = run.control.end_agent();
         hold.spent(report.cost_micro_usd.unwrap_or(0));
         drop(hold);
         self.tmp = Some(tmp);
+        if parking {
+            self.stopped_for_park(attempt, report);
+            return Ok(TaskEvent::ParkRequested);
+        }
         let session_gone = matches!(
             report.outcome,
             AttemptOutcome::Infra {

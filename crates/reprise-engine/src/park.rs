@@ -1,0 +1,476 @@
+//! Parking a task (DESIGN.md section 9): the request that stops a running
+//! task's agent, and the steps that record the park and give back what the
+//! task holds, each durable before the next: the `task.suspend` journal row,
+//! its audit receipt, then one release row per resource, each written after
+//! the release it records really happened.
+//!
+//! Who performs the steps: a live run's task thread writes the journal row,
+//! the receipt and the process and sandbox releases (it owns the task's
+//! journal and worktree); its coordinator returns the seat and the budget
+//! and moves the ledger. With no live run, `reprise task suspend` does all
+//! of it, and a park cut short by a crash is completed
+//! by the next command that finds it.
+
+use std::path::Path;
+use std::sync::{Mutex, PoisonError, mpsc};
+
+use reprise_agents::CancelToken;
+use reprise_core::TaskKey;
+use reprise_core::digest::Digest;
+use reprise_core::record::Head;
+use reprise_store::audit::AuditLog;
+use reprise_store::git::Git;
+use reprise_store::state::{StateDir, now_rfc3339};
+use reprise_store::suspension::{
+    ParkCause, RELEASE_KIND, Release, Resource, SUSPEND_RECEIPT_KIND, SuspendBody, SuspendReceipt,
+    Wake,
+};
+use serde_json::{Value, json};
+
+use crate::error::{EngineError, Result};
+
+/// What a park request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkRequest {
+    pub wake: Wake,
+    pub cause: ParkCause,
+    pub reason: Option<String>,
+    /// What the agent asked, for a park that waits on a person.
+    pub question: Option<String>,
+}
+
+/// What a finished park reports to whoever asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parked {
+    pub run_id: String,
+    pub task: TaskKey,
+    /// The `task.suspend` row's event hash.
+    pub park: Digest,
+    /// The receipt's hash in the audit chain.
+    pub receipt: Digest,
+    pub released: Vec<(Resource, Value)>,
+    pub wake: Wake,
+}
+
+/// Where the answer to a park request goes (the control socket's reply).
+pub(crate) type ParkReply = mpsc::Sender<Value>;
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The running attempt's own stop token, while its agent runs.
+    agent: Option<CancelToken>,
+    request: Option<(ParkRequest, Option<ParkReply>)>,
+}
+
+/// One running task's handle for parks: the coordinator (asked over the
+/// control socket, or by the agent's own stop) files a request; the task
+/// thread stops its agent, if one runs, and parks at the next step.
+#[derive(Debug, Default)]
+pub(crate) struct TaskControl {
+    inner: Mutex<Inner>,
+}
+
+impl TaskControl {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Files a park request; a running agent is stopped at once. `Err` gives
+    /// the request back when one is already pending.
+    pub(crate) fn request(
+        &self,
+        request: ParkRequest,
+        reply: Option<ParkReply>,
+    ) -> std::result::Result<(), String> {
+        let mut inner = self.lock();
+        if inner.request.is_some() {
+            return Err("a park of this task is already under way".to_owned());
+        }
+        if let Some(agent) = &inner.agent {
+            agent.cancel();
+        }
+        inner.request = Some((request, reply));
+        Ok(())
+    }
+
+    /// The token the attempt's agent watches: the run's, plus a park's.
+    pub(crate) fn begin_agent(&self, run: &CancelToken) -> CancelToken {
+        let token = run.child();
+        let mut inner = self.lock();
+        if inner.request.is_some() {
+            token.cancel();
+        }
+        inner.agent = Some(token.clone());
+        token
+    }
+
+    /// The agent ended; true when a park stopped it (or is pending).
+    pub(crate) fn end_agent(&self) -> bool {
+        let mut inner = self.lock();
+        inner.agent = None;
+        inner.request.is_some()
+    }
+
+    pub(crate) fn pending(&self) -> bool {
+        self.lock().request.is_some()
+    }
+
+    pub(crate) fn take(&self) -> Option<(ParkRequest, Option<ParkReply>)> {
+        self.lock().request.take()
+    }
+}
+
+/// A test-only hold: with `REPRISE_TEST_PARK_HOLD=<step>` the process says
+/// so on stderr and waits there for ever (to be killed with SIGKILL), so a
+/// test can cut a park at every step boundary.
+// The engine never prints, but this hook exists for tests alone, which
+// wait for this very line before they kill the process.
+#[allow(clippy::print_stderr)]
+pub(crate) fn hold_at(step: &str) {
+    if std::env::var("REPRISE_TEST_PARK_HOLD").is_ok_and(|held| held == step) {
+        eprintln!("reprise: test hold at park step {step}");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
+/// Writes the park's receipt: the audit row binding its `task.suspend` row.
+pub(crate) fn write_receipt(
+    audit: &mut AuditLog,
+    key: &TaskKey,
+    body: &SuspendBody,
+    suspend: Head,
+) -> Result<Digest> {
+    let receipt = SuspendReceipt {
+        plan: key.plan.clone(),
+        task_id: key.task.clone(),
+        run_id: body.run_id.clone(),
+        park: suspend.digest,
+        journal_seq: suspend.seq,
+        session_id: body.session_id.clone(),
+        workspace_hash: body.workspace_hash,
+        wake: body.wake.clone(),
+    };
+    let head = audit.append(SUSPEND_RECEIPT_KIND, &now_rfc3339(), &to_value(&receipt))?;
+    hold_at("receipt");
+    Ok(head.digest)
+}
+
+/// Records one release (already done) against the park's receipt.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_release(
+    audit: &mut AuditLog,
+    key: &TaskKey,
+    run_id: &str,
+    park: Digest,
+    receipt: Digest,
+    resource: Resource,
+    detail: Value,
+) -> Result<()> {
+    let release = Release {
+        plan: key.plan.clone(),
+        task_id: key.task.clone(),
+        run_id: run_id.to_owned(),
+        park,
+        receipt,
+        resource,
+        detail,
+    };
+    audit.append(RELEASE_KIND, &now_rfc3339(), &to_value(&release))?;
+    hold_at(resource.as_str());
+    Ok(())
+}
+
+fn to_value(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).expect("park records serialise")
+}
+
+/// Removes a task's worktree (its files are in the park's checkpoint):
+/// through git, so its admin entry goes too, and as a directory if git no
+/// longer knows it. The worktree lock keeps git's admin directory whole.
+pub(crate) fn remove_worktree(state: &StateDir, repo: &Path, dir: &Path) -> Result<()> {
+    let _lock = reprise_store::locks::worktree_lock(state)?;
+    let git = Git::new(repo);
+    let mut command = git.command();
+    command
+        .args(["worktree", "remove", "--force", "--force"])
+        .arg(dir);
+    let removed = git.output(command).is_ok();
+    if !removed && dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|err| EngineError::Sandbox {
+            task: dir.display().to_string(),
+            detail: format!("cannot remove the parked worktree: {err}"),
+        })?;
+    }
+    Ok(())
+}
+
+/// The release detail of a worktree snapshotted and removed.
+pub(crate) fn sandbox_detail(
+    checkpoint: Option<&str>,
+    path: &Path,
+    removed: bool,
+    files: Option<u64>,
+) -> Value {
+    json!({"checkpoint": checkpoint, "path": path, "removed": removed, "files": files})
+}
+
+/// A park with no live run: `reprise task suspend` parks an interrupted
+/// task itself, or completes a park a crash cut short. The task's lock is
+/// taken first, so no run can start it meanwhile.
+pub fn park_directly(
+    state: &StateDir,
+    key_file: &reprise_store::key::KeyFile,
+    task: &TaskKey,
+    run_id: &str,
+    request: &ParkRequest,
+) -> Result<Parked> {
+    use reprise_core::lifecycle::{TaskState, replay, rows};
+    use reprise_store::suspension::{EnvelopeBalance, JournalHead, SUSPEND_KIND};
+    let holder = reprise_store::locks::Holder {
+        run_id: run_id.to_owned(),
+        pid: std::process::id(),
+    };
+    let _lock = match reprise_store::locks::try_task_lock(state, task, &holder)? {
+        Ok(lock) => lock,
+        Err(other) => {
+            return Err(EngineError::TaskBusy {
+                task: task.to_string(),
+                run: other.run_id,
+                pid: other.pid,
+            });
+        }
+    };
+    let audit_summary = reprise_store::audit::read_audit(state, key_file)?;
+    if let Some(point) = crate::resume::latest_park(state, task, &audit_summary)
+        && !point.settled
+    {
+        if point.receipt.is_some() && point.missing_releases().is_empty() {
+            return Err(EngineError::Park(format!(
+                "task {task} is already parked (since {}); `reprise task resume {}` wakes it",
+                point.at, task.task
+            )));
+        }
+        return complete_park(state, key_file, &point);
+    }
+    let rows_of_run = own_rows(state, task, run_id);
+    let parked_state = replay(rows_of_run.iter().map(|row| (row.kind.as_str(), &row.body)));
+    let attempt = match parked_state {
+        TaskState::Running { attempt, .. } | TaskState::Checkpointing { attempt, .. } => attempt,
+        other => {
+            return Err(EngineError::Park(format!(
+                "task {task}'s journal leaves it {} in run {run_id}, not at an attempt: `reprise run --continue {run_id}` takes it up",
+                other.name()
+            )));
+        }
+    };
+    let started = rows_of_run.first();
+    let cwd = started
+        .and_then(|row| row.body.get("cwd"))
+        .and_then(Value::as_str)
+        .map(std::path::PathBuf::from);
+    let session_id = rows_of_run
+        .iter()
+        .rev()
+        .find(|row| row.kind == rows::ATTEMPT_STARTED)
+        .and_then(|row| row.body.get("session"))
+        .and_then(|session| {
+            ["new", "resume"]
+                .iter()
+                .find_map(|key| session.get(*key).and_then(Value::as_str))
+        })
+        .map(str::to_owned);
+    let workspace_hash = match &cwd {
+        Some(cwd) if cwd.is_dir() => {
+            reprise_store::workspace::hash_workspace_cached(
+                cwd,
+                0,
+                &state.workspace_cache_path(cwd),
+            )?
+            .hash
+        }
+        _ => Digest::default(),
+    };
+    let spent: u64 = rows_of_run
+        .iter()
+        .filter(|row| row.kind == rows::ATTEMPT_FINISHED)
+        .filter_map(|row| row.body.get("cost_micro_usd").and_then(Value::as_u64))
+        .sum();
+    let reserved = started
+        .and_then(|row| row.body.get("envelope_micro_usd"))
+        .and_then(Value::as_u64);
+    let mut journal = reprise_store::journal::Journal::open(state, task)?;
+    let body = SuspendBody {
+        run_id: run_id.to_owned(),
+        attempt,
+        session_id,
+        workspace_hash,
+        journal_head: journal.head()?.map(|head| JournalHead {
+            seq: head.seq,
+            event_hash: head.digest,
+        }),
+        // The process that held the reservation is gone: nothing is held.
+        envelope: EnvelopeBalance {
+            reserved_micro_usd: reserved,
+            spent_micro_usd: spent,
+            headroom_micro_usd: 0,
+        },
+        wake: request.wake.clone(),
+        cause: request.cause,
+        reason: request.reason.clone(),
+        question: request.question.clone(),
+        grant_hash: String::new(),
+    };
+    journal.append(SUSPEND_KIND, &now_rfc3339(), &to_value(&body))?;
+    drop(journal);
+    hold_at("suspend");
+    let audit_summary = reprise_store::audit::read_audit(state, key_file)?;
+    let point = crate::resume::latest_park(state, task, &audit_summary).ok_or_else(|| {
+        EngineError::Park(format!(
+            "the park of {task} was written but cannot be read back"
+        ))
+    })?;
+    complete_park(state, key_file, &point)
+}
+
+/// Finishes a park that has no live run to finish it: its receipt if it has
+/// none, then every release not yet recorded (each done before it is
+/// recorded), then the ledger's `suspended` and the run's record.
+pub fn complete_park(
+    state: &StateDir,
+    key_file: &reprise_store::key::KeyFile,
+    point: &crate::resume::ParkPoint,
+) -> Result<Parked> {
+    let task = &point.key;
+    let mut audit = AuditLog::open(state, key_file.clone())?;
+    let suspend = Head {
+        seq: point.seq,
+        digest: point.park,
+    };
+    let receipt = match point.receipt {
+        Some(receipt) => receipt,
+        None => write_receipt(&mut audit, task, &point.body, suspend)?,
+    };
+    let mut released: Vec<(Resource, Value)> = point
+        .released
+        .iter()
+        .map(|release| (release.resource, release.detail.clone()))
+        .collect();
+    for resource in point.missing_releases() {
+        let detail = match resource {
+            Resource::Process => {
+                json!({"stopped": false, "reaped": true, "attempt": point.body.attempt,
+                       "note": "no live process: the run that drove it had ended"})
+            }
+            Resource::Sandbox => release_parked_sandbox(state, point)?,
+            Resource::Seat => json!({"held": false, "note": "no live run held a seat for it"}),
+            Resource::Budget => json!({"returned_micro_usd": 0,
+                                       "note": "no live run held a reservation for it"}),
+        };
+        write_release(
+            &mut audit,
+            task,
+            &point.run_id,
+            point.park,
+            receipt,
+            resource,
+            detail.clone(),
+        )?;
+        released.push((resource, detail));
+    }
+    // The ledger's `suspended`, once.
+    let verification = reprise_store::ledger::verify_ledger(
+        state,
+        &reprise_store::audit::read_audit(state, key_file)?,
+    )?;
+    let current = verification
+        .state_of(&point.run_id, task.task.as_str())
+        .map(str::to_owned);
+    if current.as_deref() != Some("suspended") {
+        let mut ledger = reprise_store::ledger::Ledger::open(state)?;
+        let head = ledger.transition(
+            &now_rfc3339(),
+            &point.run_id,
+            &task.task,
+            current.as_deref().unwrap_or("running"),
+            "suspended",
+            Some(&format!("parked until {}", point.body.wake.describe())),
+        )?;
+        reprise_store::audit::seal_ledger(&mut audit, head, &now_rfc3339())?;
+    }
+    if let Ok(mut run) = crate::state::load_run(state, &point.run_id)
+        && run.task(&task.task).is_some()
+    {
+        let record = run.task_mut(&task.task);
+        record.state = crate::state::TaskStatus::Suspended;
+        record.reason = Some(format!("parked until {}", point.body.wake.describe()));
+        run.save(state, true)?;
+    }
+    Ok(Parked {
+        run_id: point.run_id.clone(),
+        task: task.clone(),
+        park: point.park,
+        receipt,
+        released,
+        wake: point.body.wake.clone(),
+    })
+}
+
+/// Snapshots a parked task's worktree (if it is still there) and removes it.
+fn release_parked_sandbox(state: &StateDir, point: &crate::resume::ParkPoint) -> Result<Value> {
+    let dir = state.worktree_dir(&point.run_id, &point.key.task);
+    if !dir.exists() {
+        return Ok(sandbox_detail(None, &dir, false, None));
+    }
+    let store = reprise_store::snapshot::SnapshotStore::open(
+        &state.snapshot_dir(&point.run_id, &point.key.task),
+        &dir,
+        None,
+        u64::MAX,
+    )?;
+    let checkpoint = store.take("parked")?;
+    let mut journal = reprise_store::journal::Journal::open(state, &point.key)?;
+    journal.append(
+        crate::checkpoints::TAKEN_KIND,
+        &now_rfc3339(),
+        &json!({"run_id": point.run_id, "attempt": point.body.attempt, "label": "parked",
+                "checkpoint": checkpoint.id, "tree": checkpoint.tree,
+                "files": checkpoint.manifest.files, "bytes": checkpoint.manifest.bytes,
+                "workspace_hash": point.body.workspace_hash}),
+    )?;
+    let repo = Git::new(&dir)
+        .run(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+        .ok()
+        .map(std::path::PathBuf::from)
+        .and_then(|common| common.parent().map(Path::to_path_buf));
+    match repo {
+        Some(repo) => remove_worktree(state, &repo, &dir)?,
+        None => std::fs::remove_dir_all(&dir).map_err(|err| EngineError::Sandbox {
+            task: point.key.to_string(),
+            detail: format!("cannot remove the parked worktree: {err}"),
+        })?,
+    }
+    Ok(sandbox_detail(
+        Some(&checkpoint.id),
+        &dir,
+        true,
+        Some(checkpoint.manifest.files),
+    ))
+}
+
+/// The task's rows of `run_id`, from its latest `task.started` there.
+fn own_rows(
+    state: &StateDir,
+    task: &TaskKey,
+    run_id: &str,
+) -> Vec<reprise_core::record::JournalRow> {
+    let rows = crate::resume::journal_rows(state, task);
+    let Some(start) = rows.iter().rposition(|row| {
+        row.kind == reprise_core::lifecycle::rows::TASK_STARTED
+            && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
+    }) else {
+        return Vec::new();
+    };
+    rows[start..].to_vec()
+}

@@ -1,0 +1,203 @@
+//! Taking a parked task back (DESIGN.md section 9): the checks a resume
+//! must pass before it writes anything, and where the task's latest park
+//! stands. Every refusal here happens before a byte is written: the journal
+//! stays as it was.
+
+use std::fs;
+
+use reprise_core::TaskKey;
+use reprise_core::digest::Digest;
+use reprise_core::record::JournalRow;
+use reprise_store::audit::{AuditSummary, read_audit};
+use reprise_store::journal::verify_journal_with;
+use reprise_store::key::KeyFile;
+use reprise_store::state::StateDir;
+use reprise_store::suspension::{
+    RESUME_KIND, Release, Resource, SUSPEND_KIND, SuspendBody, SuspensionAudit,
+};
+
+/// A task's latest park, as its journal and the audit chain record it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkPoint {
+    pub key: TaskKey,
+    pub run_id: String,
+    /// The `task.suspend` row's event hash and seq.
+    pub park: Digest,
+    pub seq: u64,
+    pub at: String,
+    pub body: SuspendBody,
+    /// The receipt binding it, when the chain has one.
+    pub receipt: Option<Digest>,
+    /// What its releases gave back, in the order recorded.
+    pub released: Vec<Release>,
+    /// The park was settled by a resume.
+    pub settled: bool,
+}
+
+impl ParkPoint {
+    /// The resources the park has not (yet) recorded as released.
+    pub fn missing_releases(&self) -> Vec<Resource> {
+        Resource::ALL
+            .into_iter()
+            .filter(|resource| !self.released.iter().any(|r| r.resource == *resource))
+            .collect()
+    }
+
+    /// The snapshot the park took of the worktree, if it took one.
+    pub fn snapshot(&self) -> Option<String> {
+        self.released
+            .iter()
+            .find(|release| release.resource == Resource::Sandbox)
+            .and_then(|release| release.detail.get("checkpoint"))
+            .and_then(|value| value.as_str())
+            .map(str::to_owned)
+    }
+}
+
+/// Reads `task`'s journal rows as recorded (verification is separate).
+pub(crate) fn journal_rows(state: &StateDir, task: &TaskKey) -> Vec<JournalRow> {
+    state
+        .existing_journal_path(task)
+        .ok()
+        .and_then(|path| fs::read_to_string(path).ok())
+        .map(|text| {
+            text.lines()
+                .filter_map(|line| serde_json::from_str(line).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The latest park of `task`, with its receipt and releases from `audit`;
+/// `None` when it was never parked.
+pub fn latest_park(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Option<ParkPoint> {
+    let rows = journal_rows(state, task);
+    let index = rows.iter().rposition(|row| row.kind == SUSPEND_KIND)?;
+    let row = &rows[index];
+    let body: SuspendBody = serde_json::from_value(row.body.clone()).ok()?;
+    let park = row.event_hash;
+    let settled = rows[index + 1..].iter().any(|later| {
+        later.kind == RESUME_KIND
+            && later.body.get("park").and_then(|value| value.as_str()) == Some(&park.to_hex())
+    });
+    let mut receipt = None;
+    let mut released = Vec::new();
+    for audit_row in audit.suspensions_of(task) {
+        match &audit_row.row {
+            SuspensionAudit::SuspendReceipt(bound) if bound.park == park => {
+                receipt = Some(audit_row.digest);
+            }
+            SuspensionAudit::Release(release)
+                if release.park == park && Some(release.receipt) == receipt =>
+            {
+                released.push(release.clone());
+            }
+            _ => {}
+        }
+    }
+    Some(ParkPoint {
+        key: task.clone(),
+        run_id: body.run_id.clone(),
+        park,
+        seq: row.seq,
+        at: row.at.clone(),
+        body,
+        receipt,
+        released,
+        settled,
+    })
+}
+
+/// Why a resume is refused (before anything is written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+/// The checks of a resume: the task's latest park exists, is unsettled and
+/// complete, its journal verifies, and its receipt (the one given, or the
+/// chain's) binds this very park of this task. Returns the park to resume.
+pub fn check_resume(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    given_receipt: Option<Digest>,
+) -> Result<ParkPoint, Refusal> {
+    let refuse = |message: String| Err(Refusal(message));
+    let audit = read_audit(state, key).map_err(|err| Refusal(err.to_string()))?;
+    if !audit.ok() {
+        return refuse(
+            "the audit chain does not verify; `reprise audit verify` says why (nothing resumed)"
+                .to_owned(),
+        );
+    }
+    let Some(point) = latest_park(state, task, &audit) else {
+        return refuse(format!(
+            "task {task} was never parked; `reprise task list-suspended` lists parked tasks"
+        ));
+    };
+    if point.settled {
+        return refuse(format!(
+            "the park of {task} (parked {}) is already settled by a resume; park it again first",
+            point.at
+        ));
+    }
+    let verification =
+        verify_journal_with(state, task, &audit).map_err(|err| Refusal(err.to_string()))?;
+    if verification.chain.first_problem().is_some() {
+        return refuse(format!(
+            "the journal of {task} does not verify; `reprise journal verify {task}` says where (nothing resumed)"
+        ));
+    }
+    if let Some(given) = given_receipt {
+        let found = audit.suspensions.iter().find(|row| row.digest == given);
+        match found.map(|row| &row.row) {
+            None => {
+                return refuse(format!(
+                    "receipt {} is not in the audit chain; `reprise task list-suspended --json` shows the park's receipt",
+                    given.to_hex()
+                ));
+            }
+            Some(SuspensionAudit::SuspendReceipt(bound)) => {
+                let bound_task = TaskKey::new(bound.plan.clone(), bound.task_id.clone());
+                if &bound_task != task {
+                    return refuse(format!(
+                        "receipt {} binds a park of task {bound_task}, not of {task}",
+                        given.to_hex()
+                    ));
+                }
+                if bound.park != point.park {
+                    return refuse(format!(
+                        "receipt {} binds another park of {task} (journal row {}), not its latest",
+                        given.to_hex(),
+                        bound.journal_seq
+                    ));
+                }
+            }
+            Some(_) => {
+                return refuse(format!(
+                    "{} is not a suspend receipt in the audit chain",
+                    given.to_hex()
+                ));
+            }
+        }
+    }
+    if point.receipt.is_none() {
+        return refuse(format!(
+            "the park of {task} has no receipt in the audit chain: it was cut short; `reprise task suspend {}` completes it",
+            task.task
+        ));
+    }
+    let missing = point.missing_releases();
+    if !missing.is_empty() {
+        return refuse(format!(
+            "the park of {task} is incomplete (not yet released: {}); `reprise task suspend {}` completes it",
+            missing
+                .iter()
+                .map(|resource| resource.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            task.task
+        ));
+    }
+    Ok(point)
+}

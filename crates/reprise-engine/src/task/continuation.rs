@@ -1,0 +1,442 @@
+//! A task taken up again in a later process: after the run's process died
+//! mid-task (`run --continue`), or when its park is resumed. What the task
+//! did before is read back from its journal (the truth about it); the
+//! lifecycle starts from the state those rows leave it in, and the row that
+//! says so (`task.continued` or `task.resume`) is written before anything
+//! else, with the policy it continues under: the attempt an interruption or
+//! a park took back is not counted against `max_attempts`.
+
+use reprise_agents::SessionMode;
+use reprise_core::TaskKey;
+use reprise_core::digest::Digest;
+use reprise_core::lifecycle::{Effect, Policy, TaskEvent, TaskState, replay, rows};
+use reprise_core::record::JournalRow;
+use reprise_core::retry::{Checkpoint as DecisionCheckpoint, DecisionInput, RetryMode, decide};
+use reprise_store::audit::AuditLog;
+use reprise_store::journal::{Journal, Spine};
+use reprise_store::state::{StateDir, now_rfc3339};
+use reprise_store::suspension::{RESUME_KIND, RESUME_RECEIPT_KIND, ResumeBody, ResumeReceipt};
+use serde_json::{Value, json};
+
+use super::{NextAttempt, TaskResult, TaskRun};
+use crate::checkpoints;
+use crate::error::{EngineError, Result};
+use crate::resume::ParkPoint;
+use crate::sandbox;
+use crate::state::AttemptSummary;
+
+/// How a task is taken up again.
+#[derive(Debug, Clone)]
+pub(crate) enum Continuation {
+    /// The run's process died while the task ran.
+    Interrupted,
+    /// Its park, checked by `resume::check_resume`, is resumed.
+    Resume {
+        point: Box<ParkPoint>,
+        mode: Option<RetryMode>,
+        approval: Option<Digest>,
+    },
+}
+
+/// What the journal says of the task's attempts so far in the run.
+#[derive(Debug, Default)]
+pub(crate) struct TakenUp {
+    pub(crate) attempts: Vec<AttemptSummary>,
+    /// The latest attempt started.
+    pub(crate) attempt: u32,
+    pub(crate) budget_consumed: u32,
+    /// Checkpoint ids with their workspace hashes.
+    pub(crate) base_checkpoint: Option<(String, Digest)>,
+    pub(crate) attempt_checkpoint: Option<(String, Digest)>,
+}
+
+/// The task's rows of `run_id`, from its latest `task.started` there.
+fn own_rows(state: &StateDir, key: &TaskKey, run_id: &str) -> Vec<JournalRow> {
+    let rows = crate::resume::journal_rows(state, key);
+    let Some(start) = rows.iter().rposition(|row| {
+        row.kind == rows::TASK_STARTED
+            && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
+    }) else {
+        return Vec::new();
+    };
+    rows[start..]
+        .iter()
+        .filter(|row| {
+            row.body
+                .get("run_id")
+                .and_then(Value::as_str)
+                .is_none_or(|id| id == run_id)
+        })
+        .cloned()
+        .collect()
+}
+
+/// The policy the rows leave the task under: `task.started`'s, as the
+/// latest resume or continuation extended it.
+fn policy_of(rows: &[JournalRow]) -> Option<Policy> {
+    rows.iter()
+        .filter(|row| {
+            matches!(
+                row.kind.as_str(),
+                rows::TASK_STARTED | rows::RESUME | rows::CONTINUED
+            )
+        })
+        .filter_map(|row| row.body.get("lifecycle"))
+        .filter_map(|value| serde_json::from_value(value.clone()).ok())
+        .next_back()
+}
+
+fn taken_up(rows: &[JournalRow]) -> TakenUp {
+    let mut taken = TakenUp::default();
+    for row in rows {
+        match row.kind.as_str() {
+            rows::ATTEMPT_STARTED => {
+                taken.attempt = row
+                    .body
+                    .get("attempt")
+                    .and_then(Value::as_u64)
+                    .map_or(taken.attempt, |n| u32::try_from(n).unwrap_or(u32::MAX));
+            }
+            rows::ATTEMPT_FINISHED => {
+                let mut body = row.body.clone();
+                if let Some(object) = body.as_object_mut()
+                    && let Some(n) = object.remove("attempt")
+                {
+                    object.insert("n".into(), n);
+                    if object.get("accepted").and_then(Value::as_str) == Some("parked") {
+                        object.insert("outcome".into(), json!("parked"));
+                    }
+                }
+                if let Ok(summary) = serde_json::from_value::<AttemptSummary>(body) {
+                    taken.attempts.push(summary);
+                }
+            }
+            rows::BUDGET => taken.budget_consumed += 1,
+            rows::CHECKPOINT_TAKEN => {
+                let id = row.body.get("checkpoint").and_then(Value::as_str);
+                let hash = row
+                    .body
+                    .get("workspace_hash")
+                    .and_then(Value::as_str)
+                    .and_then(|hex| Digest::from_hex(hex.as_bytes()));
+                let label = row.body.get("label").and_then(Value::as_str).unwrap_or("");
+                if let (Some(id), Some(hash)) = (id, hash)
+                    && label.starts_with("before attempt")
+                {
+                    let found = Some((id.to_owned(), hash));
+                    if taken.base_checkpoint.is_none() {
+                        taken.base_checkpoint.clone_from(&found);
+                    }
+                    taken.attempt_checkpoint = found;
+                }
+            }
+            _ => {}
+        }
+    }
+    taken
+}
+
+/// The event hash of the latest `task.checkpoint` row (the agent's end).
+pub(crate) fn last_agent_end(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<Digest> {
+    own_rows(state, key, run_id)
+        .iter()
+        .rev()
+        .find(|row| row.kind == rows::AGENT_ENDED)
+        .map(|row| row.event_hash)
+}
+
+/// The mode and session the latest `attempt.started` row named: the new
+/// session's chosen id, the resumed one, or a fork's new one.
+fn started_session(rows: &[JournalRow]) -> (&'static str, Option<String>) {
+    let Some(row) = rows
+        .iter()
+        .rev()
+        .find(|row| row.kind == rows::ATTEMPT_STARTED)
+    else {
+        return ("new", None);
+    };
+    let mode = match row.body.get("mode").and_then(Value::as_str) {
+        Some("warm") => "warm",
+        Some("fork") => "fork",
+        Some("cold") => "cold",
+        _ => "new",
+    };
+    let session = row.body.get("session").and_then(|session| {
+        ["new", "resume"]
+            .iter()
+            .find_map(|key| session.get(*key).and_then(Value::as_str))
+            .map(str::to_owned)
+    });
+    (mode, session)
+}
+
+impl TaskRun<'_> {
+    /// Takes the task up where its journal left it in this run.
+    pub(super) fn continue_task(
+        &self,
+        result: &mut TaskResult,
+        continuation: &Continuation,
+    ) -> Result<()> {
+        let task = self.task;
+        let key = TaskKey::new(self.plan.clone(), task.id.clone());
+        let rows = own_rows(self.state, &key, self.run_id);
+        let policy = policy_of(&rows).ok_or_else(|| {
+            EngineError::Lifecycle(format!(
+                "task {key} has no task.started for run {} to continue from",
+                self.run_id
+            ))
+        })?;
+        let state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
+        // The worktree comes back at its own path (the CLIs key sessions by
+        // directory): as it was, or from the task's base when a park
+        // removed it (the park's snapshot then restores its files).
+        let cwd = sandbox::prepare(
+            self.state,
+            self.workspace,
+            self.project,
+            self.run_id,
+            task,
+            self.base.as_deref(),
+        )?;
+        result.cwd = Some(cwd.clone());
+        let mut journal = Journal::open(self.state, &key)?;
+        let spine = Spine::open(self.state, &key)?;
+        let mut audit = AuditLog::open(self.state, self.key.clone())?;
+        let isolated = self.workspace.isolates(task) && self.base.is_some();
+        let snapshots = checkpoints::open_store(
+            self.state,
+            self.run_id,
+            task,
+            &cwd,
+            self.workspace.repo().filter(|_| isolated),
+        )?;
+        let budget = match self.budget {
+            Some((spec, criteria)) => Some(reprise_core::budget::RetryBudget::new(spec, criteria)?),
+            None => None,
+        };
+        let taken = taken_up(&rows);
+        let latest = taken.attempt;
+        let session = started_session(&rows);
+        let extended = |by: u32| Policy {
+            max_attempts: policy.max_attempts + by,
+            ..policy
+        };
+        let (policy, start, first, next) = match continuation {
+            Continuation::Interrupted => {
+                let (from, agent_ended) = match state_now {
+                    TaskState::Running { attempt, resumed } => {
+                        (Some(TaskState::Running { attempt, resumed }), false)
+                    }
+                    TaskState::Judging { attempt } => (Some(TaskState::Judging { attempt }), true),
+                    _ => (None, false),
+                };
+                match from {
+                    Some(from) => {
+                        let policy = extended(1);
+                        journal.append(
+                            rows::CONTINUED,
+                            &now_rfc3339(),
+                            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
+                                    "interrupted_attempt": latest}),
+                        )?;
+                        (
+                            policy,
+                            Some((from, latest, session.clone(), agent_ended)),
+                            Vec::new(),
+                            None,
+                        )
+                    }
+                    None => {
+                        // Between attempts, or before the first: the next
+                        // attempt starts over, cold (its decision, if any,
+                        // was lost with the process).
+                        let attempt = match state_now {
+                            TaskState::Checkpointing { attempt, .. } => attempt,
+                            TaskState::Queued => 1,
+                            _ => latest + 1,
+                        };
+                        let from = TaskState::Checkpointing {
+                            attempt,
+                            resumed: false,
+                        };
+                        let policy = extended(u32::from(attempt > policy.max_attempts));
+                        journal.append(
+                            rows::CONTINUED,
+                            &now_rfc3339(),
+                            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
+                                    "interrupted_attempt": latest}),
+                        )?;
+                        let next = if attempt == 1 {
+                            NextAttempt {
+                                mode: "new",
+                                session: self.new_session(),
+                                prompt: task.prompt.clone(),
+                            }
+                        } else {
+                            self.cold(attempt, None)
+                        };
+                        (policy, None, vec![(from, attempt)], Some(next))
+                    }
+                }
+            }
+            Continuation::Resume {
+                point,
+                mode,
+                approval,
+            } => {
+                let TaskState::Suspended { attempt } = state_now else {
+                    return Err(EngineError::Lifecycle(format!(
+                        "task {key}'s journal leaves it {}, not parked: nothing to resume",
+                        state_now.name()
+                    )));
+                };
+                // The files come back from the park's snapshot.
+                if let (Some(store), Some(id)) = (&snapshots, point.snapshot()) {
+                    let checkpoint = store.find(&id)?;
+                    let restored = checkpoints::restore(
+                        store,
+                        &checkpoint,
+                        &mut journal,
+                        &mut audit,
+                        &key,
+                        self.run_id,
+                        "resume",
+                        Some(point.body.workspace_hash),
+                        || self.workspace_hash(&cwd),
+                    )?;
+                    self.warn_unless_matched(restored);
+                }
+                let live = self.workspace_hash(&cwd)?;
+                let requested = mode.unwrap_or(task.retry_policy);
+                let park_checkpoint = DecisionCheckpoint {
+                    session_id: point.body.session_id.clone(),
+                    workspace_hash: point.body.workspace_hash,
+                    event_hash: point.park,
+                };
+                let mut decision = decide(DecisionInput {
+                    requested,
+                    capability: self.adapter.strategy().capability(),
+                    checkpoint: Some(&park_checkpoint),
+                    live_workspace_hash: live,
+                    fresh_pinned: mode.is_none() && task.agent_restart_between_retries,
+                    chain_verified: true,
+                });
+                let session_ok = point
+                    .body
+                    .session_id
+                    .as_deref()
+                    .is_some_and(|id| self.ensure_session(id, &cwd));
+                if decision.mode != RetryMode::Cold && !session_ok {
+                    decision = reprise_core::retry::session_unavailable(decision);
+                }
+                let parked_running = attempt > point.body.attempt;
+                let policy = extended(u32::from(parked_running));
+                let body = ResumeBody {
+                    run_id: self.run_id.to_owned(),
+                    park: point.park,
+                    receipt: point.receipt.expect("a checked park has its receipt"),
+                    attempt,
+                    requested: mode.map(|mode| mode.as_str().to_owned()),
+                    mode: decision.mode.as_str().to_owned(),
+                    downgrade_reason: decision
+                        .downgrade_reason
+                        .map(|reason| reason.as_str().to_owned()),
+                    workspace_hash: live,
+                    approval_digest: *approval,
+                    grant_hash: point.body.grant_hash.clone(),
+                };
+                let mut row = serde_json::to_value(&body).expect("a resume body serialises");
+                row["lifecycle"] = serde_json::to_value(policy).expect("a policy serialises");
+                let head = journal.append(RESUME_KIND, &now_rfc3339(), &row)?;
+                crate::park::hold_at("resume");
+                audit.append(
+                    RESUME_RECEIPT_KIND,
+                    &now_rfc3339(),
+                    &serde_json::to_value(ResumeReceipt {
+                        plan: key.plan.clone(),
+                        task_id: key.task.clone(),
+                        run_id: self.run_id.to_owned(),
+                        park: point.park,
+                        suspend_receipt: body.receipt,
+                        resume: head.digest,
+                        mode: body.mode,
+                        workspace_hash: live,
+                        approval_digest: *approval,
+                    })
+                    .expect("a resume receipt serialises"),
+                )?;
+                let session_id = point.body.session_id.clone();
+                let next = match (decision.mode, session_id) {
+                    (RetryMode::Warm, Some(session_id)) => NextAttempt {
+                        mode: "warm",
+                        session: SessionMode::Resume { session_id },
+                        prompt: reprise_core::prompt::resume_prompt(
+                            point.body.reason.as_deref(),
+                            point.body.question.as_deref(),
+                        ),
+                    },
+                    (RetryMode::Fork, Some(from)) => NextAttempt {
+                        mode: "fork",
+                        session: SessionMode::Fork {
+                            from,
+                            new_session_id: None,
+                        },
+                        prompt: reprise_core::prompt::resume_prompt(
+                            point.body.reason.as_deref(),
+                            point.body.question.as_deref(),
+                        ),
+                    },
+                    _ => self.cold(attempt, None),
+                };
+                (
+                    policy,
+                    None,
+                    vec![(TaskState::Suspended { attempt }, attempt)],
+                    Some(next),
+                )
+            }
+        };
+        let mut env = self.setup.env.clone();
+        env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
+        if let Some((spec, _)) = self.budget {
+            env.push((reprise_core::budget::ENV_VAR.to_owned(), spec.to_string()));
+        }
+        let cold = next.as_ref().is_some_and(|next| next.mode == "cold");
+        let next = next.unwrap_or_else(|| self.cold(latest + 1, None));
+        let mut executor = super::Executor::new(
+            self,
+            key,
+            cwd,
+            isolated,
+            (journal, spine, audit),
+            snapshots,
+            env,
+            budget,
+            next,
+            None,
+            result,
+        );
+        executor.take_up(taken)?;
+        if let Some((from, attempt, session, agent_ended)) = start {
+            executor.interrupted(attempt, session, agent_ended)?;
+            return match from {
+                TaskState::Running { .. } => executor.drive_from(
+                    &policy,
+                    from,
+                    vec![TaskEvent::AgentEnded {
+                        session_gone: false,
+                    }],
+                ),
+                // Its gates run again, on the interrupted attempt's report.
+                _ => executor.drive_with(&policy, from, vec![Effect::RunGates { attempt }]),
+            };
+        }
+        let (from, attempt) = first[0];
+        match from {
+            TaskState::Suspended { .. } => {
+                executor.drive_from(&policy, from, vec![TaskEvent::Resumed { cold }])
+            }
+            _ => executor.drive_with(&policy, from, vec![Effect::TakeCheckpoint { attempt }]),
+        }
+    }
+}
