@@ -480,6 +480,10 @@ pub(crate) enum TaskCommand {
         /// drifted workspace still goes cold.
         #[arg(long, value_enum)]
         mode: Option<ResumeMode>,
+        /// The park's receipt (from `task suspend --json`): refused unless
+        /// it binds the task's latest park.
+        #[arg(long, value_name = "HEX")]
+        receipt: Option<String>,
     },
 }
 

@@ -1213,6 +1213,9 @@ mod recovery;
 #[path = "cli/first_hour.rs"]
 mod first_hour;
 
+#[path = "cli/parks.rs"]
+mod parks;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

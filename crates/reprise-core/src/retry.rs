@@ -38,6 +38,13 @@ impl RetryMode {
             Self::Cold => "cold",
         }
     }
+
+    /// The mode a name stands for, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Warm, Self::Fork, Self::Cold]
+            .into_iter()
+            .find(|mode| mode.as_str() == name)
+    }
 }
 
 impl fmt::Display for RetryMode {

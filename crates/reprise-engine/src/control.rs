@@ -46,6 +46,12 @@ pub enum ControlOp {
         wake: Wake,
         reason: Option<String>,
     },
+    Resume {
+        task: TaskId,
+        /// `warm`, `fork` or `cold`; the policy's when absent.
+        mode: Option<String>,
+        receipt: Option<reprise_core::digest::Digest>,
+    },
 }
 
 #[derive(Debug, Deserialize)]

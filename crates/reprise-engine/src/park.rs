@@ -127,7 +127,9 @@ impl TaskControl {
 // wait for this very line before they kill the process.
 #[allow(clippy::print_stderr)]
 pub(crate) fn hold_at(step: &str) {
-    if std::env::var("REPRISE_TEST_PARK_HOLD").is_ok_and(|held| held == step) {
+    if cfg!(debug_assertions)
+        && std::env::var("REPRISE_TEST_PARK_HOLD").is_ok_and(|held| held == step)
+    {
         eprintln!("reprise: test hold at park step {step}");
         loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -246,7 +248,8 @@ pub fn park_directly(
     if let Some(point) = crate::resume::latest_park(state, task, &audit_summary)
         && !point.settled
     {
-        if point.receipt.is_some() && point.missing_releases().is_empty() {
+        let ledger = reprise_store::ledger::verify_ledger(state, &audit_summary)?;
+        if point.is_complete(ledger.state_of(&point.run_id, task.task.as_str())) {
             return Err(EngineError::Park(format!(
                 "task {task} is already parked (since {}); `reprise task resume {}` wakes it",
                 point.at, task.task
@@ -332,6 +335,27 @@ pub fn park_directly(
         ))
     })?;
     complete_park(state, key_file, &point)
+}
+
+/// Completes every park of `tasks` that a crash cut short (a live run's or
+/// a direct one's), and says which it completed.
+pub fn complete_cut_parks(
+    state: &StateDir,
+    key_file: &reprise_store::key::KeyFile,
+    tasks: &[TaskKey],
+) -> Result<Vec<Parked>> {
+    let audit = reprise_store::audit::read_audit(state, key_file)?;
+    let ledger = reprise_store::ledger::verify_ledger(state, &audit)?;
+    let mut completed = Vec::new();
+    for task in tasks {
+        if let Some(point) = crate::resume::latest_park(state, task, &audit)
+            && !point.settled
+            && !point.is_complete(ledger.state_of(&point.run_id, task.task.as_str()))
+        {
+            completed.push(complete_park(state, key_file, &point)?);
+        }
+    }
+    Ok(completed)
 }
 
 /// Finishes a park that has no live run to finish it: its receipt if it has

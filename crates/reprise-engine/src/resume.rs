@@ -43,14 +43,25 @@ impl ParkPoint {
             .collect()
     }
 
-    /// The snapshot the park took of the worktree, if it took one.
+    /// The snapshot to restore on resume: the one the park took of a
+    /// worktree it removed. A task run in place kept its directory (the
+    /// user's), and whatever happened there while it was parked stands.
     pub fn snapshot(&self) -> Option<String> {
         self.released
             .iter()
             .find(|release| release.resource == Resource::Sandbox)
+            .filter(|release| release.detail.get("removed") == Some(&serde_json::json!(true)))
             .and_then(|release| release.detail.get("checkpoint"))
             .and_then(|value| value.as_str())
             .map(str::to_owned)
+    }
+
+    /// Whether every step of the park is recorded: its receipt, each
+    /// release, and the ledger's `suspended`.
+    pub fn is_complete(&self, ledger_state: Option<&str>) -> bool {
+        self.receipt.is_some()
+            && self.missing_releases().is_empty()
+            && ledger_state == Some("suspended")
     }
 }
 
@@ -187,7 +198,16 @@ pub fn check_resume(
             task.task
         ));
     }
+    let ledger = reprise_store::ledger::verify_ledger(state, &audit)
+        .map_err(|err| Refusal(err.to_string()))?;
     let missing = point.missing_releases();
+    if missing.is_empty() && ledger.state_of(&point.run_id, task.task.as_str()) != Some("suspended")
+    {
+        return refuse(format!(
+            "the park of {task} is incomplete (the ledger does not say suspended yet); `reprise task suspend {}` completes it",
+            task.task
+        ));
+    }
     if !missing.is_empty() {
         return refuse(format!(
             "the park of {task} is incomplete (not yet released: {}); `reprise task suspend {}` completes it",

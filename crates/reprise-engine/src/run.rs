@@ -599,9 +599,22 @@ pub fn run_plan(
             match message {
                 Message::Event(event) => sink.event(&event),
                 Message::Control(request) => {
-                    if let Some(answer) =
-                        control_answer(&request.op, &request.reply, &run, &position, &controls)
-                    {
+                    let answer = match &request.op {
+                        crate::control::ControlOp::Resume {
+                            task,
+                            mode,
+                            receipt,
+                        } => Some(resume_in_run(
+                            (state, &options.key),
+                            &mut run,
+                            &mut taken_up,
+                            &plan_key(task),
+                            mode.as_deref(),
+                            *receipt,
+                        )),
+                        op => control_answer(op, &request.reply, &run, &position, &controls),
+                    };
+                    if let Some(answer) = answer {
                         let _ = request.reply.send(answer);
                     }
                 }
@@ -697,6 +710,9 @@ fn control_answer(
     match op {
         ControlOp::Ping => {
             Some(json!({"ok": true, "run_id": run.run_id, "pid": std::process::id()}))
+        }
+        ControlOp::Resume { .. } => {
+            Some(json!({"ok": false, "error": "a resume is the coordinator's to answer"}))
         }
         ControlOp::Suspend { task, wake, reason } => {
             let Some(&index) = position.get(task) else {
@@ -1051,6 +1067,56 @@ fn wake_due(
                 message: format!("its wake time came but it stays parked: {refusal}"),
             }),
         }
+    }
+}
+
+/// A resume asked of the live run: checked as any resume is, then the task
+/// is queued to run again in a free seat.
+fn resume_in_run(
+    (state, key): (&StateDir, &reprise_store::key::KeyFile),
+    run: &mut RunState,
+    taken: &mut TakenUpRun,
+    task: &TaskKey,
+    mode: Option<&str>,
+    receipt: Option<reprise_core::digest::Digest>,
+) -> serde_json::Value {
+    use serde_json::json;
+    let Some(record) = run.task(&task.task) else {
+        return json!({"ok": false, "error": format!("run {} has no task {}", run.run_id, task.task)});
+    };
+    if record.state != TaskStatus::Suspended {
+        return json!({"ok": false, "error": format!(
+            "task {task} is {} in run {}, not parked", record.state.as_str(), run.run_id)});
+    }
+    let mode = match mode {
+        None => None,
+        Some(name) => match reprise_core::retry::RetryMode::from_name(name) {
+            Some(mode) => Some(mode),
+            None => {
+                return json!({"ok": false, "error": format!("{name:?} is not warm, fork or cold")});
+            }
+        },
+    };
+    match crate::resume::check_resume(state, key, task, receipt) {
+        Ok(point) => {
+            run.task_mut(&task.task).state = TaskStatus::Queued;
+            taken.timed.remove(&task.task);
+            let base = journal_base(state, task, &run.run_id);
+            taken.continuations.insert(
+                task.task.clone(),
+                (
+                    crate::task::Continuation::Resume {
+                        point: Box::new(point),
+                        mode,
+                        approval: None,
+                    },
+                    "suspended",
+                    base,
+                ),
+            );
+            json!({"ok": true, "run_id": run.run_id, "task": task.task, "queued": true})
+        }
+        Err(refusal) => json!({"ok": false, "error": refusal.to_string()}),
     }
 }
 

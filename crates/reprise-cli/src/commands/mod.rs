@@ -171,9 +171,17 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             until.as_deref(),
             reason,
         )?,
-        Command::Task(TaskCommand::Resume { task, plan, mode }) => {
-            task::resume(&settings.with_plan(plan.name), &task, mode)?
-        }
+        Command::Task(TaskCommand::Resume {
+            task,
+            plan,
+            mode,
+            receipt,
+        }) => task::resume(
+            &settings.with_plan(plan.name),
+            &task,
+            mode,
+            receipt.as_deref(),
+        )?,
         Command::Lineage(LineageCommand::Show { task, plan }) => {
             lineage::show(&settings.with_plan(plan.name), &task)?
         }

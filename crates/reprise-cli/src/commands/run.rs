@@ -231,6 +231,25 @@ pub(crate) fn prepare_continue(
     let retry_budget =
         resolve_budget(&plan, None).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
+    // A park a crash cut short is completed before the run goes on.
+    let tasks: Vec<reprise_core::TaskKey> = plan
+        .tasks()
+        .iter()
+        .map(|task| reprise_core::TaskKey::new(plan.id().clone(), task.id.clone()))
+        .collect();
+    for parked in reprise_engine::complete_cut_parks(&state, &key, &tasks)
+        .map_err(|err| CliError::usage(err.to_string()))?
+    {
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(
+            stderr,
+            "completed the park of {} that was cut short (until {})",
+            parked.task,
+            parked.wake.describe()
+        );
+    }
+    let prior =
+        reprise_engine::load_run(&state, run_id).map_err(|err| CliError::usage(err.to_string()))?;
     Ok(Prepared {
         plan,
         plan_path,

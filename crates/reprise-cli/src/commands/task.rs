@@ -176,22 +176,62 @@ pub(crate) fn resume(
     settings: &Settings,
     task: &str,
     mode: Option<ResumeMode>,
+    receipt: Option<&str>,
 ) -> Result<Outcome, CliError> {
+    let receipt = receipt
+        .map(|hex| {
+            reprise_core::digest::Digest::from_hex(hex.as_bytes()).ok_or_else(|| {
+                CliError::usage(format!(
+                    "--receipt {hex:?} is not a 64-digit hex digest; copy it from `reprise task suspend --json`"
+                ))
+            })
+        })
+        .transpose()?;
     let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
-    let point = reprise_engine::check_resume(&state, &key, &task, None)
-        .map_err(|refusal| CliError::usage(refusal.to_string()))?;
-    if let Some(holder) = task_holder(&state, &task) {
-        return Err(CliError::usage(format!(
-            "run {} (pid {}) is live: it resumes {task} at its wake time; stop it first to resume by hand",
-            holder.run_id, holder.pid
-        )));
-    }
     let mode = mode.map(|mode| match mode {
         ResumeMode::Warm => RetryMode::Warm,
         ResumeMode::Fork => RetryMode::Fork,
         ResumeMode::Cold => RetryMode::Cold,
     });
+    if let Some(holder) = task_holder(&state, &task) {
+        // The live run that parked it takes it back into one of its seats.
+        let socket = reprise_engine::socket_path(&state, &holder.run_id);
+        let answer = reprise_engine::ask_run(
+            &socket,
+            &ControlOp::Resume {
+                task: task.task.clone(),
+                mode: mode.map(|mode| mode.as_str().to_owned()),
+                receipt,
+            },
+        )
+        .map_err(|err| {
+            CliError::usage(format!(
+                "run {} (pid {}) holds task {task} but its control socket does not answer ({err})",
+                holder.run_id, holder.pid
+            ))
+        })?;
+        if answer.get("ok").and_then(Value::as_bool) != Some(true) {
+            return Err(CliError::usage(
+                answer
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the run refused the resume")
+                    .to_owned(),
+            ));
+        }
+        return Ok(Outcome {
+            code: None,
+            text: format!(
+                "resumed {task} in live run {}: it runs again when a seat is free\n",
+                holder.run_id
+            ),
+            json: answer,
+            ok: true,
+        });
+    }
+    let point = reprise_engine::check_resume(&state, &key, &task, receipt)
+        .map_err(|refusal| CliError::usage(refusal.to_string()))?;
     let run_id = point.run_id.clone();
     let mut resumes = BTreeMap::new();
     resumes.insert(

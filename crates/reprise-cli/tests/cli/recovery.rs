@@ -7,7 +7,7 @@ use super::worktrees::{count_attempt, git_env, outside_dir, task_json, write_pla
 use super::*;
 
 /// Waits (a minute at most) until `task`'s first attempt has started.
-fn wait_for_an_attempt(env: &Env, plan: &str, task: &str) {
+pub(crate) fn wait_for_an_attempt(env: &Env, plan: &str, task: &str) {
     let journal = env
         .project()
         .join(format!(".reprise/plans/{plan}/tasks/{task}/journal.jsonl"));
@@ -21,7 +21,7 @@ fn wait_for_an_attempt(env: &Env, plan: &str, task: &str) {
     }
 }
 
-fn journal_kinds(env: &Env, plan: &str, task: &str) -> Vec<Value> {
+pub(crate) fn journal_kinds(env: &Env, plan: &str, task: &str) -> Vec<Value> {
     let path = env
         .project()
         .join(".reprise/plans")

@@ -1,0 +1,611 @@
+//! Parks and durable runs, end to end through the binary: a park frees
+//! what the task held (its agent's processes, its worktree, its seat, its
+//! unspent budget) and every release is on the audit chain citing the
+//! park's receipt; a resume takes the task back warm in its own session
+//! when nothing changed, cold when something did; refusals write nothing; a
+//! run killed outright is taken up again by `run --continue`.
+
+use std::io::BufRead;
+
+use super::recovery::{journal_kinds, wait_for_an_attempt};
+use super::worktrees::{git_env, outside_dir, write_plan};
+use super::*;
+
+/// The audit chain's rows of `kind`, bodies only.
+fn audit_rows(env: &Env, kind: &str) -> Vec<Value> {
+    fs::read_to_string(env.reprise_dir().join("audit/audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|row| row["kind"] == kind)
+        .collect()
+}
+
+/// Every release cites a receipt the chain holds for the same park.
+fn assert_every_release_has_its_receipt(env: &Env) {
+    let receipts: Vec<Value> = audit_rows(env, "task.suspend_receipt");
+    for release in audit_rows(env, "task.suspend_resource_release") {
+        let receipt = receipts
+            .iter()
+            .find(|receipt| receipt["mac"] == release["body"]["receipt"])
+            .unwrap_or_else(|| panic!("a release without its receipt: {release}"));
+        assert_eq!(
+            receipt["body"]["park"], release["body"]["park"],
+            "{release}"
+        );
+    }
+}
+
+fn released(env: &Env, park: &Value) -> Vec<(String, Value)> {
+    audit_rows(env, "task.suspend_resource_release")
+        .into_iter()
+        .filter(|row| &row["body"]["park"] == park)
+        .map(|row| {
+            (
+                row["body"]["resource"].as_str().unwrap().to_owned(),
+                row["body"]["detail"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z"))
+}
+
+/// Waits (a minute at most) until `file` exists and holds something.
+fn wait_for_file(file: &Path) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(text) = fs::read_to_string(file)
+            && !text.trim().is_empty()
+        {
+            return text;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{} never appeared",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+const TWO_ON_ONE_SEAT: &str = r#"
+version: 1
+name: seats
+seats: 1
+budget_usd: "1.00"
+defaults: { agent: sim }
+tasks:
+  - id: long
+    prompt: do the long thing
+    budget_usd: "0.50"
+    sim:
+      - { reply: "first try", write: { long.txt: bad }, cost_usd: "0.10" }
+      - { reply: "slow second try", write: { long.txt: good }, delay: 120s }
+      - { reply: "resumed and finished", write: { long.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat long.txt)\" = good" } ]
+  - id: next
+    prompt: do the next thing
+    budget_usd: "0.20"
+    sim: [ { reply: "ok", write: { next.txt: done } } ]
+"#;
+
+#[test]
+fn parking_the_running_task_lets_the_next_one_take_its_seat_and_returns_its_headroom() {
+    let env = git_env();
+    let plan = write_plan(&env, "seats", TWO_ON_ONE_SEAT);
+    let child = env
+        .command(&["run", &plan, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the slow second attempt: the first one spent $0.10.
+    let journal = env
+        .project()
+        .join(".reprise/plans/seats/tasks/long/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains(r#""attempt":2,"mode""#)) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let worktree = env
+        .project()
+        .join(".reprise/worktrees")
+        .read_dir()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("long");
+    assert!(worktree.is_dir());
+    let parked = env.run(&[
+        "task",
+        "suspend",
+        "long",
+        "--reason",
+        "needs a look",
+        "--json",
+    ]);
+    assert_success(&parked);
+    let parked = json_of(&parked);
+    assert_eq!(parked["ok"], true, "{parked}");
+    // Its worktree is gone (its files are in the park's snapshot).
+    assert!(!worktree.exists(), "the parked worktree is still there");
+    let output = child.wait_with_output().unwrap();
+    // The run ends with the task parked: exit 3; the next task took the seat.
+    assert_eq!(output.status.code(), Some(3));
+    let run: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let states: Vec<(String, String)> = run["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|task| {
+            (
+                task["task_id"].as_str().unwrap().to_owned(),
+                task["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            ("long".to_owned(), "suspended".to_owned()),
+            ("next".to_owned(), "passed".to_owned())
+        ]
+    );
+    // The releases, in order, each citing the receipt; the budget's is
+    // exactly what was reserved less what was spent, back in the pool.
+    assert_every_release_has_its_receipt(&env);
+    let releases = released(&env, &parked["park"]);
+    let names: Vec<&str> = releases.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["process", "sandbox", "seat", "budget"]);
+    assert_eq!(releases[0].1["stopped"], true);
+    assert_eq!(releases[1].1["removed"], true);
+    let budget = &releases[3].1;
+    assert_eq!(budget["returned_micro_usd"], 400_000, "{budget}");
+    assert_eq!(
+        budget["pool_free_after"].as_u64().unwrap() - budget["pool_free_before"].as_u64().unwrap(),
+        400_000,
+        "{budget}"
+    );
+    let suspend = journal_kinds(&env, "seats", "long")
+        .into_iter()
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    assert_eq!(
+        suspend["body"]["envelope"],
+        json!({"reserved_micro_usd": 500_000, "spent_micro_usd": 100_000, "headroom_micro_usd": 400_000})
+    );
+    // The next task started after the park, not before.
+    let next_started = journal_kinds(&env, "seats", "next")
+        .into_iter()
+        .find(|row| row["kind"] == "task.started")
+        .unwrap();
+    assert!(next_started["at"].as_str().unwrap() >= suspend["at"].as_str().unwrap());
+    // Status and the runs list say parked; the journal and the audit chain verify.
+    let status = json_of(&env.run(&["status", "--json"]));
+    assert_eq!(status["liveness"], json!({"state": "parked"}), "{status}");
+    assert_success(&env.run(&["journal", "verify", "long"]));
+    assert_success(&env.run(&["audit", "verify"]));
+    // Resumed: the worktree comes back with the parked files, the session
+    // continues (the third step answers), and the run passes.
+    let resumed = env.run(&["task", "resume", "long", "--json"]);
+    assert_success(&resumed);
+    let resumed = json_of(&resumed);
+    let long = &resumed["tasks"][0];
+    assert_eq!(long["state"], "passed", "{resumed}");
+    let modes: Vec<&str> = long["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["new", "warm", "warm"], "{resumed}");
+    let sessions: Vec<&str> = long["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|attempt| attempt["session_id"].as_str())
+        .collect();
+    assert!(
+        sessions.windows(2).all(|pair| pair[0] == pair[1]),
+        "{resumed}"
+    );
+    let resume_row = journal_kinds(&env, "seats", "long")
+        .into_iter()
+        .find(|row| row["kind"] == "task.resume")
+        .unwrap();
+    assert_eq!(resume_row["body"]["mode"], "warm");
+    assert_eq!(resume_row["body"]["park"], parked["park"]);
+    let receipts = audit_rows(&env, "task.resume_receipt");
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0]["body"]["suspend_receipt"], parked["receipt"]);
+    assert_success(&env.run(&["journal", "verify", "long"]));
+    assert_success(&env.run(&["audit", "verify"]));
+}
+
+#[test]
+fn a_parked_command_agent_s_processes_are_gone_and_its_resume_goes_cold() {
+    let env = git_env();
+    let pids = outside_dir(&env, "pids");
+    // The first attempt starts a child and waits; the retry finds its
+    // pid file and finishes at once.
+    let plan = write_plan(
+        &env,
+        "inplace",
+        &format!(
+            r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: command
+    sandbox: none
+    timeout: 5m
+    allowed_paths: ["{dir}"]
+    command: [sh, -c, "if [ -e {dir}/agent ]; then echo resumed; exit 0; fi; sleep 300 & echo $! > {dir}/child; echo $$ > {dir}/agent; wait"]
+"#,
+            dir = pids.display()
+        ),
+    );
+    let child = env
+        .command(&["run", &plan])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let grandchild: u32 = wait_for_file(&pids.join("child")).trim().parse().unwrap();
+    let agent: u32 = wait_for_file(&pids.join("agent")).trim().parse().unwrap();
+    assert!(pid_alive(agent) && pid_alive(grandchild));
+    let parked = env.run(&["task", "suspend", "edit"]);
+    assert_success(&parked);
+    assert!(stdout(&parked).contains("released process: the agent was stopped and reaped"));
+    // The agent and what it started were killed and reaped.
+    assert!(!pid_alive(agent), "the agent outlived its park");
+    assert!(
+        !pid_alive(grandchild),
+        "the agent's child outlived its park"
+    );
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    // The command agent cannot resume a session: the resume goes cold,
+    // saying why, and the retry finishes.
+    let resumed = env.run(&["task", "resume", "edit", "--json"]);
+    assert_success(&resumed);
+    let rows = journal_kinds(&env, "inplace", "edit");
+    let resume_row = rows
+        .iter()
+        .find(|row| row["kind"] == "task.resume")
+        .unwrap();
+    assert_eq!(resume_row["body"]["mode"], "cold", "{resume_row}");
+    assert_eq!(
+        resume_row["body"]["downgrade_reason"], "adapter_capability_none",
+        "{resume_row}"
+    );
+    let task = &json_of(&resumed)["tasks"][0];
+    assert_eq!(task["state"], "passed");
+    assert_eq!(task["attempts"][1]["mode"], "cold");
+    assert_success(&env.run(&["journal", "verify", "edit"]));
+}
+
+#[test]
+fn an_edit_while_parked_in_place_resumes_cold_and_an_untouched_one_warm() {
+    for edit in [true, false] {
+        let env = git_env();
+        let plan = write_plan(
+            &env,
+            "inplace",
+            r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: sim
+    sandbox: none
+    sim:
+      - { reply: "slow", write: { notes.txt: x }, delay: 120s }
+      - { reply: "done", write: { notes.txt: y } }
+"#,
+        );
+        park_tasks(&env, &plan, &["edit"]);
+        if edit {
+            // In place, the files stay; a person edits one while it waits.
+            fs::write(env.project().join("shop.py"), "price = 11\n").unwrap();
+        }
+        let resumed = env.run(&["task", "resume", "edit", "--json"]);
+        assert_success(&resumed);
+        let rows = journal_kinds(&env, "inplace", "edit");
+        let resume_row = rows
+            .iter()
+            .find(|row| row["kind"] == "task.resume")
+            .unwrap();
+        let (mode, reason) = if edit {
+            ("cold", json!("workspace_hash_mismatch"))
+        } else {
+            ("warm", Value::Null)
+        };
+        assert_eq!(resume_row["body"]["mode"], mode, "{resume_row}");
+        assert_eq!(
+            resume_row["body"]["downgrade_reason"], reason,
+            "{resume_row}"
+        );
+        let suspend = rows
+            .iter()
+            .find(|row| row["kind"] == "task.suspend")
+            .unwrap();
+        assert_eq!(
+            resume_row["body"]["workspace_hash"] == suspend["body"]["workspace_hash"],
+            !edit
+        );
+        assert_eq!(json_of(&resumed)["tasks"][0]["state"], "passed");
+    }
+}
+
+/// Runs `plan` and parks each of `tasks` once its attempt runs; the run
+/// then ends with them parked (exit 3).
+fn park_tasks(env: &Env, plan: &str, tasks: &[&str]) {
+    let child = env
+        .command(&["run", plan])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let name = Path::new(plan)
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for task in tasks {
+        wait_for_an_attempt(env, &name, task);
+        assert_success(&env.run(&["task", "suspend", task]));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3));
+}
+
+const PARKABLE: &str = r#"
+version: 1
+name: parkable
+defaults: { agent: sim }
+tasks:
+  - id: one
+    prompt: one
+    sim:
+      - { reply: "slow", write: { one.txt: x }, delay: 120s }
+      - { reply: "done", write: { one.txt: x } }
+  - id: two
+    prompt: two
+    sim:
+      - { reply: "slow", write: { two.txt: x }, delay: 120s }
+      - { reply: "done", write: { two.txt: x } }
+"#;
+
+#[test]
+fn resumes_that_cannot_stand_are_refused_before_anything_is_written() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    park_tasks(&env, &plan, &["one", "two"]);
+    let journal = env
+        .project()
+        .join(".reprise/plans/parkable/tasks/one/journal.jsonl");
+    let before = fs::read(&journal).unwrap();
+    let audit_before = fs::read(env.reprise_dir().join("audit/audit.jsonl")).unwrap();
+    for (args, needle) in [
+        (vec!["task", "resume", "../one"], "task id"),
+        (vec!["task", "resume", "nosuch"], "nosuch"),
+        (
+            vec!["task", "resume", "one", "--receipt", &"ab".repeat(32)],
+            "not in the audit chain",
+        ),
+    ] {
+        let output = env.run(&args);
+        assert_one_line_error(&output, 2, needle);
+        assert_eq!(
+            fs::read(&journal).unwrap(),
+            before,
+            "{args:?} wrote to the journal"
+        );
+        assert_eq!(
+            fs::read(env.reprise_dir().join("audit/audit.jsonl")).unwrap(),
+            audit_before,
+            "{args:?} wrote to the audit chain"
+        );
+    }
+    // A receipt that binds another task's park is refused.
+    let other = audit_rows(&env, "task.suspend_receipt")
+        .into_iter()
+        .find(|receipt| receipt["body"]["task_id"] == "two");
+    let other = other.expect("two's park has a receipt");
+    let output = env.run(&[
+        "task",
+        "resume",
+        "one",
+        "--receipt",
+        other["mac"].as_str().unwrap(),
+    ]);
+    assert_one_line_error(&output, 2, "binds a park of task parkable/two");
+    assert_eq!(fs::read(&journal).unwrap(), before);
+    // One resume settles the park (the run then ends with `two` still
+    // parked: exit 3); a second is refused and writes nothing.
+    let resumed = env.run(&["task", "resume", "one"]);
+    assert_eq!(code(&resumed), Some(3), "{}", stdout(&resumed));
+    assert!(
+        stdout(&resumed).contains("PARKED  two"),
+        "{}",
+        stdout(&resumed)
+    );
+    let settled = fs::read(&journal).unwrap();
+    let again = env.run(&["task", "resume", "one"]);
+    assert_one_line_error(&again, 2, "already settled");
+    assert_eq!(fs::read(&journal).unwrap(), settled);
+}
+
+#[test]
+fn a_run_killed_mid_attempt_is_continued_and_its_session_resumed_warm() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "durable",
+        r#"
+version: 1
+name: durable
+defaults: { agent: sim }
+tasks:
+  - id: work
+    prompt: do the work
+    sim:
+      - { reply: "slow", write: { w.txt: x }, delay: 120s }
+      - { reply: "done after the crash", write: { w.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat w.txt)\" = good" } ]
+  - id: after
+    prompt: after
+    depends_on: [work]
+    sim: [ { reply: "ok", write: { a.txt: x } } ]
+"#,
+    );
+    let mut child = env
+        .command(&["run", &plan])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_an_attempt(&env, "durable", "work");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let continued = env.run(&["run", "--continue", &run_id, "--json"]);
+    assert_success(&continued);
+    let continued = json_of(&continued);
+    assert_eq!(continued["run_id"], run_id.as_str());
+    let work = &continued["tasks"][0];
+    assert_eq!(work["state"], "passed", "{continued}");
+    assert_eq!(continued["tasks"][1]["state"], "passed", "{continued}");
+    let attempts = work["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["infra_kind"], "interrupted", "{continued}");
+    assert_eq!(attempts[1]["mode"], "warm", "{continued}");
+    assert_eq!(attempts[0]["session_id"], attempts[1]["session_id"]);
+    // The sim saw the same session resumed with the retry's prompt.
+    let session = attempts[1]["session_id"].as_str().unwrap();
+    let transcript =
+        fs::read_to_string(env.reprise_dir().join(format!("sim/{session}.jsonl"))).unwrap();
+    assert!(transcript.contains("done after the crash"), "{transcript}");
+    let rows = journal_kinds(&env, "durable", "work");
+    assert!(rows.iter().any(|row| row["kind"] == "task.continued"));
+    for task in ["work", "after"] {
+        assert_success(&env.run(&["journal", "verify", task]));
+    }
+    assert_success(&env.run(&["audit", "verify"]));
+    // A finished run is not continued again.
+    assert_one_line_error(&env.run(&["run", "--continue", &run_id]), 2, "has finished");
+}
+
+#[test]
+fn a_direct_park_cut_at_any_step_is_completed_by_the_next_suspend() {
+    for step in ["suspend", "receipt", "process", "sandbox", "seat", "budget"] {
+        let env = git_env();
+        let plan = write_plan(&env, "parkable", PARKABLE);
+        let mut child = env
+            .command(&["run", &plan])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_an_attempt(&env, "parkable", "one");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // No live run: the suspend command parks the task itself, and is
+        // killed at the step boundary.
+        let mut suspend = env
+            .command(&["task", "suspend", "one"])
+            .env("REPRISE_TEST_PARK_HOLD", step)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(suspend.stderr.take().unwrap()).lines();
+        let held = lines.next().unwrap().unwrap();
+        assert!(
+            held.contains(&format!("test hold at park step {step}")),
+            "{held}"
+        );
+        suspend.kill().unwrap();
+        suspend.wait().unwrap();
+        assert_every_release_has_its_receipt(&env);
+        // The next suspend completes the park; then it resumes.
+        let completed = env.run(&["task", "suspend", "one", "--json"]);
+        assert_success(&completed);
+        let completed = json_of(&completed);
+        let names: Vec<String> = released(&env, &completed["park"])
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(names, ["process", "sandbox", "seat", "budget"], "{step}");
+        assert_every_release_has_its_receipt(&env);
+        assert_eq!(audit_rows(&env, "task.suspend_receipt").len(), 1, "{step}");
+        let again = env.run(&["task", "suspend", "one"]);
+        assert_one_line_error(&again, 2, "already parked");
+        assert_success(&env.run(&["audit", "verify"]));
+    }
+}
+
+#[test]
+fn a_park_until_a_time_wakes_by_itself_in_the_live_run() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "timed",
+        r#"
+version: 1
+name: timed
+defaults: { agent: sim }
+tasks:
+  - id: nap
+    prompt: nap
+    sim:
+      - { reply: "slow", write: { n.txt: x }, delay: 120s }
+      - { reply: "woke and finished", write: { n.txt: x } }
+"#,
+    );
+    let child = env
+        .command(&["run", &plan, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_an_attempt(&env, "timed", "nap");
+    let parked = env.run(&["task", "suspend", "nap", "--until", "2s", "--json"]);
+    assert_success(&parked);
+    assert_eq!(json_of(&parked)["wake"]["on"], "time");
+    // The run waits for the wake time, resumes the task, and passes.
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let run: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(run["tasks"][0]["state"], "passed", "{run}");
+    let rows = journal_kinds(&env, "timed", "nap");
+    let suspend = rows
+        .iter()
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    let resume = rows
+        .iter()
+        .find(|row| row["kind"] == "task.resume")
+        .unwrap();
+    // To the second (RFC 3339, UTC): the resume came at or after the time.
+    assert!(
+        resume["at"].as_str().unwrap()[..19]
+            >= suspend["body"]["wake"]["at"].as_str().unwrap()[..19]
+    );
+    assert_eq!(resume["body"]["mode"], "warm");
+}
