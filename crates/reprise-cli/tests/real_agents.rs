@@ -171,6 +171,33 @@ impl Project {
         Rehearsal { output, json }
     }
 
+    /// `reprise rehearse` started in the background, for a test that acts
+    /// on the live run (a park) while it goes on.
+    fn rehearse_spawn(&self, cli: Cli, plan: &str, scenario: &str) -> std::process::Child {
+        let fill = |text: &str| {
+            text.replace("@ASIDE@", &self.aside().to_string_lossy())
+                .replace("@STATE@", &self.root().join(".reprise").to_string_lossy())
+        };
+        fs::create_dir_all(self.aside()).unwrap();
+        fs::write(self.temp.path().join("plan.yaml"), fill(plan)).unwrap();
+        fs::write(self.temp.path().join("scenario.yaml"), fill(scenario)).unwrap();
+        Command::new(BIN)
+            .args(["rehearse", "../plan.yaml", "--scenario", "../scenario.yaml"])
+            .args(["--keep-requests", "--json"])
+            .current_dir(self.root())
+            .env_clear()
+            .env("HOME", self.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                format!("REPRISE_{}_BIN", cli.name().to_uppercase()),
+                cli.binary(),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// `reprise ARGS --json` in the project, as its user would run it.
     fn reprise_json(&self, args: &[&str]) -> Value {
         let output = Command::new(BIN)
@@ -1045,5 +1072,114 @@ fn codex_endless_tool_loop_ends_at_the_request_cap_as_a_rehearsal_loop() {
         "rehearsal_loop",
         "{}",
         ran.describe()
+    );
+}
+
+/// A Claude Code task parked while a request hangs (after its first tool
+/// call, so its transcript holds a turn), and woken by the live run at its
+/// time: Claude Code is stopped (its process gone), then resumed in the same
+/// session, and the model server sees the first prompt and tool call in the
+/// history and the resume's words as the new turn.
+#[test]
+fn claude_parked_mid_request_wakes_warm_in_its_own_session() {
+    let cli = Cli::Claude;
+    let project = Project::new();
+    let scenario = format!(
+        "rules:\n\
+         \x20 - match: {{ task: nap, turn: 1 }}\n    reply: {{ hang: true }}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: false }}\n    reply: {write}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
+        write = cli.write_reply("greeting.txt", "hello\n", true),
+    );
+    let child = project.rehearse_spawn(
+        cli,
+        &plan(cli, "nap", "warm", 0, &[content_gate()]),
+        &scenario,
+    );
+    // The first request reached the server and hangs there.
+    let runs = project.root().join(".reprise/runs");
+    let started = std::time::Instant::now();
+    let hung = || {
+        fs::read_dir(&runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| {
+                fs::read_to_string(run.path().join("rehearsal/requests.jsonl"))
+                    .is_ok_and(|log| !log.trim().is_empty())
+            })
+    };
+    while !hung() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "no request arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Claude Code writes its transcript a moment after a turn, not as it
+    // goes: a park before that finds no session to resume and goes cold
+    // (`session_unavailable`). Wait for it, as a user parking a long task
+    // would find it.
+    let transcript_written = || {
+        fs::read_dir(&runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| {
+                let projects = run.path().join("rehearsal/homes/nap/.claude/projects");
+                fs::read_dir(projects)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|dir| {
+                        fs::read_dir(dir.path())
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|file| file.path().extension().is_some_and(|ext| ext == "jsonl"))
+                    })
+            })
+    };
+    while !transcript_written() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "no transcript"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let parked = project.reprise_json(&["task", "suspend", "nap", "--until", "3s"]);
+    assert_eq!(parked["ok"], true, "{parked}");
+    assert_eq!(parked["released"][0]["detail"]["stopped"], true, "{parked}");
+    assert_eq!(
+        processes_mentioning(&runs.to_string_lossy()),
+        Vec::<u32>::new(),
+        "Claude Code outlived its park"
+    );
+    let output = child.wait_with_output().unwrap();
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let ran = Rehearsal { output, json };
+    ran.assert_ok();
+    assert_eq!(ran.modes("nap"), ["new", "warm"], "{}", ran.describe());
+    let sessions = ran.sessions("nap");
+    assert!(
+        !sessions[0].is_empty(),
+        "the session id was chosen before Claude Code started"
+    );
+    assert_eq!(sessions[0], sessions[1], "{}", ran.describe());
+    let resumed = ran.body(&ran.turn_opener("nap", 2));
+    let said = new_user_texts(cli, &resumed);
+    assert!(
+        said.iter()
+            .any(|text| text.contains("paused and is now resumed")),
+        "{said:?}"
+    );
+    let history = serde_json::to_string(&items(cli, &resumed)).unwrap();
+    assert!(
+        history.contains(PROMPT),
+        "the first prompt is in the resumed session's history"
+    );
+    assert_eq!(
+        worktree_file(&project, &ran, "nap", "greeting.txt"),
+        "hello\n"
     );
 }
