@@ -485,6 +485,31 @@ pub(crate) enum TaskCommand {
         #[arg(long, value_name = "HEX")]
         receipt: Option<String>,
     },
+    /// Halt a running task's agent at once, keeping its worktree, seat and
+    /// budget (a moment's steering); past --upgrade-after it becomes a park.
+    #[command(after_help = help!("\
+  reprise task pause add-greeting
+  reprise task pause add-greeting --upgrade-after 10m"))]
+    Pause {
+        /// The task (or PLAN/TASK).
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+        /// Park the task (releasing everything) if it is still paused after
+        /// this long (`30s`, `10m`); default: never.
+        #[arg(long, value_name = "DURATION")]
+        upgrade_after: Option<String>,
+    },
+    /// Let a paused task go on: its agent continues its own session when
+    /// nothing changed, else starts over (cold, recorded).
+    #[command(after_help = help!("\
+  reprise task unpause add-greeting"))]
+    Unpause {
+        /// The task (or PLAN/TASK).
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 /// A resume's mode.

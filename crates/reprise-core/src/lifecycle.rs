@@ -31,6 +31,9 @@
 //! | checkpointing n        | park requested              | suspended (resumes as n)          | park |
 //! | running n              | park requested              | suspended (resumes as n+1)        | park |
 //! | suspended (as n)       | resumed (warm, fork or cold)| checkpointing n                   | take checkpoint |
+//! | running n              | pause requested             | paused (resumes as n+1)           | pause |
+//! | paused (as n)          | unpaused (warm or cold)     | checkpointing n                   | take checkpoint |
+//! | paused (as n)          | park requested              | suspended (as n)                  | park |
 //!
 //! A park is not a failure: the attempt it stops is not counted against
 //! `max_attempts` (the resume row records the policy with one more attempt).
@@ -184,6 +187,11 @@ pub enum TaskState {
     Suspended {
         attempt: u32,
     },
+    /// Stopped for a moment with its sandbox, seat and reservation kept;
+    /// `attempt` is the one an unpause starts.
+    Paused {
+        attempt: u32,
+    },
 }
 
 /// What an effect produced.
@@ -219,6 +227,12 @@ pub enum TaskEvent {
     ParkRequested,
     /// `task.resume` recorded; `cold` when the session does not continue.
     Resumed {
+        cold: bool,
+    },
+    /// Someone asked to halt the running agent for a moment (`task pause`).
+    PauseRequested,
+    /// `task.unpause` recorded; `cold` when the session does not continue.
+    Unpaused {
         cold: bool,
     },
 }
@@ -276,6 +290,11 @@ pub enum Effect {
     Park {
         next: u32,
     },
+    /// Record the pause and wait (holding everything) for an unpause, a
+    /// park, or the pause's upgrade to a park; an unpause starts `next`.
+    Pause {
+        next: u32,
+    },
 }
 
 /// A state and what to do to leave it.
@@ -312,6 +331,7 @@ impl TaskState {
             Self::Closing(_) => "closing",
             Self::Finished(terminal) => terminal.as_str(),
             Self::Suspended { .. } => "suspended",
+            Self::Paused { .. } => "paused",
         }
     }
 }
@@ -415,11 +435,21 @@ pub fn transition(
     let invalid = InvalidTransition { state, event };
     Ok(match (state, event) {
         (S::Suspended { attempt }, E::Resumed { cold }) => checkpoint(attempt, !cold),
+        (S::Paused { attempt }, E::Unpaused { cold }) => checkpoint(attempt, !cold),
+        (S::Paused { attempt }, E::ParkRequested) => park(attempt),
         (S::Finished(_) | S::Suspended { .. }, _) => return Err(invalid),
         (S::Closing(_), E::CancelRequested) => return Err(invalid),
         (S::Checkpointing { attempt, .. }, E::ParkRequested) => park(attempt),
         (S::Running { attempt, .. }, E::ParkRequested) => park(attempt + 1),
-        (_, E::ParkRequested | E::Resumed { .. }) => return Err(invalid),
+        (S::Running { attempt, .. }, E::PauseRequested) => step(
+            S::Paused {
+                attempt: attempt + 1,
+            },
+            vec![Effect::Pause { next: attempt + 1 }],
+        ),
+        (_, E::ParkRequested | E::Resumed { .. } | E::PauseRequested | E::Unpaused { .. }) => {
+            return Err(invalid);
+        }
         (_, E::CancelRequested) => close_undelivered(policy, Terminal::Cancelled),
 
         (S::Queued, E::Started) => checkpoint(1, false),
@@ -571,6 +601,10 @@ pub mod rows {
     /// A `run --continue` taking over an interrupted task, with the policy
     /// it continues under.
     pub const CONTINUED: &str = "task.continued";
+    /// A steering pause (`task pause`), and its end, with the policy the
+    /// task continues under.
+    pub const PAUSE: &str = "task.pause";
+    pub const UNPAUSE: &str = "task.unpause";
 }
 
 /// The state a task's journal rows (from its latest `task.started`) leave
@@ -593,7 +627,7 @@ pub fn replay<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Value)>) -> TaskS
             }
             // A resume or a continuation may grant the attempt a park or an
             // interruption took back.
-            rows::RESUME | rows::CONTINUED => {
+            rows::RESUME | rows::CONTINUED | rows::UNPAUSE => {
                 if let Some(extended) = body
                     .get("lifecycle")
                     .and_then(|value| serde_json::from_value(value.clone()).ok())
@@ -674,6 +708,10 @@ fn event_of(state: TaskState, kind: &str, body: &Value, superseded: bool) -> Opt
             delivered: body.get("error").is_none(),
         },
         rows::SUSPEND => TaskEvent::ParkRequested,
+        rows::PAUSE => TaskEvent::PauseRequested,
+        rows::UNPAUSE => TaskEvent::Unpaused {
+            cold: body.get("mode").and_then(Value::as_str) == Some("cold"),
+        },
         rows::RESUME => TaskEvent::Resumed {
             cold: body.get("mode").and_then(Value::as_str) == Some("cold"),
         },
@@ -762,6 +800,7 @@ mod tests {
             all.push(S::Judging { attempt });
             all.push(S::Diagnosing { attempt });
             all.push(S::Suspended { attempt });
+            all.push(S::Paused { attempt });
             for strategy in STRATEGIES {
                 all.push(S::Budgeting { attempt, strategy });
                 for then in [AfterRollback::Decide, AfterRollback::NextAttempt] {
@@ -792,8 +831,10 @@ mod tests {
         let mut all = vec![E::Started, E::CheckpointTaken, E::RolledBack, E::Finished];
         all.push(E::CancelRequested);
         all.push(E::ParkRequested);
+        all.push(E::PauseRequested);
         for flag in [false, true] {
             all.push(E::Resumed { cold: flag });
+            all.push(E::Unpaused { cold: flag });
             all.push(E::AgentEnded { session_gone: flag });
             all.push(E::BudgetConsumed { granted: flag });
             all.push(E::RetryDecided { cold: flag });
@@ -884,6 +925,27 @@ mod tests {
         if let (S::Suspended { attempt }, E::Resumed { cold }) = (state, event) {
             return take(attempt, !cold);
         }
+        // A pause holds everything: an unpause goes on from it, a park
+        // (asked for, or the pause's upgrade) releases it all, a cancel ends it.
+        if let S::Paused { attempt } = state {
+            return match event {
+                E::Unpaused { cold } => take(attempt, !cold),
+                E::ParkRequested => Some(step(
+                    S::Suspended { attempt },
+                    vec![F::Park { next: attempt }],
+                )),
+                E::CancelRequested => end(Terminal::Cancelled),
+                _ => None,
+            };
+        }
+        if let (S::Running { attempt, .. }, E::PauseRequested) = (state, event) {
+            return Some(step(
+                S::Paused {
+                    attempt: attempt + 1,
+                },
+                vec![F::Pause { next: attempt + 1 }],
+            ));
+        }
         if matches!(state, S::Finished(_) | S::Suspended { .. }) {
             return None;
         }
@@ -897,7 +959,10 @@ mod tests {
             };
             return Some(step(S::Suspended { attempt: next }, vec![F::Park { next }]));
         }
-        if matches!(event, E::Resumed { .. }) {
+        if matches!(
+            event,
+            E::Resumed { .. } | E::PauseRequested | E::Unpaused { .. }
+        ) {
             return None;
         }
         if event == E::CancelRequested {
@@ -1050,9 +1115,9 @@ mod tests {
                 }
             }
         }
-        assert_eq!(policies.len() * states.len() * events.len(), 12 * 79 * 24);
+        assert_eq!(policies.len() * states.len() * events.len(), 12 * 81 * 27);
         // Every state but `queued` can be entered.
-        assert_eq!(reached.len(), 10, "{reached:?}");
+        assert_eq!(reached.len(), 11, "{reached:?}");
         assert!(valid > 1000, "{valid}");
     }
 
@@ -1093,7 +1158,9 @@ mod tests {
                     |attempt: u32| scripts[(attempt as usize - 1).min(scripts.len() - 1)];
                 let mut row = |kind: &str, body: Value| rows.push((kind.to_owned(), body));
                 let produced = match effect {
-                    Effect::Park { .. } => unreachable!("the scripts never park"),
+                    Effect::Park { .. } | Effect::Pause { .. } => {
+                        unreachable!("the scripts never park or pause")
+                    }
                     Effect::TakeCheckpoint { attempt } => {
                         if policy.snapshots {
                             row(rows::CHECKPOINT_TAKEN, json!({"attempt": attempt}));
@@ -1427,5 +1494,27 @@ mod tests {
             )
             .is_err()
         );
+        // A pause reads back as paused, its end as the next attempt.
+        let mut paused = vec![
+            (rows::TASK_STARTED, json!({"lifecycle": policy})),
+            (rows::ATTEMPT_STARTED, json!({"attempt": 1})),
+            (rows::PAUSE, json!({"attempt": 1})),
+        ];
+        assert_eq!(read(&paused), TaskState::Paused { attempt: 2 });
+        paused.push((
+            rows::UNPAUSE,
+            json!({"mode": "cold", "lifecycle": extended}),
+        ));
+        assert_eq!(
+            read(&paused),
+            TaskState::Checkpointing {
+                attempt: 2,
+                resumed: false
+            }
+        );
+        // Or it is upgraded to a park.
+        paused.truncate(3);
+        paused.push((rows::SUSPEND, json!({"attempt": 2})));
+        assert_eq!(read(&paused), TaskState::Suspended { attempt: 2 });
     }
 }

@@ -52,6 +52,15 @@ pub enum ControlOp {
         mode: Option<String>,
         receipt: Option<reprise_core::digest::Digest>,
     },
+    /// Halt the running agent at once, keeping sandbox, seat and
+    /// reservation; past `upgrade_after_ms` the pause becomes a park.
+    Pause {
+        task: TaskId,
+        upgrade_after_ms: Option<u64>,
+    },
+    Unpause {
+        task: TaskId,
+    },
 }
 
 #[derive(Debug, Deserialize)]

@@ -55,19 +55,46 @@ pub struct Parked {
 /// Where the answer to a park request goes (the control socket's reply).
 pub(crate) type ParkReply = mpsc::Sender<Value>;
 
+/// What a request asks of a running task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Park it: release everything.
+    Park(ParkRequest),
+    /// Halt its agent for a moment, keeping its sandbox, seat and
+    /// reservation; a pause older than `upgrade_after` becomes a park.
+    Pause {
+        upgrade_after: Option<std::time::Duration>,
+    },
+}
+
+/// How a pause ended.
+#[derive(Debug)]
+pub(crate) enum PauseEnd {
+    Unpause(Option<ParkReply>),
+    Park(ParkRequest, Option<ParkReply>),
+    /// It outlived `upgrade_after`.
+    Upgrade,
+    Cancelled,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// The running attempt's own stop token, while its agent runs.
     agent: Option<CancelToken>,
-    request: Option<(ParkRequest, Option<ParkReply>)>,
+    request: Option<(Stop, Option<ParkReply>)>,
+    /// Set while the task is paused; an unpause leaves its reply here.
+    paused: bool,
+    unpause: Option<Option<ParkReply>>,
 }
 
-/// One running task's handle for parks: the coordinator (asked over the
-/// control socket, or by the agent's own stop) files a request; the task
-/// thread stops its agent, if one runs, and parks at the next step.
+/// One running task's handle for parks and pauses: the coordinator (asked
+/// over the control socket, or by the agent's own stop) files a request;
+/// the task thread stops its agent, if one runs, and parks or pauses at the
+/// next step.
 #[derive(Debug, Default)]
 pub(crate) struct TaskControl {
     inner: Mutex<Inner>,
+    changed: std::sync::Condvar,
 }
 
 impl TaskControl {
@@ -75,25 +102,51 @@ impl TaskControl {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Files a park request; a running agent is stopped at once. `Err` gives
-    /// the request back when one is already pending.
+    /// Files a park request; a running agent is stopped at once. `Err` says
+    /// why when another request is pending.
     pub(crate) fn request(
         &self,
         request: ParkRequest,
         reply: Option<ParkReply>,
     ) -> std::result::Result<(), String> {
+        self.stop(Stop::Park(request), reply)
+    }
+
+    /// Files a park or a pause; a running agent is stopped at once.
+    pub(crate) fn stop(
+        &self,
+        stop: Stop,
+        reply: Option<ParkReply>,
+    ) -> std::result::Result<(), String> {
         let mut inner = self.lock();
         if inner.request.is_some() {
-            return Err("a park of this task is already under way".to_owned());
+            return Err("a park or pause of this task is already under way".to_owned());
+        }
+        if inner.paused && matches!(stop, Stop::Pause { .. }) {
+            return Err("the task is already paused; `reprise task unpause` goes on".to_owned());
         }
         if let Some(agent) = &inner.agent {
             agent.cancel();
         }
-        inner.request = Some((request, reply));
+        inner.request = Some((stop, reply));
+        drop(inner);
+        self.changed.notify_all();
         Ok(())
     }
 
-    /// The token the attempt's agent watches: the run's, plus a park's.
+    /// Ends a pause; `Err` when the task is not paused.
+    pub(crate) fn unpause(&self, reply: Option<ParkReply>) -> std::result::Result<(), String> {
+        let mut inner = self.lock();
+        if !inner.paused {
+            return Err("the task is not paused".to_owned());
+        }
+        inner.unpause = Some(reply);
+        drop(inner);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// The token the attempt's agent watches: the run's, plus a stop's.
     pub(crate) fn begin_agent(&self, run: &CancelToken) -> CancelToken {
         let token = run.child();
         let mut inner = self.lock();
@@ -104,19 +157,73 @@ impl TaskControl {
         token
     }
 
-    /// The agent ended; true when a park stopped it (or is pending).
-    pub(crate) fn end_agent(&self) -> bool {
+    /// The agent ended; what stopped it, if a request did (or is pending).
+    pub(crate) fn end_agent(&self) -> Option<bool> {
         let mut inner = self.lock();
         inner.agent = None;
-        inner.request.is_some()
+        inner
+            .request
+            .as_ref()
+            .map(|(stop, _)| matches!(stop, Stop::Pause { .. }))
     }
 
+    /// A park is pending.
     pub(crate) fn pending(&self) -> bool {
-        self.lock().request.is_some()
+        matches!(self.lock().request, Some((Stop::Park(_), _)))
     }
 
+    /// Takes a pending park request.
     pub(crate) fn take(&self) -> Option<(ParkRequest, Option<ParkReply>)> {
+        let mut inner = self.lock();
+        match inner.request.take() {
+            Some((Stop::Park(request), reply)) => Some((request, reply)),
+            other => {
+                inner.request = other;
+                None
+            }
+        }
+    }
+
+    /// Takes any pending request.
+    pub(crate) fn take_any(&self) -> Option<(Stop, Option<ParkReply>)> {
         self.lock().request.take()
+    }
+
+    /// Waits, paused, until an unpause, a park, the upgrade time or the run's
+    /// cancel.
+    pub(crate) fn wait_paused(
+        &self,
+        upgrade_after: Option<std::time::Duration>,
+        cancel: &CancelToken,
+    ) -> PauseEnd {
+        let until = upgrade_after.map(|after| std::time::Instant::now() + after);
+        let mut inner = self.lock();
+        inner.paused = true;
+        let end = loop {
+            if let Some(reply) = inner.unpause.take() {
+                break PauseEnd::Unpause(reply);
+            }
+            if let Some((Stop::Park(request), reply)) = inner.request.take() {
+                break PauseEnd::Park(request, reply);
+            }
+            if cancel.is_cancelled() {
+                break PauseEnd::Cancelled;
+            }
+            let now = std::time::Instant::now();
+            if until.is_some_and(|until| now >= until) {
+                break PauseEnd::Upgrade;
+            }
+            let slice = until.map_or(std::time::Duration::from_millis(100), |until| {
+                (until - now).min(std::time::Duration::from_millis(100))
+            });
+            inner = self
+                .changed
+                .wait_timeout(inner, slice)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        };
+        inner.paused = false;
+        end
     }
 }
 

@@ -649,7 +649,7 @@ pub fn run_plan(
                         saver.maybe_save(&run, state)?;
                         continue;
                     }
-                    if let Some((_, Some(reply))) = controls[&id].take() {
+                    if let Some((_, Some(reply))) = controls[&id].take_any() {
                         let _ = reply.send(serde_json::json!({"ok": false, "error": format!(
                             "task {id} {} before it could be parked",
                             result.status.as_str()
@@ -713,6 +713,39 @@ fn control_answer(
         }
         ControlOp::Resume { .. } => {
             Some(json!({"ok": false, "error": "a resume is the coordinator's to answer"}))
+        }
+        ControlOp::Pause {
+            task,
+            upgrade_after_ms,
+        } => {
+            let Some(&index) = position.get(task) else {
+                return Some(
+                    json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
+                );
+            };
+            let status = run.tasks[index].state;
+            if status != TaskStatus::Running {
+                return Some(json!({"ok": false, "error": format!(
+                    "task {task} is {} in run {}: only a running task can be paused", status.as_str(), run.run_id)}));
+            }
+            let stop = crate::park::Stop::Pause {
+                upgrade_after: upgrade_after_ms.map(std::time::Duration::from_millis),
+            };
+            match controls[task].stop(stop, Some(reply.clone())) {
+                Ok(()) => None,
+                Err(err) => Some(json!({"ok": false, "error": err})),
+            }
+        }
+        ControlOp::Unpause { task } => {
+            let Some(control) = controls.get(task) else {
+                return Some(
+                    json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
+                );
+            };
+            match control.unpause(Some(reply.clone())) {
+                Ok(()) => None,
+                Err(err) => Some(json!({"ok": false, "error": format!("task {task}: {err}")})),
+            }
         }
         ControlOp::Suspend { task, wake, reason } => {
             let Some(&index) = position.get(task) else {

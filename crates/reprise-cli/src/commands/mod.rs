@@ -171,6 +171,18 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             until.as_deref(),
             reason,
         )?,
+        Command::Task(TaskCommand::Pause {
+            task,
+            plan,
+            upgrade_after,
+        }) => task::pause(
+            &settings.with_plan(plan.name),
+            &task,
+            upgrade_after.as_deref(),
+        )?,
+        Command::Task(TaskCommand::Unpause { task, plan }) => {
+            task::unpause(&settings.with_plan(plan.name), &task)?
+        }
         Command::Task(TaskCommand::Resume {
             task,
             plan,

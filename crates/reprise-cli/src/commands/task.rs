@@ -245,3 +245,95 @@ pub(crate) fn resume(
     // No live run: this command continues the run, the task first.
     crate::commands::run::continue_run(settings, &run_id, None, resumes)
 }
+
+/// Asks the live run that holds `task` to do `op`; its answer, or why there
+/// is none.
+fn ask_live(
+    state: &reprise_store::state::StateDir,
+    task: &TaskKey,
+    op: &ControlOp,
+    what: &str,
+) -> Result<Value, CliError> {
+    let Some(holder) = task_holder(state, task) else {
+        return Err(CliError::usage(format!(
+            "no live run holds task {task}: only a running task can be {what} (`reprise task suspend` parks an interrupted one)"
+        )));
+    };
+    let socket = reprise_engine::socket_path(state, &holder.run_id);
+    let answer = reprise_engine::ask_run(&socket, op).map_err(|err| {
+        CliError::usage(format!(
+            "run {} (pid {}) holds task {task} but its control socket does not answer ({err})",
+            holder.run_id, holder.pid
+        ))
+    })?;
+    if answer.get("ok").and_then(Value::as_bool) != Some(true) {
+        return Err(CliError::usage(
+            answer
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("the run refused")
+                .to_owned(),
+        ));
+    }
+    Ok(answer)
+}
+
+pub(crate) fn pause(
+    settings: &Settings,
+    task: &str,
+    upgrade_after: Option<&str>,
+) -> Result<Outcome, CliError> {
+    let upgrade_after_ms = upgrade_after
+        .map(|text| {
+            humantime::parse_duration(text)
+                .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+                .map_err(|_| {
+                    CliError::usage(format!(
+                        "--upgrade-after {text:?} is not a duration (30s, 10m, 1h)"
+                    ))
+                })
+        })
+        .transpose()?;
+    let state = settings.state()?;
+    let task = task_key(settings, &state, task)?;
+    let answer = ask_live(
+        &state,
+        &task,
+        &ControlOp::Pause {
+            task: task.task.clone(),
+            upgrade_after_ms,
+        },
+        "paused",
+    )?;
+    Ok(Outcome {
+        code: None,
+        text: format!(
+            "paused {task} (its worktree, seat and budget kept); go on: reprise task unpause {}\n",
+            task.task
+        ),
+        json: answer,
+        ok: true,
+    })
+}
+
+pub(crate) fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let task = task_key(settings, &state, task)?;
+    let answer = ask_live(
+        &state,
+        &task,
+        &ControlOp::Unpause {
+            task: task.task.clone(),
+        },
+        "unpaused",
+    )?;
+    Ok(Outcome {
+        code: None,
+        text: format!(
+            "unpaused {task}: attempt continues {}\n",
+            answer["mode"].as_str().unwrap_or("")
+        ),
+        json: answer,
+        ok: true,
+    })
+}

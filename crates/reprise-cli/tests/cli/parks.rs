@@ -609,3 +609,108 @@ tasks:
     );
     assert_eq!(resume["body"]["mode"], "warm");
 }
+
+const STEERED: &str = r#"
+version: 1
+name: steered
+seats: 1
+defaults: { agent: sim }
+tasks:
+  - id: steer
+    prompt: write it
+    sim:
+      - { reply: "slow", write: { s.txt: one }, delay: 120s }
+      - { reply: "after the pause", write: { s.txt: two } }
+  - id: queued
+    prompt: wait for the seat
+    sim: [ { reply: "ok", write: { q.txt: q } } ]
+"#;
+
+#[test]
+fn a_pause_keeps_the_seat_and_worktree_and_an_unpause_goes_on_warm() {
+    let env = git_env();
+    let plan = write_plan(&env, "steered", STEERED);
+    let child = env
+        .command(&["run", &plan, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_an_attempt(&env, "steered", "steer");
+    assert_success(&env.run(&["task", "pause", "steer"]));
+    // Paused: the journal says so, the worktree stays, the seat is still
+    // held (the queued task has not started).
+    let rows = journal_kinds(&env, "steered", "steer");
+    assert!(rows.iter().any(|row| row["kind"] == "task.pause"));
+    let status = json_of(&env.run(&["status", "--json"]));
+    assert_eq!(
+        status["lifecycle"]["steer"],
+        json!({"paused": {"attempt": 2}}),
+        "{status}"
+    );
+    let worktrees = env.project().join(".reprise/worktrees");
+    let run_dir = worktrees
+        .read_dir()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(run_dir.join("steer").is_dir());
+    assert!(
+        !env.project()
+            .join(".reprise/plans/steered/tasks/queued/journal.jsonl")
+            .exists()
+    );
+    // A second pause is refused; an unpause goes on in the same session.
+    assert_one_line_error(&env.run(&["task", "pause", "steer"]), 2, "already");
+    let unpaused = json_of(&env.run(&["task", "unpause", "steer", "--json"]));
+    assert_eq!(unpaused["mode"], "warm", "{unpaused}");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let run: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let steer = &run["tasks"][0];
+    assert_eq!(steer["state"], "passed", "{run}");
+    assert_eq!(
+        steer["attempts"][0]["session_id"],
+        steer["attempts"][1]["session_id"]
+    );
+    assert_eq!(steer["attempts"][1]["mode"], "warm");
+    assert_eq!(run["tasks"][1]["state"], "passed");
+    assert_success(&env.run(&["journal", "verify", "steer"]));
+    // No live run: there is nothing to pause.
+    assert_one_line_error(&env.run(&["task", "pause", "steer"]), 2, "no live run");
+}
+
+#[test]
+fn a_pause_past_its_upgrade_time_becomes_a_park_that_frees_everything() {
+    let env = git_env();
+    let plan = write_plan(&env, "steered", STEERED);
+    let child = env
+        .command(&["run", &plan, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_an_attempt(&env, "steered", "steer");
+    assert_success(&env.run(&["task", "pause", "steer", "--upgrade-after", "1s"]));
+    let output = child.wait_with_output().unwrap();
+    // The pause became a park: the seat went to the queued task, the run
+    // ends with `steer` parked.
+    assert_eq!(output.status.code(), Some(3));
+    let run: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(run["tasks"][0]["state"], "suspended", "{run}");
+    assert_eq!(run["tasks"][1]["state"], "passed", "{run}");
+    let rows = journal_kinds(&env, "steered", "steer");
+    let suspend = rows
+        .iter()
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    assert_eq!(suspend["body"]["cause"], "pause_upgrade");
+    assert_every_release_has_its_receipt(&env);
+    let releases = released(&env, &suspend["event_hash"]);
+    assert_eq!(releases.len(), 4);
+    assert_eq!(releases[1].1["removed"], true);
+    // And it resumes like any park.
+    assert_success(&env.run(&["task", "resume", "steer"]));
+}

@@ -95,6 +95,10 @@ pub(super) struct Executor<'r, 'a> {
     /// A park stopped the running agent; its session, if it had one.
     agent_stopped: bool,
     parked_session: Option<String>,
+    /// The policy the lifecycle is driven under, and the attempts unpauses
+    /// added to it.
+    policy: Option<Policy>,
+    extra_attempts: u32,
 }
 
 impl<'r, 'a> Executor<'r, 'a> {
@@ -147,6 +151,8 @@ impl<'r, 'a> Executor<'r, 'a> {
             modification: None,
             agent_stopped: false,
             parked_session: None,
+            policy: None,
+            extra_attempts: 0,
         }
     }
 
@@ -177,9 +183,10 @@ impl<'r, 'a> Executor<'r, 'a> {
         mut state: TaskState,
         first: Vec<TaskEvent>,
     ) -> Result<()> {
+        self.policy = Some(*policy);
         let mut pending = VecDeque::from(first);
         while let Some(event) = pending.pop_front() {
-            let step = transition(policy, state, event)
+            let step = transition(&self.effective_policy(), state, event)
                 .map_err(|err| EngineError::Lifecycle(err.to_string()))?;
             state = step.state;
             for effect in step.effects {
@@ -227,7 +234,138 @@ impl<'r, 'a> Executor<'r, 'a> {
                 self.park(next)?;
                 None
             }
+            Effect::Pause { next } => Some(self.pause(next)?),
         })
+    }
+
+    /// Records the pause (the agent already stopped and reaped; sandbox,
+    /// seat and reservation kept) and waits for what ends it: an unpause
+    /// (the next attempt continues the session when nothing changed), a
+    /// park, the pause's upgrade to a park, or the run's cancel.
+    fn pause(&mut self, next: u32) -> Result<TaskEvent> {
+        use crate::park::{PauseEnd, Stop};
+        use reprise_store::suspension::{ParkCause, Wake};
+        let run = self.run;
+        let (upgrade_after, reply) = match run.control.take_any() {
+            Some((Stop::Pause { upgrade_after }, reply)) => (upgrade_after, reply),
+            Some((Stop::Park(request), reply)) => {
+                // A park came first: it is what happens.
+                let _ = run.control.request(request, reply);
+                return Ok(TaskEvent::ParkRequested);
+            }
+            None => (None, None),
+        };
+        let workspace_hash = run.workspace_hash(&self.cwd)?;
+        let session_id = self.parked_session.clone().or_else(|| self.last_session());
+        let head = self.journal.append(
+            rows::PAUSE,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": next.saturating_sub(1), "session_id": session_id,
+                    "workspace_hash": workspace_hash,
+                    "upgrade_after_ms": upgrade_after.map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))}),
+        )?;
+        if let Some(reply) = reply {
+            let _ = reply.send(json!({"ok": true, "paused": true, "run_id": run.run_id,
+                                      "task": run.task.id, "attempt": next.saturating_sub(1)}));
+        }
+        Ok(match run.control.wait_paused(upgrade_after, run.cancel) {
+            PauseEnd::Unpause(reply) => {
+                let event = self.unpause(next, (head.digest, workspace_hash, session_id))?;
+                if let Some(reply) = reply {
+                    let _ = reply.send(json!({"ok": true, "unpaused": true, "run_id": run.run_id,
+                                              "task": run.task.id, "mode": self.next.mode}));
+                }
+                event
+            }
+            PauseEnd::Park(request, reply) => {
+                let _ = run.control.request(request, reply);
+                TaskEvent::ParkRequested
+            }
+            PauseEnd::Upgrade => {
+                let after = upgrade_after.unwrap_or_default();
+                let _ = run.control.request(
+                    crate::park::ParkRequest {
+                        wake: Wake::Resume,
+                        cause: ParkCause::PauseUpgrade,
+                        reason: Some(format!(
+                            "paused for longer than {}s (pause_upgrade_after)",
+                            after.as_secs()
+                        )),
+                        question: None,
+                    },
+                    None,
+                );
+                TaskEvent::ParkRequested
+            }
+            PauseEnd::Cancelled => TaskEvent::CancelRequested,
+        })
+    }
+
+    /// Ends a pause: the next attempt's mode decided as a retry's is,
+    /// against the workspace and session the pause recorded.
+    fn unpause(
+        &mut self,
+        next: u32,
+        (pause, paused_hash, session_id): (Digest, Digest, Option<String>),
+    ) -> Result<TaskEvent> {
+        use reprise_core::retry::{Checkpoint as DecisionCheckpoint, DecisionInput, decide};
+        let run = self.run;
+        let task = run.task;
+        let live = run.workspace_hash(&self.cwd)?;
+        let checkpoint = DecisionCheckpoint {
+            session_id: session_id.clone(),
+            workspace_hash: paused_hash,
+            event_hash: pause,
+        };
+        let mut decision = decide(DecisionInput {
+            requested: task.retry_policy,
+            capability: run.adapter.strategy().capability(),
+            checkpoint: Some(&checkpoint),
+            live_workspace_hash: live,
+            fresh_pinned: task.agent_restart_between_retries,
+            chain_verified: true,
+        });
+        let session_ok = session_id
+            .as_deref()
+            .is_some_and(|id| run.ensure_session(id, &self.cwd));
+        if decision.mode != RetryMode::Cold && !session_ok {
+            decision = reprise_core::retry::session_unavailable(decision);
+        }
+        // The attempt the pause stopped does not count.
+        self.extra_attempts += 1;
+        let policy = self.effective_policy();
+        self.journal.append(
+            rows::UNPAUSE,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": next, "pause": pause,
+                    "mode": decision.mode.as_str(),
+                    "downgrade_reason": decision.downgrade_reason.map(|reason| reason.as_str()),
+                    "workspace_hash": live, "lifecycle": policy}),
+        )?;
+        self.next = match (decision.mode, session_id) {
+            (RetryMode::Warm, Some(session_id)) => NextAttempt {
+                mode: "warm",
+                session: reprise_agents::SessionMode::Resume { session_id },
+                prompt: reprise_core::prompt::resume_prompt(
+                    Some("a person paused it to look"),
+                    None,
+                ),
+            },
+            _ => run.cold(next, self.previous.as_ref()),
+        };
+        Ok(TaskEvent::Unpaused {
+            cold: self.next.mode == "cold",
+        })
+    }
+
+    /// The policy the task runs under now: its own, with the attempts pauses
+    /// gave back.
+    fn effective_policy(&self) -> Policy {
+        let base = self.policy.expect("the lifecycle is being driven");
+        Policy {
+            max_attempts: base.max_attempts + self.extra_attempts,
+            ..base
+        }
     }
 
     /// Takes up what the journal says of the task's earlier attempts in
@@ -320,7 +458,7 @@ impl<'r, 'a> Executor<'r, 'a> {
     /// The agent was stopped for a park: what it cost is counted, its
     /// session kept for a warm resume, its output kept, and the attempt
     /// listed as parked (not judged, not a failure).
-    fn stopped_for_park(&mut self, attempt: u32, report: AttemptReport) {
+    fn stopped_for_park(&mut self, attempt: u32, report: AttemptReport, paused: bool) {
         let run = self.run;
         self.result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
         if let Some(session_id) = &report.session_id {
@@ -350,7 +488,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             &report,
             run.containment_body(&report, self.sandboxed),
         );
-        body["accepted"] = json!("parked");
+        body["accepted"] = json!(if paused { "paused" } else { "parked" });
         // A store failure here surfaces at the park's own first write.
         let _ = self
             .journal
@@ -585,13 +723,17 @@ impl<'r, 'a> Executor<'r, 'a> {
             },
             &stop,
         );
-        let parking = run.control.end_agent();
+        let stopped = run.control.end_agent();
         hold.spent(report.cost_micro_usd.unwrap_or(0));
         drop(hold);
         self.tmp = Some(tmp);
-        if parking {
-            self.stopped_for_park(attempt, report);
-            return Ok(TaskEvent::ParkRequested);
+        if let Some(paused) = stopped {
+            self.stopped_for_park(attempt, report, paused);
+            return Ok(if paused {
+                TaskEvent::PauseRequested
+            } else {
+                TaskEvent::ParkRequested
+            });
         }
         let session_gone = matches!(
             report.outcome,
