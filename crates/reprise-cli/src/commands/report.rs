@@ -180,7 +180,12 @@ fn attention(html: &mut String, run: &RunState) {
     let needing: Vec<&TaskRecord> = run
         .tasks
         .iter()
-        .filter(|task| matches!(task.state, TaskStatus::Failed | TaskStatus::Blocked))
+        .filter(|task| {
+            matches!(
+                task.state,
+                TaskStatus::Failed | TaskStatus::Blocked | TaskStatus::Suspended
+            )
+        })
         .collect();
     if needing.is_empty() {
         html.push_str("<p id=\"attention\" class=\"ok\">Nothing needs attention.</p>");
@@ -200,9 +205,18 @@ fn attention(html: &mut String, run: &RunState) {
         .unwrap_or_default();
     html.push_str("<div id=\"attention\" class=\"attention\"><strong>Needs attention</strong><ul>");
     for task in needing {
+        // A parked task waits for someone: the command that wakes it.
+        let wake = if task.state == TaskStatus::Suspended {
+            format!(
+                "; wake it: <code>reprise task resume {}</code>",
+                escape(task.task_id.as_str())
+            )
+        } else {
+            String::new()
+        };
         let _ = write!(
             html,
-            "<li data-task=\"{id}\"><a href=\"#task-{id}\">{id}</a>: {} ({}){age}</li>",
+            "<li data-task=\"{id}\"><a href=\"#task-{id}\">{id}</a>: {} ({}){age}{wake}</li>",
             task.state.as_str(),
             escape(task.reason.as_deref().unwrap_or("")),
             id = escape(task.task_id.as_str())

@@ -191,6 +191,15 @@ fn parking_the_running_task_lets_the_next_one_take_its_seat_and_returns_its_head
     // Status and the runs list say parked; the journal and the audit chain verify.
     let status = json_of(&env.run(&["status", "--json"]));
     assert_eq!(status["liveness"], json!({"state": "parked"}), "{status}");
+    // The report puts the parked task in its attention list, with the
+    // command that wakes it.
+    let page = env.temp.path().join("report.html");
+    assert_success(&env.run(&["report", "-o", page.to_str().unwrap()]));
+    let html = fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("wake it: <code>reprise task resume long</code>"),
+        "the report does not list the parked task"
+    );
     assert_success(&env.run(&["journal", "verify", "long"]));
     assert_success(&env.run(&["audit", "verify"]));
     // Resumed: the worktree comes back with the parked files, the session
