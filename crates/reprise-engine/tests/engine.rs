@@ -1830,8 +1830,11 @@ version: 1
 name: infra
 defaults: { agent: sim, timeout: 1s, sandbox: none, max_retries: 1 }
 tasks:
+  # Cold: the timed-out attempt's session stays open (as a CLI's does), so
+  # a warm policy would resume it; the cold prompt is what may not quote.
   - id: slow
     prompt: "Say DONE"
+    retry_policy: cold
     sim: [ { reply: "too late", delay: 5s }, { reply: "DONE" } ]
     gates: [ { name: answer, result_matches: "^DONE" } ]
 "#,
