@@ -20,6 +20,7 @@ pub mod record;
 pub mod recovery;
 pub mod retry;
 mod scan;
+pub mod suspension;
 pub mod verify;
 pub mod witness;
 
