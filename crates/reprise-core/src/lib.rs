@@ -10,6 +10,7 @@ pub mod budget;
 pub mod canonical;
 pub mod chain;
 pub mod digest;
+pub mod grant;
 mod id;
 pub mod lifecycle;
 pub mod outcome;
