@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent_checkpoint;
 pub mod approvals;
 pub mod audit;
 mod chainfile;
