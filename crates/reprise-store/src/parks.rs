@@ -220,6 +220,19 @@ impl ParkEvidence {
             .collect()
     }
 
+    /// The digest of `park`'s suspend receipt, once written.
+    pub fn receipt_of(&self, park: Digest) -> Option<Digest> {
+        self.audit()
+            .suspensions_of(&self.task)
+            .into_iter()
+            .find_map(|row| match &row.row {
+                SuspensionAudit::SuspendReceipt(receipt) if receipt.park == park => {
+                    Some(row.digest)
+                }
+                _ => None,
+            })
+    }
+
     /// Whether the audit chain holds an approval of `park`.
     pub fn approved(&self, park: Digest) -> bool {
         self.audit().approvals.iter().any(|row| {
