@@ -69,6 +69,10 @@ pub enum ApprovalError {
     )]
     NewerVersion { path: PathBuf, found: u64 },
     #[error(
+        "the park of task {task} waits for approval; nothing was resumed: run `reprise approve {task}` first"
+    )]
+    NotApproved { task: String },
+    #[error(
         "{path} names another resume receipt ({found}); the park was settled by another resume"
     )]
     ResumedElsewhere { path: PathBuf, found: String },
@@ -221,6 +225,32 @@ pub fn read_approval(
         return Err(tampered("names another park"));
     }
     Ok(Some(approval))
+}
+
+/// The approval digest a resume of `park` binds: the verified approval's
+/// when there is one; refused when the park waits for approval
+/// (`waits_for_approval`) and has none, or when its marker says another
+/// resume settled it. For the engine's resume, before it writes anything.
+pub fn approval_for_resume(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    park: Digest,
+    waits_for_approval: bool,
+) -> Result<Option<Digest>> {
+    if resumed_marker(state, task, park)?.is_some() {
+        return Err(ApprovalError::Settled {
+            task: task.to_string(),
+            park: park.to_hex(),
+        });
+    }
+    match read_approval(state, key, task, park)? {
+        Some(approval) => Ok(Some(approval.digest())),
+        None if waits_for_approval => Err(ApprovalError::NotApproved {
+            task: task.to_string(),
+        }),
+        None => Ok(None),
+    }
 }
 
 /// Who approves: `$USER`, else `uid <n>`.

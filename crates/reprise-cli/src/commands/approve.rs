@@ -12,12 +12,13 @@ use crate::settings::Settings;
 
 /// Refusals of the request are bad input (2); evidence that does not verify
 /// and damage found on the way are failures (1).
-fn cli_error(err: ApprovalError) -> CliError {
+pub(crate) fn cli_error(err: ApprovalError) -> CliError {
     match err {
         ApprovalError::Store(err) => err.into(),
         err @ (ApprovalError::NoPark { .. }
         | ApprovalError::Settled { .. }
-        | ApprovalError::AlreadyApproved { .. }) => CliError::usage(err.to_string()),
+        | ApprovalError::AlreadyApproved { .. }
+        | ApprovalError::NotApproved { .. }) => CliError::usage(err.to_string()),
         err => CliError {
             message: err.to_string(),
             code: EXIT_FAILED,

@@ -4,7 +4,7 @@
 
 use reprise_core::digest::Digest;
 use reprise_store::approvals::{
-    ApprovalError, approval_path, mark_resumed, read_approval, resumed_marker,
+    ApprovalError, approval_for_resume, approval_path, mark_resumed, read_approval, resumed_marker,
 };
 use reprise_store::audit::AuditLog;
 use reprise_store::key::{KeyFile, load_key};
@@ -258,6 +258,15 @@ fn approve(env: &Env, args: &[&str]) -> Output {
 fn approve_writes_a_signed_file_that_the_resume_binds() {
     let (env, writer) = started();
     let parked = writer.park_partly(Wake::Approval, "", 4).unwrap();
+    let (state, key) = (env.state(), key_of(&env));
+    assert!(matches!(
+        approval_for_resume(&state, &key, &writer.task, parked.park, true),
+        Err(ApprovalError::NotApproved { .. })
+    ));
+    assert_eq!(
+        approval_for_resume(&state, &key, &writer.task, parked.park, false).unwrap(),
+        None
+    );
     let output = approve(&env, &[TASK, "--note", "looks right", "--json"]);
     assert_success(&output);
     let answer = json_of(&output);
@@ -275,6 +284,10 @@ fn approve_writes_a_signed_file_that_the_resume_binds() {
     assert_eq!(approval.run, writer.run_id);
     assert!(!approval.approver.is_empty());
     assert_eq!(answer["approval_digest"], json!(approval.digest()));
+    assert_eq!(
+        approval_for_resume(&state, &key, &writer.task, parked.park, true).unwrap(),
+        Some(approval.digest())
+    );
     assert_success(&env.run(&["audit", "verify"]));
     // Still a live park; the resume binds the approval and verifies.
     assert_eq!(verify(&env).1["status"], "pending");
@@ -405,6 +418,10 @@ fn a_tampered_approval_is_an_error_and_the_marker_binds_one_resume() {
         mark_resumed(&state, &writer.task, parked.park, tree_hash("another")),
         Err(ApprovalError::ResumedElsewhere { .. })
     ));
+    assert!(matches!(
+        approval_for_resume(&state, &key, &writer.task, parked.park, true),
+        Err(ApprovalError::Settled { .. })
+    ));
     // A marked park cannot be approved again, even with its file gone.
     fs::remove_file(&path).unwrap();
     assert_one_line_error(&approve(&env, &[TASK]), 2, "already settled");
@@ -495,4 +512,82 @@ fn list_suspended_shows_each_live_park_and_how_to_wake_it() {
         listing[1]["wake_commands"],
         json!(["reprise task resume waiting"])
     );
+}
+
+/// Runs `plan` and parks its task `edit` through `reprise task suspend`
+/// once its first attempt runs: the engine's own park.
+fn park_through_the_engine(env: &Env, plan: &str) {
+    let child = env
+        .command(&["run", plan])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let journal = env
+        .project()
+        .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the attempt never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_success(&env.run(&["task", "suspend", "edit"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+}
+
+#[test]
+fn the_engines_own_park_lists_verifies_pending_and_after_its_resume_verified() {
+    for edit in [false, true] {
+        let env = super::worktrees::git_env();
+        let plan = super::worktrees::write_plan(
+            &env,
+            "inplace",
+            r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: sim
+    sandbox: none
+    sim:
+      - { reply: "slow", write: { notes.txt: x }, delay: 120s }
+      - { reply: "done", write: { notes.txt: y } }
+"#,
+        );
+        park_through_the_engine(&env, &plan);
+        let output = env.run(&["audit", "verify-suspension", "edit", "--json"]);
+        assert_eq!(code(&output), Some(0), "{}", stdout(&output));
+        let report = json_of(&output);
+        assert_eq!(report["status"], "pending", "{report}");
+        assert_eq!(
+            report["latest"]["released"],
+            json!(["process", "sandbox", "seat", "budget"])
+        );
+        let listing = parked_listing(&env);
+        assert_eq!(listing.len(), 1);
+        assert_eq!(listing[0]["task_id"], "edit");
+        assert_eq!(listing[0]["wake_condition"], "a resume");
+        assert_eq!(
+            listing[0]["wake_commands"],
+            json!(["reprise task resume edit"])
+        );
+        assert_eq!(listing[0]["receipt"], report["latest"]["receipt"]);
+        if edit {
+            fs::write(env.project().join("shop.py"), "price = 11\n").unwrap();
+        }
+        let resumed = env.run(&["task", "resume", "edit"]);
+        assert_success(&resumed);
+        let output = env.run(&["audit", "verify-suspension", "edit", "--json"]);
+        let report = json_of(&output);
+        assert_eq!(code(&output), Some(0), "{report}");
+        assert_eq!(report["status"], "verified", "{report}");
+        assert_eq!(report["resumed"], true);
+        assert_eq!(report["workspace_match"], !edit);
+        assert_eq!(report["effective_mode"], if edit { "cold" } else { "warm" });
+        assert_eq!(parked_listing(&env), Vec::<Value>::new());
+    }
 }
