@@ -37,6 +37,9 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
     let mut parks = Vec::new();
     let mut text = String::new();
     for task in state.task_keys()? {
+        if !state.journal_path(&task).is_file() {
+            continue;
+        }
         let evidence = read_parks(&state, &task, &audit)?;
         let Some(park) = evidence.latest_unsettled() else {
             continue;

@@ -339,6 +339,7 @@ fn approve_refuses_without_a_park_a_settled_park_or_a_second_time_and_writes_not
     assert_eq!(env.snapshot(), before);
 
     assert_one_line_error(&approve(&env, &["../escape"]), 2, "escape");
+    assert_one_line_error(&approve(&env, &["fixture/nothing"]), 2, "no journal");
 }
 
 #[test]
@@ -460,6 +461,8 @@ fn list_suspended_shows_each_live_park_and_how_to_wake_it() {
         )
         .unwrap();
 
+    // A task directory without a journal is not a park.
+    fs::create_dir_all(env.reprise_dir().join("plans/fixture/tasks/empty")).unwrap();
     let listing = parked_listing(&env);
     let tasks: Vec<&str> = listing
         .iter()
