@@ -46,11 +46,16 @@ pub(crate) fn command() -> clap::Command {
         ),
         (
             "task",
-            help!("reprise task list\n  reprise task show add-greeting"),
+            help!(
+                "reprise task list\n  reprise task show add-greeting\n  reprise task list-suspended"
+            ),
         ),
         ("lineage", help!("reprise lineage show add-greeting")),
         ("journal", help!("reprise journal verify add-greeting")),
-        ("audit", help!("reprise audit verify")),
+        (
+            "audit",
+            help!("reprise audit verify\n  reprise audit verify-suspension add-greeting"),
+        ),
         ("replay", help!("reprise replay repair --all")),
         ("workspace", help!("reprise workspace hash")),
         ("plan", help!("reprise plan check plan.yaml")),
@@ -298,9 +303,23 @@ pub(crate) enum Command {
         /// A run id (`R-...`; default: the latest run).
         run: Option<String>,
     },
-    /// List or show tasks of the latest run.
+    /// List or show tasks of the latest run, and the parked ones.
     #[command(subcommand)]
     Task(TaskCommand),
+    /// Approve a task's park that waits for approval (`--until approval`):
+    /// a decision signed with the audit key, which its resume binds.
+    #[command(after_help = help!("\
+  reprise approve add-greeting
+  reprise approve quickstart/add-greeting --note \"the migration looks right\""))]
+    Approve {
+        /// The task (or PLAN/TASK).
+        task: String,
+        /// Why, kept in the signed approval.
+        #[arg(long, value_name = "TEXT")]
+        note: Option<String>,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
     /// Show a task's retry lineage: every decision and how it was sealed.
     #[command(subcommand)]
     Lineage(LineageCommand),
@@ -510,6 +529,12 @@ pub(crate) enum TaskCommand {
         #[command(flatten)]
         plan: PlanArg,
     },
+    /// List every task whose latest park is not settled: what wakes it,
+    /// how long it has waited, its parked workspace, what it freed.
+    #[command(after_help = help!("\
+  reprise task list-suspended
+  reprise task list-suspended --json"))]
+    ListSuspended,
 }
 
 /// A resume's mode.
@@ -565,6 +590,19 @@ pub(crate) enum AuditCommand {
     #[command(after_help = help!("\
   reprise audit verify --json"))]
     Verify,
+    /// Verify a task's latest park offline, from its journal and the audit
+    /// chain: verified (settled), pending (live) or failed.
+    #[command(after_help = help!("\
+  reprise audit verify-suspension add-greeting
+  reprise audit verify-suspension quickstart/add-greeting --json
+
+  Exit 0 for verified and pending, 1 for failed."))]
+    VerifySuspension {
+        /// The task (or PLAN/TASK).
+        task: String,
+        #[command(flatten)]
+        plan: PlanArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]

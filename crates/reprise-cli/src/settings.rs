@@ -31,6 +31,8 @@ pub(crate) struct Settings {
     pub(crate) path_var: Option<String>,
     /// `REPRISE_CLAUDE_BIN`, `REPRISE_CODEX_BIN`, `REPRISE_GEMINI_BIN`, as set.
     pub(crate) agent_bins: std::collections::BTreeMap<&'static str, String>,
+    /// `USER`: who an approval names.
+    pub(crate) user: Option<String>,
 }
 
 impl Settings {
@@ -72,6 +74,7 @@ impl Settings {
             plan: None,
             path_var: env("PATH"),
             agent_bins,
+            user: env("USER"),
             cwd,
         }
     }
@@ -117,6 +120,7 @@ impl Settings {
             plan,
             path_var: self.path_var.clone(),
             agent_bins: self.agent_bins.clone(),
+            user: self.user.clone(),
         }
     }
 

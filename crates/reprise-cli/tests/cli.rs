@@ -1221,6 +1221,9 @@ mod first_hour;
 #[path = "cli/parks.rs"]
 mod parks;
 
+#[path = "cli/suspension.rs"]
+mod suspension;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

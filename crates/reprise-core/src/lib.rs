@@ -10,6 +10,7 @@ pub mod budget;
 pub mod canonical;
 pub mod chain;
 pub mod digest;
+pub mod grant;
 mod id;
 pub mod lifecycle;
 pub mod outcome;
@@ -20,6 +21,7 @@ pub mod record;
 pub mod recovery;
 pub mod retry;
 mod scan;
+pub mod suspension;
 pub mod verify;
 pub mod witness;
 

@@ -415,6 +415,8 @@ pub struct AuditSummary {
     pub migrated: BTreeMap<TaskId, PlanId>,
     /// Park receipts, releases, resume receipts and grant continuations.
     pub suspensions: Vec<crate::suspension::AuditSuspensionRow>,
+    /// `task.approval` rows: each approval's digest bound to its park.
+    pub approvals: Vec<crate::parks::ApprovalRow>,
 }
 
 impl AuditSummary {
@@ -520,6 +522,15 @@ pub fn read_audit(state: &StateDir, key: &KeyFile) -> Result<AuditSummary> {
                     kind if kind == DECISION_BINDING_KIND => {
                         if let Ok(binding) = serde_json::from_slice::<DecisionBinding>(payload) {
                             summary.decisions.push(binding);
+                        }
+                    }
+                    kind if kind == crate::approvals::APPROVAL_KIND => {
+                        if let Ok(body) = serde_json::from_slice(payload) {
+                            summary.approvals.push(crate::parks::ApprovalRow {
+                                seq: row.seq,
+                                digest: row.digest,
+                                body,
+                            });
                         }
                     }
                     kind if kind.starts_with("task.") => {

@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent_checkpoint;
+pub mod approvals;
 pub mod audit;
 mod chainfile;
 pub mod error;
@@ -17,6 +19,7 @@ pub mod key;
 pub mod ledger;
 pub mod locks;
 pub mod logs;
+pub mod parks;
 pub mod repair;
 pub mod replies;
 pub mod snapshot;

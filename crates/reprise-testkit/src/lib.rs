@@ -6,6 +6,8 @@
 /// The scripted model server lives in `reprise-rehearse`; re-exported for tests.
 pub use reprise_rehearse::model_server;
 
+pub mod parks;
+
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;

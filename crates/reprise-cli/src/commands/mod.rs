@@ -1,7 +1,9 @@
 //! One file per command. Each takes resolved settings and returns an
 //! `Outcome`; printing happens here, once.
 
+mod approve;
 mod audit;
+mod audit_suspension;
 mod budget;
 mod check;
 mod checkpoint;
@@ -18,6 +20,7 @@ mod resolve;
 mod run;
 mod shell;
 mod status;
+mod suspended;
 mod task;
 mod workspace;
 
@@ -157,6 +160,10 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             gate.as_deref(),
         )?,
         Command::Task(TaskCommand::List) => status::list(settings)?,
+        Command::Task(TaskCommand::ListSuspended) => suspended::list(settings)?,
+        Command::Approve { task, note, plan } => {
+            approve::approve(&settings.with_plan(plan.name), &task, note)?
+        }
         Command::Task(TaskCommand::Show { task, plan }) => {
             status::show(&settings.with_plan(plan.name), &task)?
         }
@@ -204,6 +211,9 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             journal::verify(&settings.with_plan(plan.name), &task)?
         }
         Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,
+        Command::Audit(AuditCommand::VerifySuspension { task, plan }) => {
+            audit_suspension::verify(&settings.with_plan(plan.name), &task)?
+        }
         Command::Replay(ReplayCommand::Repair { target, all, plan }) => {
             replay::repair(&settings.with_plan(plan.name), target.as_deref(), all)?
         }
