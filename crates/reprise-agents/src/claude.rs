@@ -830,6 +830,36 @@ mod tests {
         }
     }
 
+    /// Recorded from Claude Code 2.1.197 (OAuth login, so it speaks of the
+    /// plan's limits) against a local server answering HTTP 429 with a
+    /// `rate_limit_error` body, `retry-after: 3600` and
+    /// `anthropic-ratelimit-unified-{status: rejected, reset: 1796131992,
+    /// representative-claim: five_hour}`, at 1796128467 (12:34:27 UTC). It
+    /// shows the reset to the minute only, in the machine's zone.
+    #[test]
+    fn the_recorded_session_limit_result_is_parked_until_its_reset() {
+        let clock = crate::park::Clock {
+            now_unix: 1_796_128_467,
+            zone: "UTC".into(),
+        };
+        let recorded = fixture("usage_limit.json");
+        assert!(recorded.contains("You've hit your session limit · resets 1:33pm (UTC)"));
+        let parsed = crate::park::settle_usage_limit(parse(1, &recorded, ""), &clock);
+        assert_eq!(infra_kind(&parsed), InfraKind::UsageLimit);
+        assert_eq!(
+            parsed.park,
+            Some(ParkSignal::Until {
+                // 13:33:00 UTC: the server's 13:33:12 as the CLI rounds it.
+                unix: 1_796_131_980,
+                source: reprise_core::recovery::ResetSource::WallClock
+            })
+        );
+        assert_eq!(
+            parsed.session_id.as_deref(),
+            Some("11111111-1111-4111-8111-111111111430")
+        );
+    }
+
     #[test]
     fn a_result_with_permission_denials_awaits_permission_with_the_denied_tool() {
         let denied = fixture("success.json").replace(
