@@ -22,6 +22,15 @@
 //! positional: a prompt that starts with `-` would otherwise be read as an
 //! option. `acceptEdits` lets Write and Edit run headless (the bypass modes
 //! are refused as root). Stdin is `/dev/null`.
+//!
+//! Two results ask for the task to be parked rather than failed: a plan's
+//! usage limit, which the CLI words with its reset (`Claude AI usage limit
+//! reached|<unix>`; 2.1.197 signed in to a plan says `You've hit your
+//! session limit · resets 1:33pm (UTC)`, with an API key only `Request
+//! rejected (429)`), ends as `usage_limit` with the reset; a finished turn
+//! whose `permission_denials` is not empty (a tool the CLI would not let the
+//! agent use, headless, with nobody to ask) ends as `awaiting_permission`,
+//! the denied tools and their input the question.
 
 use std::path::{Path, PathBuf};
 

@@ -103,9 +103,11 @@ pub struct UsageReset {
     pub source: ResetSource,
 }
 
-/// Whether `text` speaks of a plan's quota ([`QUOTA_MARKERS`]).
+/// Whether `text` speaks of a plan's quota ([`QUOTA_MARKERS`]). Claude
+/// Code's `Server is temporarily limiting requests (not your usage limit)`
+/// says the opposite, and does not count.
 pub fn mentions_quota(text: &str) -> bool {
-    let lower = text.to_lowercase();
+    let lower = text.to_lowercase().replace("not your usage limit", "");
     QUOTA_MARKERS.iter().any(|marker| lower.contains(marker))
 }
 
@@ -506,6 +508,7 @@ mod tests {
             "API Error: 429 · retry-after: 2",
             "rate limit exceeded, try again in 20 seconds",
             "the job resets in 5 minutes",
+            "API Error: Server is temporarily limiting requests (not your usage limit) · try again in 5 minutes",
         ] {
             assert_eq!(reset(text), None, "{text:?}");
         }
