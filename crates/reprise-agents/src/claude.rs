@@ -22,6 +22,15 @@
 //! positional: a prompt that starts with `-` would otherwise be read as an
 //! option. `acceptEdits` lets Write and Edit run headless (the bypass modes
 //! are refused as root). Stdin is `/dev/null`.
+//!
+//! Two results ask for the task to be parked rather than failed: a plan's
+//! usage limit, which the CLI words with its reset (`Claude AI usage limit
+//! reached|<unix>`; 2.1.197 signed in to a plan says `You've hit your
+//! session limit · resets 1:33pm (UTC)`, with an API key only `Request
+//! rejected (429)`), ends as `usage_limit` with the reset; a finished turn
+//! whose `permission_denials` is not empty (a tool the CLI would not let the
+//! agent use, headless, with nobody to ask) ends as `awaiting_permission`,
+//! the denied tools and their input the question.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +43,7 @@ use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, kind_for_http_status,
     kind_from_error_text, one_line, parse_usd_micro, stderr_summary,
 };
+use crate::park::{ParkSignal, bounded_question};
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
 use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, with_chosen_session_ids};
 
@@ -255,6 +265,10 @@ struct ResultObject<'a> {
     api_error_status: Option<serde_json::Value>,
     #[serde(default)]
     errors: Vec<serde_json::Value>,
+    /// What the CLI refused to let the agent do (`{tool_name, tool_use_id,
+    /// tool_input}` each): headless, nobody could say yes.
+    #[serde(default)]
+    permission_denials: Vec<serde_json::Value>,
 }
 
 fn result_object(stdout: &str) -> Option<ResultObject<'_>> {
@@ -299,21 +313,59 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
     let subtype = object.subtype.as_deref().unwrap_or("");
     let reply = object.result.clone().unwrap_or_default();
     let is_error = object.is_error.unwrap_or(subtype.starts_with("error"));
-    let outcome = if is_error {
-        classify_error(exit_code, &object, stderr)
+    let (outcome, limit_text) = if is_error {
+        let message = error_message(&object, stderr);
+        (
+            classify_error(exit_code, &object, &message, stderr),
+            Some(message),
+        )
     } else {
-        AttemptOutcome::Replied { exit_code, reply }
+        (AttemptOutcome::Replied { exit_code, reply }, None)
     };
+    // A turn that ended with a permission denied wants someone to grant it:
+    // the reply is what the agent could do without it. A failure of the
+    // machinery is reported first.
+    let denied = denied_question(&object.permission_denials);
+    if let (AttemptOutcome::Replied { .. }, Some(question)) = (&outcome, denied) {
+        let detail = one_line(&format!("claude was denied a permission: {question}"), 300);
+        return Parsed {
+            session_id,
+            cost_micro_usd,
+            park: Some(ParkSignal::Approval { question }),
+            ..Parsed::infra(InfraKind::AwaitingPermission, detail)
+        };
+    }
     Parsed {
-        outcome,
         session_id,
         cost_micro_usd,
+        limit_text,
+        ..Parsed::of(outcome)
     }
 }
 
-fn classify_error(exit_code: i32, object: &ResultObject<'_>, stderr: &str) -> AttemptOutcome {
-    let subtype = object.subtype.as_deref().unwrap_or("");
-    let terminal_reason = object.terminal_reason.as_deref().unwrap_or("");
+/// The question a result's `permission_denials` ask, one line per denial
+/// (`Bash {"command":"make deploy"}`), bounded; `None` when nothing was denied.
+fn denied_question(denials: &[serde_json::Value]) -> Option<String> {
+    let lines: Vec<String> = denials
+        .iter()
+        .map(|denial| {
+            let tool = denial
+                .get("tool_name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("a tool");
+            match denial.get("tool_input") {
+                Some(input) if !input.is_null() => format!("{tool} {input}"),
+                _ => tool.to_owned(),
+            }
+        })
+        .collect();
+    (!lines.is_empty())
+        .then(|| bounded_question(&format!("allow claude to use: {}", lines.join("\n"))))
+}
+
+/// What a failed result says went wrong: its text, else its errors, else
+/// stderr's telling line.
+fn error_message(object: &ResultObject<'_>, stderr: &str) -> String {
     let errors: Vec<String> = object
         .errors
         .iter()
@@ -322,11 +374,21 @@ fn classify_error(exit_code: i32, object: &ResultObject<'_>, stderr: &str) -> At
             other => other.to_string(),
         })
         .collect();
-    let message = match object.result.as_deref() {
+    match object.result.as_deref() {
         Some(text) if !text.trim().is_empty() => text.to_string(),
         _ if !errors.is_empty() => errors.join("; "),
         _ => stderr_summary(stderr),
-    };
+    }
+}
+
+fn classify_error(
+    exit_code: i32,
+    object: &ResultObject<'_>,
+    message: &str,
+    stderr: &str,
+) -> AttemptOutcome {
+    let subtype = object.subtype.as_deref().unwrap_or("");
+    let terminal_reason = object.terminal_reason.as_deref().unwrap_or("");
     let detail = |what: &str| one_line(&format!("claude {what}: {message}"), 300);
     if let Some(status) = object
         .api_error_status
@@ -352,7 +414,7 @@ fn classify_error(exit_code: i32, object: &ResultObject<'_>, stderr: &str) -> At
             reply: object.result.clone().unwrap_or_default(),
         };
     }
-    let kind = kind_from_error_text(&message).unwrap_or(InfraKind::ApiError);
+    let kind = kind_from_error_text(message).unwrap_or(InfraKind::ApiError);
     let reason = match (subtype, terminal_reason) {
         ("", "") => "reported an error".to_string(),
         (subtype, "") => format!("reported an error ({subtype})"),
@@ -715,5 +777,134 @@ mod tests {
             adapter.strategy().capability(),
             reprise_core::retry::Capability::Fork
         );
+    }
+
+    /// 2026-12-01T12:00:00Z.
+    const NOW: u64 = 1_796_126_400;
+
+    fn settled(stdout: &str) -> Parsed {
+        let clock = crate::park::Clock {
+            now_unix: NOW,
+            zone: "UTC".into(),
+        };
+        crate::park::settle_usage_limit(parse(1, stdout, ""), &clock)
+    }
+
+    /// The recorded 429 result with `text` as what the CLI said.
+    fn limit_result(text: &str) -> String {
+        fixture("http_429.json").replace("API Error: Request rejected (429) · scripted 429", text)
+    }
+
+    #[test]
+    fn a_usage_limit_result_with_its_reset_is_to_be_parked_until_then() {
+        use reprise_core::recovery::ResetSource;
+        for (text, unix, source) in [
+            (
+                "Claude AI usage limit reached|1796130000".to_owned(),
+                1_796_130_000,
+                ResetSource::UnixTime,
+            ),
+            (
+                "You've hit your session limit · resets 3pm (UTC)".to_owned(),
+                NOW + 3 * 3600,
+                ResetSource::WallClock,
+            ),
+            (
+                "5-hour limit reached ∙ resets 1:30pm".to_owned(),
+                NOW + 5400,
+                ResetSource::WallClock,
+            ),
+        ] {
+            let parsed = settled(&limit_result(&text));
+            assert_eq!(infra_kind(&parsed), InfraKind::UsageLimit, "{text}");
+            assert_eq!(
+                parsed.park,
+                Some(ParkSignal::Until { unix, source }),
+                "{text}"
+            );
+            assert_eq!(
+                parsed.session_id.as_deref(),
+                Some("11111111-1111-4111-8111-111111111429")
+            );
+        }
+        // A plain 429, and a limit that names no reset, stay rate limits.
+        for stdout in [
+            fixture("http_429.json"),
+            limit_result("Claude AI usage limit reached"),
+            limit_result(&format!("Claude AI usage limit reached|{}", NOW - 60)),
+        ] {
+            let parsed = settled(&stdout);
+            assert_eq!(infra_kind(&parsed), InfraKind::RateLimited);
+            assert_eq!(parsed.park, None);
+        }
+    }
+
+    /// Recorded from Claude Code 2.1.197 (OAuth login, so it speaks of the
+    /// plan's limits) against a local server answering HTTP 429 with a
+    /// `rate_limit_error` body, `retry-after: 3600` and
+    /// `anthropic-ratelimit-unified-{status: rejected, reset: 1796131992,
+    /// representative-claim: five_hour}`, at 1796128467 (12:34:27 UTC). It
+    /// shows the reset to the minute only, in the machine's zone.
+    #[test]
+    fn the_recorded_session_limit_result_is_parked_until_its_reset() {
+        let clock = crate::park::Clock {
+            now_unix: 1_796_128_467,
+            zone: "UTC".into(),
+        };
+        let recorded = fixture("usage_limit.json");
+        assert!(recorded.contains("You've hit your session limit · resets 1:33pm (UTC)"));
+        let parsed = crate::park::settle_usage_limit(parse(1, &recorded, ""), &clock);
+        assert_eq!(infra_kind(&parsed), InfraKind::UsageLimit);
+        assert_eq!(
+            parsed.park,
+            Some(ParkSignal::Until {
+                // 13:33:00 UTC: the server's 13:33:12 as the CLI rounds it.
+                unix: 1_796_131_980,
+                source: reprise_core::recovery::ResetSource::WallClock
+            })
+        );
+        assert_eq!(
+            parsed.session_id.as_deref(),
+            Some("11111111-1111-4111-8111-111111111430")
+        );
+    }
+
+    #[test]
+    fn a_result_with_permission_denials_awaits_permission_with_the_denied_tool() {
+        let denied = fixture("success.json").replace(
+            r#""permission_denials":[]"#,
+            r#""permission_denials":[{"tool_name":"Bash","tool_use_id":"toolu_01","tool_input":{"command":"make deploy","description":"Deploy"}}]"#,
+        );
+        assert_ne!(
+            denied,
+            fixture("success.json"),
+            "the fixture has no permission_denials"
+        );
+        let parsed = parse(0, &denied, "");
+        assert_eq!(infra_kind(&parsed), InfraKind::AwaitingPermission);
+        assert_eq!(
+            parsed.park,
+            Some(ParkSignal::Approval {
+                question:
+                    r#"allow claude to use: Bash {"command":"make deploy","description":"Deploy"}"#
+                        .into()
+            })
+        );
+        // The session and spend are still known, for the resume.
+        assert!(parsed.session_id.is_some());
+        assert_eq!(
+            parsed.cost_micro_usd,
+            parse(0, &fixture("success.json"), "").cost_micro_usd
+        );
+        // Nothing denied: a reply, as before.
+        assert_eq!(parse(0, &fixture("success.json"), "").park, None);
+        // A failure of the machinery is reported first.
+        let failed = fixture("http_429.json").replace(
+            r#""permission_denials":[]"#,
+            r#""permission_denials":[{"tool_name":"Write","tool_input":{"file_path":"/etc/x"}}]"#,
+        );
+        let parsed = parse(1, &failed, "");
+        assert_eq!(infra_kind(&parsed), InfraKind::RateLimited);
+        assert_eq!(parsed.park, None);
     }
 }

@@ -235,6 +235,12 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
             _ => {}
         }
     }
+    // The words a usage limit's reset would be in: codex says it in the
+    // failure's message ("You've hit your usage limit ... try again in ...").
+    let limit_text = turn_failed
+        .clone()
+        .or_else(|| last_error.clone())
+        .or_else(|| (!stderr.trim().is_empty()).then(|| stderr.to_owned()));
     let outcome = if let Some(message) = turn_failed {
         infra_from_message("codex turn failed", &message)
     } else if turn_completed {
@@ -259,9 +265,9 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
         }
     };
     Parsed {
-        outcome,
         session_id,
-        cost_micro_usd: None,
+        limit_text,
+        ..Parsed::of(outcome)
     }
 }
 
@@ -550,5 +556,61 @@ mod tests {
             adapter.strategy().capability(),
             reprise_core::retry::Capability::Fork
         );
+    }
+
+    fn settled(stdout: &str) -> Parsed {
+        let clock = crate::park::Clock {
+            now_unix: 1_796_126_400,
+            zone: "UTC".into(),
+        };
+        crate::park::settle_usage_limit(parse(1, stdout, ""), &clock)
+    }
+
+    #[test]
+    fn a_usage_limit_with_its_reset_is_to_be_parked_until_then() {
+        use crate::park::ParkSignal;
+        use reprise_core::recovery::ResetSource;
+        let recorded = fixture("http_429.jsonl");
+        for (text, unix, source) in [
+            (
+                "You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 2 hours 13 minutes.",
+                1_796_126_400 + 2 * 3600 + 13 * 60,
+                ResetSource::Relative,
+            ),
+            (
+                "You've hit your usage limit. Upgrade to Plus to continue using Codex, or try again at Dec 2nd, 2026 9:00 AM.",
+                1_796_126_400 + 21 * 3600,
+                ResetSource::WallClock,
+            ),
+        ] {
+            let stdout = recorded.replace(
+                "exceeded retry limit, last status: 429 Too Many Requests",
+                text,
+            );
+            assert_ne!(stdout, recorded);
+            let parsed = settled(&stdout);
+            let AttemptOutcome::Infra { kind, .. } = &parsed.outcome else {
+                panic!("{parsed:?}")
+            };
+            assert_eq!(*kind, InfraKind::UsageLimit, "{text}");
+            assert_eq!(
+                parsed.park,
+                Some(ParkSignal::Until { unix, source }),
+                "{text}"
+            );
+        }
+        // The recorded 429 names no reset: a rate limit, as before.
+        let parsed = settled(&recorded);
+        assert!(
+            matches!(
+                parsed.outcome,
+                AttemptOutcome::Infra {
+                    kind: InfraKind::RateLimited,
+                    ..
+                }
+            ),
+            "{parsed:?}"
+        );
+        assert_eq!(parsed.park, None);
     }
 }

@@ -17,6 +17,12 @@
 //!   (a plain decimal such as `0.12`), which is read exactly as micro-dollars
 //!   and removed from the reply. A malformed cost line stays in the reply and
 //!   cost stays unknown.
+//! - a command that exits non-zero and says, on stderr or in its last lines,
+//!   that a quota ran out and when it resets (`usage limit reached; reset at
+//!   <RFC 3339>`, `quota exhausted, resets in 90 minutes`) ends as
+//!   `usage_limit` with the reset time, to be parked until then; one that
+//!   prints nothing for the task's `park_when_idle` ends as
+//!   `awaiting_permission` with its last lines as the question.
 //!
 //! No `--version` is probed: an arbitrary command may not understand it and
 //! could do real work instead.
@@ -30,9 +36,10 @@ use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
     parse_usd_micro,
 };
+use crate::park::{Clock, last_words, settle_usage_limit};
 use crate::process::{
-    End, Invocation, Stdin, child_path_var, describe_duration, find_executable, preflight,
-    run_process, watch_outcome,
+    End, Invocation, Stdin, child_path_var, describe_duration, find_executable, park_idle,
+    preflight, run_process, watch_outcome,
 };
 use crate::request::{Adapter, AttemptRequest, CancelToken};
 
@@ -73,6 +80,7 @@ impl Adapter for CommandAdapter {
             argv: self.argv.clone(),
             elapsed: Duration::ZERO,
             streams: Default::default(),
+            park: None,
         };
         let Some(name) = self.argv.first().filter(|name| !name.is_empty()) else {
             report.outcome = infra(
@@ -131,11 +139,28 @@ impl Adapter for CommandAdapter {
             End::OutputLimit | End::Idle => {
                 watch_outcome(finished.end, &format!("command '{name}'"), &request.watch)
             }
-            End::Exited => {
-                let parsed = parse(
-                    finished.exit_code,
+            End::ParkIdle => {
+                let (outcome, park) = park_idle(
+                    &format!("command '{name}'"),
+                    &request.watch,
                     &String::from_utf8_lossy(&finished.stdout),
+                    &String::from_utf8_lossy(&finished.stderr),
                 );
+                report.park = Some(park);
+                outcome
+            }
+            End::Exited => {
+                let stdout = String::from_utf8_lossy(&finished.stdout);
+                let stderr = String::from_utf8_lossy(&finished.stderr);
+                let mut parsed = parse(finished.exit_code, &stdout);
+                // A command that failed may say it hit a usage limit and
+                // when it resets (`reset at <RFC 3339>`, `resets in N
+                // minutes`): on stderr, or in the last lines it printed.
+                if finished.exit_code != 0 {
+                    parsed.limit_text = Some(format!("{stderr}\n{}", last_words(&stdout, "")));
+                }
+                let parsed = settle_usage_limit(parsed, &Clock::system());
+                report.park = parsed.park.clone();
                 report.cost_micro_usd = parsed.cost_micro_usd;
                 enforce_budget(
                     parsed.outcome,
@@ -196,12 +221,11 @@ pub(crate) fn parse(exit_code: i32, stdout: &str) -> Parsed {
         None => body,
     };
     Parsed {
-        outcome: AttemptOutcome::Replied {
+        cost_micro_usd: cost,
+        ..Parsed::of(AttemptOutcome::Replied {
             exit_code,
             reply: reply.to_string(),
-        },
-        session_id: None,
-        cost_micro_usd: cost,
+        })
     }
 }
 
@@ -287,6 +311,79 @@ mod tests {
                 ("REPRISE_TASK_ID".to_string(), "add-greeting".to_string()),
                 ("REPRISE_ATTEMPT".to_string(), "3".to_string()),
             ]
+        );
+    }
+
+    fn run_script(script: &str, watch: crate::request::Watch) -> AttemptReport {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let adapter = CommandAdapter::new(vec!["/bin/sh".into(), "-c".into(), script.into()]);
+        let request = AttemptRequest {
+            watch,
+            ..request(SessionMode::New { session_id: None }, dir.path())
+        };
+        adapter.run(&request, &CancelToken::new())
+    }
+
+    #[test]
+    fn a_command_that_reports_a_usage_limit_with_its_reset_is_to_be_parked() {
+        let report = run_script(
+            "echo 'working'; echo 'usage limit reached; resets in 90 minutes' >&2; exit 3",
+            Default::default(),
+        );
+        let AttemptOutcome::Infra { kind, detail } = &report.outcome else {
+            panic!("{report:?}")
+        };
+        assert_eq!(*kind, InfraKind::UsageLimit, "{detail}");
+        let Some(crate::ParkSignal::Until { unix, source }) = report.park else {
+            panic!("{report:?}")
+        };
+        assert_eq!(source, reprise_core::recovery::ResetSource::Relative);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!((now + 5390..=now + 5400).contains(&unix), "{unix} vs {now}");
+        // The same words from a command that succeeded are its reply.
+        let report = run_script(
+            "echo 'usage limit reached; resets in 90 minutes'",
+            Default::default(),
+        );
+        assert_eq!(
+            (report.outcome, report.park),
+            (
+                replied(0, "usage limit reached; resets in 90 minutes"),
+                None
+            )
+        );
+        // A failure that names no reset stays a verdict.
+        let report = run_script("echo 'usage limit reached' >&2; exit 3", Default::default());
+        assert_eq!((report.outcome, report.park), (replied(3, ""), None));
+    }
+
+    #[test]
+    fn a_silent_command_past_park_when_idle_awaits_permission() {
+        let report = run_script(
+            "echo 'Proceed with the migration? [y/N]'; exec sleep 30",
+            crate::request::Watch {
+                park_when_idle: Some(Duration::from_millis(300)),
+                ..Default::default()
+            },
+        );
+        assert!(
+            matches!(
+                report.outcome,
+                AttemptOutcome::Infra {
+                    kind: InfraKind::AwaitingPermission,
+                    ..
+                }
+            ),
+            "{report:?}"
+        );
+        assert_eq!(
+            report.park,
+            Some(crate::ParkSignal::Approval {
+                question: "Proceed with the migration? [y/N]".into()
+            })
         );
     }
 

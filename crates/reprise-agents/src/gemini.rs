@@ -102,6 +102,7 @@ impl Adapter for GeminiAdapter {
                 argv: Vec::new(),
                 elapsed: std::time::Duration::ZERO,
                 streams: Default::default(),
+                park: None,
             };
         }
         let request = with_chosen_session_ids(request);
@@ -273,9 +274,8 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
             ),
         };
         return Parsed {
-            outcome,
-            session_id: None,
-            cost_micro_usd: None,
+            limit_text: Some(stderr.to_owned()),
+            ..Parsed::of(outcome)
         };
     };
     let session_id = object
@@ -288,7 +288,15 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let outcome = match object.get("error").filter(|error| !error.is_null()) {
+    let error = object.get("error").filter(|error| !error.is_null());
+    // The whole error (its message and details), where a quota's reset is.
+    let limit_text = error
+        .map(|error| match error.get("message").and_then(Value::as_str) {
+            Some(message) => format!("{message} {error}"),
+            None => error.to_string(),
+        })
+        .or_else(|| (!stderr.trim().is_empty()).then(|| stderr.to_owned()));
+    let outcome = match error {
         None => AttemptOutcome::Replied {
             exit_code,
             reply: response,
@@ -296,9 +304,9 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
         Some(error) => classify_error(exit_code, error, response),
     };
     Parsed {
-        outcome,
         session_id,
-        cost_micro_usd: None,
+        limit_text,
+        ..Parsed::of(outcome)
     }
 }
 
@@ -595,5 +603,43 @@ mod tests {
             adapter.strategy().capability(),
             reprise_core::retry::Capability::Resume
         );
+    }
+
+    #[test]
+    fn a_quota_error_with_its_reset_is_to_be_parked_until_then() {
+        use crate::park::ParkSignal;
+        use reprise_core::recovery::ResetSource;
+        let clock = crate::park::Clock {
+            now_unix: 1_796_126_400,
+            zone: "UTC".into(),
+        };
+        let stderr = format!(
+            "log line\n{{\n  \"session_id\": \"{U1}\",\n  \"error\": {{\"type\": \"ApiError\", \"message\": \"You exceeded your current quota, please check your plan and billing details. Please retry in 27.5s.\", \"code\": 429}}\n}}\n"
+        );
+        let parsed = crate::park::settle_usage_limit(parse(1, "", &stderr), &clock);
+        let AttemptOutcome::Infra { kind, .. } = &parsed.outcome else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(*kind, InfraKind::UsageLimit);
+        assert_eq!(
+            parsed.park,
+            Some(ParkSignal::Until {
+                unix: 1_796_126_428,
+                source: ResetSource::Relative
+            })
+        );
+        // A 429 that is no quota, or names no time, stays a rate limit.
+        for message in ["Too Many Requests", "Quota exceeded for quota metric"] {
+            let stderr = stderr.replace(
+                "You exceeded your current quota, please check your plan and billing details. Please retry in 27.5s.",
+                message,
+            );
+            let parsed = crate::park::settle_usage_limit(parse(1, "", &stderr), &clock);
+            let AttemptOutcome::Infra { kind, .. } = &parsed.outcome else {
+                panic!("{parsed:?}")
+            };
+            assert_eq!(*kind, InfraKind::RateLimited, "{message}");
+            assert_eq!(parsed.park, None);
+        }
     }
 }

@@ -9,6 +9,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::park::ParkSignal;
+
 /// How an attempt ended, before any gate ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptOutcome {
@@ -51,6 +53,9 @@ pub struct AttemptReport {
     /// What the process printed, bounded head and tail
     /// ([`STREAM_KEEP_BYTES`] each); empty for the in-process `sim`.
     pub streams: Streams,
+    /// Set with an outcome of kind `usage_limit` or `awaiting_permission`:
+    /// the task should be parked until this, not failed or retried.
+    pub park: Option<ParkSignal>,
 }
 
 /// Most bytes of each output stream an attempt's report keeps.
@@ -82,17 +87,30 @@ pub(crate) struct Parsed {
     pub(crate) outcome: AttemptOutcome,
     pub(crate) session_id: Option<String>,
     pub(crate) cost_micro_usd: Option<u64>,
+    /// Why the task should be parked, when the output says so outright (a
+    /// denied permission).
+    pub(crate) park: Option<ParkSignal>,
+    /// The CLI's own error words, whole, where a usage limit's reset time
+    /// would be ([`crate::park::settle_usage_limit`] reads them).
+    pub(crate) limit_text: Option<String>,
 }
 
 impl Parsed {
     pub(crate) fn infra(kind: InfraKind, detail: impl Into<String>) -> Self {
+        Self::of(AttemptOutcome::Infra {
+            kind,
+            detail: detail.into(),
+        })
+    }
+
+    /// Just an outcome: no session, cost or park known.
+    pub(crate) fn of(outcome: AttemptOutcome) -> Self {
         Self {
-            outcome: AttemptOutcome::Infra {
-                kind,
-                detail: detail.into(),
-            },
+            outcome,
             session_id: None,
             cost_micro_usd: None,
+            park: None,
+            limit_text: None,
         }
     }
 }

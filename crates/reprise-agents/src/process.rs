@@ -26,6 +26,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, wa
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
 };
+use crate::park::{Clock, ParkSignal, last_words, settle_usage_limit};
 use crate::request::{AttemptRequest, CancelToken, Watch};
 use crate::supervise::{Supervision, record_finished, record_started, supervisor_args};
 
@@ -93,6 +94,8 @@ pub(crate) enum End {
     OutputLimit,
     /// No output for `Watch::idle_timeout`.
     Idle,
+    /// No output for `Watch::park_when_idle`: waiting on someone.
+    ParkIdle,
 }
 
 /// A reaped child and what it printed.
@@ -272,7 +275,10 @@ fn watched(
     stdout: &Capture,
     stderr: &Capture,
 ) -> Option<End> {
-    if watch.max_output_bytes.is_none() && watch.idle_timeout.is_none() {
+    if watch.max_output_bytes.is_none()
+        && watch.idle_timeout.is_none()
+        && watch.park_when_idle.is_none()
+    {
         return None;
     }
     let (out_bytes, out_last) = stdout.progress();
@@ -287,8 +293,13 @@ fn watched(
         .flatten()
         .max()
         .unwrap_or(started);
-    match watch.idle_timeout {
-        Some(idle) if now.saturating_duration_since(last) >= idle => Some(End::Idle),
+    let quiet = now.saturating_duration_since(last);
+    // The shorter bound acts; on a tie, the park (it loses nothing).
+    match (watch.park_when_idle, watch.idle_timeout) {
+        (Some(park), idle) if quiet >= park && idle.is_none_or(|idle| park <= idle) => {
+            Some(End::ParkIdle)
+        }
+        (_, Some(idle)) if quiet >= idle => Some(End::Idle),
         _ => None,
     }
 }
@@ -594,6 +605,7 @@ pub(crate) fn run_cli(
         argv: invocation.logged_argv(&request.prompt),
         elapsed: Duration::ZERO,
         streams: Default::default(),
+        park: None,
     };
     if let Err(detail) = resolved {
         report.outcome = infra(InfraKind::MissingBinary, detail);
@@ -638,17 +650,28 @@ pub(crate) fn run_cli(
     let stderr = String::from_utf8_lossy(&finished.stderr);
     // Parsed even after a timeout: a partial transcript still names the
     // session and what was spent.
-    let parsed = parse(finished.exit_code, &stdout, &stderr);
+    let parsed = settle_usage_limit(
+        parse(finished.exit_code, &stdout, &stderr),
+        &Clock::system(),
+    );
     if parsed.session_id.is_some() {
         report.session_id = parsed.session_id;
     }
     report.cost_micro_usd = parsed.cost_micro_usd;
+    if finished.end == End::Exited {
+        report.park = parsed.park;
+    }
     report.outcome = match finished.end {
         End::Exited => enforce_budget(
             parsed.outcome,
             parsed.cost_micro_usd,
             request.budget_micro_usd,
         ),
+        End::ParkIdle => {
+            let (outcome, park) = park_idle(spec.name, &request.watch, &stdout, &stderr);
+            report.park = Some(park);
+            outcome
+        }
         End::TimedOut => infra(
             InfraKind::Timeout,
             format!(
@@ -664,6 +687,30 @@ pub(crate) fn run_cli(
         End::OutputLimit | End::Idle => watch_outcome(finished.end, spec.name, &request.watch),
     };
     report
+}
+
+/// An attempt stopped by `park_when_idle`: `awaiting_permission`, and the
+/// question it printed last.
+pub(crate) fn park_idle(
+    name: &str,
+    watch: &Watch,
+    stdout: &str,
+    stderr: &str,
+) -> (AttemptOutcome, ParkSignal) {
+    let quiet = describe_duration(watch.park_when_idle.unwrap_or_default());
+    let question = last_words(stdout, stderr);
+    let detail = format!(
+        "{name} printed nothing for {quiet} (park_when_idle): taken to wait on a permission or an answer; its process group was killed"
+    );
+    let question = if question.is_empty() {
+        format!("{name} printed nothing before it went quiet for {quiet}")
+    } else {
+        question
+    };
+    (
+        infra(InfraKind::AwaitingPermission, detail),
+        ParkSignal::Approval { question },
+    )
 }
 
 /// The outcome of an attempt the watch stopped: what bound it passed.
@@ -899,8 +946,7 @@ pub(crate) mod tests {
     fn a_child_past_its_output_bound_is_stopped_and_its_group_killed() {
         let watch = Watch {
             max_output_bytes: Some(64 * 1024),
-            idle_timeout: None,
-            live_log: None,
+            ..Watch::default()
         };
         let finished = run_watched("sleep 30 & echo $$ $!; yes flood", watch);
         assert_eq!(finished.end, End::OutputLimit);
@@ -918,7 +964,7 @@ pub(crate) mod tests {
         let watch = Watch {
             max_output_bytes: None,
             idle_timeout: Some(Duration::from_millis(300)),
-            live_log: None,
+            ..Watch::default()
         };
         let silent = run_watched("echo started; exec sleep 30", watch.clone());
         assert_eq!(silent.end, End::Idle);
@@ -930,6 +976,114 @@ pub(crate) mod tests {
         );
         assert_eq!(talking.end, End::Exited);
         assert_eq!(talking.exit_code, 0);
+    }
+
+    #[test]
+    fn a_child_silent_past_park_when_idle_is_stopped_to_be_parked_with_its_question() {
+        let watch = Watch {
+            park_when_idle: Some(Duration::from_millis(300)),
+            ..Watch::default()
+        };
+        let silent = run_watched(
+            "echo $$; sleep 30 & echo $!; echo 'Allow Bash(make deploy)? [y/N]' >&2; wait",
+            watch.clone(),
+        );
+        assert_eq!(silent.end, End::ParkIdle);
+        let started = pids(&silent.stdout);
+        assert_eq!(started.len(), 2, "{silent:?}");
+        for pid in started {
+            assert!(eventually_dead(pid), "{pid} survived");
+        }
+        let stdout = String::from_utf8_lossy(&silent.stdout);
+        let stderr = String::from_utf8_lossy(&silent.stderr);
+        let (outcome, park) = park_idle("claude", &watch, &stdout, &stderr);
+        let AttemptOutcome::Infra { kind, detail } = outcome else {
+            panic!("not infra")
+        };
+        assert_eq!(kind, InfraKind::AwaitingPermission);
+        assert!(detail.contains("park_when_idle"), "{detail}");
+        let ParkSignal::Approval { question } = park else {
+            panic!("not an approval park")
+        };
+        assert!(
+            question.ends_with("Allow Bash(make deploy)? [y/N]"),
+            "{question}"
+        );
+        // Output every 50 ms for a second keeps it going past the bound.
+        let talking = run_watched(
+            "i=0; while [ $i -lt 20 ]; do echo $i; sleep 0.05; i=$((i+1)); done",
+            watch,
+        );
+        assert_eq!(talking.end, End::Exited);
+        assert_eq!(talking.exit_code, 0);
+    }
+
+    #[test]
+    fn of_idle_timeout_and_park_when_idle_the_shorter_acts() {
+        let ms = Duration::from_millis;
+        let both = |park: u64, idle: u64| Watch {
+            park_when_idle: Some(ms(park)),
+            idle_timeout: Some(ms(idle)),
+            ..Watch::default()
+        };
+        assert_eq!(
+            run_watched("exec sleep 30", both(200, 20_000)).end,
+            End::ParkIdle
+        );
+        assert_eq!(
+            run_watched("exec sleep 30", both(20_000, 200)).end,
+            End::Idle
+        );
+        // Unset, nothing changes: the idle bound alone acts.
+        let idle_only = Watch {
+            idle_timeout: Some(ms(200)),
+            ..Watch::default()
+        };
+        assert_eq!(run_watched("exec sleep 30", idle_only).end, End::Idle);
+    }
+
+    #[test]
+    fn a_silent_agent_past_park_when_idle_is_reported_awaiting_permission() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("claude");
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\n[ \"$1\" = --version ] && { echo '2.1.197 (Claude Code)'; exit 0; }\necho 'May I delete build/? (y/n)'\nexec sleep 30\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let request = AttemptRequest {
+            bin: Some(bin),
+            watch: Watch {
+                park_when_idle: Some(Duration::from_millis(300)),
+                ..Watch::default()
+            },
+            ..crate::request::tests::request(
+                crate::request::SessionMode::New { session_id: None },
+                dir.path(),
+            )
+        };
+        let report = crate::request::Adapter::run(
+            &crate::ClaudeAdapter::new(),
+            &request,
+            &CancelToken::new(),
+        );
+        assert!(
+            matches!(
+                report.outcome,
+                AttemptOutcome::Infra {
+                    kind: InfraKind::AwaitingPermission,
+                    ..
+                }
+            ),
+            "{report:?}"
+        );
+        assert_eq!(
+            report.park,
+            Some(ParkSignal::Approval {
+                question: "May I delete build/? (y/n)".into()
+            })
+        );
     }
 
     #[test]

@@ -82,6 +82,11 @@ pub struct Watch {
     pub max_output_bytes: Option<u64>,
     /// Longest time without a byte on stdout or stderr.
     pub idle_timeout: Option<Duration>,
+    /// Time without a byte after which the agent is taken to be waiting on
+    /// a permission or an answer: killed like an idle one, and reported as
+    /// `awaiting_permission` with what it printed last, to be parked. The
+    /// shorter of this and `idle_timeout` acts (this one on a tie).
+    pub park_when_idle: Option<Duration>,
     /// A directory the driver appends `agent.stdout` and `agent.stderr` to
     /// as the child prints (`reprise logs --follow`).
     pub live_log: Option<PathBuf>,

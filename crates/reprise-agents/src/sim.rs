@@ -9,6 +9,14 @@
 //! with an exit code. A step that does not complete writes nothing and spends
 //! nothing.
 //!
+//! Parks can be scripted as the real CLIs would cause them: a step that exits
+//! non-zero with a reply saying a quota ran out and when it resets (`usage
+//! limit reached; resets in 3 seconds`, `Claude AI usage limit
+//! reached|<unix>`) ends as `usage_limit` with that reset; a step whose
+//! `delay` reaches the task's `park_when_idle` waits that long and ends as
+//! `awaiting_permission`, its reply the question (its turn is recorded, as a
+//! real CLI's session would hold it, but it writes and spends nothing).
+//!
 //! Sessions are JSON-lines transcripts, `<store>/<session id>.jsonl`, one
 //! line per turn: `{"turn":n,"prompt":...,"reply":...}`. New starts a file
 //! (the given id or a UUID v4); resume appends to an existing one (else
@@ -24,7 +32,8 @@ use std::time::{Duration, Instant};
 use reprise_core::retry::ResumeStrategy;
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, format_micro_usd, infra};
+use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, infra};
+use crate::park::{Clock, ParkSignal, bounded_question, settle_usage_limit};
 use crate::process::{describe_duration, preflight};
 use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode};
 
@@ -132,6 +141,40 @@ impl SimAdapter {
                     "sim could not open session {} under '{}': {error}",
                     target.id(),
                     self.store.display()
+                ),
+            );
+        }
+        // Silent past `park_when_idle` (when that acts before the timeout and
+        // any idle bound): waiting on someone.
+        let watch = &request.watch;
+        if let Some(quiet) = watch.park_when_idle.filter(|quiet| {
+            step.delay >= *quiet
+                && *quiet < request.timeout
+                && watch.idle_timeout.is_none_or(|idle| *quiet <= idle)
+        }) {
+            if !wait(quiet, cancel) {
+                return infra(InfraKind::Cancelled, "cancelled while the sim step ran");
+            }
+            if let Err(error) = self.record_turn(&target, &request.prompt, &step.reply) {
+                return infra(
+                    InfraKind::ApiError,
+                    format!(
+                        "sim could not record the turn in session {}: {error}",
+                        target.id()
+                    ),
+                );
+            }
+            let question = if step.reply.trim().is_empty() {
+                format!("sim step {step_number} went quiet")
+            } else {
+                bounded_question(&step.reply)
+            };
+            report.park = Some(ParkSignal::Approval { question });
+            return infra(
+                InfraKind::AwaitingPermission,
+                format!(
+                    "sim printed nothing for {} (park_when_idle): taken to wait on a permission or an answer",
+                    describe_duration(quiet)
                 ),
             );
         }
@@ -313,8 +356,23 @@ impl Adapter for SimAdapter {
             argv: vec!["sim".into()],
             elapsed: Duration::ZERO,
             streams: Default::default(),
+            park: None,
         };
-        report.outcome = self.play(request, cancel, &mut report);
+        let outcome = self.play(request, cancel, &mut report);
+        // A failed step's reply may name a usage limit and its reset.
+        let limit_text = match &outcome {
+            AttemptOutcome::Replied { exit_code, reply } if *exit_code != 0 => Some(reply.clone()),
+            _ => None,
+        };
+        let settled = settle_usage_limit(
+            Parsed {
+                limit_text,
+                ..Parsed::of(outcome)
+            },
+            &Clock::system(),
+        );
+        report.outcome = settled.outcome;
+        report.park = report.park.take().or(settled.park);
         // Only a session that exists is reported: a refused new session or
         // fork leaves nothing to resume.
         report.session_id = report
@@ -1004,5 +1062,91 @@ mod tests {
             sim.strategy().capability(),
             reprise_core::retry::Capability::Fork
         );
+    }
+
+    #[test]
+    fn a_step_that_fails_naming_a_usage_limit_s_reset_is_to_be_parked_until_then() {
+        let world = world();
+        let limited = SimStep {
+            reply: "usage limit reached; resets in 3 seconds".into(),
+            exit_code: 1,
+            ..SimStep::default()
+        };
+        let adapter = SimAdapter::new(vec![limited], world.store.clone());
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let report = run(
+            &adapter,
+            &attempt(&world, 1, "p", SessionMode::New { session_id: None }),
+        );
+        assert_eq!(infra_kind(&report), InfraKind::UsageLimit);
+        let Some(ParkSignal::Until { unix, source }) = report.park else {
+            panic!("{report:?}")
+        };
+        assert_eq!(source, reprise_core::recovery::ResetSource::Relative);
+        assert!(
+            (before + 3..=before + 4).contains(&unix),
+            "{unix} vs {before}"
+        );
+        // The same words with exit 0 are a reply.
+        let fine = SimAdapter::new(
+            vec![step("usage limit reached; resets in 3 seconds")],
+            world.store.clone(),
+        );
+        let report = run(
+            &fine,
+            &attempt(&world, 1, "p", SessionMode::New { session_id: None }),
+        );
+        assert_eq!(
+            replied(&report),
+            (0, "usage limit reached; resets in 3 seconds")
+        );
+        assert_eq!(report.park, None);
+    }
+
+    #[test]
+    fn a_step_silent_past_park_when_idle_awaits_permission_with_its_reply_as_the_question() {
+        let world = world();
+        let waiting = SimStep {
+            reply: "May I run the migration?".into(),
+            write: vec![("x.txt".into(), "x".into())],
+            delay: Duration::from_secs(60),
+            ..SimStep::default()
+        };
+        let adapter = SimAdapter::new(vec![waiting], world.store.clone());
+        let request = AttemptRequest {
+            watch: crate::request::Watch {
+                park_when_idle: Some(Duration::from_millis(50)),
+                ..Default::default()
+            },
+            ..attempt(&world, 1, "p", SessionMode::New { session_id: None })
+        };
+        let report = run(&adapter, &request);
+        assert_eq!(infra_kind(&report), InfraKind::AwaitingPermission);
+        assert_eq!(
+            report.park,
+            Some(ParkSignal::Approval {
+                question: "May I run the migration?".into()
+            })
+        );
+        // Nothing written; the session holds the turn, to be resumed warm.
+        assert!(!world.sandbox.join("x.txt").exists());
+        let session = report.session_id.expect("a session");
+        assert_eq!(
+            sim_transcript(&world.store, &session).unwrap(),
+            [turn(1, "p", "May I run the migration?")]
+        );
+        // Without the key the step just takes its time (here: past the timeout).
+        let report = run(
+            &adapter,
+            &AttemptRequest {
+                timeout: Duration::from_millis(50),
+                ..attempt(&world, 1, "p", SessionMode::New { session_id: None })
+            },
+        );
+        assert_eq!(infra_kind(&report), InfraKind::Timeout);
+        assert_eq!(report.park, None);
     }
 }

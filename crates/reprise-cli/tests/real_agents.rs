@@ -845,6 +845,75 @@ fn a_hanging_server_is_a_timeout_and_the_child_is_reaped(cli: Cli) {
     );
 }
 
+/// Claude Code signed in to a plan (an OAuth token, the API key emptied)
+/// turns an HTTP 429 that carries the plan's unified reset into its own
+/// words, `You've hit your session limit · resets <time> (<zone>)` (2.1.197;
+/// with an API key it says only `Request rejected (429)`): the adapter reads
+/// the reset from them and ends the attempt as `usage_limit`.
+#[test]
+fn claude_usage_limit_reset_is_read_from_the_real_cli_s_words() {
+    let project = Project::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // On a whole minute, as the CLI shows it, about two hours ahead.
+    let reset = (now / 60 + 125) * 60;
+    let scenario = format!(
+        "rules:\n  - match: {{ task: limited }}\n    reply:\n      error:\n        status: 429\n        \
+         message: \"This request would exceed your account's rate limit. Please try again later.\"\n        \
+         headers:\n          retry-after: \"{wait}\"\n          anthropic-ratelimit-unified-status: rejected\n          \
+         anthropic-ratelimit-unified-reset: \"{reset}\"\n          \
+         anthropic-ratelimit-unified-representative-claim: five_hour\n",
+        wait = reset - now
+    );
+    let plan = format!(
+        "version: 1\nname: limit\n\
+         agents: {{ claude: {{ env: {{ ANTHROPIC_API_KEY: \"\", CLAUDE_CODE_OAUTH_TOKEN: sk-ant-oat01-rehearsal }} }} }}\n\
+         defaults: {{ agent: claude, max_retries: 0, timeout: 60s }}\n\
+         tasks:\n  - id: limited\n    prompt: {PROMPT:?}\n    gates:\n      - {}\n",
+        content_gate()
+    );
+    let ran = project.rehearse(Cli::Claude, &plan, &scenario);
+    assert_eq!(ran.output.status.code(), Some(1), "{}", ran.describe());
+    let attempts = ran.attempts("limited");
+    assert_eq!(attempts.len(), 1, "{}", ran.describe());
+    assert_eq!(attempts[0]["outcome"], "infra", "{}", ran.describe());
+    assert_eq!(
+        attempts[0]["infra_kind"],
+        "usage_limit",
+        "{}",
+        ran.describe()
+    );
+    assert_eq!(ran.requests("limited").len(), 1);
+    let stamp = jiff::Timestamp::from_second(i64::try_from(reset).unwrap())
+        .unwrap()
+        .to_string();
+    // The CLI's words, as the agent printed them, and the reset read from
+    // them in the attempt's detail (kept as its reply log).
+    let logs = project.reprise_json(&["logs", "limited"]);
+    let text = |name: &str| -> String {
+        logs["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|log| log["name"] == name)
+            .and_then(|log| log["text"].as_str())
+            .unwrap_or_else(|| panic!("no {name} log: {logs}"))
+            .to_owned()
+    };
+    let stdout = text("agent.stdout");
+    assert!(
+        stdout.contains("You've hit your session limit · resets "),
+        "{stdout}"
+    );
+    let detail = text("reply");
+    assert!(
+        detail.starts_with(&format!("usage limit, resets at {stamp}: ")),
+        "{detail}"
+    );
+}
+
 #[test]
 fn claude_hanging_server_is_a_timeout_and_the_child_is_reaped() {
     a_hanging_server_is_a_timeout_and_the_child_is_reaped(Cli::Claude);

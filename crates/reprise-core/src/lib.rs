@@ -19,6 +19,7 @@ pub mod pool;
 pub mod prompt;
 pub mod record;
 pub mod recovery;
+pub mod reset;
 pub mod retry;
 mod scan;
 pub mod suspension;

@@ -152,11 +152,18 @@ pub enum InfraKind {
     /// The process driving the run died while the attempt ran (recorded by
     /// the `run --continue` that found it).
     Interrupted,
+    /// The plan's usage limit (a quota, not a short rate limit) was hit and
+    /// the CLI said when it resets: the task is to be parked until then.
+    UsageLimit,
+    /// The agent waited on a permission or an answer (silent past the task's
+    /// `park_when_idle`, or its CLI reported a denied permission): the task
+    /// is to be parked until someone approves.
+    AwaitingPermission,
 }
 
 impl InfraKind {
     /// Every infrastructure kind.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 19] = [
         Self::SpawnFailed,
         Self::MissingBinary,
         Self::Timeout,
@@ -174,6 +181,8 @@ impl InfraKind {
         Self::OutputLimit,
         Self::IdleTimeout,
         Self::Interrupted,
+        Self::UsageLimit,
+        Self::AwaitingPermission,
     ];
 
     /// The stable snake_case name recorded in journals and `state.json`.
@@ -196,6 +205,8 @@ impl InfraKind {
             Self::OutputLimit => "output_limit",
             Self::IdleTimeout => "idle_timeout",
             Self::Interrupted => "interrupted",
+            Self::UsageLimit => "usage_limit",
+            Self::AwaitingPermission => "awaiting_permission",
         }
     }
 
@@ -217,7 +228,9 @@ impl InfraKind {
             | Self::AgentExitWithoutReply
             | Self::OutputLimit
             | Self::IdleTimeout
-            | Self::Interrupted => true,
+            | Self::Interrupted
+            | Self::UsageLimit
+            | Self::AwaitingPermission => true,
             Self::MissingBinary
             | Self::AuthFailed
             | Self::BudgetExhausted
@@ -284,6 +297,8 @@ mod tests {
             InfraKind::OutputLimit => 14,
             InfraKind::IdleTimeout => 15,
             InfraKind::Interrupted => 16,
+            InfraKind::UsageLimit => 17,
+            InfraKind::AwaitingPermission => 18,
         }
     }
 
@@ -332,6 +347,8 @@ mod tests {
                 InfraKind::BudgetExhausted,
                 InfraKind::GateCouldNotRun,
                 InfraKind::AgentExitWithoutReply,
+                InfraKind::UsageLimit,
+                InfraKind::AwaitingPermission,
             ]
             .map(InfraKind::as_str),
             [
@@ -339,6 +356,8 @@ mod tests {
                 "budget_exhausted",
                 "gate_could_not_run",
                 "agent_exit_without_reply",
+                "usage_limit",
+                "awaiting_permission",
             ]
         );
     }

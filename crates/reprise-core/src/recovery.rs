@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::outcome::{AttemptOutcome, InfraKind};
 
+/// A usage limit's reset time, read from the CLI's words (see [`crate::reset`]).
+pub use crate::reset::{ResetSource, UsageReset, usage_reset};
+
 /// The same judged failure this many times in a row blocks the task.
 pub const REPEATED_FAILURE_LIMIT: u32 = 3;
 
@@ -263,7 +266,7 @@ pub enum WaitSource {
 }
 
 /// How long to wait before retrying after `kind`, and why: a provider
-/// failure (rate limit, overload, network, API error) waits as long as the
+/// failure (rate limit, usage limit, overload, network, API error) waits as long as the
 /// provider asked (`retry_after`, bounded by [`MAX_BACK_OFF`]) or else 1 s,
 /// 2, 4 ... up to 30 s by attempt; anything else does not wait.
 pub fn back_off(
@@ -273,7 +276,11 @@ pub fn back_off(
 ) -> Option<(Duration, WaitSource)> {
     if !matches!(
         kind,
-        InfraKind::RateLimited | InfraKind::Overloaded | InfraKind::Network | InfraKind::ApiError
+        InfraKind::RateLimited
+            | InfraKind::UsageLimit
+            | InfraKind::Overloaded
+            | InfraKind::Network
+            | InfraKind::ApiError
     ) {
         return None;
     }
@@ -497,6 +504,12 @@ mod tests {
         let secs = Duration::from_secs;
         assert_eq!(back_off(InfraKind::Timeout, 1, Some(secs(5))), None);
         assert_eq!(back_off(InfraKind::MissingBinary, 1, None), None);
+        assert_eq!(back_off(InfraKind::AwaitingPermission, 1, None), None);
+        // Until it is parked, a usage limit waits out its reset, bounded.
+        assert_eq!(
+            back_off(InfraKind::UsageLimit, 1, Some(secs(3600))),
+            Some((MAX_BACK_OFF, WaitSource::RetryAfter))
+        );
         assert_eq!(
             back_off(InfraKind::RateLimited, 1, Some(secs(7))),
             Some((secs(7), WaitSource::RetryAfter))

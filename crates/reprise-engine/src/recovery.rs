@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use reprise_agents::{AttemptOutcome, AttemptReport, CancelToken};
+use reprise_agents::{AttemptOutcome, AttemptReport, CancelToken, ParkSignal};
 use reprise_core::digest::tagged_sha256;
 use reprise_core::outcome as taxonomy;
 use reprise_core::plan::Task;
@@ -157,9 +157,19 @@ pub(crate) fn back_off(
     let now_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
-    let hint = report.and_then(|report| match &report.outcome {
-        AttemptOutcome::Infra { detail, .. } => retry_after(detail, now_unix),
-        AttemptOutcome::Replied { .. } => None,
+    // A usage limit's reset, as the adapter read it (until the engine parks
+    // on it, it is waited for like a provider's retry-after).
+    let until = report.and_then(|report| match report.park {
+        Some(ParkSignal::Until { unix, .. }) => {
+            Some(Duration::from_secs(unix.saturating_sub(now_unix)))
+        }
+        _ => None,
+    });
+    let hint = until.or_else(|| {
+        report.and_then(|report| match &report.outcome {
+            AttemptOutcome::Infra { detail, .. } => retry_after(detail, now_unix),
+            AttemptOutcome::Replied { .. } => None,
+        })
     });
     let (wait, source) = recovery_back_off(*kind, attempt, hint)?;
     let until = Instant::now() + wait;

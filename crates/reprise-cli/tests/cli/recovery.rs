@@ -406,6 +406,77 @@ tasks:
 }
 
 #[test]
+fn an_agent_silent_past_park_when_idle_awaits_permission_and_is_retried_until_the_engine_parks() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "ask",
+        r#"
+version: 1
+name: ask
+defaults: { agent: sim, max_retries: 1, timeout: 60s, retry_policy: warm }
+tasks:
+  - id: deploy
+    prompt: d
+    park_when_idle: 200ms
+    idle_timeout: 30s
+    sim:
+      - { reply: "May I run make deploy?", delay: 30s }
+      - { reply: "DONE", write: { done.txt: "yes\n" } }
+    gates: [ { name: done, run: "test -e done.txt" } ]
+"#,
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let rows = journal_kinds(&env, "ask", "deploy");
+    let finished = rows_of(&rows, "attempt.finished");
+    assert_eq!(finished[0]["body"]["infra_kind"], "awaiting_permission");
+    // Not an idle anomaly: nothing suspect about the tree.
+    assert!(anomaly_kinds(&rows).is_empty());
+    assert_eq!(
+        diagnoses(&rows),
+        [("transient".into(), "awaiting_permission".into())]
+    );
+}
+
+#[test]
+fn a_usage_limit_s_reset_is_waited_for_until_the_engine_parks() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "quota",
+        r#"
+version: 1
+name: quota
+defaults: { agent: sim, max_retries: 1, timeout: 60s, retry_policy: warm }
+tasks:
+  - id: busy
+    prompt: b
+    sim:
+      - { reply: "usage limit reached; resets in 1 second", exit_code: 1 }
+      - { reply: "DONE", write: { done.txt: "yes\n" } }
+    gates: [ { name: done, run: "test -e done.txt" } ]
+"#,
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let rows = journal_kinds(&env, "quota", "busy");
+    assert_eq!(
+        rows_of(&rows, "attempt.finished")[0]["body"]["infra_kind"],
+        "usage_limit"
+    );
+    assert_eq!(
+        diagnoses(&rows),
+        [("transient".into(), "usage_limit".into())]
+    );
+    // The wait is the reset the agent named (read in whole seconds).
+    let waited = rows_of(&rows, "recovery.back_off");
+    assert_eq!(waited.len(), 1);
+    assert_eq!(waited[0]["body"]["source"], "retry_after");
+    assert!(waited[0]["body"]["wait_ms"].as_u64().unwrap() <= 1000);
+}
+
+#[test]
 fn a_needs_context_reply_is_retried_with_the_plan_s_answer_and_a_longer_timeout() {
     let env = git_env();
     let counter = outside_dir(&env, "counter");

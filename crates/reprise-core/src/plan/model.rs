@@ -165,6 +165,11 @@ pub struct Task {
     /// transient anomaly. `None` is no bound (CLIs that print only at the
     /// end, as Claude Code's JSON output does, need none or a generous one).
     pub idle_timeout: Option<Duration>,
+    /// The agent is taken to be waiting on a permission or an answer after
+    /// printing nothing for this long: stopped, and its task parked until
+    /// approval with what it printed last as the question. With
+    /// `idle_timeout` too, the shorter acts. `None`: never.
+    pub park_when_idle: Option<Duration>,
     /// What changes for the retry after a `NEEDS_CONTEXT:` reply.
     pub on_needs_context: NeedsContext,
     /// Whether its agent and gates run in the filesystem sandbox.

@@ -58,6 +58,7 @@ const DEFAULTS_KEYS: &[&str] = &[
     "containment",
     "max_output_bytes",
     "idle_timeout",
+    "park_when_idle",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -76,6 +77,7 @@ const TASK_KEYS: &[&str] = &[
     "containment",
     "max_output_bytes",
     "idle_timeout",
+    "park_when_idle",
     "on_needs_context",
     "allowed_paths",
     "depends_on",
@@ -148,6 +150,7 @@ struct Settings {
     containment: Option<Containment>,
     max_output_bytes: Option<u64>,
     idle_timeout: Option<Duration>,
+    park_when_idle: Option<Duration>,
 }
 
 /// A `depends_on` entry, kept with its position until every id is known.
@@ -425,6 +428,10 @@ impl Reader<'_> {
             let path = fields.path_of("idle_timeout");
             settings.idle_timeout = Some(self.duration(node, &path, false)?);
         }
+        if let Some(node) = fields.get("park_when_idle") {
+            let path = fields.path_of("park_when_idle");
+            settings.park_when_idle = Some(self.duration(node, &path, false)?);
+        }
         Ok(settings)
     }
 
@@ -619,6 +626,7 @@ impl Reader<'_> {
                 .unwrap_or(Containment::Strict),
             max_output_bytes: settings.max_output_bytes.or(defaults.max_output_bytes),
             idle_timeout: settings.idle_timeout.or(defaults.idle_timeout),
+            park_when_idle: settings.park_when_idle.or(defaults.park_when_idle),
             on_needs_context,
             depends_on: dependencies
                 .iter()

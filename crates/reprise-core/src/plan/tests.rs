@@ -315,7 +315,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle)",
         ),
         bad(
             "id in defaults",
@@ -642,6 +642,27 @@ fn bad_plans() -> Vec<Bad> {
             7,
             "tasks[0].timeout",
             "\"0s\" is zero; use a duration greater than zero",
+        ),
+        bad(
+            "zero park_when_idle",
+            &with_head("    park_when_idle: 0s\n"),
+            7,
+            "tasks[0].park_when_idle",
+            "\"0s\" is zero; use a duration greater than zero",
+        ),
+        bad(
+            "park_when_idle as a number",
+            &with_head("    park_when_idle: 30\n"),
+            7,
+            "tasks[0].park_when_idle",
+            "30",
+        ),
+        bad(
+            "park_when_idle with an unknown unit",
+            "version: 1\nname: t\ndefaults:\n  park_when_idle: 2d\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "defaults.park_when_idle",
+            "unknown unit \"d\"; use ms, s, m or h",
         ),
         bad(
             "zero gate timeout",
@@ -1123,6 +1144,23 @@ fn checkpoint_and_recovery_keys_resolve_with_their_defaults() {
         let err = parse_plan(&text, "plan.yaml").unwrap_err().to_string();
         assert!(err.contains(needle), "{bad}: {err}");
     }
+}
+
+#[test]
+fn park_when_idle_comes_from_the_task_then_defaults_then_none() {
+    let text = "version: 1\nname: p\ndefaults: { agent: sim, park_when_idle: 3m }\ntasks:\n  - id: a\n    prompt: p\n  - id: b\n    prompt: p\n    park_when_idle: 1500ms\n    idle_timeout: 10m\n";
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    let (a, b) = (&plan.tasks()[0], &plan.tasks()[1]);
+    assert_eq!(a.park_when_idle, Some(Duration::from_secs(180)));
+    assert_eq!(a.idle_timeout, None);
+    assert_eq!(b.park_when_idle, Some(Duration::from_millis(1500)));
+    assert_eq!(b.idle_timeout, Some(Duration::from_secs(600)));
+    let plain = parse_plan(
+        "version: 1\nname: p\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+        "plan.yaml",
+    )
+    .unwrap();
+    assert_eq!(plain.tasks()[0].park_when_idle, None);
 }
 
 /// A 2 MB plan whose last sim write repeats the first: refused, naming both

@@ -429,6 +429,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             argv: Vec::new(),
             elapsed: std::time::Duration::ZERO,
             streams: Default::default(),
+            park: None,
         };
         if agent_ended {
             self.agent_ended =
@@ -717,6 +718,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                 watch: Watch {
                     max_output_bytes: task.max_output_bytes,
                     idle_timeout: task.idle_timeout,
+                    park_when_idle: task.park_when_idle,
                     live_log: self.live_log_dir(attempt),
                 },
                 model: self.next_model.clone(),

@@ -17,6 +17,16 @@
 //!     reply: { text: "Done." }
 //!   - match: { contains: "overload" }
 //!     reply: { error: { status: 529, message: "Overloaded" } }
+//!   - match: { contains: "limit" }
+//!     reply:
+//!       error:
+//!         status: 429
+//!         message: "This request would exceed your account's rate limit."
+//!         headers:
+//!           retry-after: "3600"
+//!           anthropic-ratelimit-unified-status: rejected
+//!           anthropic-ratelimit-unified-reset: "1796131992"
+//!           anthropic-ratelimit-unified-representative-claim: five_hour
 //!   - match: { contains: "stall" }
 //!     reply: { hang: true }
 //! ```
@@ -37,7 +47,8 @@
 //!
 //! A reply is `text`, `tool` + `input` (optionally with `text` before the
 //! tool call), `steps` (a list of such messages, played one per request of
-//! the same attempt, the last one repeated), `error: { status, message }` or
+//! the same attempt, the last one repeated), `error: { status, message,
+//! headers }` (headers optional) or
 //! `hang: true`. A tool's `input` is a mapping (a function call's
 //! arguments), or a string for a freeform tool such as Codex's `apply_patch`
 //! (a `custom_tool_call` in the Responses API; the Messages API has no such
@@ -141,12 +152,16 @@ pub struct ToolCall {
     pub at: Position,
 }
 
-/// An HTTP error status and its message.
+/// An HTTP error status and its message, with any response headers to send
+/// beside it (a usage limit's `retry-after` and
+/// `anthropic-ratelimit-unified-reset`, say).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ErrorReply {
     pub status: u16,
     pub message: String,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 /// What the server observed of one request, for matching.
@@ -414,6 +429,15 @@ impl ReplyFile {
                 return Err((
                     "error.status",
                     format!("{} is not 4xx or 5xx", error.status),
+                ));
+            }
+            if let Some((name, value)) = error.headers.iter().find(|(name, value)| {
+                hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+                    || hyper::header::HeaderValue::from_str(value).is_err()
+            }) {
+                return Err((
+                    "error.headers",
+                    format!("{name}: {value:?} is not a valid HTTP header"),
                 ));
             }
             return Ok(Reply::Error(error));

@@ -460,7 +460,17 @@ impl Shared {
             Some((_, Reply::Error(reply))) => {
                 outcome.reply = Some("error");
                 outcome.status = Some(reply.status);
-                Answer::Now(error(api, reply.status, &reply.message))
+                let mut response = error(api, reply.status, &reply.message);
+                for (name, value) in &reply.headers {
+                    // Checked when the scenario was read.
+                    if let (Ok(name), Ok(value)) = (
+                        hyper::header::HeaderName::from_bytes(name.as_bytes()),
+                        hyper::header::HeaderValue::from_str(value),
+                    ) {
+                        response.headers_mut().insert(name, value);
+                    }
+                }
+                Answer::Now(response)
             }
             Some((_, Reply::Hang)) => {
                 outcome.reply = Some("hang");

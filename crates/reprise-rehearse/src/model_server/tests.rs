@@ -26,6 +26,12 @@ rules:
     reply: { hang: true }
   - match: { turn: 7 }
     reply: { text: "seventh" }
+  - match: { contains: "plan limit" }
+    reply:
+      error:
+        status: 429
+        message: "This request would exceed your account's rate limit."
+        headers: { retry-after: "3600", anthropic-ratelimit-unified-reset: "1796131992" }
 "#;
 
 struct Response {
@@ -286,6 +292,36 @@ fn turn_counts_prompt_bearing_requests() {
 }
 
 #[test]
+fn an_error_rule_sends_its_headers_as_a_usage_limit_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let response = post(
+        &server,
+        "/v1/messages?beta=true",
+        &messages_request(vec![user("over the plan limit")]),
+    );
+    assert_eq!(response.status, 429);
+    assert!(
+        response.head.contains("\r\nretry-after: 3600"),
+        "{}",
+        response.head
+    );
+    assert!(
+        response
+            .head
+            .contains("\r\nanthropic-ratelimit-unified-reset: 1796131992"),
+        "{}",
+        response.head
+    );
+    let body: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    // A header that HTTP cannot carry is refused when the scenario is read.
+    let bad = "rules:\n  - match: { contains: x }\n    reply: { error: { status: 429, message: m, headers: { \"bad name\": v } } }\n";
+    let error = Scenario::from_yaml(bad).unwrap_err().to_string();
+    assert!(error.contains("not a valid HTTP header"), "{error}");
+}
+
+#[test]
 fn error_rule_returns_its_status_and_an_error_json() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path());
@@ -438,7 +474,7 @@ fn scenario_rejects_ambiguous_replies_and_newer_versions() {
         Err(ScenarioError::NewerVersion { found: 2, .. })
     ));
     let scenario = Scenario::from_yaml(SCENARIO).unwrap();
-    assert_eq!(scenario.rules.len(), 7);
+    assert_eq!(scenario.rules.len(), 8);
     assert_eq!(scenario.rules[5].reply, Reply::Hang);
 }
 
