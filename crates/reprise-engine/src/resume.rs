@@ -32,6 +32,8 @@ pub struct ParkPoint {
     pub released: Vec<Release>,
     /// The park was settled by a resume.
     pub settled: bool,
+    /// The approval a resume binds (its digest and note), once checked.
+    pub approval: Option<(Digest, Option<String>)>,
 }
 
 impl ParkPoint {
@@ -116,6 +118,7 @@ pub fn latest_park(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Op
         receipt,
         released,
         settled,
+        approval: None,
     })
 }
 
@@ -218,6 +221,19 @@ pub fn check_resume(
                 .join(", "),
             task.task
         ));
+    }
+    // A park until approval needs its signed approval; any other binds one
+    // that exists. A `.resumed` marker means another resume settled it.
+    let waits = point.body.wake == reprise_store::suspension::Wake::Approval;
+    let digest = reprise_store::approvals::approval_for_resume(state, key, task, point.park, waits)
+        .map_err(|err| Refusal(err.to_string()))?;
+    let mut point = point;
+    if let Some(digest) = digest {
+        let note = reprise_store::approvals::read_approval(state, key, task, point.park)
+            .ok()
+            .flatten()
+            .and_then(|approval| approval.note);
+        point.approval = Some((digest, note));
     }
     Ok(point)
 }

@@ -406,7 +406,7 @@ tasks:
 }
 
 #[test]
-fn an_agent_silent_past_park_when_idle_awaits_permission_and_is_retried_until_the_engine_parks() {
+fn an_agent_silent_past_park_when_idle_parks_until_approval_and_wakes_on_approve() {
     let env = git_env();
     let plan = write_plan(
         &env,
@@ -426,21 +426,58 @@ tasks:
     gates: [ { name: done, run: "test -e done.txt" } ]
 "#,
     );
+    // The agent waits on a person: the task is parked until approval (not
+    // retried, not left hanging), and the run ends saying so.
     let output = env.run(&["run", &plan, "--json"]);
-    assert_success(&output);
+    assert_eq!(code(&output), Some(3), "{}", stdout(&output));
     let rows = journal_kinds(&env, "ask", "deploy");
-    let finished = rows_of(&rows, "attempt.finished");
-    assert_eq!(finished[0]["body"]["infra_kind"], "awaiting_permission");
-    // Not an idle anomaly: nothing suspect about the tree.
-    assert!(anomaly_kinds(&rows).is_empty());
-    assert_eq!(
-        diagnoses(&rows),
-        [("transient".into(), "awaiting_permission".into())]
+    let suspend = rows_of(&rows, "task.suspend")[0].clone();
+    assert_eq!(suspend["body"]["cause"], "permission");
+    assert_eq!(suspend["body"]["wake"], json!({"on": "approval"}));
+    assert_eq!(suspend["body"]["question"], "May I run make deploy?");
+    assert!(diagnoses(&rows).is_empty(), "a park is not a failure");
+    // No resume without the approval; nothing is written by the refusal.
+    let journal = env
+        .project()
+        .join(".reprise/plans/ask/tasks/deploy/journal.jsonl");
+    let before = fs::read(&journal).unwrap();
+    assert_one_line_error(&env.run(&["task", "resume", "deploy"]), 2, "approv");
+    assert_eq!(fs::read(&journal).unwrap(), before);
+    assert_success(&env.run(&["approve", "deploy", "--note", "yes, deploy to staging"]));
+    let resumed = env.run(&["task", "resume", "deploy", "--json"]);
+    assert_success(&resumed);
+    assert_eq!(json_of(&resumed)["tasks"][0]["state"], "passed");
+    let rows = journal_kinds(&env, "ask", "deploy");
+    let resume = rows_of(&rows, "task.resume")[0].clone();
+    assert_eq!(resume["body"]["mode"], "warm", "{resume}");
+    assert!(resume["body"]["approval_digest"].is_string(), "{resume}");
+    // The session heard the approval's note.
+    let session = json_of(&resumed)["tasks"][0]["attempts"][1]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let transcript =
+        fs::read_to_string(env.reprise_dir().join(format!("sim/{session}.jsonl"))).unwrap();
+    assert!(
+        transcript.contains("yes, deploy to staging"),
+        "{transcript}"
     );
+    let verified = env.run(&["audit", "verify-suspension", "deploy", "--json"]);
+    assert_success(&verified);
+    assert_eq!(
+        json_of(&verified)["status"],
+        "verified",
+        "{}",
+        stdout(&verified)
+    );
+    // The park is settled: a second resume, or a second approval, is refused.
+    let settled = fs::read(&journal).unwrap();
+    assert_one_line_error(&env.run(&["task", "resume", "deploy"]), 2, "settled");
+    assert_eq!(fs::read(&journal).unwrap(), settled);
 }
 
 #[test]
-fn a_usage_limit_s_reset_is_waited_for_until_the_engine_parks() {
+fn a_usage_limit_with_its_reset_parks_until_then_and_the_run_wakes_it() {
     let env = git_env();
     let plan = write_plan(
         &env,
@@ -453,27 +490,28 @@ tasks:
   - id: busy
     prompt: b
     sim:
-      - { reply: "usage limit reached; resets in 1 second", exit_code: 1 }
+      - { reply: "usage limit reached; resets in 2 seconds", exit_code: 1 }
       - { reply: "DONE", write: { done.txt: "yes\n" } }
     gates: [ { name: done, run: "test -e done.txt" } ]
 "#,
     );
+    // Parked until the reset (not retried in a loop), woken by the live run
+    // at that time, and passed: one run, exit 0.
     let output = env.run(&["run", &plan, "--json"]);
     assert_success(&output);
     let rows = journal_kinds(&env, "quota", "busy");
-    assert_eq!(
-        rows_of(&rows, "attempt.finished")[0]["body"]["infra_kind"],
-        "usage_limit"
+    let suspend = rows_of(&rows, "task.suspend")[0].clone();
+    assert_eq!(suspend["body"]["cause"], "usage_limit");
+    assert_eq!(suspend["body"]["wake"]["on"], "time");
+    let resume = rows_of(&rows, "task.resume")[0].clone();
+    assert!(
+        resume["at"].as_str().unwrap()[..19]
+            >= suspend["body"]["wake"]["at"].as_str().unwrap()[..19],
+        "woken before its reset: {resume}"
     );
-    assert_eq!(
-        diagnoses(&rows),
-        [("transient".into(), "usage_limit".into())]
-    );
-    // The wait is the reset the agent named (read in whole seconds).
-    let waited = rows_of(&rows, "recovery.back_off");
-    assert_eq!(waited.len(), 1);
-    assert_eq!(waited[0]["body"]["source"], "retry_after");
-    assert!(waited[0]["body"]["wait_ms"].as_u64().unwrap() <= 1000);
+    assert!(diagnoses(&rows).is_empty(), "a park is not a failure");
+    assert!(rows_of(&rows, "recovery.back_off").is_empty());
+    assert_success(&env.run(&["audit", "verify-suspension", "busy"]));
 }
 
 #[test]

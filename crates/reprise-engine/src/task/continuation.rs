@@ -284,6 +284,12 @@ impl TaskRun<'_> {
                 mode,
                 approval,
             } => {
+                let approval = point
+                    .approval
+                    .as_ref()
+                    .map(|(digest, _)| *digest)
+                    .or(*approval);
+                let note = point.approval.as_ref().and_then(|(_, note)| note.clone());
                 let TaskState::Suspended { attempt } = state_now else {
                     return Err(EngineError::Lifecycle(format!(
                         "task {key}'s journal leaves it {}, not parked: nothing to resume",
@@ -342,14 +348,14 @@ impl TaskRun<'_> {
                         .downgrade_reason
                         .map(|reason| reason.as_str().to_owned()),
                     workspace_hash: live,
-                    approval_digest: *approval,
+                    approval_digest: approval,
                     grant_hash: point.body.grant_hash.clone(),
                 };
                 let mut row = serde_json::to_value(&body).expect("a resume body serialises");
                 row["lifecycle"] = serde_json::to_value(policy).expect("a policy serialises");
                 let head = journal.append(RESUME_KIND, &now_rfc3339(), &row)?;
                 crate::park::hold_at("resume");
-                audit.append(
+                let receipt = audit.append(
                     RESUME_RECEIPT_KIND,
                     &now_rfc3339(),
                     &serde_json::to_value(ResumeReceipt {
@@ -361,10 +367,19 @@ impl TaskRun<'_> {
                         resume: head.digest,
                         mode: body.mode,
                         workspace_hash: live,
-                        approval_digest: *approval,
+                        approval_digest: approval,
                     })
                     .expect("a resume receipt serialises"),
                 )?;
+                // The `.resumed` marker binds the resume receipt: the park
+                // (and its approval) cannot be used again.
+                reprise_store::approvals::mark_resumed(
+                    self.state,
+                    &key,
+                    point.park,
+                    receipt.digest,
+                )
+                .map_err(|err| EngineError::Park(err.to_string()))?;
                 let session_id = point.body.session_id.clone();
                 let next = match (decision.mode, session_id) {
                     (RetryMode::Warm, Some(session_id)) => NextAttempt {
@@ -372,7 +387,7 @@ impl TaskRun<'_> {
                         session: SessionMode::Resume { session_id },
                         prompt: reprise_core::prompt::resume_prompt(
                             point.body.reason.as_deref(),
-                            point.body.question.as_deref(),
+                            note.as_deref(),
                         ),
                     },
                     (RetryMode::Fork, Some(from)) => NextAttempt {
@@ -383,7 +398,7 @@ impl TaskRun<'_> {
                         },
                         prompt: reprise_core::prompt::resume_prompt(
                             point.body.reason.as_deref(),
-                            point.body.question.as_deref(),
+                            note.as_deref(),
                         ),
                     },
                     _ => self.cold(attempt, None),

@@ -725,10 +725,22 @@ impl<'r, 'a> Executor<'r, 'a> {
             },
             &stop,
         );
-        let stopped = run.control.end_agent();
+        let mut stopped = run.control.end_agent();
         hold.spent(report.cost_micro_usd.unwrap_or(0));
         drop(hold);
         self.tmp = Some(tmp);
+        // The agent itself says the task should wait: a usage limit that
+        // resets at a time, or a question for a person. It is parked, never
+        // retried in a loop or left hanging.
+        if stopped.is_none()
+            && let Some(request) = report
+                .park
+                .as_ref()
+                .map(|signal| park_request_of(signal, &report))
+            && run.control.request(request, None).is_ok()
+        {
+            stopped = Some(false);
+        }
         if let Some(paused) = stopped {
             self.stopped_for_park(attempt, report, paused);
             return Ok(if paused {
@@ -1331,6 +1343,37 @@ impl<'r, 'a> Executor<'r, 'a> {
                 let _ = fs::remove_dir(run_tmp);
             }
         }
+    }
+}
+
+/// The park an agent's own stop asks for.
+fn park_request_of(
+    signal: &reprise_agents::ParkSignal,
+    report: &AttemptReport,
+) -> crate::park::ParkRequest {
+    use reprise_store::suspension::{ParkCause, Wake};
+    let detail = match &report.outcome {
+        AttemptOutcome::Infra { detail, .. } => Some(detail.clone()),
+        AttemptOutcome::Replied { .. } => None,
+    };
+    match signal {
+        reprise_agents::ParkSignal::Until { unix, .. } => crate::park::ParkRequest {
+            wake: Wake::Time {
+                at: humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(*unix),
+                )
+                .to_string(),
+            },
+            cause: ParkCause::UsageLimit,
+            reason: detail.or_else(|| Some("a usage limit".to_owned())),
+            question: None,
+        },
+        reprise_agents::ParkSignal::Approval { question } => crate::park::ParkRequest {
+            wake: Wake::Approval,
+            cause: ParkCause::Permission,
+            reason: Some("the agent waits on a permission or an answer".to_owned()),
+            question: Some(question.clone()),
+        },
     }
 }
 
