@@ -411,12 +411,23 @@ pub fn park_directly(
         .and_then(|row| row.body.get("envelope_micro_usd"))
         .and_then(Value::as_u64);
     let mut journal = reprise_store::journal::Journal::open(state, task)?;
+    let head = journal.head()?;
+    // The grant, from the plan the run ran (none when it cannot be read).
+    let grant = crate::state::load_run(state, run_id)
+        .ok()
+        .and_then(|run| crate::run::load_plan(Path::new(&run.plan)).ok())
+        .and_then(|plan| {
+            plan.tasks()
+                .iter()
+                .find(|candidate| candidate.id == task.task)
+                .map(|found| reprise_core::grant::grant_of(found, &plan))
+        });
     let body = SuspendBody {
         run_id: run_id.to_owned(),
         attempt,
         session_id,
         workspace_hash,
-        journal_head: journal.head()?.map(|head| JournalHead {
+        journal_head: head.map(|head| JournalHead {
             seq: head.seq,
             event_hash: head.digest,
         }),
@@ -430,10 +441,15 @@ pub fn park_directly(
         cause: request.cause,
         reason: request.reason.clone(),
         question: request.question.clone(),
-        grant_hash: String::new(),
+        grant_hash: grant.as_ref().map_or_else(String::new, |grant| {
+            bound_grant(grant, task, run_id, head.map(|head| head.digest))
+        }),
     };
-    journal.append(SUSPEND_KIND, &now_rfc3339(), &to_value(&body))?;
+    let suspend = journal.append(SUSPEND_KIND, &now_rfc3339(), &to_value(&body))?;
     drop(journal);
+    if let Some(grant) = &grant {
+        write_agent_checkpoint(state, task, grant, run_id, suspend.digest)?;
+    }
     hold_at("suspend");
     let audit_summary = reprise_store::audit::read_audit(state, key_file)?;
     let point = crate::resume::latest_park(state, task, &audit_summary).ok_or_else(|| {
@@ -604,4 +620,38 @@ fn own_rows(
         return Vec::new();
     };
     rows[start..].to_vec()
+}
+
+/// The grant hash a park's `task.suspend` row carries: the task's
+/// permissions bound to the task, the run and the journal row the park
+/// follows (the row's own hash cannot be in it; `checkpoint.json` binds that).
+pub(crate) fn bound_grant(
+    grant: &reprise_core::grant::GrantSet,
+    task: &TaskKey,
+    run_id: &str,
+    after: Option<Digest>,
+) -> String {
+    reprise_core::grant::grant_hash(grant, task.task.as_str(), run_id, after.unwrap_or_default())
+        .map(|hash| hash.to_hex())
+        .unwrap_or_default()
+}
+
+/// Writes the park's agent checkpoint (`checkpoint.json`): the grant bound
+/// to the task, the run and the `task.suspend` row.
+pub(crate) fn write_agent_checkpoint(
+    state: &StateDir,
+    task: &TaskKey,
+    grant: &reprise_core::grant::GrantSet,
+    run_id: &str,
+    park: Digest,
+) -> Result<()> {
+    let checkpoint = reprise_store::agent_checkpoint::AgentCheckpoint::new(
+        grant.clone(),
+        task.task.clone(),
+        run_id.to_owned(),
+        park,
+    )
+    .map_err(|err| EngineError::Park(err.to_string()))?;
+    reprise_store::agent_checkpoint::write_checkpoint(state, task, &checkpoint)
+        .map_err(|err| EngineError::Park(err.to_string()))
 }

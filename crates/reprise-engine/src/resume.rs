@@ -222,6 +222,39 @@ pub fn check_resume(
             task.task
         ));
     }
+    // The permissions may not have narrowed while it was parked: the plan
+    // the run ran, now, against the grant its checkpoint bound.
+    if !point.body.grant_hash.is_empty() {
+        let checkpoint = reprise_store::agent_checkpoint::read_checkpoint(state, task)
+            .map_err(|err| Refusal(err.to_string()))?
+            .filter(|checkpoint| checkpoint.park == point.park)
+            .ok_or_else(|| {
+                Refusal(format!(
+                    "the park of {task} bound a grant but its checkpoint.json is missing or names another park; nothing resumed"
+                ))
+            })?;
+        let run =
+            crate::state::load_run(state, &point.run_id).map_err(|err| Refusal(err.to_string()))?;
+        let plan = crate::run::load_plan(std::path::Path::new(&run.plan))
+            .map_err(|err| Refusal(err.to_string()))?;
+        let now = plan
+            .tasks()
+            .iter()
+            .find(|candidate| candidate.id == task.task)
+            .map(|found| reprise_core::grant::grant_of(found, &plan))
+            .ok_or_else(|| {
+                Refusal(format!(
+                    "the plan {} no longer has task {}",
+                    run.plan, task.task
+                ))
+            })?;
+        if let Some(why) = reprise_core::grant::narrowed(&checkpoint.grant, &now) {
+            return refuse(format!(
+                "the permissions of {task} narrowed while it was parked ({why}); restore them in {} to resume it",
+                run.plan
+            ));
+        }
+    }
     // A park until approval needs its signed approval; any other binds one
     // that exists. A `.resumed` marker means another resume settled it.
     let waits = point.body.wake == reprise_store::suspension::Wake::Approval;

@@ -564,6 +564,7 @@ pub fn run_plan(
                         control,
                         spent_before,
                         continuation,
+                        grant: reprise_core::grant::grant_of(task, plan),
                     }
                     .execute();
                     let _ = sender.send(Message::Done(task.id.clone(), result));

@@ -85,6 +85,9 @@ pub(crate) struct TaskRun<'a> {
     pub(crate) spent_before: u64,
     /// Set when the task is taken up again rather than started.
     pub(crate) continuation: Option<Continuation>,
+    /// The task's permissions (agent, tools, paths, containment,
+    /// envelope): what a park binds and a resume may not narrow.
+    pub(crate) grant: reprise_core::grant::GrantSet,
 }
 
 /// A park the task thread recorded; the coordinator finishes it.

@@ -723,3 +723,63 @@ fn a_pause_past_its_upgrade_time_becomes_a_park_that_frees_everything() {
     // And it resumes like any park.
     assert_success(&env.run(&["task", "resume", "steer"]));
 }
+
+#[test]
+fn permissions_narrowed_while_parked_refuse_the_resume_and_restored_ones_allow_it() {
+    let env = git_env();
+    let aside = outside_dir(&env, "aside");
+    let text = |paths: &str| {
+        format!(
+            r#"
+version: 1
+name: granted
+defaults: {{ agent: sim }}
+tasks:
+  - id: one
+    prompt: one
+    allowed_paths: [{paths}]
+    sim:
+      - {{ reply: "slow", write: {{ one.txt: x }}, delay: 120s }}
+      - {{ reply: "done", write: {{ one.txt: x }} }}
+"#
+        )
+    };
+    let wide = text(&format!("\"{}\", \"*.txt\"", aside.display()));
+    let plan = write_plan(&env, "granted", &wide);
+    park_tasks(&env, &plan, &["one"]);
+    // The park bound the task's grant; its checkpoint names the park.
+    let checkpoint: Value = serde_json::from_slice(
+        &fs::read(
+            env.reprise_dir()
+                .join("plans/granted/tasks/one/checkpoint.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let rows = journal_kinds(&env, "granted", "one");
+    let suspend = rows
+        .iter()
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    assert_eq!(checkpoint["park"], suspend["event_hash"]);
+    assert!(!suspend["body"]["grant_hash"].as_str().unwrap().is_empty());
+    // An allowed path taken away while it waited: refused, nothing written.
+    write_plan(&env, "granted", &text("\"*.txt\""));
+    let journal = env
+        .project()
+        .join(".reprise/plans/granted/tasks/one/journal.jsonl");
+    let before = fs::read(&journal).unwrap();
+    assert_one_line_error(&env.run(&["task", "resume", "one"]), 2, "narrowed");
+    assert_eq!(fs::read(&journal).unwrap(), before);
+    // Given back, the resume goes on and carries the grant.
+    write_plan(&env, "granted", &wide);
+    assert_success(&env.run(&["task", "resume", "one"]));
+    let grants = audit_rows(&env, "task.grant_continuation");
+    assert_eq!(grants.len(), 1);
+    assert_eq!(
+        grants[0]["body"]["grant_hash"],
+        suspend["body"]["grant_hash"]
+    );
+    let verified = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verified["status"], "verified", "{verified}");
+}

@@ -371,6 +371,21 @@ impl TaskRun<'_> {
                     })
                     .expect("a resume receipt serialises"),
                 )?;
+                // The grant the park bound goes on with the task.
+                if !point.body.grant_hash.is_empty() {
+                    audit.append(
+                        reprise_store::suspension::GRANT_CONTINUATION_KIND,
+                        &now_rfc3339(),
+                        &serde_json::to_value(reprise_store::suspension::GrantContinuation {
+                            plan: key.plan.clone(),
+                            task_id: key.task.clone(),
+                            run_id: self.run_id.to_owned(),
+                            resume_receipt: receipt.digest,
+                            grant_hash: point.body.grant_hash.clone(),
+                        })
+                        .expect("a grant continuation serialises"),
+                    )?;
+                }
                 // The `.resumed` marker binds the resume receipt: the park
                 // (and its approval) cannot be used again.
                 reprise_store::approvals::mark_resumed(

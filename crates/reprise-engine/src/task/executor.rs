@@ -527,12 +527,13 @@ impl<'r, 'a> Executor<'r, 'a> {
         let workspace_hash = run.workspace_hash(&self.cwd)?;
         let spent = self.result.spent_micro_usd;
         let reserved = run.envelope_micro_usd;
+        let head_before = self.journal.head()?;
         let body = SuspendBody {
             run_id: run.run_id.to_owned(),
             attempt: next.saturating_sub(u32::from(self.agent_stopped)).max(1),
             session_id: self.parked_session.clone().or_else(|| self.last_session()),
             workspace_hash,
-            journal_head: self.journal.head()?.map(|head| JournalHead {
+            journal_head: head_before.map(|head| JournalHead {
                 seq: head.seq,
                 event_hash: head.digest,
             }),
@@ -546,12 +547,24 @@ impl<'r, 'a> Executor<'r, 'a> {
             cause: request.cause,
             reason: request.reason.clone(),
             question: request.question.clone(),
-            grant_hash: String::new(),
+            grant_hash: crate::park::bound_grant(
+                &run.grant,
+                &self.key,
+                run.run_id,
+                head_before.map(|head| head.digest),
+            ),
         };
         let head = self.journal.append(
             SUSPEND_KIND,
             &now_rfc3339(),
             &serde_json::to_value(&body).expect("a suspend body serialises"),
+        )?;
+        crate::park::write_agent_checkpoint(
+            run.state,
+            &self.key,
+            &run.grant,
+            run.run_id,
+            head.digest,
         )?;
         crate::park::hold_at("suspend");
         let receipt = crate::park::write_receipt(&mut self.audit, &self.key, &body, head)?;
