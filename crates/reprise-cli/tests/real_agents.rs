@@ -874,8 +874,52 @@ fn claude_usage_limit_reset_is_read_from_the_real_cli_s_words() {
          tasks:\n  - id: limited\n    prompt: {PROMPT:?}\n    gates:\n      - {}\n",
         content_gate()
     );
-    let ran = project.rehearse(Cli::Claude, &plan, &scenario);
-    assert_eq!(ran.output.status.code(), Some(1), "{}", ran.describe());
+    // The limit parks the task until its reset, two hours away, and the
+    // live run waits for it; stopped (SIGTERM), the task stays parked.
+    let child = project.rehearse_spawn(Cli::Claude, &plan, &scenario);
+    let journal = project
+        .root()
+        .join(".reprise/plans/limit/tasks/limited/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("\"task.suspend\"")) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "no park"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let suspend: Value = fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    assert_eq!(suspend["body"]["cause"], "usage_limit", "{suspend}");
+    let woken_at =
+        humantime::parse_rfc3339(suspend["body"]["wake"]["at"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        woken_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+        reset,
+        "the park wakes at the reset the CLI printed"
+    );
+    let terminated = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let output = child.wait_with_output().unwrap();
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let ran = Rehearsal { output, json };
+    assert_eq!(ran.output.status.code(), Some(143), "{}", ran.describe());
+    assert_eq!(
+        ran.task("limited")["state"],
+        "suspended",
+        "{}",
+        ran.describe()
+    );
     let attempts = ran.attempts("limited");
     assert_eq!(attempts.len(), 1, "{}", ran.describe());
     assert_eq!(attempts[0]["outcome"], "infra", "{}", ran.describe());

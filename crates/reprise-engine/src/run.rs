@@ -576,21 +576,31 @@ pub fn run_plan(
             // A park with a wake time is resumed by the run when it comes.
             let next_wake = taken_up.timed.values().map(|(at, _)| *at).min();
             let message = match next_wake {
+                // A stopped run does not wait for its timed parks: they stay
+                // parked, and `run --continue` wakes them after their time.
+                Some(_) if cancel.is_cancelled() && running == 0 => {
+                    taken_up.timed.clear();
+                    continue;
+                }
                 Some(at) => {
+                    // In slices, so a stop signal is seen while it waits.
                     let wait = at
                         .duration_since(std::time::SystemTime::now())
-                        .unwrap_or_default();
+                        .unwrap_or_default()
+                        .min(std::time::Duration::from_millis(200));
                     match receiver.recv_timeout(wait) {
                         Ok(message) => message,
                         Err(_) => {
-                            wake_due(
-                                state,
-                                &options.key,
-                                &mut run,
-                                &mut taken_up,
-                                &plan_key,
-                                sink,
-                            );
+                            if !cancel.is_cancelled() {
+                                wake_due(
+                                    state,
+                                    &options.key,
+                                    &mut run,
+                                    &mut taken_up,
+                                    &plan_key,
+                                    sink,
+                                );
+                            }
                             continue;
                         }
                     }

@@ -465,13 +465,21 @@ impl<'r, 'a> Executor<'r, 'a> {
         if let Some(session_id) = &report.session_id {
             run.preserve_transcript(session_id, &self.cwd);
         }
+        // A park the agent's own stop asked for keeps what the attempt was
+        // (a usage limit, a question); a requested one is just parked.
+        let (outcome, infra_kind) = match &report.outcome {
+            AttemptOutcome::Infra { kind, .. } if report.park.is_some() => {
+                (crate::state::Outcome::Infra, Some(kind.as_str().to_owned()))
+            }
+            _ => (crate::state::Outcome::Parked, None),
+        };
         let summary = AttemptSummary {
             n: attempt,
             mode: self.next.mode.to_owned(),
             session_id: report.session_id.clone(),
             judged: false,
-            outcome: crate::state::Outcome::Parked,
-            infra_kind: None,
+            outcome,
+            infra_kind,
             exit_code: None,
             gates: Vec::new(),
             cost_micro_usd: report.cost_micro_usd,
