@@ -364,7 +364,7 @@ pub fn park_directly(
         }
         return complete_park(state, key_file, &point);
     }
-    let rows_of_run = own_rows(state, task, run_id);
+    let rows_of_run = crate::resume::rows_of_run(state, task, run_id);
     let parked_state = replay(rows_of_run.iter().map(|row| (row.kind.as_str(), &row.body)));
     let attempt = match parked_state {
         TaskState::Running { attempt, .. } | TaskState::Checkpointing { attempt, .. } => attempt,
@@ -604,22 +604,6 @@ fn release_parked_sandbox(state: &StateDir, point: &crate::resume::ParkPoint) ->
         true,
         Some(checkpoint.manifest.files),
     ))
-}
-
-/// The task's rows of `run_id`, from its latest `task.started` there.
-fn own_rows(
-    state: &StateDir,
-    task: &TaskKey,
-    run_id: &str,
-) -> Vec<reprise_core::record::JournalRow> {
-    let rows = crate::resume::journal_rows(state, task);
-    let Some(start) = rows.iter().rposition(|row| {
-        row.kind == reprise_core::lifecycle::rows::TASK_STARTED
-            && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
-    }) else {
-        return Vec::new();
-    };
-    rows[start..].to_vec()
 }
 
 /// The grant hash a park's `task.suspend` row carries: the task's

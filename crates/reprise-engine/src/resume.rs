@@ -81,6 +81,28 @@ pub(crate) fn journal_rows(state: &StateDir, task: &TaskKey) -> Vec<JournalRow> 
         .unwrap_or_default()
 }
 
+/// The task's rows of `run_id`, from its latest `task.started` there (rows
+/// naming another run after it are left out).
+pub(crate) fn rows_of_run(state: &StateDir, task: &TaskKey, run_id: &str) -> Vec<JournalRow> {
+    let rows = journal_rows(state, task);
+    let Some(start) = rows.iter().rposition(|row| {
+        row.kind == reprise_core::lifecycle::rows::TASK_STARTED
+            && row.body.get("run_id").and_then(|id| id.as_str()) == Some(run_id)
+    }) else {
+        return Vec::new();
+    };
+    rows[start..]
+        .iter()
+        .filter(|row| {
+            row.body
+                .get("run_id")
+                .and_then(|id| id.as_str())
+                .is_none_or(|id| id == run_id)
+        })
+        .cloned()
+        .collect()
+}
+
 /// The latest park of `task`, with its receipt and releases from `audit`;
 /// `None` when it was never parked.
 pub fn latest_park(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Option<ParkPoint> {

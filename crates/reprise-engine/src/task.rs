@@ -312,11 +312,7 @@ impl TaskRun<'_> {
                 prompt: task.prompt.clone(),
             },
         };
-        let mut env = self.setup.env.clone();
-        env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
-        if let Some((spec, _)) = self.budget {
-            env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
-        }
+        let env = self.task_env();
         Executor::new(
             self,
             key,
@@ -331,6 +327,17 @@ impl TaskRun<'_> {
             result,
         )
         .drive(&policy)
+    }
+
+    /// What every attempt's processes get besides the plan's settings: the
+    /// caller's environment, the run id and the retry budget's spec.
+    fn task_env(&self) -> Vec<(String, String)> {
+        let mut env = self.setup.env.clone();
+        env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
+        if let Some((spec, _)) = self.budget {
+            env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));
+        }
+        env
     }
 
     /// Restores `checkpoint` (recorded in the journal and the audit chain)

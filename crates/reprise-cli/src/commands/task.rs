@@ -60,35 +60,16 @@ pub(crate) fn suspend(
     let task = task_key(settings, &state, task)?;
     let parked = match task_holder(&state, &task) {
         // A live run owns the task: it parks it.
-        Some(holder) => {
-            let socket = reprise_engine::socket_path(&state, &holder.run_id);
-            let answer = reprise_engine::ask_run(
-                &socket,
-                &ControlOp::Suspend {
-                    task: task.task.clone(),
-                    wake,
-                    reason,
-                },
-            )
-            .map_err(|err| {
-                CliError::usage(format!(
-                    "run {} (pid {}) holds task {task} but its control socket {} does not answer ({err}); stop that run or wait for it",
-                    holder.run_id,
-                    holder.pid,
-                    socket.display()
-                ))
-            })?;
-            if answer.get("ok").and_then(Value::as_bool) != Some(true) {
-                return Err(CliError::usage(
-                    answer
-                        .get("error")
-                        .and_then(Value::as_str)
-                        .unwrap_or("the run refused the park")
-                        .to_owned(),
-                ));
-            }
-            answer
-        }
+        Some(holder) => ask_holder(
+            &state,
+            &task,
+            &holder,
+            &ControlOp::Suspend {
+                task: task.task.clone(),
+                wake,
+                reason,
+            },
+        )?,
         None => {
             let run = latest_run_of(&state, Some(&task.plan))?;
             let request = ParkRequest {
@@ -196,30 +177,16 @@ pub(crate) fn resume(
     });
     if let Some(holder) = task_holder(&state, &task) {
         // The live run that parked it takes it back into one of its seats.
-        let socket = reprise_engine::socket_path(&state, &holder.run_id);
-        let answer = reprise_engine::ask_run(
-            &socket,
+        let answer = ask_holder(
+            &state,
+            &task,
+            &holder,
             &ControlOp::Resume {
                 task: task.task.clone(),
                 mode: mode.map(|mode| mode.as_str().to_owned()),
                 receipt,
             },
-        )
-        .map_err(|err| {
-            CliError::usage(format!(
-                "run {} (pid {}) holds task {task} but its control socket does not answer ({err})",
-                holder.run_id, holder.pid
-            ))
-        })?;
-        if answer.get("ok").and_then(Value::as_bool) != Some(true) {
-            return Err(CliError::usage(
-                answer
-                    .get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the run refused the resume")
-                    .to_owned(),
-            ));
-        }
+        )?;
         return Ok(Outcome {
             code: None,
             text: format!(
@@ -259,11 +226,24 @@ fn ask_live(
             "no live run holds task {task}: only a running task can be {what} (`reprise task suspend` parks an interrupted one)"
         )));
     };
+    ask_holder(state, task, &holder, op)
+}
+
+/// Sends `op` to the run `holder` names over its control socket; its `ok`
+/// answer, or its refusal as a one-line error.
+fn ask_holder(
+    state: &reprise_store::state::StateDir,
+    task: &TaskKey,
+    holder: &reprise_store::locks::Holder,
+    op: &ControlOp,
+) -> Result<Value, CliError> {
     let socket = reprise_engine::socket_path(state, &holder.run_id);
     let answer = reprise_engine::ask_run(&socket, op).map_err(|err| {
         CliError::usage(format!(
-            "run {} (pid {}) holds task {task} but its control socket does not answer ({err})",
-            holder.run_id, holder.pid
+            "run {} (pid {}) holds task {task} but its control socket {} does not answer ({err}); stop that run or wait for it",
+            holder.run_id,
+            holder.pid,
+            socket.display()
         ))
     })?;
     if answer.get("ok").and_then(Value::as_bool) != Some(true) {

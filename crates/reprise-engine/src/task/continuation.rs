@@ -50,27 +50,6 @@ pub(crate) struct TakenUp {
     pub(crate) attempt_checkpoint: Option<(String, Digest)>,
 }
 
-/// The task's rows of `run_id`, from its latest `task.started` there.
-fn own_rows(state: &StateDir, key: &TaskKey, run_id: &str) -> Vec<JournalRow> {
-    let rows = crate::resume::journal_rows(state, key);
-    let Some(start) = rows.iter().rposition(|row| {
-        row.kind == rows::TASK_STARTED
-            && row.body.get("run_id").and_then(Value::as_str) == Some(run_id)
-    }) else {
-        return Vec::new();
-    };
-    rows[start..]
-        .iter()
-        .filter(|row| {
-            row.body
-                .get("run_id")
-                .and_then(Value::as_str)
-                .is_none_or(|id| id == run_id)
-        })
-        .cloned()
-        .collect()
-}
-
 /// The policy the rows leave the task under: `task.started`'s, as the
 /// latest resume or continuation extended it.
 fn policy_of(rows: &[JournalRow]) -> Option<Policy> {
@@ -138,7 +117,7 @@ fn taken_up(rows: &[JournalRow]) -> TakenUp {
 
 /// The event hash of the latest `task.checkpoint` row (the agent's end).
 pub(crate) fn last_agent_end(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<Digest> {
-    own_rows(state, key, run_id)
+    crate::resume::rows_of_run(state, key, run_id)
         .iter()
         .rev()
         .find(|row| row.kind == rows::AGENT_ENDED)
@@ -179,7 +158,7 @@ impl TaskRun<'_> {
     ) -> Result<()> {
         let task = self.task;
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
-        let rows = own_rows(self.state, &key, self.run_id);
+        let rows = crate::resume::rows_of_run(self.state, &key, self.run_id);
         let policy = policy_of(&rows).ok_or_else(|| {
             EngineError::Lifecycle(format!(
                 "task {key} has no task.started for run {} to continue from",
@@ -426,11 +405,7 @@ impl TaskRun<'_> {
                 )
             }
         };
-        let mut env = self.setup.env.clone();
-        env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
-        if let Some((spec, _)) = self.budget {
-            env.push((reprise_core::budget::ENV_VAR.to_owned(), spec.to_string()));
-        }
+        let env = self.task_env();
         let cold = next.as_ref().is_some_and(|next| next.mode == "cold");
         let next = next.unwrap_or_else(|| self.cold(latest + 1, None));
         let mut executor = super::Executor::new(
