@@ -246,7 +246,8 @@ pub(crate) enum Command {
     /// on loopback, no tokens spent; or `rehearse serve`, the server alone.
     #[command(after_help = help!("\
   reprise rehearse plan.yaml --scenario scenario.yaml
-  reprise rehearse plan.yaml --scenario scenario.yaml --price 3/15 --keep-requests"))]
+  reprise rehearse plan.yaml --scenario scenario.yaml --price 3/15 --keep-requests
+  reprise rehearse --continue R-01J... --scenario scenario.yaml"))]
     Rehearse(RehearseArgs),
     /// Explain a retry budget spec.
     #[command(subcommand)]
@@ -380,12 +381,22 @@ pub(crate) enum CheckpointCommand {
 pub(crate) struct RehearseArgs {
     #[command(subcommand)]
     pub(crate) command: Option<RehearseCommand>,
-    /// The plan file (YAML).
-    #[arg(required = true)]
+    /// The plan file (YAML). Not needed with --continue, which re-reads
+    /// the run's own plan.
+    #[arg(required_unless_present = "continue_run")]
     pub(crate) plan: Option<PathBuf>,
     /// What the server answers (YAML rules; see the README).
     #[arg(long, value_name = "FILE", required = true)]
     pub(crate) scenario: Option<PathBuf>,
+    /// Take up rehearsal RUN, interrupted or parked, in this process, as
+    /// `run --continue` does, with a new server that goes on from the
+    /// run's request log and the agents' homes (their sessions) kept.
+    #[arg(long = "continue", value_name = "RUN", conflicts_with_all = ["plan", "retry_budget"])]
+    pub(crate) continue_run: Option<String>,
+    /// With --continue: resume this parked task first, as `task resume`
+    /// would (repeatable).
+    #[arg(long, value_name = "TASK", requires = "continue_run")]
+    pub(crate) resume: Vec<String>,
     /// Tasks running at once (overrides the plan's `seats`).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) seats: Option<u32>,
@@ -515,7 +526,8 @@ pub(crate) enum TaskCommand {
         #[command(flatten)]
         plan: PlanArg,
         /// Park the task (releasing everything) if it is still paused after
-        /// this long (`30s`, `10m`); default: never.
+        /// this long (`30s`, `10m`); default: the task's
+        /// `pause_upgrade_after` plan key, else never.
         #[arg(long, value_name = "DURATION")]
         upgrade_after: Option<String>,
     },

@@ -140,62 +140,67 @@ impl Project {
     /// Writes the plan and scenario (`@ASIDE@` and `@STATE@` replaced by
     /// absolute paths) and runs `reprise rehearse` on them.
     fn rehearse(&self, cli: Cli, plan: &str, scenario: &str) -> Rehearsal {
-        let fill = |text: &str| {
-            text.replace("@ASIDE@", &self.aside().to_string_lossy())
-                .replace("@STATE@", &self.root().join(".reprise").to_string_lossy())
-        };
-        fs::create_dir_all(self.aside()).unwrap();
-        fs::write(self.temp.path().join("plan.yaml"), fill(plan)).unwrap();
-        fs::write(self.temp.path().join("scenario.yaml"), fill(scenario)).unwrap();
-        let output = Command::new(BIN)
-            .args(["rehearse", "../plan.yaml", "--scenario", "../scenario.yaml"])
-            .args(["--keep-requests", "--json"])
-            .current_dir(self.root())
-            .env_clear()
-            .env("HOME", self.temp.path().join("home"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env(
-                format!("REPRISE_{}_BIN", cli.name().to_uppercase()),
-                cli.binary(),
-            )
+        self.write_rehearsal(plan, scenario);
+        let output = self
+            .rehearse_command(cli, &["../plan.yaml"])
             .output()
             .unwrap();
-        let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-            panic!(
-                "rehearse printed no json ({err}); exit {:?}\nstdout: {}\nstderr: {}",
-                output.status.code(),
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        Rehearsal { output, json }
+        Rehearsal::of(output)
+    }
+
+    /// `reprise rehearse --continue RUN` of the scenario already written.
+    fn rehearse_continue(&self, cli: Cli, run: &str) -> Rehearsal {
+        let output = self
+            .rehearse_command(cli, &["--continue", run])
+            .output()
+            .unwrap();
+        Rehearsal::of(output)
     }
 
     /// `reprise rehearse` started in the background, for a test that acts
-    /// on the live run (a park) while it goes on.
+    /// on the live run (a park, a kill) while it goes on.
     fn rehearse_spawn(&self, cli: Cli, plan: &str, scenario: &str) -> std::process::Child {
-        let fill = |text: &str| {
-            text.replace("@ASIDE@", &self.aside().to_string_lossy())
-                .replace("@STATE@", &self.root().join(".reprise").to_string_lossy())
-        };
-        fs::create_dir_all(self.aside()).unwrap();
-        fs::write(self.temp.path().join("plan.yaml"), fill(plan)).unwrap();
-        fs::write(self.temp.path().join("scenario.yaml"), fill(scenario)).unwrap();
-        Command::new(BIN)
-            .args(["rehearse", "../plan.yaml", "--scenario", "../scenario.yaml"])
-            .args(["--keep-requests", "--json"])
-            .current_dir(self.root())
-            .env_clear()
-            .env("HOME", self.temp.path().join("home"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env(
-                format!("REPRISE_{}_BIN", cli.name().to_uppercase()),
-                cli.binary(),
-            )
+        self.write_rehearsal(plan, scenario);
+        self.rehearse_command(cli, &["../plan.yaml"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// The plan and scenario beside the project, their placeholders filled.
+    fn write_rehearsal(&self, plan: &str, scenario: &str) {
+        let fill = |text: &str| {
+            text.replace("@ASIDE@", &self.aside().to_string_lossy())
+                .replace("@STATE@", &self.root().join(".reprise").to_string_lossy())
+        };
+        fs::create_dir_all(self.aside()).unwrap();
+        fs::write(self.temp.path().join("plan.yaml"), fill(plan)).unwrap();
+        fs::write(self.temp.path().join("scenario.yaml"), fill(scenario)).unwrap();
+    }
+
+    /// `reprise rehearse WHAT --scenario ../scenario.yaml`, as its user
+    /// would run it, with only the CLI's binary named.
+    fn rehearse_command(&self, cli: Cli, what: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .arg("rehearse")
+            .args(what)
+            .args([
+                "--scenario",
+                "../scenario.yaml",
+                "--keep-requests",
+                "--json",
+            ])
+            .current_dir(self.root())
+            .env_clear()
+            .env("HOME", self.temp.path().join("home"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                format!("REPRISE_{}_BIN", cli.name().to_uppercase()),
+                cli.binary(),
+            );
+        command
     }
 
     /// `reprise ARGS --json` in the project, as its user would run it.
@@ -244,6 +249,18 @@ impl Project {
 }
 
 impl Rehearsal {
+    fn of(output: Output) -> Self {
+        let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+            panic!(
+                "rehearse printed no json ({err}); exit {:?}\nstdout: {}\nstderr: {}",
+                output.status.code(),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        Self { output, json }
+    }
+
     fn ok(&self) -> bool {
         self.json["run"]["ok"] == Value::Bool(true)
     }
@@ -1209,57 +1226,8 @@ fn claude_parked_mid_request_wakes_warm_in_its_own_session() {
         &plan(cli, "nap", "warm", 0, &[content_gate()]),
         &scenario,
     );
-    // The first request reached the server and hangs there.
     let runs = project.root().join(".reprise/runs");
-    let started = std::time::Instant::now();
-    let hung = || {
-        fs::read_dir(&runs)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|run| {
-                fs::read_to_string(run.path().join("rehearsal/requests.jsonl"))
-                    .is_ok_and(|log| !log.trim().is_empty())
-            })
-    };
-    while !hung() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(90),
-            "no request arrived"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    // Claude Code writes its transcript a moment after a turn, not as it
-    // goes: a park before that finds no session to resume and goes cold
-    // (`session_unavailable`). Wait for it, as a user parking a long task
-    // would find it.
-    let transcript_written = || {
-        fs::read_dir(&runs)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|run| {
-                let projects = run.path().join("rehearsal/homes/nap/.claude/projects");
-                fs::read_dir(projects)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .any(|dir| {
-                        fs::read_dir(dir.path())
-                            .into_iter()
-                            .flatten()
-                            .flatten()
-                            .any(|file| file.path().extension().is_some_and(|ext| ext == "jsonl"))
-                    })
-            })
-    };
-    while !transcript_written() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(90),
-            "no transcript"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    wait_for_a_hung_request_and_its_transcript(&runs, "nap");
     let parked = project.reprise_json(&["task", "suspend", "nap", "--until", "3s"]);
     assert_eq!(parked["ok"], true, "{parked}");
     assert_eq!(parked["released"][0]["detail"]["stopped"], true, "{parked}");
@@ -1295,4 +1263,154 @@ fn claude_parked_mid_request_wakes_warm_in_its_own_session() {
         worktree_file(&project, &ran, "nap", "greeting.txt"),
         "hello\n"
     );
+}
+
+/// Waits until `task`'s first request reached the server and hangs there,
+/// and Claude Code has written the session's transcript. It writes it a
+/// moment after a turn, not as it goes: a park or kill before that finds no
+/// session to resume and goes cold (`session_unavailable`). A user stopping
+/// a long task would find it written.
+fn wait_for_a_hung_request_and_its_transcript(runs: &Path, task: &str) {
+    let started = std::time::Instant::now();
+    let rehearsals = || {
+        fs::read_dir(runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|run| run.path().join("rehearsal"))
+            .collect::<Vec<_>>()
+    };
+    let hung = || {
+        rehearsals().iter().any(|rehearsal| {
+            fs::read_to_string(rehearsal.join("requests.jsonl"))
+                .is_ok_and(|log| !log.trim().is_empty())
+        })
+    };
+    while !hung() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "no request arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let transcript_written = || {
+        rehearsals().iter().any(|rehearsal| {
+            let projects = rehearsal.join(format!("homes/{task}/.claude/projects"));
+            fs::read_dir(projects)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|dir| {
+                    fs::read_dir(dir.path())
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .any(|file| file.path().extension().is_some_and(|ext| ext == "jsonl"))
+                })
+        })
+    };
+    while !transcript_written() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "no transcript"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// `kill -9` of the rehearsal while Claude Code's request hangs, then
+/// `rehearse --continue`: Claude Code went with the dead run, the
+/// interrupted attempt is judged `interrupted`, and the next resumes the
+/// same session warm. A new model server takes up the old one's log, so
+/// the resumed request opens turn 2 and is answered as such; it carries the
+/// first prompt and tool call in its history.
+#[test]
+fn claude_killed_with_its_run_is_continued_warm_in_its_own_session() {
+    let cli = Cli::Claude;
+    let project = Project::new();
+    let scenario = format!(
+        "rules:\n\
+         \x20 - match: {{ task: nap, turn: 1 }}\n    reply: {{ hang: true }}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: false }}\n    reply: {write}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
+        write = cli.write_reply("greeting.txt", "hello\n", true),
+    );
+    let mut child = project.rehearse_spawn(
+        cli,
+        &plan(cli, "nap", "warm", 0, &[content_gate()]),
+        &scenario,
+    );
+    let runs = project.root().join(".reprise/runs");
+    wait_for_a_hung_request_and_its_transcript(&runs, "nap");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Claude Code does not outlive the run that started it.
+    let started = std::time::Instant::now();
+    while !processes_mentioning(&runs.to_string_lossy()).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "Claude Code outlived its killed run: {:?}",
+            processes_mentioning(&runs.to_string_lossy())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let run_id = fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|run| run.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("R-"))
+        .expect("the killed run");
+    let status = project.reprise_json(&["status", &run_id]);
+    assert_eq!(status["liveness"]["state"], "interrupted", "{status}");
+    // A rehearsal is continued only as one: as a plain run its agent would
+    // call the real service.
+    let plain = Command::new(BIN)
+        .args(["run", "--continue", &run_id])
+        .current_dir(project.root())
+        .env_clear()
+        .env("HOME", project.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains("rehearse --continue"),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let ran = project.rehearse_continue(cli, &run_id);
+    ran.assert_ok();
+    assert_eq!(ran.json["run"]["run_id"], run_id.as_str());
+    let attempts = ran.attempts("nap");
+    assert_eq!(
+        attempts[0]["infra_kind"],
+        "interrupted",
+        "{}",
+        ran.describe()
+    );
+    assert_eq!(ran.modes("nap"), ["new", "warm"], "{}", ran.describe());
+    let sessions = ran.sessions("nap");
+    assert!(!sessions[0].is_empty());
+    assert_eq!(sessions[0], sessions[1], "{}", ran.describe());
+    // The server went on from the dead one's log: the resumed request
+    // opened turn 2, its number after the hung one's.
+    let first = ran.turn_opener("nap", 1);
+    let resumed = ran.turn_opener("nap", 2);
+    assert!(
+        resumed["request"].as_u64() > first["request"].as_u64(),
+        "{first} {resumed}"
+    );
+    let history = serde_json::to_string(&items(cli, &ran.body(&resumed))).unwrap();
+    assert!(
+        history.contains(PROMPT),
+        "the first prompt is in the resumed session's history"
+    );
+    assert_eq!(
+        worktree_file(&project, &ran, "nap", "greeting.txt"),
+        "hello\n"
+    );
+    for check in [vec!["journal", "verify", "nap"], vec!["audit", "verify"]] {
+        let verified = project.reprise_json(&check);
+        assert_eq!(verified["ok"], true, "{check:?}: {verified}");
+    }
 }

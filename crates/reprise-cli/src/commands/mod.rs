@@ -114,21 +114,24 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             retry_budget,
             price,
             keep_requests,
+            continue_run,
+            resume,
         }) => {
-            let (Some(plan), Some(scenario)) = (plan, scenario) else {
+            let what = match (plan, continue_run) {
+                (Some(plan), None) => rehearse::What::Plan { plan, retry_budget },
+                (None, Some(run)) => rehearse::What::Continue { run, resume },
+                _ => {
+                    return Err(CliError::usage(
+                        "give a plan (or --continue RUN) and --scenario FILE, or `rehearse serve --scenario FILE`",
+                    ));
+                }
+            };
+            let Some(scenario) = scenario else {
                 return Err(CliError::usage(
-                    "give a plan and --scenario FILE, or `rehearse serve --scenario FILE`",
+                    "give --scenario FILE: what the model server answers",
                 ));
             };
-            rehearse::rehearse(
-                settings,
-                &plan,
-                &scenario,
-                seats,
-                retry_budget.as_deref(),
-                &price,
-                keep_requests,
-            )?
+            rehearse::rehearse(settings, what, &scenario, seats, &price, keep_requests)?
         }
         Command::Budget(BudgetCommand::Check { spec, plan }) => {
             budget::check(settings, &spec, plan.as_deref())?

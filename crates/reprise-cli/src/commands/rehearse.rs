@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reprise_core::plan::{AgentKind, Plan};
+use reprise_core::{TaskId, TaskKey};
 use reprise_engine::{AgentSetup, RunState, new_run_id};
 use reprise_rehearse::check::{PlanTask, check};
 use reprise_rehearse::model_server::{ModelServer, Scenario, ServerOptions};
@@ -25,7 +26,9 @@ use reprise_rehearse::setup::{Client, client_setup};
 use reprise_store::write_atomic;
 use serde_json::{Value, json};
 
-use crate::commands::run::{execute, prepare_checked, run_json, summary_text};
+use crate::commands::run::{
+    Prepared, execute, prepare_checked, prepare_continue, run_json, summary_text,
+};
 use crate::commands::status::money;
 use crate::error::{CliError, EXIT_FAILED};
 use crate::output::Outcome;
@@ -64,34 +67,106 @@ fn client_for(kind: AgentKind) -> Option<Client> {
     }
 }
 
+/// What a rehearsal runs: a plan anew, or an earlier rehearsal taken up.
+pub(crate) enum What {
+    Plan {
+        plan: PathBuf,
+        retry_budget: Option<String>,
+    },
+    /// `--continue RUN [--resume TASK]...`.
+    Continue { run: String, resume: Vec<String> },
+}
+
+/// Whether `scenario` can answer every task of `plan` that calls a server.
+fn servable(scenario: &Scenario, scenario_path: &Path, plan: &Plan) -> Result<(), CliError> {
+    let tasks: Vec<PlanTask<'_>> = plan
+        .tasks()
+        .iter()
+        .map(|task| PlanTask {
+            id: task.id.as_str(),
+            client: client_for(task.agent.kind()),
+        })
+        .collect();
+    check(scenario, &scenario_path.display().to_string(), &tasks)
+        .map_err(|err| CliError::usage(err.to_string()))
+}
+
+/// A rehearsal run taken up: checked as `run --continue` is, the scenario
+/// against the run's own plan, and each `--resume TASK` as `task resume`
+/// checks it, all before anything is written.
+fn prepare_continued(
+    settings: &Settings,
+    run_id: &str,
+    resume: &[String],
+    scenario: &Scenario,
+    scenario_path: &Path,
+) -> Result<Prepared, CliError> {
+    let mut resumes = BTreeMap::new();
+    if !resume.is_empty() {
+        reprise_core::check_run_id(run_id).map_err(|err| CliError::usage(err.to_string()))?;
+        let (state, key) = settings.keyed_state()?;
+        let prior = reprise_engine::load_run(&state, run_id)
+            .map_err(|err| CliError::usage(err.to_string()))?;
+        let plan = prior.plan_id().ok_or_else(|| {
+            CliError::usage(format!(
+                "run {run_id} names no plan; it cannot be continued"
+            ))
+        })?;
+        for task in resume {
+            let task = TaskKey::new(plan.clone(), TaskId::parse(task)?);
+            let point = reprise_engine::check_resume(&state, &key, &task, None)
+                .map_err(|refusal| CliError::usage(refusal.to_string()))?;
+            if point.run_id != run_id {
+                return Err(CliError::usage(format!(
+                    "task {task} was parked by run {}, not {run_id}; continue that run",
+                    point.run_id
+                )));
+            }
+            resumes.insert(
+                task.task,
+                reprise_engine::Resume {
+                    point,
+                    mode: None,
+                    approval: None,
+                },
+            );
+        }
+    }
+    prepare_continue(
+        settings,
+        run_id,
+        resumes,
+        Some(&|plan: &Plan| servable(scenario, scenario_path, plan)),
+    )
+}
+
 pub(crate) fn rehearse(
     settings: &Settings,
-    plan_path: &Path,
+    what: What,
     scenario_path: &Path,
     seats: Option<u32>,
-    retry_budget: Option<&str>,
     prices: &[String],
     keep_requests: bool,
 ) -> Result<Outcome, CliError> {
     // Everything the user wrote is checked before anything is written.
     let scenario = Scenario::load(scenario_path).map_err(|err| CliError::usage(err.to_string()))?;
     let prices = price_table(&scenario, prices)?;
-    let servable = |plan: &Plan| {
-        let tasks: Vec<PlanTask<'_>> = plan
-            .tasks()
-            .iter()
-            .map(|task| PlanTask {
-                id: task.id.as_str(),
-                client: client_for(task.agent.kind()),
-            })
-            .collect();
-        check(&scenario, &scenario_path.display().to_string(), &tasks)
-            .map_err(|err| CliError::usage(err.to_string()))
+    let (prepared, run_id, take_up) = match &what {
+        What::Plan { plan, retry_budget } => {
+            let prepared = prepare_checked(
+                settings,
+                Some(plan),
+                None,
+                retry_budget.as_deref(),
+                |plan, _| servable(&scenario, scenario_path, plan),
+            )?;
+            (prepared, new_run_id(), false)
+        }
+        What::Continue { run, resume } => {
+            let prepared = prepare_continued(settings, run, resume, &scenario, scenario_path)?;
+            (prepared, run.clone(), true)
+        }
     };
-    let prepared = prepare_checked(settings, Some(plan_path), None, retry_budget, |plan, _| {
-        servable(plan)
-    })?;
-    let run_id = new_run_id();
     let dir = prepared.state.runs_dir().join(&run_id).join("rehearsal");
     let failed = |what: &str, err: &dyn std::fmt::Display| CliError {
         message: format!("cannot {what}: {err}"),
@@ -104,10 +179,15 @@ pub(crate) fn rehearse(
         port: 0,
         bodies: keep_requests.then(|| dir.join("requests")),
         clock: None,
+        // A continued rehearsal's server goes on from the log: its turns
+        // and request numbers follow the dead process's.
+        take_up,
     };
     let server = ModelServer::start_with(scenario, log.clone(), options)
         .map_err(|err| failed("start the model server", &err))?;
     let base_url = server.base_url();
+    // Each agent's home is kept across a continue (its sessions are there);
+    // only the files naming the server's address are written again.
     let mut agent_setup = BTreeMap::new();
     for task in prepared.plan.tasks() {
         let Some(client) = client_for(task.agent.kind()) else {
@@ -405,6 +485,7 @@ pub(crate) fn serve(
         port,
         bodies: keep_requests,
         clock: None,
+        take_up: false,
     };
     let server =
         ModelServer::start_with(scenario, log.clone(), options).map_err(|err| CliError {

@@ -182,7 +182,7 @@ pub(crate) fn continue_run(
     seats: Option<u32>,
     resume: BTreeMap<TaskId, reprise_engine::Resume>,
 ) -> Result<Outcome, CliError> {
-    let prepared = prepare_continue(settings, run_id, resume)?;
+    let prepared = prepare_continue(settings, run_id, resume, None)?;
     let run = execute(
         settings,
         prepared,
@@ -194,12 +194,20 @@ pub(crate) fn continue_run(
     Ok(finished(settings, &run))
 }
 
+/// A check of a plan before anything is written (a rehearsal's scenario
+/// against it).
+pub(crate) type PlanCheck<'a> = dyn Fn(&Plan) -> Result<(), CliError> + 'a;
+
 /// What a continued run needs, checked before anything is written: the run
-/// exists, no process drives it, and it has something left to do.
+/// exists, no process drives it, and it has something left to do. A
+/// rehearsal is continued only as one (`rehearsal` checks the scenario
+/// against its plan): continued as a plain run, its agents would call the
+/// real services.
 pub(crate) fn prepare_continue(
     settings: &Settings,
     run_id: &str,
     resume: BTreeMap<TaskId, reprise_engine::Resume>,
+    rehearsal: Option<&PlanCheck<'_>>,
 ) -> Result<Prepared, CliError> {
     reprise_core::check_run_id(run_id).map_err(|err| CliError::usage(err.to_string()))?;
     let state = settings.state()?;
@@ -218,6 +226,20 @@ pub(crate) fn prepare_continue(
         }
         reprise_engine::Liveness::Interrupted | reprise_engine::Liveness::Parked => {}
     }
+    let rehearsed = state.runs_dir().join(run_id).join("rehearsal").is_dir();
+    match (rehearsed, rehearsal.is_some()) {
+        (true, false) => {
+            return Err(CliError::usage(format!(
+                "run {run_id} is a rehearsal (its agents talk to a scripted model server): continue it with `reprise rehearse --continue {run_id} --scenario FILE` (`--resume TASK` resumes a parked task)"
+            )));
+        }
+        (false, true) => {
+            return Err(CliError::usage(format!(
+                "run {run_id} is not a rehearsal: continue it with `reprise run --continue {run_id}`"
+            )));
+        }
+        _ => {}
+    }
     let plan_path = PathBuf::from(&prior.plan);
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
     if prior.plan_id().as_ref() != Some(plan.id()) {
@@ -226,6 +248,9 @@ pub(crate) fn prepare_continue(
             plan_path.display(),
             prior.plan_name
         )));
+    }
+    if let Some(check) = rehearsal {
+        check(&plan)?;
     }
     check_containment(&plan)?;
     let retry_budget =

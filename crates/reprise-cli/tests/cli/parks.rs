@@ -494,6 +494,55 @@ tasks:
         .as_str()
         .unwrap()
         .to_owned();
+    // It is no rehearsal, and a rehearsal's continue says so; nothing is
+    // written by any refusal.
+    let scenario = env.temp.path().join("scenario.yaml");
+    fs::write(&scenario, "rules:\n  - reply: { text: ok }\n").unwrap();
+    let scenario = scenario.to_string_lossy().into_owned();
+    let before = env.snapshot();
+    for (args, code, needle) in [
+        (
+            vec!["rehearse", "--continue", &run_id, "--scenario", &scenario],
+            2,
+            "is not a rehearsal: continue it with `reprise run --continue",
+        ),
+        (
+            vec![
+                "rehearse",
+                "--continue",
+                "R-00000000000000000000000000",
+                "--scenario",
+                &scenario,
+            ],
+            2,
+            "R-00000000000000000000000000",
+        ),
+        (
+            vec![
+                "rehearse",
+                "--continue",
+                &run_id,
+                "--scenario",
+                &scenario,
+                "--resume",
+                "../x",
+            ],
+            2,
+            "../x",
+        ),
+    ] {
+        assert_one_line_error(&env.run(&args), code, needle);
+    }
+    let conflict = env.run(&[
+        "rehearse",
+        &plan,
+        "--continue",
+        &run_id,
+        "--scenario",
+        &scenario,
+    ]);
+    assert_eq!(conflict.status.code(), Some(2));
+    assert_eq!(env.snapshot(), before, "a refusal wrote something");
     let continued = env.run(&["run", "--continue", &run_id, "--json"]);
     assert_success(&continued);
     let continued = json_of(&continued);
@@ -693,8 +742,30 @@ fn a_pause_keeps_the_seat_and_worktree_and_an_unpause_goes_on_warm() {
 
 #[test]
 fn a_pause_past_its_upgrade_time_becomes_a_park_that_frees_everything() {
+    pause_upgrades(STEERED, &["--upgrade-after", "1s"]);
+}
+
+#[test]
+fn the_plans_pause_upgrade_after_upgrades_a_pause_given_no_flag() {
+    // The key on the task, a longer one in defaults: the task's acts.
+    let plan = STEERED
+        .replace(
+            "defaults: { agent: sim }",
+            "defaults: { agent: sim, pause_upgrade_after: 1h }",
+        )
+        .replace(
+            "    prompt: write it\n",
+            "    prompt: write it\n    pause_upgrade_after: 1s\n",
+        );
+    assert_ne!(plan, STEERED);
+    pause_upgrades(&plan, &[]);
+}
+
+/// Pauses the running `steer` task of `text` (a STEERED plan) with `flags`
+/// and shows the pause turn into a park that frees everything.
+fn pause_upgrades(text: &str, flags: &[&str]) {
     let env = git_env();
-    let plan = write_plan(&env, "steered", STEERED);
+    let plan = write_plan(&env, "steered", text);
     let child = env
         .command(&["run", &plan, "--json"])
         .stdout(std::process::Stdio::piped())
@@ -702,7 +773,9 @@ fn a_pause_past_its_upgrade_time_becomes_a_park_that_frees_everything() {
         .spawn()
         .unwrap();
     wait_for_an_attempt(&env, "steered", "steer");
-    assert_success(&env.run(&["task", "pause", "steer", "--upgrade-after", "1s"]));
+    let mut pause = vec!["task", "pause", "steer"];
+    pause.extend_from_slice(flags);
+    assert_success(&env.run(&pause));
     let output = child.wait_with_output().unwrap();
     // The pause became a park: the seat went to the queued task, the run
     // ends with `steer` parked.
@@ -716,6 +789,8 @@ fn a_pause_past_its_upgrade_time_becomes_a_park_that_frees_everything() {
         .find(|row| row["kind"] == "task.suspend")
         .unwrap();
     assert_eq!(suspend["body"]["cause"], "pause_upgrade");
+    let pause = rows.iter().find(|row| row["kind"] == "task.pause").unwrap();
+    assert_eq!(pause["body"]["upgrade_after_ms"], 1000, "{pause}");
     assert_every_release_has_its_receipt(&env);
     let releases = released(&env, &suspend["event_hash"]);
     assert_eq!(releases.len(), 4);

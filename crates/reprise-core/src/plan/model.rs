@@ -170,6 +170,10 @@ pub struct Task {
     /// approval with what it printed last as the question. With
     /// `idle_timeout` too, the shorter acts. `None`: never.
     pub park_when_idle: Option<Duration>,
+    /// A steering pause of this task older than this becomes a park that
+    /// frees everything; `task pause --upgrade-after` overrides it. `None`:
+    /// a pause waits until it is lifted.
+    pub pause_upgrade_after: Option<Duration>,
     /// What changes for the retry after a `NEEDS_CONTEXT:` reply.
     pub on_needs_context: NeedsContext,
     /// Whether its agent and gates run in the filesystem sandbox.

@@ -59,6 +59,7 @@ const DEFAULTS_KEYS: &[&str] = &[
     "max_output_bytes",
     "idle_timeout",
     "park_when_idle",
+    "pause_upgrade_after",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -78,6 +79,7 @@ const TASK_KEYS: &[&str] = &[
     "max_output_bytes",
     "idle_timeout",
     "park_when_idle",
+    "pause_upgrade_after",
     "on_needs_context",
     "allowed_paths",
     "depends_on",
@@ -151,6 +153,7 @@ struct Settings {
     max_output_bytes: Option<u64>,
     idle_timeout: Option<Duration>,
     park_when_idle: Option<Duration>,
+    pause_upgrade_after: Option<Duration>,
 }
 
 /// A `depends_on` entry, kept with its position until every id is known.
@@ -432,6 +435,10 @@ impl Reader<'_> {
             let path = fields.path_of("park_when_idle");
             settings.park_when_idle = Some(self.duration(node, &path, false)?);
         }
+        if let Some(node) = fields.get("pause_upgrade_after") {
+            let path = fields.path_of("pause_upgrade_after");
+            settings.pause_upgrade_after = Some(self.duration(node, &path, false)?);
+        }
         Ok(settings)
     }
 
@@ -627,6 +634,9 @@ impl Reader<'_> {
             max_output_bytes: settings.max_output_bytes.or(defaults.max_output_bytes),
             idle_timeout: settings.idle_timeout.or(defaults.idle_timeout),
             park_when_idle: settings.park_when_idle.or(defaults.park_when_idle),
+            pause_upgrade_after: settings
+                .pause_upgrade_after
+                .or(defaults.pause_upgrade_after),
             on_needs_context,
             depends_on: dependencies
                 .iter()

@@ -315,7 +315,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle, pause_upgrade_after)",
         ),
         bad(
             "id in defaults",
@@ -663,6 +663,20 @@ fn bad_plans() -> Vec<Bad> {
             4,
             "defaults.park_when_idle",
             "unknown unit \"d\"; use ms, s, m or h",
+        ),
+        bad(
+            "zero pause_upgrade_after",
+            &with_head("    pause_upgrade_after: 0s\n"),
+            7,
+            "tasks[0].pause_upgrade_after",
+            "\"0s\" is zero; use a duration greater than zero",
+        ),
+        bad(
+            "pause_upgrade_after with an unknown unit",
+            "version: 1\nname: t\ndefaults:\n  pause_upgrade_after: 1w\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "defaults.pause_upgrade_after",
+            "unknown unit \"w\"; use ms, s, m or h",
         ),
         bad(
             "zero gate timeout",
@@ -1161,6 +1175,21 @@ fn park_when_idle_comes_from_the_task_then_defaults_then_none() {
     )
     .unwrap();
     assert_eq!(plain.tasks()[0].park_when_idle, None);
+}
+
+#[test]
+fn pause_upgrade_after_comes_from_the_task_then_defaults_then_none() {
+    let text = "version: 1\nname: p\ndefaults: { agent: sim, pause_upgrade_after: 10m }\ntasks:\n  - id: a\n    prompt: p\n  - id: b\n    prompt: p\n    pause_upgrade_after: 30s\n";
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    let (a, b) = (&plan.tasks()[0], &plan.tasks()[1]);
+    assert_eq!(a.pause_upgrade_after, Some(Duration::from_secs(600)));
+    assert_eq!(b.pause_upgrade_after, Some(Duration::from_secs(30)));
+    let plain = parse_plan(
+        "version: 1\nname: p\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+        "plan.yaml",
+    )
+    .unwrap();
+    assert_eq!(plain.tasks()[0].pause_upgrade_after, None);
 }
 
 /// A 2 MB plan whose last sim write repeats the first: refused, naming both

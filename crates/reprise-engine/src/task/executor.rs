@@ -255,6 +255,8 @@ impl<'r, 'a> Executor<'r, 'a> {
             }
             None => (None, None),
         };
+        // The command's --upgrade-after first, then the plan's key.
+        let upgrade_after = upgrade_after.or(run.task.pause_upgrade_after);
         let workspace_hash = run.workspace_hash(&self.cwd)?;
         let session_id = self.parked_session.clone().or_else(|| self.last_session());
         let head = self.journal.append(

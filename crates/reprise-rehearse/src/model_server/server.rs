@@ -57,6 +57,11 @@ pub struct ServerOptions {
     pub bodies: Option<PathBuf>,
     /// The clock cache lifetimes are measured on (the wall clock if none).
     pub clock: Option<ManualClock>,
+    /// Go on from what `log` already records (a rehearsal continued in a
+    /// new process): request numbers, and each task's turn, prompt and the
+    /// steps its turn has played, carry on from the log's last lines. The
+    /// prompt cache starts empty.
+    pub take_up: bool,
 }
 
 /// A clock that moves only when told to, for tests of cache lifetimes.
@@ -90,6 +95,71 @@ struct State {
     /// Per task (`None`: requests without a task).
     tasks: BTreeMap<Option<String>, TaskState>,
     cache: PromptCache,
+}
+
+impl State {
+    /// The state an earlier server left, from its request log: the last
+    /// request number, and per task the turn its last lines are in, that
+    /// turn's prompt, its request count and the steps each rule played. A
+    /// line that does not parse (a torn last line of a killed server) is
+    /// refused unless it is the last.
+    fn from_log(text: &str) -> io::Result<Self> {
+        let mut state = Self::default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        for (index, line) in lines.iter().enumerate() {
+            let Ok(line) = serde_json::from_str::<Value>(line) else {
+                if index + 1 == lines.len() {
+                    break;
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("request log line {} is not json", index + 1),
+                ));
+            };
+            if line["format"].as_u64() > Some(u64::from(LOG_FORMAT)) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "request log line {} has format {}, newer than this server's {LOG_FORMAT}",
+                        index + 1,
+                        line["format"]
+                    ),
+                ));
+            }
+            if let Some(number) = line["request"].as_u64() {
+                state.requests = state.requests.max(number);
+            }
+            // Only the conversation's requests move a turn: probes, side
+            // calls and unreadable bodies do not.
+            if line["api"].is_null() || line["side"] == true || line["request"].is_null() {
+                continue;
+            }
+            let task = line["task"].as_str().map(str::to_owned);
+            let task_state = state.tasks.entry(task).or_default();
+            let turn = line["turn"].as_u64().unwrap_or(task_state.turn);
+            if turn != task_state.turn {
+                task_state.turn = turn;
+                task_state.turn_requests = 0;
+                task_state.steps_played.clear();
+            }
+            if line["tool_result"] == false {
+                task_state.prompt = line["prompt_text"].as_str().map(str::to_owned);
+            }
+            task_state.turn_requests += 1;
+            if let (Some(rule), Some("message")) = (
+                line["rule"]
+                    .as_u64()
+                    .and_then(|rule| usize::try_from(rule).ok()),
+                line["reply"].as_str(),
+            ) {
+                *task_state.steps_played.entry(rule).or_default() += 1;
+            }
+        }
+        Ok(state)
+    }
 }
 
 /// What the server remembers of one task's conversation.
@@ -143,7 +213,25 @@ impl ModelServer {
         log: PathBuf,
         options: ServerOptions,
     ) -> io::Result<Self> {
+        let (state, whole) = if options.take_up {
+            match std::fs::read_to_string(&log) {
+                Ok(text) => (
+                    State::from_log(&text)?,
+                    (!text.is_empty() && !text.ends_with('\n'))
+                        .then(|| text.rfind('\n').map_or(0, |end| end + 1)),
+                ),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => (State::default(), None),
+                Err(err) => return Err(err),
+            }
+        } else {
+            (State::default(), None)
+        };
         let log_file = OpenOptions::new().create(true).append(true).open(&log)?;
+        if let Some(whole) = whole {
+            // A killed server's torn last line: cut, so the log goes on
+            // whole (a reader refuses a torn line before others).
+            log_file.set_len(u64::try_from(whole).unwrap_or(u64::MAX))?;
+        }
         if let Some(dir) = &options.bodies {
             std::fs::create_dir_all(dir)?;
         }
@@ -161,7 +249,7 @@ impl ModelServer {
             scenario,
             bodies: options.bodies,
             log: Mutex::new(log_file),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             clock: options.clock,
             started: Instant::now(),
         });

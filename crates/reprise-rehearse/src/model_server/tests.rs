@@ -721,6 +721,87 @@ rules:
     assert_eq!(steps, [json!(0), json!(1), json!(2), json!(2), json!(0)]);
 }
 
+/// A rehearsal continued in a new process: the second server takes up the
+/// first's log, so the turn, its steps and the request numbers go on.
+#[test]
+fn a_server_taking_up_a_log_goes_on_where_the_last_one_stopped() {
+    let scenario = || {
+        Scenario::from_yaml(
+            r#"
+rules:
+  - match: { contains: "fix it" }
+    reply:
+      steps:
+        - { tool: Read, input: { file_path: /w/a.py } }
+        - { tool: Edit, input: { file_path: /w/a.py, old_string: hi, new_string: hello } }
+        - { text: "Fixed." }
+  - match: { turn: 2 }
+    reply: { text: "the second turn" }
+"#,
+        )
+        .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("requests.jsonl");
+    let played = |server: &ModelServer, round: usize| {
+        let events = events(
+            &post(
+                server,
+                "/t/a/v1/messages",
+                &tool_result_follow_up("fix it", round),
+            )
+            .body,
+        );
+        let block = events[1].1["content_block"].clone();
+        match block["type"].as_str() {
+            Some("tool_use") => block["name"].as_str().unwrap().to_owned(),
+            _ => text_of(&events),
+        }
+    };
+    let first = ModelServer::start(scenario(), log.clone()).unwrap();
+    assert_eq!([played(&first, 0), played(&first, 1)], ["Read", "Edit"]);
+    drop(first);
+    // A killed server's torn last line is cut, not held against the log.
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    file.write_all(b"{\"format\": 1, \"requ").unwrap();
+    drop(file);
+    let take_up = super::ServerOptions {
+        take_up: true,
+        ..super::ServerOptions::default()
+    };
+    let second = ModelServer::start_with(scenario(), log.clone(), take_up.clone()).unwrap();
+    assert_eq!(played(&second, 2), "Fixed.", "the turn's third step");
+    let again = post(
+        &second,
+        "/t/a/v1/messages",
+        &messages_request(vec![user("again")]),
+    );
+    assert_eq!(text_of(&events(&again.body)), "the second turn");
+    drop(second);
+    let numbers: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["request"].clone())
+        .collect();
+    assert_eq!(numbers, [json!(1), json!(2), json!(3), json!(4)]);
+    // Without take_up the same request is the start of a conversation.
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::copy(&log, fresh.path().join("requests.jsonl")).unwrap();
+    let anew = ModelServer::start(scenario(), fresh.path().join("requests.jsonl")).unwrap();
+    assert_eq!(played(&anew, 2), "Read");
+    drop(anew);
+    // A line torn in the middle of the log is refused, not guessed past.
+    let torn = tempfile::tempdir().unwrap();
+    std::fs::write(
+        torn.path().join("requests.jsonl"),
+        "{\"format\": 1, \"requ\n{\"format\": 1}\n",
+    )
+    .unwrap();
+    let err = ModelServer::start_with(scenario(), torn.path().join("requests.jsonl"), take_up)
+        .unwrap_err();
+    assert!(err.to_string().contains("line 1 is not json"), "{err}");
+}
+
 #[test]
 fn an_attempt_past_its_request_cap_is_answered_as_a_rehearsal_loop() {
     let scenario = Scenario::from_yaml(
