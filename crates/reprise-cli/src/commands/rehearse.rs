@@ -27,7 +27,7 @@ use reprise_store::write_atomic;
 use serde_json::{Value, json};
 
 use crate::commands::run::{
-    Prepared, execute, prepare_checked, prepare_continue, run_json, summary_text,
+    Prepared, execute, parked_code, prepare_checked, prepare_continue, run_json, summary_text,
 };
 use crate::commands::status::money;
 use crate::error::{CliError, EXIT_FAILED};
@@ -238,7 +238,7 @@ pub(crate) fn rehearse(
     );
     text.push_str(&traffic_table(&tasks));
     Ok(Outcome {
-        code: None,
+        code: parked_code(&run),
         json: json!({
             "run": run_json(&run),
             "rehearsal": {

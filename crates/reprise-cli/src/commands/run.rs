@@ -293,16 +293,20 @@ fn finished(settings: &Settings, run: &RunState) -> Outcome {
     if settings.events {
         emit_event("run.finished", &mut json!({"ok": ok, "run": run_json(run)}));
     }
-    let parked = run
-        .tasks
-        .iter()
-        .any(|task| task.state == reprise_engine::TaskStatus::Suspended);
     Outcome {
-        code: parked.then_some(crate::error::EXIT_PARKED),
+        code: parked_code(run),
         json: run_json(run),
         text: summary_text(run),
         ok,
     }
+}
+
+/// Exit 3 for a run that ended with tasks parked.
+pub(crate) fn parked_code(run: &RunState) -> Option<u8> {
+    run.tasks
+        .iter()
+        .any(|task| task.state == reprise_engine::TaskStatus::Suspended)
+        .then_some(crate::error::EXIT_PARKED)
 }
 
 /// A run that can start: the plan and budget validated, the state directory

@@ -361,24 +361,88 @@ tasks:
 /// Runs `plan` and parks each of `tasks` once its attempt runs; the run
 /// then ends with them parked (exit 3).
 fn park_tasks(env: &Env, plan: &str, tasks: &[&str]) {
-    let child = env
-        .command(&["run", plan])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     let name = Path::new(plan)
         .file_stem()
         .unwrap()
         .to_str()
         .unwrap()
         .to_owned();
+    park_in(env, &["run", plan], &name, tasks);
+}
+
+/// Starts `args` (a run of plan `name`), parks `tasks` one after another as
+/// each starts, and returns what the run printed once it ended with them
+/// parked (exit 3).
+fn park_in(env: &Env, args: &[&str], name: &str, tasks: &[&str]) -> std::process::Output {
+    let child = env
+        .command(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     for task in tasks {
-        wait_for_an_attempt(env, &name, task);
+        wait_for_an_attempt(env, name, task);
         assert_success(&env.run(&["task", "suspend", task]));
     }
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3));
+    output
+}
+
+/// A rehearsal's park is resumed only by a rehearsal: `task resume` and
+/// `run --continue` refuse it (as plain runs its agents would reach the real
+/// services) without a write; `rehearse --continue --resume` resumes it.
+#[test]
+fn a_parked_rehearsal_is_resumed_only_as_a_rehearsal() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    let scenario = env.temp.path().join("scenario.yaml");
+    fs::write(&scenario, "rules:\n  - reply: { text: ok }\n").unwrap();
+    let scenario = scenario.to_string_lossy().into_owned();
+    let output = park_in(
+        &env,
+        &["rehearse", &plan, "--scenario", &scenario, "--json"],
+        "parkable",
+        &["one", "two"],
+    );
+    let parked: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let run_id = parked["run"]["run_id"].as_str().unwrap().to_owned();
+    let before = env.snapshot();
+    assert_one_line_error(
+        &env.run(&["task", "resume", "one"]),
+        2,
+        &format!("reprise rehearse --continue {run_id} --scenario FILE"),
+    );
+    assert_one_line_error(
+        &env.run(&["run", "--continue", &run_id]),
+        2,
+        "is a rehearsal",
+    );
+    assert_eq!(env.snapshot(), before, "a refusal wrote something");
+    // One task resumed; the other stays parked, and the run with it.
+    let resumed = env.run(&[
+        "rehearse",
+        "--continue",
+        &run_id,
+        "--scenario",
+        &scenario,
+        "--resume",
+        "one",
+        "--json",
+    ]);
+    assert_eq!(resumed.status.code(), Some(3), "{}", stderr(&resumed));
+    let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(resumed["run"]["run_id"], run_id.as_str());
+    let one = &resumed["run"]["tasks"][0];
+    assert_eq!(one["state"], "passed", "{resumed}");
+    assert_eq!(one["attempts"][1]["mode"], "warm", "{resumed}");
+    assert_eq!(
+        resumed["run"]["tasks"][1]["state"], "suspended",
+        "{resumed}"
+    );
+    let rows = journal_kinds(&env, "parkable", "one");
+    assert!(rows.iter().any(|row| row["kind"] == "task.resume"));
+    assert_success(&env.run(&["audit", "verify-suspension", "one"]));
 }
 
 const PARKABLE: &str = r#"
