@@ -97,22 +97,65 @@ pub(crate) fn take(
     workspace_hash: Digest,
 ) -> Result<Checkpoint> {
     let checkpoint = store.take(label)?;
-    journal.append(
-        TAKEN_KIND,
-        &now_rfc3339(),
-        &json!({
-            "run_id": run_id,
-            "attempt": attempt,
-            "label": label,
-            "checkpoint": checkpoint.id,
-            "tree": checkpoint.tree,
-            "files": checkpoint.manifest.files,
-            "bytes": checkpoint.manifest.bytes,
-            "skipped": checkpoint.manifest.skipped.iter().map(|(path, size)| json!({"path": path, "bytes": size})).collect::<Vec<_>>(),
-            "workspace_hash": workspace_hash,
-        }),
+    record(
+        journal,
+        run_id,
+        attempt,
+        label,
+        &checkpoint,
+        workspace_hash,
+        false,
     )?;
     Ok(checkpoint)
+}
+
+/// Records `checkpoint`, already in the store, as the one taken before
+/// `attempt`: the tree was just restored to it and hashed, so taking it
+/// again would store the same snapshot. The row says `reused`.
+pub(crate) fn reuse(
+    journal: &mut Journal,
+    run_id: &str,
+    attempt: u32,
+    label: &str,
+    checkpoint: &Checkpoint,
+    workspace_hash: Digest,
+) -> Result<()> {
+    record(
+        journal,
+        run_id,
+        attempt,
+        label,
+        checkpoint,
+        workspace_hash,
+        true,
+    )
+}
+
+fn record(
+    journal: &mut Journal,
+    run_id: &str,
+    attempt: u32,
+    label: &str,
+    checkpoint: &Checkpoint,
+    workspace_hash: Digest,
+    reused: bool,
+) -> Result<()> {
+    let mut body = json!({
+        "run_id": run_id,
+        "attempt": attempt,
+        "label": label,
+        "checkpoint": checkpoint.id,
+        "tree": checkpoint.tree,
+        "files": checkpoint.manifest.files,
+        "bytes": checkpoint.manifest.bytes,
+        "skipped": checkpoint.manifest.skipped.iter().map(|(path, size)| json!({"path": path, "bytes": size})).collect::<Vec<_>>(),
+        "workspace_hash": workspace_hash,
+    });
+    if reused {
+        body["reused"] = json!(true);
+    }
+    journal.append(TAKEN_KIND, &now_rfc3339(), &body)?;
+    Ok(())
 }
 
 /// What a rollback left: the workspace hash after it, and whether it is the

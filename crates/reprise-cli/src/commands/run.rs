@@ -194,6 +194,21 @@ pub(crate) fn continue_run(
     Ok(finished(settings, &run))
 }
 
+/// Whether run `run_id` is a rehearsal (its agents talk to a scripted
+/// model server, whose log and homes are under `rehearsal/`).
+fn is_rehearsal(state: &StateDir, run_id: &str) -> bool {
+    state.runs_dir().join(run_id).join("rehearsal").is_dir()
+}
+
+/// The command that takes run `run_id` up: a rehearsal only as one.
+pub(crate) fn continue_command(state: &StateDir, run_id: &str) -> String {
+    if is_rehearsal(state, run_id) {
+        format!("reprise rehearse --continue {run_id} --scenario FILE")
+    } else {
+        format!("reprise run --continue {run_id}")
+    }
+}
+
 /// A check of a plan before anything is written (a rehearsal's scenario
 /// against it).
 pub(crate) type PlanCheck<'a> = dyn Fn(&Plan) -> Result<(), CliError> + 'a;
@@ -226,8 +241,7 @@ pub(crate) fn prepare_continue(
         }
         reprise_engine::Liveness::Interrupted | reprise_engine::Liveness::Parked => {}
     }
-    let rehearsed = state.runs_dir().join(run_id).join("rehearsal").is_dir();
-    match (rehearsed, rehearsal.is_some()) {
+    match (is_rehearsal(&state, run_id), rehearsal.is_some()) {
         (true, false) => {
             return Err(CliError::usage(format!(
                 "run {run_id} is a rehearsal (its agents talk to a scripted model server): continue it with `reprise rehearse --continue {run_id} --scenario FILE` (`--resume TASK` resumes a parked task)"

@@ -191,6 +191,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     let checked = checked(settings)?;
     let state = settings.state()?;
     let liveness = reprise_engine::liveness(&state, &run);
+    let take_up = crate::commands::run::continue_command(&state, &run.run_id);
     let mut text = format!(
         "run {} ({}): {}\n",
         run.run_id,
@@ -198,15 +199,13 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         match (run.ok, liveness) {
             (_, reprise_engine::Liveness::Live { pid }) => format!("running (live, pid {pid})"),
             (_, reprise_engine::Liveness::Parked) => format!(
-                "PARKED: tasks wait for a resume, an approval or a time; `reprise task list-suspended` lists them, `reprise run --continue {}` takes the run up",
-                run.run_id
+                "PARKED: tasks wait for a resume, an approval or a time; `reprise task list-suspended` lists them, `{take_up}` takes the run up"
             ),
             (Some(true), _) => "ok".to_owned(),
             (Some(false), _) => "FAILED".to_owned(),
             (None, _) => format!(
                 "INTERRUPTED: it stopped before it finished and no process drives it; \
-                 `reprise run --continue {}` takes it up where it stopped",
-                run.run_id
+                 `{take_up}` takes it up where it stopped"
             ),
         }
     );

@@ -232,6 +232,29 @@ fn parking_the_running_task_lets_the_next_one_take_its_seat_and_returns_its_head
         .unwrap();
     assert_eq!(resume_row["body"]["mode"], "warm");
     assert_eq!(resume_row["body"]["park"], parked["park"]);
+    // The tree restored from the park's snapshot hashed as parked: that
+    // snapshot is the resumed attempt's checkpoint, not taken again.
+    let rows = journal_kinds(&env, "seats", "long");
+    let restored = rows
+        .iter()
+        .find(|row| row["kind"] == "checkpoint.restored")
+        .unwrap();
+    assert_eq!(restored["body"]["matches_checkpoint"], true);
+    let before_resumed = rows
+        .iter()
+        .rev()
+        .find(|row| row["kind"] == "checkpoint.taken")
+        .unwrap();
+    assert_eq!(before_resumed["body"]["label"], "before attempt 3");
+    assert_eq!(before_resumed["body"]["reused"], true, "{before_resumed}");
+    assert_eq!(
+        before_resumed["body"]["checkpoint"],
+        restored["body"]["checkpoint"]
+    );
+    assert_eq!(
+        before_resumed["body"]["workspace_hash"],
+        restored["body"]["workspace_hash"]
+    );
     let receipts = audit_rows(&env, "task.resume_receipt");
     assert_eq!(receipts.len(), 1);
     assert_eq!(receipts[0]["body"]["suspend_receipt"], parked["receipt"]);
@@ -407,6 +430,14 @@ fn a_parked_rehearsal_is_resumed_only_as_a_rehearsal() {
     );
     let parked: Value = serde_json::from_slice(&output.stdout).unwrap();
     let run_id = parked["run"]["run_id"].as_str().unwrap().to_owned();
+    let status = env.run(&["status", &run_id]);
+    assert!(
+        stdout(&status).contains(&format!(
+            "`reprise rehearse --continue {run_id} --scenario FILE` takes the run up"
+        )),
+        "{}",
+        stdout(&status)
+    );
     let before = env.snapshot();
     assert_one_line_error(
         &env.run(&["task", "resume", "one"]),

@@ -200,6 +200,7 @@ impl TaskRun<'_> {
             max_attempts: policy.max_attempts + by,
             ..policy
         };
+        let mut reused = None;
         let (policy, start, first, next) = match continuation {
             Continuation::Interrupted => {
                 let (from, agent_ended) = match state_now {
@@ -275,7 +276,10 @@ impl TaskRun<'_> {
                         state_now.name()
                     )));
                 };
-                // The files come back from the park's snapshot.
+                // The files come back from the park's snapshot; when they
+                // hash as parked, that snapshot is the next attempt's
+                // checkpoint too.
+                let mut snapshot = None;
                 if let (Some(store), Some(id)) = (&snapshots, point.snapshot()) {
                     let checkpoint = store.find(&id)?;
                     let restored = checkpoints::restore(
@@ -290,8 +294,12 @@ impl TaskRun<'_> {
                         || self.workspace_hash(&cwd),
                     )?;
                     self.warn_unless_matched(restored);
+                    snapshot = Some((checkpoint, restored));
                 }
-                let live = self.workspace_hash(&cwd)?;
+                let live = match &snapshot {
+                    Some((_, restored)) => restored.workspace_hash,
+                    None => self.workspace_hash(&cwd)?,
+                };
                 let requested = mode.unwrap_or(task.retry_policy);
                 let park_checkpoint = DecisionCheckpoint {
                     session_id: point.body.session_id.clone(),
@@ -397,6 +405,9 @@ impl TaskRun<'_> {
                     },
                     _ => self.cold(attempt, None),
                 };
+                reused = snapshot
+                    .filter(|(_, restored)| restored.matches)
+                    .map(|(checkpoint, restored)| (checkpoint, restored.workspace_hash));
                 (
                     policy,
                     None,
@@ -422,6 +433,9 @@ impl TaskRun<'_> {
             result,
         );
         executor.take_up(taken)?;
+        if let Some((checkpoint, hash)) = reused {
+            executor.restored_to(checkpoint, hash);
+        }
         if let Some((from, attempt, session, agent_ended)) = start {
             executor.interrupted(attempt, session, agent_ended)?;
             return match from {

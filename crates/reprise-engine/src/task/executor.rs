@@ -64,6 +64,9 @@ pub(super) struct Executor<'r, 'a> {
     /// one before the latest, each with its workspace hash.
     base_checkpoint: Option<(Checkpoint, Digest)>,
     attempt_checkpoint: Option<(Checkpoint, Digest)>,
+    /// The checkpoint the tree was just restored to (its hash checked), for
+    /// the next attempt's checkpoint to reuse instead of taking it again.
+    restored: Option<(Checkpoint, Digest)>,
     /// The attempt under way: its number, report, start and scratch dir.
     attempt: u32,
     report: Option<AttemptReport>,
@@ -132,6 +135,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             result,
             base_checkpoint: None,
             attempt_checkpoint: None,
+            restored: None,
             attempt: 0,
             report: None,
             started: None,
@@ -660,6 +664,12 @@ impl<'r, 'a> Executor<'r, 'a> {
         }
     }
 
+    /// The tree was just restored to `checkpoint` and hashed `hash` (as
+    /// the checkpoint recorded): the next attempt's checkpoint is that one.
+    pub(super) fn restored_to(&mut self, checkpoint: Checkpoint, hash: Digest) {
+        self.restored = Some((checkpoint, hash));
+    }
+
     fn take_checkpoint(&mut self, attempt: u32) -> Result<Option<TaskEvent>> {
         if self.run.control.pending() {
             return Ok(Some(TaskEvent::ParkRequested));
@@ -668,16 +678,32 @@ impl<'r, 'a> Executor<'r, 'a> {
             return Ok(Some(TaskEvent::CancelRequested));
         }
         if let Some(store) = &self.snapshots {
-            let hash = self.run.workspace_hash(&self.cwd)?;
             let label = format!("before attempt {attempt}");
-            let checkpoint = checkpoints::take(
-                store,
-                &mut self.journal,
-                self.run.run_id,
-                attempt,
-                &label,
-                hash,
-            )?;
+            let (checkpoint, hash) = match self.restored.take() {
+                Some((checkpoint, hash)) => {
+                    checkpoints::reuse(
+                        &mut self.journal,
+                        self.run.run_id,
+                        attempt,
+                        &label,
+                        &checkpoint,
+                        hash,
+                    )?;
+                    (checkpoint, hash)
+                }
+                None => {
+                    let hash = self.run.workspace_hash(&self.cwd)?;
+                    let checkpoint = checkpoints::take(
+                        store,
+                        &mut self.journal,
+                        self.run.run_id,
+                        attempt,
+                        &label,
+                        hash,
+                    )?;
+                    (checkpoint, hash)
+                }
+            };
             self.base_checkpoint
                 .get_or_insert_with(|| (checkpoint.clone(), hash));
             self.attempt_checkpoint = Some((checkpoint, hash));
