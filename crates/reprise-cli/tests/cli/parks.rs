@@ -412,6 +412,51 @@ fn park_in(env: &Env, args: &[&str], name: &str, tasks: &[&str]) -> std::process
     output
 }
 
+/// The resumed attempt's checkpoint is the park's snapshot, reused: a
+/// rollback after the resumed attempt fails puts the parked tree back
+/// exactly (the failed attempt's stray file gone).
+#[test]
+fn a_failed_resumed_attempt_rolls_back_to_the_parked_tree() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "rollback",
+        r#"
+version: 1
+name: rollback
+defaults: { agent: sim, rollback_on_retry: always }
+tasks:
+  - id: long
+    prompt: write it
+    sim:
+      - { reply: "slow", write: { one.txt: slow }, delay: 120s }
+      - { reply: "wrong", write: { one.txt: bad, stray.txt: x } }
+      - { reply: "right", write: { one.txt: good } }
+    gates:
+      - { name: good, run: 'test "$(cat one.txt)" = good && test ! -e stray.txt' }
+"#,
+    );
+    park_tasks(&env, &plan, &["long"]);
+    let resumed = env.run(&["task", "resume", "long", "--json"]);
+    assert_success(&resumed);
+    let resumed = json_of(&resumed);
+    assert_eq!(resumed["tasks"][0]["state"], "passed", "{resumed}");
+    let rows = journal_kinds(&env, "rollback", "long");
+    let reused = rows
+        .iter()
+        .find(|row| row["kind"] == "checkpoint.taken" && row["body"]["reused"] == true)
+        .expect("the resumed attempt reused the park's snapshot");
+    let rollback = rows
+        .iter()
+        .rev()
+        .find(|row| row["kind"] == "checkpoint.restored")
+        .unwrap();
+    assert_ne!(rollback["body"]["reason"], "resume", "{rollback}");
+    assert_eq!(rollback["body"]["checkpoint"], reused["body"]["checkpoint"]);
+    assert_eq!(rollback["body"]["matches_checkpoint"], true, "{rollback}");
+    assert_success(&env.run(&["journal", "verify", "long"]));
+}
+
 /// A rehearsal's park is resumed only by a rehearsal: `task resume` and
 /// `run --continue` refuse it (as plain runs its agents would reach the real
 /// services) without a write; `rehearse --continue --resume` resumes it.
