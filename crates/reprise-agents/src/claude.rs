@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 use reprise_core::retry::ResumeStrategy;
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::home::{config_root, is_plain_session_id};
@@ -136,6 +137,10 @@ impl Adapter for ClaudeAdapter {
             ".claude",
             &[".claude.json", ".claude.json.backup"],
         )
+    }
+
+    fn ends_in_a_tool_call(&self, transcript: &[u8]) -> bool {
+        dangling_tool_calls(transcript) > 0
     }
 
     fn transcript_path(
@@ -424,9 +429,82 @@ fn classify_error(
     crate::outcome::infra(kind, detail(&reason))
 }
 
+/// The tool calls of a Claude Code transcript (JSON lines) with no result
+/// after them: an assistant entry's `tool_use` blocks, answered by a later
+/// user entry's `tool_result` with the same `tool_use_id`. Claude Code
+/// writes the call before it runs the tool, so a process killed mid-tool
+/// leaves one. Subagent entries (`isSidechain`) and lines that do not
+/// parse (a torn last line) are not the session's own turns.
+fn dangling_tool_calls(transcript: &[u8]) -> usize {
+    let mut open = std::collections::BTreeSet::new();
+    for line in transcript.split(|&byte| byte == b'\n') {
+        let Ok(entry) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        if entry.get("isSidechain").and_then(Value::as_bool) == Some(true) {
+            continue;
+        }
+        let Some(blocks) = entry.pointer("/message/content").and_then(Value::as_array) else {
+            continue;
+        };
+        for block in blocks {
+            match (
+                entry.get("type").and_then(Value::as_str),
+                block.get("type").and_then(Value::as_str),
+            ) {
+                (Some("assistant"), Some("tool_use")) => {
+                    if let Some(id) = block.get("id").and_then(Value::as_str) {
+                        open.insert(id.to_owned());
+                    }
+                }
+                (Some("user"), Some("tool_result")) => {
+                    if let Some(id) = block.get("tool_use_id").and_then(Value::as_str) {
+                        open.remove(id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    open.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines shaped as Claude Code 2.1.197 writes them (trimmed).
+    const PROMPT: &str =
+        r#"{"type":"user","isSidechain":false,"message":{"role":"user","content":"make it"}}"#;
+    const CALL: &str = r#"{"type":"assistant","isSidechain":false,"message":{"role":"assistant","content":[{"id":"toolu_1","input":{"command":"sleep 300"},"name":"Bash","type":"tool_use"}],"stop_reason":"tool_use"}}"#;
+    const RESULT: &str = r#"{"type":"user","isSidechain":false,"message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":"ok"}]}}"#;
+    const REPLY: &str = r#"{"type":"assistant","isSidechain":false,"message":{"role":"assistant","content":[{"type":"text","text":"DONE"}]}}"#;
+
+    fn transcript(lines: &[&str]) -> Vec<u8> {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        text.into_bytes()
+    }
+
+    #[test]
+    fn a_transcript_ends_in_a_tool_call_only_when_a_call_has_no_result() {
+        let adapter = ClaudeAdapter::new();
+        assert!(adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL])));
+        // A torn line after the call changes nothing.
+        let mut torn = transcript(&[PROMPT, CALL]);
+        torn.extend_from_slice(br#"{"type":"user","mess"#);
+        assert!(adapter.ends_in_a_tool_call(&torn));
+        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL, RESULT])));
+        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL, RESULT, REPLY])));
+        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT])));
+        assert!(!adapter.ends_in_a_tool_call(b""));
+        // A subagent's unanswered call is not the session's own.
+        let side = CALL.replace(r#""isSidechain":false"#, r#""isSidechain":true"#);
+        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT, &side])));
+        // A second call left open after the first was answered.
+        let second = CALL.replace("toolu_1", "toolu_2");
+        assert!(adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL, RESULT, &second])));
+    }
     use crate::request::tests::request;
 
     const U1: &str = "11111111-1111-4111-8111-111111111111";

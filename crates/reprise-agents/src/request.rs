@@ -157,6 +157,16 @@ pub trait Adapter: Send + Sync + fmt::Debug {
         config_home: Option<&Path>,
     ) -> Option<PathBuf>;
 
+    /// Whether `transcript` (the CLI's own, as `transcript_path` names it)
+    /// ends inside a tool call: a tool the model asked for whose result
+    /// never came back, because the process died while it ran. Such a
+    /// session is not resumed (the next attempt starts cold, recorded as
+    /// `session_unavailable`). Adapters that cannot tell say `false`.
+    fn ends_in_a_tool_call(&self, transcript: &[u8]) -> bool {
+        let _ = transcript;
+        false
+    }
+
     /// Whether the CLI lets the caller choose a new session's id
     /// (`--session-id`): the engine then picks it before the attempt starts
     /// and records it, so an attempt cut short by a crash can still be

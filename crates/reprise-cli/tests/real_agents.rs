@@ -1414,3 +1414,76 @@ fn claude_killed_with_its_run_is_continued_warm_in_its_own_session() {
         assert_eq!(verified["ok"], true, "{check:?}: {verified}");
     }
 }
+
+/// Claude Code writes a tool call to its transcript before it runs the
+/// tool. Killed with its run while the tool runs, the session ends inside
+/// that call: `rehearse --continue` does not resume it but starts cold,
+/// recorded as `session_unavailable`, and the task passes.
+#[test]
+fn claude_killed_inside_a_tool_call_is_continued_cold() {
+    let cli = Cli::Claude;
+    let project = Project::new();
+    let scenario = format!(
+        "rules:\n\
+         \x20 - match: {{ task: nap, turn: 1, tool_result: false }}\n    reply: {{ tool: Bash, input: {{ command: \"sleep 300\", description: \"wait\" }} }}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: false }}\n    reply: {write}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
+        write = cli.write_reply("greeting.txt", "hello\n", true),
+    );
+    let mut child = project.rehearse_spawn(
+        cli,
+        &plan(cli, "nap", "warm", 0, &[content_gate()]),
+        &scenario,
+    );
+    let runs = project.root().join(".reprise/runs");
+    // The call is in the transcript once the tool runs.
+    let started = std::time::Instant::now();
+    while !project
+        .transcripts(cli, "nap")
+        .iter()
+        .any(|path| fs::read_to_string(path).is_ok_and(|text| text.contains("sleep 300")))
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "the tool call never reached the transcript"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = std::time::Instant::now();
+    while !processes_mentioning(&runs.to_string_lossy()).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "Claude Code or its tool outlived the killed run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let run_id = fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|run| run.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("R-"))
+        .expect("the killed run");
+    let ran = project.rehearse_continue(cli, &run_id);
+    ran.assert_ok();
+    let attempts = ran.attempts("nap");
+    assert_eq!(
+        attempts[0]["infra_kind"],
+        "interrupted",
+        "{}",
+        ran.describe()
+    );
+    assert_eq!(ran.modes("nap"), ["new", "cold"], "{}", ran.describe());
+    let sessions = ran.sessions("nap");
+    assert_ne!(sessions[0], sessions[1], "{}", ran.describe());
+    let metadata = ran.metadata(&project, "nap");
+    assert_eq!(
+        metadata["retry_downgrade_reason"], "session_unavailable",
+        "{metadata}"
+    );
+    assert_eq!(
+        worktree_file(&project, &ran, "nap", "greeting.txt"),
+        "hello\n"
+    );
+}

@@ -798,6 +798,21 @@ impl TaskRun<'_> {
         (origin.is_absolute() && name.ends_with(&format!("{session_id}.jsonl"))).then_some(origin)
     }
 
+    /// False when the transcript ends inside a tool call (its process died
+    /// while the tool ran), said as a warning: the session is not resumed.
+    fn resumable(&self, session_id: &str, transcript: &[u8]) -> bool {
+        if !self.adapter.ends_in_a_tool_call(transcript) {
+            return true;
+        }
+        self.emit(Event::Warning {
+            task: Some(self.task.id.clone()),
+            message: format!(
+                "session {session_id}'s transcript ends inside a tool call whose result never came: it is not resumed"
+            ),
+        });
+        false
+    }
+
     /// True when `session_id` can be resumed: the CLI still has it, or its
     /// preserved copy was put back.
     fn ensure_session(&self, session_id: &str, cwd: &Path) -> bool {
@@ -805,13 +820,16 @@ impl TaskRun<'_> {
             // The adapter keeps no transcript we can see: trust the CLI.
             return true;
         };
-        if native.is_file() {
-            return true;
+        if let Ok(bytes) = fs::read(&native) {
+            return self.resumable(session_id, &bytes);
         }
         let preserved = self.preserved_path(session_id);
         let Ok(bytes) = fs::read(&preserved) else {
             return false;
         };
+        if !self.resumable(session_id, &bytes) {
+            return false;
+        }
         let restored = native
             .parent()
             .map_or(Ok(()), fs::create_dir_all)
