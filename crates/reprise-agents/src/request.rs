@@ -161,7 +161,9 @@ pub trait Adapter: Send + Sync + fmt::Debug {
     /// ends inside a tool call: a tool the model asked for whose result
     /// never came back, because the process died while it ran. Such a
     /// session is not resumed (the next attempt starts cold, recorded as
-    /// `session_unavailable`). Adapters that cannot tell say `false`.
+    /// `session_unavailable`). Adapters that cannot tell say `false`, as do
+    /// those whose CLI writes a call only with its result (Gemini CLI 0.61:
+    /// a session killed mid-tool holds no open call).
     fn ends_in_a_tool_call(&self, transcript: &[u8]) -> bool {
         let _ = transcript;
         false
