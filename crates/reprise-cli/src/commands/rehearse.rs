@@ -140,6 +140,14 @@ fn prepare_continued(
     )
 }
 
+/// A step of the rehearsal that failed on the machine, not on its input.
+fn failed(what: &str, err: &dyn std::fmt::Display) -> CliError {
+    CliError {
+        message: format!("cannot {what}: {err}"),
+        code: EXIT_FAILED,
+    }
+}
+
 pub(crate) fn rehearse(
     settings: &Settings,
     what: What,
@@ -168,10 +176,6 @@ pub(crate) fn rehearse(
         }
     };
     let dir = prepared.state.runs_dir().join(&run_id).join("rehearsal");
-    let failed = |what: &str, err: &dyn std::fmt::Display| CliError {
-        message: format!("cannot {what}: {err}"),
-        code: EXIT_FAILED,
-    };
     std::fs::create_dir_all(&dir)
         .map_err(|err| failed(&format!("create {}", dir.display()), &err))?;
     let log = dir.join("requests.jsonl");
@@ -186,33 +190,7 @@ pub(crate) fn rehearse(
     let server = ModelServer::start_with(scenario, log.clone(), options)
         .map_err(|err| failed("start the model server", &err))?;
     let base_url = server.base_url();
-    // Each agent's home is kept across a continue (its sessions are there);
-    // only the files naming the server's address are written again.
-    let mut agent_setup = BTreeMap::new();
-    for task in prepared.plan.tasks() {
-        let Some(client) = client_for(task.agent.kind()) else {
-            continue;
-        };
-        let home = dir.join("homes").join(task.id.as_str());
-        let setup = client_setup(client, &base_url, task.id.as_str(), &home);
-        std::fs::create_dir_all(&home)
-            .map_err(|err| failed(&format!("create {}", home.display()), &err))?;
-        for (path, contents) in &setup.files {
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|err| failed(&format!("create {}", parent.display()), &err))?;
-            }
-            write_atomic(path, contents.as_bytes(), 0o600)
-                .map_err(|err| failed(&format!("write {}", path.display()), &err))?;
-        }
-        agent_setup.insert(
-            task.id.clone(),
-            AgentSetup {
-                env: setup.env,
-                config_home: setup.config_home,
-            },
-        );
-    }
+    let agent_setup = agent_homes(&dir, &prepared.plan, &base_url)?;
     if !settings.json {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(
@@ -228,7 +206,6 @@ pub(crate) fn rehearse(
     let traffic =
         summarise(&text, &prices).map_err(|err| failed("summarise the request log", &err))?;
     let tasks = task_reports(&run, &traffic);
-    let ok = run.ok == Some(true);
     // The agents' cost figures are for tokens never spent: say so.
     let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
     let mut text = summary_text(&run).replacen(
@@ -250,8 +227,45 @@ pub(crate) fn rehearse(
             },
         }),
         text,
-        ok,
+        ok: run.ok == Some(true),
     })
+}
+
+/// Each server-calling task's home under `dir/homes/<task>/` and what its
+/// agent is given to reach the server at `base_url`. A home is kept across
+/// a continue (its sessions are there); only the files naming the server's
+/// address are written again.
+fn agent_homes(
+    dir: &Path,
+    plan: &Plan,
+    base_url: &str,
+) -> Result<BTreeMap<TaskId, AgentSetup>, CliError> {
+    let mut agent_setup = BTreeMap::new();
+    for task in plan.tasks() {
+        let Some(client) = client_for(task.agent.kind()) else {
+            continue;
+        };
+        let home = dir.join("homes").join(task.id.as_str());
+        let setup = client_setup(client, base_url, task.id.as_str(), &home);
+        std::fs::create_dir_all(&home)
+            .map_err(|err| failed(&format!("create {}", home.display()), &err))?;
+        for (path, contents) in &setup.files {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|err| failed(&format!("create {}", parent.display()), &err))?;
+            }
+            write_atomic(path, contents.as_bytes(), 0o600)
+                .map_err(|err| failed(&format!("write {}", path.display()), &err))?;
+        }
+        agent_setup.insert(
+            task.id.clone(),
+            AgentSetup {
+                env: setup.env,
+                config_home: setup.config_home,
+            },
+        );
+    }
+    Ok(agent_setup)
 }
 
 /// What one task sent and what it would have cost.
