@@ -118,6 +118,13 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             resume,
         }) => {
             let what = match (plan, continue_run) {
+                // clap's `requires` is lifted with the subcommand's
+                // requirements: said here instead.
+                (Some(_), None) if !resume.is_empty() => {
+                    return Err(CliError::usage(
+                        "--resume TASK resumes a parked task of a rehearsal taken up with --continue RUN; give --continue RUN instead of a plan",
+                    ));
+                }
                 (Some(plan), None) => rehearse::What::Plan { plan, retry_budget },
                 (None, Some(run)) => rehearse::What::Continue { run, resume },
                 _ => {

@@ -682,6 +682,18 @@ tasks:
         &scenario,
     ]);
     assert_eq!(conflict.status.code(), Some(2));
+    assert_one_line_error(
+        &env.run(&[
+            "rehearse",
+            &plan,
+            "--scenario",
+            &scenario,
+            "--resume",
+            "work",
+        ]),
+        2,
+        "--resume TASK resumes a parked task of a rehearsal taken up with --continue RUN",
+    );
     assert_eq!(env.snapshot(), before, "a refusal wrote something");
     let continued = env.run(&["run", "--continue", &run_id, "--json"]);
     assert_success(&continued);
