@@ -43,6 +43,13 @@ pub enum Event {
         attempt: u32,
         anomaly: reprise_core::recovery::Anomaly,
     },
+    /// A steering pause took hold: the agent stopped, its worktree, seat
+    /// and budget kept until an unpause (or, past `upgrade_after`, a park).
+    TaskPaused {
+        task: TaskId,
+        attempt: u32,
+        upgrade_after: Option<std::time::Duration>,
+    },
     TaskFinished {
         task: TaskId,
         status: TaskStatus,

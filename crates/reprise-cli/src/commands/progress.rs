@@ -199,6 +199,28 @@ impl EventSink for Progress {
                 "[{task}] attempt {attempt}: anomaly {}",
                 anomaly.kind()
             )),
+            Event::TaskPaused {
+                task,
+                attempt,
+                upgrade_after,
+            } => {
+                if self.multi.is_some() {
+                    self.status(task, "paused");
+                }
+                if !quiet {
+                    let upgrade = upgrade_after
+                        .map(|after| {
+                            format!(
+                                "; a park after {}",
+                                reprise_core::plan::format_duration(after)
+                            )
+                        })
+                        .unwrap_or_default();
+                    self.line(&format!(
+                        "[{task}] attempt {attempt} paused: its worktree, seat and budget kept{upgrade}; go on: reprise task unpause {task}"
+                    ));
+                }
+            }
             Event::TaskFinished {
                 task,
                 status,

@@ -119,6 +119,15 @@ impl EventSink for EventStream {
                 "attempt.anomaly",
                 json!({"task": task, "attempt": attempt, "anomaly": anomaly}),
             ),
+            Event::TaskPaused {
+                task,
+                attempt,
+                upgrade_after,
+            } => (
+                "task.paused",
+                json!({"task": task, "attempt": attempt,
+                       "upgrade_after_ms": upgrade_after.map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))}),
+            ),
             Event::TaskFinished {
                 task,
                 status,

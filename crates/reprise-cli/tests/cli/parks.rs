@@ -913,6 +913,52 @@ fn the_plans_pause_upgrade_after_upgrades_a_pause_given_no_flag() {
     pause_upgrades(&plan, &[]);
 }
 
+/// A pause is shown as it takes hold: a line in the run's text output with
+/// the unpause command and the upgrade time, and a `task.paused` event.
+#[test]
+fn a_pause_is_shown_live_in_text_and_events() {
+    let text = STEERED.replace(
+        "defaults: { agent: sim }",
+        "defaults: { agent: sim, pause_upgrade_after: 1s }",
+    );
+    for output in ["text", "events"] {
+        let env = git_env();
+        let plan = write_plan(&env, "steered", &text);
+        let mut args = vec!["run", plan.as_str()];
+        if output == "events" {
+            args.push("--events");
+        }
+        let child = env
+            .command(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_an_attempt(&env, "steered", "steer");
+        assert_success(&env.run(&["task", "pause", "steer"]));
+        let ran = child.wait_with_output().unwrap();
+        assert_eq!(ran.status.code(), Some(3));
+        let printed = String::from_utf8_lossy(&ran.stdout).into_owned();
+        if output == "text" {
+            assert!(
+                printed.contains(
+                    "[steer] attempt 1 paused: its worktree, seat and budget kept; a park after 1s; go on: reprise task unpause steer"
+                ),
+                "{printed}"
+            );
+        } else {
+            let paused: Vec<Value> = printed
+                .lines()
+                .map(|line| serde_json::from_str::<Value>(line).unwrap())
+                .filter(|event| event["event"] == "task.paused")
+                .collect();
+            assert_eq!(paused.len(), 1, "{printed}");
+            assert_eq!(paused[0]["task"], "steer");
+            assert_eq!(paused[0]["upgrade_after_ms"], 1000);
+        }
+    }
+}
+
 /// Pauses the running `steer` task of `text` (a STEERED plan) with `flags`
 /// and shows the pause turn into a park that frees everything.
 fn pause_upgrades(text: &str, flags: &[&str]) {

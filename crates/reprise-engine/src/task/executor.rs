@@ -274,6 +274,11 @@ impl<'r, 'a> Executor<'r, 'a> {
             let _ = reply.send(json!({"ok": true, "paused": true, "run_id": run.run_id,
                                       "task": run.task.id, "attempt": next.saturating_sub(1)}));
         }
+        run.emit(Event::TaskPaused {
+            task: run.task.id.clone(),
+            attempt: next.saturating_sub(1),
+            upgrade_after,
+        });
         Ok(match run.control.wait_paused(upgrade_after, run.cancel) {
             PauseEnd::Unpause(reply) => {
                 let event = self.unpause(next, (head.digest, workspace_hash, session_id))?;
