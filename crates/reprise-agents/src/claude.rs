@@ -139,8 +139,8 @@ impl Adapter for ClaudeAdapter {
         )
     }
 
-    fn ends_in_a_tool_call(&self, transcript: &[u8]) -> bool {
-        dangling_tool_calls(transcript) > 0
+    fn ends_in_a_tool_call(&self, transcript: &Path) -> bool {
+        std::fs::read(transcript).is_ok_and(|bytes| dangling_tool_calls(&bytes) > 0)
     }
 
     fn transcript_path(
@@ -488,22 +488,29 @@ mod tests {
 
     #[test]
     fn a_transcript_ends_in_a_tool_call_only_when_a_call_has_no_result() {
+        let ends = |transcript: &[u8]| dangling_tool_calls(transcript) > 0;
+        // The adapter reads the file it is given; a missing one holds no call.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        std::fs::write(&path, transcript(&[PROMPT, CALL])).unwrap();
         let adapter = ClaudeAdapter::new();
-        assert!(adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL])));
+        assert!(adapter.ends_in_a_tool_call(&path));
+        assert!(!adapter.ends_in_a_tool_call(&dir.path().join("gone.jsonl")));
+        assert!(ends(&transcript(&[PROMPT, CALL])));
         // A torn line after the call changes nothing.
         let mut torn = transcript(&[PROMPT, CALL]);
         torn.extend_from_slice(br#"{"type":"user","mess"#);
-        assert!(adapter.ends_in_a_tool_call(&torn));
-        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL, RESULT])));
-        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL, RESULT, REPLY])));
-        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT])));
-        assert!(!adapter.ends_in_a_tool_call(b""));
+        assert!(ends(&torn));
+        assert!(!ends(&transcript(&[PROMPT, CALL, RESULT])));
+        assert!(!ends(&transcript(&[PROMPT, CALL, RESULT, REPLY])));
+        assert!(!ends(&transcript(&[PROMPT])));
+        assert!(!ends(b""));
         // A subagent's unanswered call is not the session's own.
         let side = CALL.replace(r#""isSidechain":false"#, r#""isSidechain":true"#);
-        assert!(!adapter.ends_in_a_tool_call(&transcript(&[PROMPT, &side])));
+        assert!(!ends(&transcript(&[PROMPT, &side])));
         // A second call left open after the first was answered.
         let second = CALL.replace("toolu_1", "toolu_2");
-        assert!(adapter.ends_in_a_tool_call(&transcript(&[PROMPT, CALL, RESULT, &second])));
+        assert!(ends(&transcript(&[PROMPT, CALL, RESULT, &second])));
     }
     use crate::request::tests::request;
 

@@ -369,22 +369,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert!(
-            matches!(
-                report.outcome,
-                AttemptOutcome::Infra {
-                    kind: InfraKind::AwaitingPermission,
-                    ..
-                }
-            ),
-            "{report:?}"
-        );
-        assert_eq!(
-            report.park,
-            Some(crate::ParkSignal::Approval {
-                question: "Proceed with the migration? [y/N]".into()
-            })
-        );
+        crate::request::tests::assert_awaits_approval(&report, "Proceed with the migration? [y/N]");
     }
 
     #[test]

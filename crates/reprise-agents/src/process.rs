@@ -1068,22 +1068,7 @@ pub(crate) mod tests {
             &request,
             &CancelToken::new(),
         );
-        assert!(
-            matches!(
-                report.outcome,
-                AttemptOutcome::Infra {
-                    kind: InfraKind::AwaitingPermission,
-                    ..
-                }
-            ),
-            "{report:?}"
-        );
-        assert_eq!(
-            report.park,
-            Some(ParkSignal::Approval {
-                question: "May I delete build/? (y/n)".into()
-            })
-        );
+        crate::request::tests::assert_awaits_approval(&report, "May I delete build/? (y/n)");
     }
 
     #[test]

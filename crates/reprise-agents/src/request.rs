@@ -157,14 +157,15 @@ pub trait Adapter: Send + Sync + fmt::Debug {
         config_home: Option<&Path>,
     ) -> Option<PathBuf>;
 
-    /// Whether `transcript` (the CLI's own, as `transcript_path` names it)
-    /// ends inside a tool call: a tool the model asked for whose result
+    /// Whether the transcript at `transcript` (the CLI's own, as
+    /// `transcript_path` names it, or its preserved copy) ends inside a
+    /// tool call: a tool the model asked for whose result
     /// never came back, because the process died while it ran. Such a
     /// session is not resumed (the next attempt starts cold, recorded as
     /// `session_unavailable`). Adapters that cannot tell say `false`, as do
     /// those whose CLI writes a call only with its result (Gemini CLI 0.61:
     /// a session killed mid-tool holds no open call).
-    fn ends_in_a_tool_call(&self, transcript: &[u8]) -> bool {
+    fn ends_in_a_tool_call(&self, transcript: &Path) -> bool {
         let _ = transcript;
         false
     }
@@ -233,6 +234,26 @@ pub(crate) mod tests {
             watch: Default::default(),
             model: None,
         }
+    }
+
+    /// The attempt stopped waiting on someone, who is asked `question`.
+    pub(crate) fn assert_awaits_approval(report: &AttemptReport, question: &str) {
+        assert!(
+            matches!(
+                report.outcome,
+                crate::AttemptOutcome::Infra {
+                    kind: crate::InfraKind::AwaitingPermission,
+                    ..
+                }
+            ),
+            "{report:?}"
+        );
+        assert_eq!(
+            report.park,
+            Some(crate::ParkSignal::Approval {
+                question: question.into()
+            })
+        );
     }
 
     #[test]

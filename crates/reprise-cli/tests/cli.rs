@@ -45,6 +45,17 @@ impl Env {
         command
     }
 
+    /// `reprise ARGS` started in the background with its stderr dropped,
+    /// for a test that acts on it while it runs; `stdout` piped to read
+    /// once it ends, or dropped.
+    fn spawn(&self, args: &[&str], stdout: std::process::Stdio) -> std::process::Child {
+        self.command(args)
+            .stdout(stdout)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }

@@ -203,17 +203,23 @@ impl Project {
         command
     }
 
-    /// `reprise ARGS --json` in the project, as its user would run it.
-    fn reprise_json(&self, args: &[&str]) -> Value {
-        let output = Command::new(BIN)
+    /// `reprise ARGS` in the project, as its user would run it.
+    fn reprise(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
             .args(args)
-            .arg("--json")
             .current_dir(self.root())
             .env_clear()
             .env("HOME", self.temp.path().join("home"))
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// `reprise ARGS --json` in the project, as its user would run it.
+    fn reprise_json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        let output = self.reprise(&args);
         serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
             panic!(
                 "{args:?} printed no json ({err}): {}",
@@ -1214,13 +1220,7 @@ fn codex_endless_tool_loop_ends_at_the_request_cap_as_a_rehearsal_loop() {
 fn claude_parked_mid_request_wakes_warm_in_its_own_session() {
     let cli = Cli::Claude;
     let project = Project::new();
-    let scenario = format!(
-        "rules:\n\
-         \x20 - match: {{ task: nap, turn: 1 }}\n    reply: {{ hang: true }}\n\
-         \x20 - match: {{ task: nap, turn: 2, tool_result: false }}\n    reply: {write}\n\
-         \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
-        write = cli.write_reply("greeting.txt", "hello\n", true),
-    );
+    let scenario = hang_then_write(cli);
     let child = project.rehearse_spawn(
         cli,
         &plan(cli, "nap", "warm", 0, &[content_gate()]),
@@ -1263,6 +1263,40 @@ fn claude_parked_mid_request_wakes_warm_in_its_own_session() {
         worktree_file(&project, &ran, "nap", "greeting.txt"),
         "hello\n"
     );
+}
+
+/// Task `nap`'s first request hangs; the next turn (a resume or a retry)
+/// writes greeting.txt and says DONE.
+fn hang_then_write(cli: Cli) -> String {
+    format!(
+        "rules:\n\
+         \x20 - match: {{ task: nap, turn: 1 }}\n    reply: {{ hang: true }}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: false }}\n    reply: {write}\n\
+         \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
+        write = cli.write_reply("greeting.txt", "hello\n", true),
+    )
+}
+
+/// `kill -9` of the rehearsal `child`: the agent and everything it started
+/// go with it (nothing mentioning `runs` is left). The killed run's id.
+fn kill_the_rehearsal(mut child: std::process::Child, runs: &Path) -> String {
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let started = std::time::Instant::now();
+    while !processes_mentioning(&runs.to_string_lossy()).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the agent outlived its killed run: {:?}",
+            processes_mentioning(&runs.to_string_lossy())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    fs::read_dir(runs)
+        .unwrap()
+        .flatten()
+        .map(|run| run.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("R-"))
+        .expect("the killed run")
 }
 
 /// Waits until `task`'s first request reached the server and hangs there,
@@ -1328,50 +1362,20 @@ fn wait_for_a_hung_request_and_its_transcript(runs: &Path, task: &str) {
 fn claude_killed_with_its_run_is_continued_warm_in_its_own_session() {
     let cli = Cli::Claude;
     let project = Project::new();
-    let scenario = format!(
-        "rules:\n\
-         \x20 - match: {{ task: nap, turn: 1 }}\n    reply: {{ hang: true }}\n\
-         \x20 - match: {{ task: nap, turn: 2, tool_result: false }}\n    reply: {write}\n\
-         \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
-        write = cli.write_reply("greeting.txt", "hello\n", true),
-    );
-    let mut child = project.rehearse_spawn(
+    let scenario = hang_then_write(cli);
+    let child = project.rehearse_spawn(
         cli,
         &plan(cli, "nap", "warm", 0, &[content_gate()]),
         &scenario,
     );
     let runs = project.root().join(".reprise/runs");
     wait_for_a_hung_request_and_its_transcript(&runs, "nap");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // Claude Code does not outlive the run that started it.
-    let started = std::time::Instant::now();
-    while !processes_mentioning(&runs.to_string_lossy()).is_empty() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "Claude Code outlived its killed run: {:?}",
-            processes_mentioning(&runs.to_string_lossy())
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let run_id = fs::read_dir(&runs)
-        .unwrap()
-        .flatten()
-        .map(|run| run.file_name().to_string_lossy().into_owned())
-        .find(|name| name.starts_with("R-"))
-        .expect("the killed run");
+    let run_id = kill_the_rehearsal(child, &runs);
     let status = project.reprise_json(&["status", &run_id]);
     assert_eq!(status["liveness"]["state"], "interrupted", "{status}");
     // A rehearsal is continued only as one: as a plain run its agent would
     // call the real service.
-    let plain = Command::new(BIN)
-        .args(["run", "--continue", &run_id])
-        .current_dir(project.root())
-        .env_clear()
-        .env("HOME", project.temp.path().join("home"))
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .output()
-        .unwrap();
+    let plain = project.reprise(&["run", "--continue", &run_id]);
     assert_eq!(plain.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&plain.stderr).contains("rehearse --continue"),
@@ -1430,7 +1434,7 @@ fn claude_killed_inside_a_tool_call_is_continued_cold() {
          \x20 - match: {{ task: nap, turn: 2, tool_result: true }}\n    reply: {{ text: \"DONE: wrote greeting.txt\" }}\n",
         write = cli.write_reply("greeting.txt", "hello\n", true),
     );
-    let mut child = project.rehearse_spawn(
+    let child = project.rehearse_spawn(
         cli,
         &plan(cli, "nap", "warm", 0, &[content_gate()]),
         &scenario,
@@ -1449,22 +1453,7 @@ fn claude_killed_inside_a_tool_call_is_continued_cold() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let started = std::time::Instant::now();
-    while !processes_mentioning(&runs.to_string_lossy()).is_empty() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "Claude Code or its tool outlived the killed run"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let run_id = fs::read_dir(&runs)
-        .unwrap()
-        .flatten()
-        .map(|run| run.file_name().to_string_lossy().into_owned())
-        .find(|name| name.starts_with("R-"))
-        .expect("the killed run");
+    let run_id = kill_the_rehearsal(child, &runs);
     let ran = project.rehearse_continue(cli, &run_id);
     ran.assert_ok();
     let attempts = ran.attempts("nap");

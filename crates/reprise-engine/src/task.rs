@@ -244,11 +244,11 @@ impl TaskRun<'_> {
         let _ = self.events.send(Message::Event(event));
     }
 
-    /// Prepares the task's sandbox and chains, records `task.started`, and
-    /// hands the lifecycle to its executor.
-    fn attempts(&self, result: &mut TaskResult) -> Result<()> {
+    /// The task's worktree (created, or re-created at its own path), its
+    /// chains opened, its snapshot store and its retry budget: what a
+    /// first start and a continuation both begin with.
+    pub(crate) fn materialise(&self, result: &mut TaskResult) -> Result<Materialised> {
         let task = self.task;
-        let sandbox_started = Instant::now();
         let cwd = sandbox::prepare(
             self.state,
             self.workspace,
@@ -259,7 +259,7 @@ impl TaskRun<'_> {
         )?;
         result.cwd = Some(cwd.clone());
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
-        let mut journal = Journal::open(self.state, &key)?;
+        let journal = Journal::open(self.state, &key)?;
         let spine = Spine::open(self.state, &key)?;
         let audit = AuditLog::open(self.state, self.key.clone())?;
         let isolated = self.workspace.isolates(task) && self.base.is_some();
@@ -276,6 +276,33 @@ impl TaskRun<'_> {
             Some((spec, criteria)) => Some(RetryBudget::new(spec, criteria)?),
             None => None,
         };
+        Ok(Materialised {
+            key,
+            cwd,
+            isolated,
+            journal,
+            spine,
+            audit,
+            snapshots,
+            budget,
+        })
+    }
+
+    /// Prepares the task's sandbox and chains, records `task.started`, and
+    /// hands the lifecycle to its executor.
+    fn attempts(&self, result: &mut TaskResult) -> Result<()> {
+        let task = self.task;
+        let sandbox_started = Instant::now();
+        let Materialised {
+            key,
+            cwd,
+            isolated,
+            mut journal,
+            spine,
+            audit,
+            snapshots,
+            budget,
+        } = self.materialise(result)?;
         let policy = Policy {
             max_attempts: task.max_retries + 1,
             budgeted: budget.is_some(),
@@ -800,7 +827,7 @@ impl TaskRun<'_> {
 
     /// False when the transcript ends inside a tool call (its process died
     /// while the tool ran), said as a warning: the session is not resumed.
-    fn resumable(&self, session_id: &str, transcript: &[u8]) -> bool {
+    fn resumable(&self, session_id: &str, transcript: &Path) -> bool {
         if !self.adapter.ends_in_a_tool_call(transcript) {
             return true;
         }
@@ -820,14 +847,14 @@ impl TaskRun<'_> {
             // The adapter keeps no transcript we can see: trust the CLI.
             return true;
         };
-        if let Ok(bytes) = fs::read(&native) {
-            return self.resumable(session_id, &bytes);
+        if native.is_file() {
+            return self.resumable(session_id, &native);
         }
         let preserved = self.preserved_path(session_id);
         let Ok(bytes) = fs::read(&preserved) else {
             return false;
         };
-        if !self.resumable(session_id, &bytes) {
+        if !self.resumable(session_id, &preserved) {
             return false;
         }
         let restored = native
@@ -848,6 +875,19 @@ impl TaskRun<'_> {
             Err(_) => false,
         }
     }
+}
+
+/// What [`TaskRun::materialise`] gives a task to run in.
+pub(crate) struct Materialised {
+    pub(crate) key: TaskKey,
+    pub(crate) cwd: PathBuf,
+    /// In a worktree of its own, from the run's base.
+    pub(crate) isolated: bool,
+    pub(crate) journal: Journal,
+    pub(crate) spine: Spine,
+    pub(crate) audit: AuditLog,
+    pub(crate) snapshots: Option<reprise_store::snapshot::SnapshotStore>,
+    pub(crate) budget: Option<RetryBudget>,
 }
 
 /// What the next prompt may say about the attempt before it, owned so it

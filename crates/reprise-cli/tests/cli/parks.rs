@@ -98,12 +98,7 @@ tasks:
 fn parking_the_running_task_lets_the_next_one_take_its_seat_and_returns_its_headroom() {
     let env = git_env();
     let plan = write_plan(&env, "seats", TWO_ON_ONE_SEAT);
-    let child = env
-        .command(&["run", &plan, "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::piped());
     // Wait for the slow second attempt: the first one spent $0.10.
     let journal = env
         .project()
@@ -287,12 +282,7 @@ tasks:
             dir = pids.display()
         ),
     );
-    let child = env
-        .command(&["run", &plan])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
     let grandchild: u32 = wait_for_file(&pids.join("child")).trim().parse().unwrap();
     let agent: u32 = wait_for_file(&pids.join("agent")).trim().parse().unwrap();
     assert!(pid_alive(agent) && pid_alive(grandchild));
@@ -397,12 +387,7 @@ fn park_tasks(env: &Env, plan: &str, tasks: &[&str]) {
 /// each starts, and returns what the run printed once it ended with them
 /// parked (exit 3).
 fn park_in(env: &Env, args: &[&str], name: &str, tasks: &[&str]) -> std::process::Output {
-    let child = env
-        .command(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(args, std::process::Stdio::piped());
     for task in tasks {
         wait_for_an_attempt(env, name, task);
         assert_success(&env.run(&["task", "suspend", task]));
@@ -621,12 +606,7 @@ tasks:
     sim: [ { reply: "ok", write: { a.txt: x } } ]
 "#,
     );
-    let mut child = env
-        .command(&["run", &plan])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
     wait_for_an_attempt(&env, "durable", "work");
     child.kill().unwrap();
     child.wait().unwrap();
@@ -726,12 +706,7 @@ fn a_direct_park_cut_at_any_step_is_completed_by_the_next_suspend() {
     for step in ["suspend", "receipt", "process", "sandbox", "seat", "budget"] {
         let env = git_env();
         let plan = write_plan(&env, "parkable", PARKABLE);
-        let mut child = env
-            .command(&["run", &plan])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
         wait_for_an_attempt(&env, "parkable", "one");
         child.kill().unwrap();
         child.wait().unwrap();
@@ -788,12 +763,7 @@ tasks:
       - { reply: "woke and finished", write: { n.txt: x } }
 "#,
     );
-    let child = env
-        .command(&["run", &plan, "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::piped());
     wait_for_an_attempt(&env, "timed", "nap");
     let parked = env.run(&["task", "suspend", "nap", "--until", "2s", "--json"]);
     assert_success(&parked);
@@ -840,12 +810,7 @@ tasks:
 fn a_pause_keeps_the_seat_and_worktree_and_an_unpause_goes_on_warm() {
     let env = git_env();
     let plan = write_plan(&env, "steered", STEERED);
-    let child = env
-        .command(&["run", &plan, "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::piped());
     wait_for_an_attempt(&env, "steered", "steer");
     assert_success(&env.run(&["task", "pause", "steer"]));
     // Paused: the journal says so, the worktree stays, the seat is still
@@ -928,12 +893,7 @@ fn a_pause_is_shown_live_in_text_and_events() {
         if output == "events" {
             args.push("--events");
         }
-        let child = env
-            .command(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = env.spawn(&args, std::process::Stdio::piped());
         wait_for_an_attempt(&env, "steered", "steer");
         assert_success(&env.run(&["task", "pause", "steer"]));
         let ran = child.wait_with_output().unwrap();
@@ -964,12 +924,7 @@ fn a_pause_is_shown_live_in_text_and_events() {
 fn pause_upgrades(text: &str, flags: &[&str]) {
     let env = git_env();
     let plan = write_plan(&env, "steered", text);
-    let child = env
-        .command(&["run", &plan, "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::piped());
     wait_for_an_attempt(&env, "steered", "steer");
     let mut pause = vec!["task", "pause", "steer"];
     pause.extend_from_slice(flags);

@@ -914,12 +914,7 @@ tasks:
     command: [sh, -c, "sleep 300; echo DONE"]
 "#,
     );
-    let mut child = env
-        .command(&["run", &plan])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
     wait_for_an_attempt(&env, "long", "slow");
     let live = json_of(&env.run(&["status", "--json"]));
     assert_eq!(
@@ -1189,12 +1184,7 @@ tasks:
     gates: [ { name: good, run: "test \"$(cat a.txt)\" = good" } ]
 "#,
     );
-    let mut child = env
-        .command(&["run", &plan, "--events"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn(&["run", &plan, "--events"], std::process::Stdio::piped());
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(first["event"], "run.started");
@@ -1479,16 +1469,9 @@ tasks:
     command: [sh, -c, "i=1; while [ $i -le 8 ]; do echo tick $i; sleep 0.4; i=$((i+1)); done; echo DONE"]
 "#,
     );
-    let spawn = |args: &[&str], out: std::process::Stdio| {
-        env.command(args)
-            .stdout(out)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut run = spawn(&["run", &plan], std::process::Stdio::null());
+    let mut run = env.spawn(&["run", &plan], std::process::Stdio::null());
     wait_for_an_attempt(&env, "ticks", "tick");
-    let mut follow = spawn(&["logs", "tick", "--follow"], std::process::Stdio::piped());
+    let mut follow = env.spawn(&["logs", "tick", "--follow"], std::process::Stdio::piped());
     let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
     for line in lines.by_ref() {

@@ -127,24 +127,22 @@ fn verify_suspension_verifies_warm_and_cold_resumes() {
     assert_eq!(report["downgrade_reason"], "workspace_hash_mismatch");
 }
 
-#[test]
-fn a_receipt_citing_another_tasks_park_fails() {
-    let (env, writer) = started();
-    writer.park().unwrap();
-    let other = super::suspension::writer(&env, "fixture/other");
+/// Appends a suspend receipt for `writer`'s task that cites a park of
+/// another task, `fixture/other`, parked for the purpose.
+fn cite_another_tasks_park(env: &Env, writer: &ParkWriter) {
+    let other = super::suspension::writer(env, "fixture/other");
     let theirs = other.park().unwrap();
-    // A receipt for this task that cites the other task's park.
     let receipt = SuspendReceipt {
         plan: writer.task.plan.clone(),
         task_id: writer.task.task.clone(),
-        run_id: writer.run_id,
+        run_id: writer.run_id.clone(),
         park: theirs.park,
         journal_seq: theirs.seq,
         session_id: None,
         workspace_hash: theirs.workspace_hash,
         wake: Wake::Resume,
     };
-    AuditLog::open(&env.state(), key_of(&env))
+    AuditLog::open(&env.state(), key_of(env))
         .unwrap()
         .append(
             SUSPEND_RECEIPT_KIND,
@@ -152,6 +150,13 @@ fn a_receipt_citing_another_tasks_park_fails() {
             &serde_json::to_value(&receipt).unwrap(),
         )
         .unwrap();
+}
+
+#[test]
+fn a_receipt_citing_another_tasks_park_fails() {
+    let (env, writer) = started();
+    writer.park().unwrap();
+    cite_another_tasks_park(&env, &writer);
     let (code, report) = verify(&env);
     assert_eq!(code, Some(1));
     assert_eq!(report["status"], "failed");
@@ -347,26 +352,7 @@ fn approve_refuses_a_park_whose_evidence_fails() {
     let (env, writer) = started();
     writer.park_partly(Wake::Approval, "", 4).unwrap();
     // A release citing a receipt that does not exist.
-    let other = super::suspension::writer(&env, "fixture/other");
-    let theirs = other.park().unwrap();
-    let receipt = SuspendReceipt {
-        plan: writer.task.plan.clone(),
-        task_id: writer.task.task.clone(),
-        run_id: writer.run_id,
-        park: theirs.park,
-        journal_seq: theirs.seq,
-        session_id: None,
-        workspace_hash: theirs.workspace_hash,
-        wake: Wake::Resume,
-    };
-    AuditLog::open(&env.state(), key_of(&env))
-        .unwrap()
-        .append(
-            SUSPEND_RECEIPT_KIND,
-            FIXED_AT,
-            &serde_json::to_value(&receipt).unwrap(),
-        )
-        .unwrap();
+    cite_another_tasks_park(&env, &writer);
     let before = env.snapshot();
     assert_one_line_error(&approve(&env, &[TASK]), 1, "does not verify");
     assert_eq!(env.snapshot(), before);
@@ -520,12 +506,7 @@ fn list_suspended_shows_each_live_park_and_how_to_wake_it() {
 /// Runs `plan` and parks its task `edit` through `reprise task suspend`
 /// once its first attempt runs: the engine's own park.
 fn park_through_the_engine(env: &Env, plan: &str) {
-    let child = env
-        .command(&["run", plan])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = env.spawn(&["run", plan], std::process::Stdio::null());
     let journal = env
         .project()
         .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");

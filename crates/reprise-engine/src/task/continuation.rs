@@ -12,8 +12,6 @@ use reprise_core::digest::Digest;
 use reprise_core::lifecycle::{Effect, Policy, TaskEvent, TaskState, replay, rows};
 use reprise_core::record::JournalRow;
 use reprise_core::retry::{Checkpoint as DecisionCheckpoint, DecisionInput, RetryMode, decide};
-use reprise_store::audit::AuditLog;
-use reprise_store::journal::{Journal, Spine};
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::suspension::{RESUME_KIND, RESUME_RECEIPT_KIND, ResumeBody, ResumeReceipt};
 use serde_json::{Value, json};
@@ -22,7 +20,6 @@ use super::{NextAttempt, TaskResult, TaskRun};
 use crate::checkpoints;
 use crate::error::{EngineError, Result};
 use crate::resume::ParkPoint;
-use crate::sandbox;
 use crate::state::AttemptSummary;
 
 /// How a task is taken up again.
@@ -169,30 +166,16 @@ impl TaskRun<'_> {
         // The worktree comes back at its own path (the CLIs key sessions by
         // directory): as it was, or from the task's base when a park
         // removed it (the park's snapshot then restores its files).
-        let cwd = sandbox::prepare(
-            self.state,
-            self.workspace,
-            self.project,
-            self.run_id,
-            task,
-            self.base.as_deref(),
-        )?;
-        result.cwd = Some(cwd.clone());
-        let mut journal = Journal::open(self.state, &key)?;
-        let spine = Spine::open(self.state, &key)?;
-        let mut audit = AuditLog::open(self.state, self.key.clone())?;
-        let isolated = self.workspace.isolates(task) && self.base.is_some();
-        let snapshots = checkpoints::open_store(
-            self.state,
-            self.run_id,
-            task,
-            &cwd,
-            self.workspace.repo().filter(|_| isolated),
-        )?;
-        let budget = match self.budget {
-            Some((spec, criteria)) => Some(reprise_core::budget::RetryBudget::new(spec, criteria)?),
-            None => None,
-        };
+        let super::Materialised {
+            cwd,
+            isolated,
+            mut journal,
+            spine,
+            mut audit,
+            snapshots,
+            budget,
+            ..
+        } = self.materialise(result)?;
         let taken = taken_up(&rows);
         let latest = taken.attempt;
         let session = started_session(&rows);

@@ -672,6 +672,24 @@ fn tool_result_follow_up(prompt: &str, round: usize) -> Value {
     messages_request(messages)
 }
 
+/// What task `a`'s request `round` of the "fix it" attempt got: the tool's
+/// name, or the reply's text.
+fn played(server: &ModelServer, round: usize) -> String {
+    let events = events(
+        &post(
+            server,
+            "/t/a/v1/messages",
+            &tool_result_follow_up("fix it", round),
+        )
+        .body,
+    );
+    let block = events[1].1["content_block"].clone();
+    match block["type"].as_str() {
+        Some("tool_use") => block["name"].as_str().unwrap().to_owned(),
+        _ => text_of(&events),
+    }
+}
+
 #[test]
 fn steps_play_one_per_request_within_an_attempt_and_start_again_in_the_next() {
     let scenario = Scenario::from_yaml(
@@ -688,21 +706,7 @@ rules:
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = ModelServer::start(scenario, dir.path().join("requests.jsonl")).unwrap();
-    let played = |round: usize| {
-        let events = events(
-            &post(
-                &server,
-                "/t/a/v1/messages",
-                &tool_result_follow_up("fix it", round),
-            )
-            .body,
-        );
-        let block = events[1].1["content_block"].clone();
-        match block["type"].as_str() {
-            Some("tool_use") => block["name"].as_str().unwrap().to_owned(),
-            _ => text_of(&events),
-        }
-    };
+    let played = |round: usize| played(&server, round);
     assert_eq!(
         [played(0), played(1), played(2), played(3)],
         ["Read", "Edit", "Fixed.", "Fixed."],
@@ -743,21 +747,6 @@ rules:
     };
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("requests.jsonl");
-    let played = |server: &ModelServer, round: usize| {
-        let events = events(
-            &post(
-                server,
-                "/t/a/v1/messages",
-                &tool_result_follow_up("fix it", round),
-            )
-            .body,
-        );
-        let block = events[1].1["content_block"].clone();
-        match block["type"].as_str() {
-            Some("tool_use") => block["name"].as_str().unwrap().to_owned(),
-            _ => text_of(&events),
-        }
-    };
     let first = ModelServer::start(scenario(), log.clone()).unwrap();
     assert_eq!([played(&first, 0), played(&first, 1)], ["Read", "Edit"]);
     drop(first);
