@@ -219,6 +219,112 @@ fn cli_options(plan: &Plan, kind: AgentKind) -> CliOptions {
         .unwrap_or_default()
 }
 
+/// The run's record before anything ran: every task queued, in
+/// dependency order.
+fn new_record(
+    plan: &Plan,
+    order: &[&Task],
+    options: &RunOptions,
+    workspace: &Workspace,
+) -> RunState {
+    RunState {
+        v: 1,
+        workspace: Some(workspace.clone()),
+        run_id: options.run_id.clone(),
+        plan: options.plan_path.display().to_string(),
+        plan_name: plan.name().to_owned(),
+        started_at: now_rfc3339(),
+        finished_at: None,
+        ok: None,
+        retry_of: options.retry_of.as_ref().map(|prior| prior.run_id.clone()),
+        tasks: order
+            .iter()
+            .map(|task| TaskRecord {
+                task_id: task.id.clone(),
+                state: TaskStatus::Queued,
+                agent: task.agent.kind().as_str().to_owned(),
+                attempts: Vec::new(),
+                spent_micro_usd: 0,
+                judged: false,
+                reason: None,
+                metadata: BTreeMap::new(),
+                gaps: Vec::new(),
+                base_commit: None,
+                cwd: None,
+                output: None,
+            })
+            .collect(),
+    }
+}
+
+/// A new leg of finished run `prior`: its delivered tasks keep their state
+/// and results in `run`; each judged one gets its kept reply to hear once.
+/// Also the warnings for replies that could not be carried.
+fn carry_prior(
+    state: &StateDir,
+    prior: &RunState,
+    run: &mut RunState,
+) -> (BTreeMap<TaskId, Previous>, Vec<(TaskId, String)>) {
+    let mut carried = BTreeMap::new();
+    let mut warnings = Vec::new();
+    for record in &mut run.tasks {
+        let Some(before) = prior.task(&record.task_id) else {
+            continue;
+        };
+        if before.state.delivered() {
+            record.state = before.state;
+            record.reason = Some(format!("{} in {}", before.state.as_str(), prior.run_id));
+            record.gaps.clone_from(&before.gaps);
+            // Its result, committed in that run, is what dependents
+            // build on in this one.
+            record.base_commit.clone_from(&before.base_commit);
+            record.output.clone_from(&before.output);
+            record.cwd.clone_from(&before.cwd);
+            continue;
+        }
+        if before.judged {
+            match read_kept_reply(state, &prior.run_id, &record.task_id) {
+                Ok(Some(reply)) => {
+                    carried.insert(record.task_id.clone(), Previous::carried(reply));
+                }
+                Ok(None) => warnings.push((
+                    record.task_id.clone(),
+                    format!(
+                        "no kept reply in {}: re-running without a quote",
+                        prior.run_id
+                    ),
+                )),
+                Err(err) => warnings.push((
+                    record.task_id.clone(),
+                    format!("kept reply unreadable ({err}): re-running without a quote"),
+                )),
+            }
+        }
+    }
+    (carried, warnings)
+}
+
+/// The run's control socket, or a warning that parks and pauses cannot
+/// reach this run.
+fn bind_control(
+    state: &StateDir,
+    run_id: &str,
+    sink: &mut dyn EventSink,
+) -> Option<crate::control::ControlServer> {
+    match crate::control::ControlServer::bind(&crate::control::socket_path(state, run_id)) {
+        Ok(server) => Some(server),
+        Err(err) => {
+            sink.event(&Event::Warning {
+                task: None,
+                message: format!(
+                    "no control socket ({err}): `reprise task suspend` cannot reach this run"
+                ),
+            });
+            None
+        }
+    }
+}
+
 /// Runs `plan` to the end (or until `cancel`), reporting to `sink`.
 pub fn run_plan(
     state: &StateDir,
@@ -246,74 +352,13 @@ pub fn run_plan(
     // seals its journal already has, and reading the chain per task would
     // make every task cost more than the one before.
     let audit = read_audit(state, &options.key)?;
-    let mut run = RunState {
-        v: 1,
-        workspace: Some(workspace.clone()),
-        run_id: options.run_id.clone(),
-        plan: options.plan_path.display().to_string(),
-        plan_name: plan.name().to_owned(),
-        started_at: now_rfc3339(),
-        finished_at: None,
-        ok: None,
-        retry_of: options.retry_of.as_ref().map(|prior| prior.run_id.clone()),
-        tasks: order
-            .iter()
-            .map(|task| TaskRecord {
-                task_id: task.id.clone(),
-                state: TaskStatus::Queued,
-                agent: task.agent.kind().as_str().to_owned(),
-                attempts: Vec::new(),
-                spent_micro_usd: 0,
-                judged: false,
-                reason: None,
-                metadata: BTreeMap::new(),
-                gaps: Vec::new(),
-                base_commit: None,
-                cwd: None,
-                output: None,
-            })
-            .collect(),
-    };
+    let mut run = new_record(plan, &order, &options, &workspace);
     // A new leg of a finished run: what passed stays passed; what failed
     // runs again, a judged task hearing its kept reply once.
-    let mut carried: BTreeMap<TaskId, Previous> = BTreeMap::new();
-    let mut warnings = Vec::new();
-    if let Some(prior) = &options.retry_of {
-        for record in &mut run.tasks {
-            let Some(before) = prior.task(&record.task_id) else {
-                continue;
-            };
-            if before.state.delivered() {
-                record.state = before.state;
-                record.reason = Some(format!("{} in {}", before.state.as_str(), prior.run_id));
-                record.gaps.clone_from(&before.gaps);
-                // Its result, committed in that run, is what dependents
-                // build on in this one.
-                record.base_commit.clone_from(&before.base_commit);
-                record.output.clone_from(&before.output);
-                record.cwd.clone_from(&before.cwd);
-                continue;
-            }
-            if before.judged {
-                match read_kept_reply(state, &prior.run_id, &record.task_id) {
-                    Ok(Some(reply)) => {
-                        carried.insert(record.task_id.clone(), Previous::carried(reply));
-                    }
-                    Ok(None) => warnings.push((
-                        record.task_id.clone(),
-                        format!(
-                            "no kept reply in {}: re-running without a quote",
-                            prior.run_id
-                        ),
-                    )),
-                    Err(err) => warnings.push((
-                        record.task_id.clone(),
-                        format!("kept reply unreadable ({err}): re-running without a quote"),
-                    )),
-                }
-            }
-        }
-    }
+    let (carried, warnings) = match &options.retry_of {
+        Some(prior) => carry_prior(state, prior, &mut run),
+        None => (BTreeMap::new(), Vec::new()),
+    };
     // Where each task's record is: `run.tasks` follows `order`.
     let position: BTreeMap<&TaskId, usize> = order
         .iter()
@@ -373,21 +418,7 @@ pub fn run_plan(
         .collect();
     let (sender, receiver) = mpsc::channel::<Message>();
     // The control socket: `reprise task suspend` reaches the run here.
-    let server = match crate::control::ControlServer::bind(&crate::control::socket_path(
-        state,
-        &options.run_id,
-    )) {
-        Ok(server) => Some(server),
-        Err(err) => {
-            sink.event(&Event::Warning {
-                task: None,
-                message: format!(
-                    "no control socket ({err}): `reprise task suspend` cannot reach this run"
-                ),
-            });
-            None
-        }
-    };
+    let server = bind_control(state, &options.run_id, sink);
     let serving = std::sync::atomic::AtomicBool::new(false);
     let plan_key = |task: &TaskId| TaskKey::new(plan.id().clone(), task.clone());
     std::thread::scope(|scope| -> Result<()> {
