@@ -608,6 +608,22 @@ tasks:
     );
     let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
     wait_for_an_attempt(&env, "durable", "work");
+    // Killed once the sim has opened the session the engine chose for it
+    // (killed before that, there is no session to resume: cold, rightly).
+    let session = journal_kinds(&env, "durable", "work")
+        .into_iter()
+        .find(|row| row["kind"] == "attempt.started")
+        .and_then(|row| row["body"]["session"]["new"].as_str().map(str::to_owned))
+        .expect("the engine chose the session id");
+    let transcript = env.reprise_dir().join(format!("sim/{session}.jsonl"));
+    let started = std::time::Instant::now();
+    while !transcript.is_file() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the sim never opened its session"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
