@@ -96,6 +96,12 @@ impl Adapter for ClaudeAdapter {
         ResumeStrategy::NativeForkable
     }
 
+    /// `--max-budget-usd`: Claude Code stops itself once a turn takes its
+    /// reported cost past the budget, so it overshoots by at most one turn.
+    fn bounds_spend(&self) -> bool {
+        true
+    }
+
     fn chooses_session_ids(&self) -> bool {
         true
     }

@@ -143,6 +143,14 @@ pub trait Adapter: Send + Sync + fmt::Debug {
     /// alone (`strategy().capability()`).
     fn strategy(&self) -> ResumeStrategy;
 
+    /// Whether an attempt can be held to its `budget_micro_usd` while it
+    /// runs (the CLI stops itself at it), so a share of the run's pool may
+    /// be held for it. An adapter that only learns its cost at the end, or
+    /// never, says `false`: its attempts hold nothing and pay after.
+    fn bounds_spend(&self) -> bool {
+        false
+    }
+
     /// Runs one attempt to completion (or timeout/cancel). Never panics on
     /// agent misbehaviour.
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport;

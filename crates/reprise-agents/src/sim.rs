@@ -339,6 +339,11 @@ impl Adapter for SimAdapter {
         ResumeStrategy::NativeForkable
     }
 
+    /// A step whose cost is past the budget is refused before it runs.
+    fn bounds_spend(&self) -> bool {
+        true
+    }
+
     fn chooses_session_ids(&self) -> bool {
         true
     }

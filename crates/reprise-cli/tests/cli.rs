@@ -1235,6 +1235,9 @@ mod parks;
 #[path = "cli/suspension.rs"]
 mod suspension;
 
+#[path = "cli/seats.rs"]
+mod seats;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -159,11 +159,14 @@ pub enum InfraKind {
     /// `park_when_idle`, or its CLI reported a denied permission): the task
     /// is to be parked until someone approves.
     AwaitingPermission,
+    /// Spend reached the attempt's share of the run's pool while the pool
+    /// had more: the retry waits its turn and holds all that is free.
+    ShareExhausted,
 }
 
 impl InfraKind {
     /// Every infrastructure kind.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::SpawnFailed,
         Self::MissingBinary,
         Self::Timeout,
@@ -183,6 +186,7 @@ impl InfraKind {
         Self::Interrupted,
         Self::UsageLimit,
         Self::AwaitingPermission,
+        Self::ShareExhausted,
     ];
 
     /// The stable snake_case name recorded in journals and `state.json`.
@@ -207,6 +211,7 @@ impl InfraKind {
             Self::Interrupted => "interrupted",
             Self::UsageLimit => "usage_limit",
             Self::AwaitingPermission => "awaiting_permission",
+            Self::ShareExhausted => "share_exhausted",
         }
     }
 
@@ -230,7 +235,8 @@ impl InfraKind {
             | Self::IdleTimeout
             | Self::Interrupted
             | Self::UsageLimit
-            | Self::AwaitingPermission => true,
+            | Self::AwaitingPermission
+            | Self::ShareExhausted => true,
             Self::MissingBinary
             | Self::AuthFailed
             | Self::BudgetExhausted
@@ -299,6 +305,7 @@ mod tests {
             InfraKind::Interrupted => 16,
             InfraKind::UsageLimit => 17,
             InfraKind::AwaitingPermission => 18,
+            InfraKind::ShareExhausted => 19,
         }
     }
 

@@ -3,7 +3,7 @@
 use reprise_core::TaskId;
 use reprise_core::retry::DecisionRecord;
 
-use crate::state::{AttemptSummary, TaskStatus};
+use crate::state::{AttemptSummary, TaskStatus, Waiting};
 
 /// One thing that happened in a run, in the order it happened.
 #[derive(Debug, Clone)]
@@ -18,6 +18,10 @@ pub enum Event {
     Workspace {
         workspace: crate::sandbox::Workspace,
     },
+    /// A task waits before it can go on: to start (a seat, a dependency,
+    /// its envelope) or for its next attempt's share of the pool. It ends
+    /// with the task's next `AttemptStarted` (or its end).
+    TaskWaiting { task: TaskId, waiting: Waiting },
     AttemptStarted {
         task: TaskId,
         attempt: u32,

@@ -47,6 +47,6 @@ pub use run::{
 };
 pub use sandbox::{TaskOutput, Workspace, result_branch};
 pub use state::{
-    AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, latest_run, load_run,
-    run_ids,
+    AttemptSummary, GateVerdict, Outcome, RunState, TaskRecord, TaskStatus, WaitReason, Waiting,
+    latest_run, load_run, run_ids,
 };

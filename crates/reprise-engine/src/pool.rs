@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reprise_agents::CancelToken;
 use reprise_core::plan::Task;
-use reprise_core::pool::{Hold, Pool, Reservation};
+use reprise_core::pool::{Claim, Hold, Pool, Reservation};
 
 /// How often a waiting attempt looks at its cancel token.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -70,22 +70,33 @@ impl SharedPool {
         }
     }
 
-    /// The budget of one attempt of a task without an envelope: what the
-    /// pool holds free, held until the returned guard is dropped. Waits
-    /// while other attempts or envelopes hold the rest; `Some(0)` when
-    /// nothing is left; `None` when the run has no pool. An envelope's own
-    /// `remaining` is passed through untouched (it is reserved already).
+    /// Sets how many drawing tasks could hold a share now (the coordinator
+    /// counts them before it starts the tasks of a round).
+    pub(crate) fn set_contenders(&self, contenders: u32) {
+        self.lock().set_contenders(contenders);
+    }
+
+    /// The budget of one attempt of a task without an envelope, as it
+    /// `claim`s it (`reprise_core::pool::Claim`): a share, or all that is
+    /// free, held until the returned guard is dropped; or what is free,
+    /// held by nobody, for an agent that cannot be held to a budget. Waits
+    /// while it must, calling `on_wait` once when it starts to; `Some(0)`
+    /// when nothing is left; `None` when the run has no pool. An envelope's
+    /// own `remaining` is passed through untouched (it is reserved already).
     pub(crate) fn attempt_budget(
         &self,
         envelope_remaining: Option<u64>,
+        claim: Claim,
         cancel: &CancelToken,
+        on_wait: impl FnOnce(),
     ) -> AttemptHold<'_> {
         if envelope_remaining.is_some() {
             return AttemptHold::untouched(self, envelope_remaining, false);
         }
+        let mut on_wait = Some(on_wait);
         let mut pool = self.lock();
         loop {
-            match pool.hold() {
+            match pool.hold(claim) {
                 Hold::Unlimited => return AttemptHold::untouched(self, None, false),
                 Hold::Granted(held) => {
                     return AttemptHold {
@@ -96,11 +107,19 @@ impl SharedPool {
                         draws: true,
                     };
                 }
+                Hold::Unheld(free) => return AttemptHold::untouched(self, Some(free), true),
                 Hold::Exhausted => return AttemptHold::untouched(self, Some(0), true),
                 Hold::Wait if cancel.is_cancelled() => {
                     return AttemptHold::untouched(self, Some(0), true);
                 }
                 Hold::Wait => {
+                    if let Some(on_wait) = on_wait.take() {
+                        // Told without the lock held: it sends an event.
+                        drop(pool);
+                        on_wait();
+                        pool = self.lock();
+                        continue;
+                    }
                     pool = self
                         .settled
                         .wait_timeout(pool, WAIT_SLICE)
@@ -135,6 +154,23 @@ impl<'a> AttemptHold<'a> {
         }
     }
 
+    /// Gives back what the attempt did not spend, and says whether the
+    /// pool may yet give more than it held: an attempt stopped at its hold
+    /// was then stopped by its share, not by the pool's end.
+    pub(crate) fn release(mut self) -> bool {
+        let Some(held) = self.held.take() else {
+            return false;
+        };
+        // Settled here: nothing is left for the drop to settle.
+        self.draws = false;
+        let mut pool = self.pool.lock();
+        pool.release(held, self.spent);
+        let more = pool.may_give_more_than(held);
+        drop(pool);
+        self.pool.settled.notify_all();
+        more
+    }
+
     /// The attempt's budget.
     pub(crate) fn budget(&self) -> Option<u64> {
         self.budget
@@ -152,9 +188,10 @@ impl Drop for AttemptHold<'_> {
             self.pool.lock().release(held, self.spent);
             self.pool.settled.notify_all();
         } else if self.draws && self.spent > 0 {
-            // Spent with nothing held (a zero budget an agent went past):
-            // it still leaves the pool.
+            // Spent with nothing held (an agent that cannot be held to a
+            // budget, or a zero budget one went past): it leaves the pool.
             self.pool.lock().settle(None, self.spent);
+            self.pool.settled.notify_all();
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::events::{Event, EventSink, Message};
 use crate::park::Parked;
 use crate::pool::SharedPool;
 use crate::sandbox::{TaskBase, Workspace, dependent_base};
-use crate::state::{RunState, TaskRecord, TaskStatus};
+use crate::state::{RunState, TaskRecord, TaskStatus, WaitReason, Waiting};
 use crate::task::{Previous, TaskResult, TaskRun};
 
 /// What a run needs besides the plan.
@@ -252,6 +252,7 @@ fn new_record(
                 base_commit: None,
                 cwd: None,
                 output: None,
+                waiting: None,
             })
             .collect(),
     }
@@ -372,6 +373,7 @@ pub fn run_plan(
     run.save(state, false)?;
     let mut saver = Saver {
         last: std::time::Instant::now(),
+        dirty: false,
     };
     sink.event(&Event::RunStarted {
         run_id: run.run_id.clone(),
@@ -463,17 +465,27 @@ pub fn run_plan(
                     )?;
                 }
             }
-            // Start what may start.
+            // How many tasks drawing on the pool could hold a share this
+            // round, set before any of them starts: the first to ask leaves
+            // the others theirs.
+            pool.set_contenders(contenders(&order, &run, &adapters, seats, running));
+            // Start what may start; say why the rest waits.
             for task in &order {
-                if running >= seats {
-                    break;
+                if run.tasks[position[&task.id]].state != TaskStatus::Queued {
+                    continue;
                 }
-                if run.tasks[position[&task.id]].state != TaskStatus::Queued
-                    || !task
-                        .depends_on
-                        .iter()
-                        .all(|dependency| run.tasks[position[dependency]].state.delivered())
+                if let Some(dependency) = task
+                    .depends_on
+                    .iter()
+                    .find(|dependency| !run.tasks[position[dependency]].state.delivered())
                 {
+                    let detail = format!("dependency {dependency}");
+                    wait(&mut run, sink, &task.id, WaitReason::Dependency, detail);
+                    continue;
+                }
+                if running >= seats {
+                    let detail = format!("a seat (all {seats} busy)");
+                    wait(&mut run, sink, &task.id, WaitReason::Seat, detail);
                     continue;
                 }
                 let continuation = taken_up.continuations.remove(&task.id);
@@ -516,6 +528,11 @@ pub fn run_plan(
                         if let Some(continuation) = continuation {
                             taken_up.continuations.insert(task.id.clone(), continuation);
                         }
+                        let detail = format!(
+                            "headroom in the pool for its envelope (${} free)",
+                            reprise_core::plan::format_micro_usd(pool.free().unwrap_or(0))
+                        );
+                        wait(&mut run, sink, &task.id, WaitReason::Budget, detail);
                         continue;
                     }
                     Err(reason) => {
@@ -532,6 +549,7 @@ pub fn run_plan(
                 };
                 envelopes.insert(task.id.clone(), envelope);
                 run.tasks[position[&task.id]].state = TaskStatus::Running;
+                run.tasks[position[&task.id]].waiting = None;
                 let from = continuation.as_ref().map_or("queued", |(_, from, _)| *from);
                 // A task interrupted while running is still running in the ledger.
                 if from != "running" {
@@ -604,6 +622,7 @@ pub fn run_plan(
             if running == 0 && taken_up.timed.is_empty() {
                 break;
             }
+            saver.maybe_save(&run, state)?;
             // A park with a wake time is resumed by the run when it comes.
             let next_wake = taken_up.timed.values().map(|(at, _)| *at).min();
             let message = match next_wake {
@@ -636,10 +655,33 @@ pub fn run_plan(
                         }
                     }
                 }
-                None => receiver.recv().expect("a running task holds a sender"),
+                // A snapshot held back by the throttle is written once its
+                // time comes, so a live run's state.json is never left behind.
+                None => match saver.due_in() {
+                    Some(wait) => match receiver.recv_timeout(wait) {
+                        Ok(message) => message,
+                        Err(_) => continue,
+                    },
+                    None => receiver.recv().expect("a running task holds a sender"),
+                },
             };
             match message {
-                Message::Event(event) => sink.event(&event),
+                Message::Event(event) => {
+                    // The snapshot says what a task waits for while it does.
+                    match &event {
+                        Event::TaskWaiting { task, waiting } => {
+                            run.task_mut(task).waiting = Some(waiting.clone());
+                            saver.dirty = true;
+                        }
+                        Event::AttemptStarted { task, .. }
+                            if run.task_mut(task).waiting.take().is_some() =>
+                        {
+                            saver.dirty = true;
+                        }
+                        _ => {}
+                    }
+                    sink.event(&event);
+                }
                 Message::Control(request) => {
                     let answer = match &request.op {
                         crate::control::ControlOp::Resume {
@@ -899,6 +941,8 @@ fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> Result<()> 
 /// thousand times. The last save of a run is always made, and synced.
 struct Saver {
     last: std::time::Instant,
+    /// The snapshot is behind the run: a save was held back by the throttle.
+    dirty: bool,
 }
 
 const SAVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -908,9 +952,71 @@ impl Saver {
         if self.last.elapsed() >= SAVE_EVERY {
             run.save(state, false)?;
             self.last = std::time::Instant::now();
+            self.dirty = false;
+        } else {
+            self.dirty = true;
         }
         Ok(())
     }
+
+    /// How long until a held-back save may be written (`None`: nothing is
+    /// held back).
+    fn due_in(&self) -> Option<std::time::Duration> {
+        self.dirty
+            .then(|| SAVE_EVERY.saturating_sub(self.last.elapsed()))
+    }
+}
+
+/// Records why a queued task waits, and says so when that changed.
+fn wait(
+    run: &mut RunState,
+    sink: &mut dyn EventSink,
+    task: &TaskId,
+    reason: WaitReason,
+    detail: String,
+) {
+    let waiting = Waiting { reason, detail };
+    let record = run.task_mut(task);
+    if record.waiting.as_ref() != Some(&waiting) {
+        record.waiting = Some(waiting.clone());
+        sink.event(&Event::TaskWaiting {
+            task: task.clone(),
+            waiting,
+        });
+    }
+}
+
+/// How many tasks drawing on the pool (no envelope, an agent that can be
+/// held to a budget) could hold a share this round: those running, and
+/// those ready to start that a free seat will take.
+fn contenders(
+    order: &[&Task],
+    run: &RunState,
+    adapters: &BTreeMap<TaskId, Arc<dyn Adapter>>,
+    seats: usize,
+    running: usize,
+) -> u32 {
+    let draws = |task: &Task| task.budget_micro_usd.is_none() && adapters[&task.id].bounds_spend();
+    let mut at_work = 0usize;
+    let mut ready = 0usize;
+    for (task, record) in order.iter().zip(&run.tasks) {
+        if !draws(task) {
+            continue;
+        }
+        match record.state {
+            TaskStatus::Running => at_work += 1,
+            TaskStatus::Queued
+                if task.depends_on.iter().all(|dependency| {
+                    run.task(dependency)
+                        .is_some_and(|record| record.state.delivered())
+                }) =>
+            {
+                ready += 1;
+            }
+            _ => {}
+        }
+    }
+    u32::try_from(at_work + ready.min(seats.saturating_sub(running))).unwrap_or(u32::MAX)
 }
 
 fn apply(run: &mut RunState, id: &TaskId, result: &TaskResult) {

@@ -145,6 +145,41 @@ pub struct TaskRecord {
     /// The task's committed result, once it passed in a worktree.
     #[serde(default)]
     pub output: Option<TaskOutput>,
+    /// Why the task is not at work now, while it waits to start or for its
+    /// next attempt's budget (a live run's snapshot; gone once it goes on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+}
+
+/// Why a task waits, and the words for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    pub reason: WaitReason,
+    /// What it waits for, in words: `dependency build (running)`.
+    pub detail: String,
+}
+
+/// What a task can wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Every seat is taken.
+    Seat,
+    /// A task it depends on has not delivered yet.
+    Dependency,
+    /// The run's pool has nothing free for it now (its envelope, or its
+    /// attempt's share), and what is held may come back.
+    Budget,
+}
+
+impl WaitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Seat => "seat",
+            Self::Dependency => "dependency",
+            Self::Budget => "budget",
+        }
+    }
 }
 
 /// The snapshot of a run.

@@ -68,6 +68,10 @@ pub(crate) struct Progress {
     bars: BTreeMap<TaskId, ProgressBar>,
     /// Each task's current attempt and mode, for its status line.
     attempts: BTreeMap<TaskId, (u32, String)>,
+    /// The tasks that wait, and for what.
+    waiting: BTreeMap<TaskId, String>,
+    /// Their one status line, while any waits (live display only).
+    waiting_bar: Option<ProgressBar>,
 }
 
 impl Progress {
@@ -79,6 +83,8 @@ impl Progress {
                 .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stdout())),
             bars: BTreeMap::new(),
             attempts: BTreeMap::new(),
+            waiting: BTreeMap::new(),
+            waiting_bar: None,
         }
     }
 
@@ -96,15 +102,22 @@ impl Progress {
 
     /// A task's status line: `[task] attempt 2 (warm) · gates · 3s`.
     fn status(&mut self, task: &TaskId, phase: &str) {
-        let Some(multi) = &self.multi else {
+        if self.multi.is_none() {
             return;
-        };
+        }
         let (attempt, mode) = self
             .attempts
             .get(task)
             .cloned()
             .unwrap_or((1, "new".into()));
-        let bar = self.bars.entry(task.clone()).or_insert_with(|| {
+        self.bar(task)
+            .set_message(format!("attempt {attempt} ({mode}) · {phase}"));
+    }
+
+    /// The task's status line, made on first use (only on a live display).
+    fn bar(&mut self, task: &TaskId) -> &ProgressBar {
+        let multi = self.multi.as_ref().expect("status lines on a live display");
+        self.bars.entry(task.clone()).or_insert_with(|| {
             let bar = multi.add(ProgressBar::new_spinner());
             bar.set_style(
                 ProgressStyle::with_template("{spinner} [{prefix}] {msg} · {elapsed}")
@@ -113,8 +126,47 @@ impl Progress {
             bar.set_prefix(task.as_str().to_owned());
             bar.enable_steady_tick(Duration::from_millis(100));
             bar
+        })
+    }
+
+    /// The one status line of the tasks that wait, under the running ones:
+    /// `waiting: c for a seat (all 2 busy); d for dependency c; +3 more`.
+    fn show_waiting(&mut self) {
+        let Some(multi) = &self.multi else {
+            return;
+        };
+        if self.waiting.is_empty() {
+            if let Some(bar) = self.waiting_bar.take() {
+                bar.finish_and_clear();
+            }
+            return;
+        }
+        const NAMED: usize = 3;
+        let mut words: Vec<String> = self
+            .waiting
+            .iter()
+            .take(NAMED)
+            .map(|(task, detail)| format!("{task} for {detail}"))
+            .collect();
+        if self.waiting.len() > NAMED {
+            words.push(format!("+{} more", self.waiting.len() - NAMED));
+        }
+        let bar = self.waiting_bar.get_or_insert_with(|| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} waiting: {msg}").expect("a valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
         });
-        bar.set_message(format!("attempt {attempt} ({mode}) · {phase}"));
+        bar.set_message(words.join("; "));
+    }
+
+    /// The task waits no more.
+    fn not_waiting(&mut self, task: &TaskId) {
+        if self.waiting.remove(task).is_some() {
+            self.show_waiting();
+        }
     }
 
     fn result_mark(&self, outcome: &AttemptOutcome) -> String {
@@ -143,11 +195,20 @@ impl EventSink for Progress {
                 count(*seats, "seat")
             )),
             Event::Workspace { workspace } if !quiet => self.line(&workspace_line(workspace)),
+            Event::TaskWaiting { task, waiting } => {
+                self.waiting.insert(task.clone(), waiting.detail.clone());
+                if self.multi.is_some() {
+                    self.show_waiting();
+                } else if !quiet {
+                    self.line(&format!("[{task}] waiting for {}", waiting.detail));
+                }
+            }
             Event::AttemptStarted {
                 task,
                 attempt,
                 mode,
             } => {
+                self.not_waiting(task);
                 self.attempts.insert(task.clone(), (*attempt, mode.clone()));
                 if let Some(bar) = self.bars.get(task) {
                     bar.reset_elapsed();
@@ -226,6 +287,7 @@ impl EventSink for Progress {
                 status,
                 reason,
             } => {
+                self.not_waiting(task);
                 if let Some(bar) = self.bars.remove(task) {
                     bar.finish_and_clear();
                 }
@@ -266,7 +328,7 @@ impl EventSink for Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        for bar in self.bars.values() {
+        for bar in self.bars.values().chain(&self.waiting_bar) {
             bar.finish_and_clear();
         }
     }

@@ -87,6 +87,10 @@ impl EventSink for EventStream {
                 json!({"run_id": run_id, "plan": plan_name, "tasks": tasks, "seats": seats}),
             ),
             Event::Workspace { workspace } => ("run.workspace", json!({"workspace": workspace})),
+            Event::TaskWaiting { task, waiting } => (
+                "task.waiting",
+                json!({"task": task, "reason": waiting.reason, "detail": waiting.detail}),
+            ),
             Event::AttemptStarted {
                 task,
                 attempt,

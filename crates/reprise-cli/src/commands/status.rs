@@ -214,8 +214,30 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     let mut elapsed_of = serde_json::Map::new();
     let mut disagreements = Vec::new();
     let mut lagging = Vec::new();
+    let live = matches!(liveness, reprise_engine::Liveness::Live { .. });
+    let mut current_states = Vec::new();
     for task in &run.tasks {
-        let shown = match ledger_state(&checked, &run, task) {
+        let ledger = ledger_state(&checked, &run, task);
+        // A live run's snapshot may lag its ledger by a moment: the ledger
+        // says where each task is, and the snapshot what a task waits for.
+        let waiting = task.waiting.as_ref().filter(|_| {
+            live && matches!(ledger.unwrap_or(task.state.as_str()), "queued" | "running")
+        });
+        current_states.push(match (waiting, ledger) {
+            (Some(waiting), _) => json!({"state": "waiting", "waiting": waiting}),
+            (None, Some(ledger)) => json!({"state": ledger, "waiting": null}),
+            (None, None) => json!({"state": task.state, "waiting": null}),
+        });
+        let shown = match ledger {
+            _ if waiting.is_some() => {
+                format!(
+                    "waiting for {}",
+                    waiting.map_or("", |waiting| &waiting.detail)
+                )
+            }
+            Some(ledger) if live && only_lagging(&run, task.state.as_str(), ledger) => {
+                ledger.to_owned()
+            }
             Some(ledger) if only_lagging(&run, task.state.as_str(), ledger) => {
                 lagging.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
                 format!(
@@ -245,6 +267,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             let _ = writeln!(text, "    {}", attempt_line(attempt));
         }
         if run.ok.is_none()
+            && waiting.is_none()
             && !task.state.is_terminal()
             && let Some(plan) = run.plan_id()
             && let Some(progress) = reprise_engine::task_lifecycle(
@@ -282,6 +305,12 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     let ledger_ok = ledger.ok();
     let ok = ledger_ok && checked.audit.ok() && disagreements.is_empty();
     let mut json = run_json(&run);
+    if let Some(tasks) = json["tasks"].as_array_mut() {
+        for (task, current) in tasks.iter_mut().zip(current_states) {
+            task["state"] = current["state"].clone();
+            task["waiting"] = current["waiting"].clone();
+        }
+    }
     json["ledger"] = match &ledger.report {
         Some(report) => {
             let (first_bad_row, reason) =

@@ -19,6 +19,7 @@ use reprise_core::lifecycle::{
     Terminal, rows, transition,
 };
 use reprise_core::outcome::AttemptOutcome as Classified;
+use reprise_core::pool::Claim;
 use reprise_core::record::Head;
 use reprise_core::recovery::{Diagnosis, Strategy, Symptoms, diagnose};
 use reprise_core::retry::{DecisionRecord, RetryMode, failed_decision_metadata};
@@ -38,7 +39,7 @@ use crate::events::{Event, Phase};
 use crate::gates::GateRun;
 use crate::records::{VerifiedPrefix, record_decision};
 use crate::recovery;
-use crate::state::{AttemptSummary, TaskStatus};
+use crate::state::{AttemptSummary, TaskStatus, WaitReason, Waiting};
 
 /// Journal row kind of a retry the budget refused.
 pub(crate) const BUDGET_REFUSED_KIND: &str = "retry.budget_refused";
@@ -89,6 +90,9 @@ pub(super) struct Executor<'r, 'a> {
     /// The warm or fork decision the running attempt was sent under, for the
     /// fall-back when the CLI says the session is gone.
     last_decision: Option<DecisionRecord>,
+    /// The last attempt was stopped at its share of the pool while the
+    /// pool had more: the next claims all that is free, in its turn.
+    share_ran_out: bool,
     /// The next attempt's wall-clock limit when it is not the task's.
     next_timeout: Option<std::time::Duration>,
     /// The model the next attempt asks for, when it is not the plan's.
@@ -150,6 +154,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             last_head: None,
             verified: None,
             last_decision: None,
+            share_ran_out: false,
             next_timeout: None,
             next_model: None,
             modification: None,
@@ -720,6 +725,37 @@ impl<'r, 'a> Executor<'r, 'a> {
         let run = self.run;
         let task = run.task;
         self.attempt = attempt;
+        // The agent watches the run's cancel and the task's park.
+        let stop = run.control.begin_agent(run.cancel);
+        // A task without an envelope draws on the run's pool: a share held
+        // while its attempt runs (an agent held to a budget), or what is
+        // free (one that cannot be). It may have to wait for that first,
+        // and says so: it has not started until it has its budget.
+        let claim = if !run.adapter.bounds_spend() {
+            Claim::Unbounded
+        } else if self.share_ran_out {
+            Claim::Whole
+        } else {
+            Claim::Share
+        };
+        let mut hold = run.pool.attempt_budget(
+            run.envelope_micro_usd
+                .map(|envelope| envelope.saturating_sub(self.spent_this_leg())),
+            claim,
+            &stop,
+            || {
+                run.emit(Event::TaskWaiting {
+                    task: task.id.clone(),
+                    waiting: Waiting {
+                        reason: WaitReason::Budget,
+                        detail: format!(
+                            "its share of the pool for attempt {attempt} (other attempts hold the rest)"
+                        ),
+                    },
+                });
+            },
+        );
+        let remaining = hold.budget();
         run.emit(Event::AttemptStarted {
             task: task.id.clone(),
             attempt,
@@ -742,16 +778,6 @@ impl<'r, 'a> Executor<'r, 'a> {
         let tmp = run.state.attempt_tmp_dir(run.run_id, &task.id, attempt);
         let _ = fs::create_dir_all(&tmp);
         let env = self.attempt_env(&tmp);
-        // A task without an envelope holds what is free in the run's pool
-        // while its attempt runs.
-        // The agent watches the run's cancel and the task's park.
-        let stop = run.control.begin_agent(run.cancel);
-        let mut hold = run.pool.attempt_budget(
-            run.envelope_micro_usd
-                .map(|envelope| envelope.saturating_sub(self.spent_this_leg())),
-            &stop,
-        );
-        let remaining = hold.budget();
         let supervision = run.supervision(&self.cwd, &tmp, true);
         self.sandboxed = supervision
             .as_ref()
@@ -781,7 +807,27 @@ impl<'r, 'a> Executor<'r, 'a> {
         );
         let mut stopped = run.control.end_agent();
         hold.spent(report.cost_micro_usd.unwrap_or(0));
-        drop(hold);
+        let mut report = report;
+        let held = hold.budget().unwrap_or(0);
+        let pool_has_more = hold.release();
+        // Stopped at its share, not at the pool's end: a retry may have more.
+        self.share_ran_out = pool_has_more
+            && matches!(
+                report.outcome,
+                AttemptOutcome::Infra {
+                    kind: InfraKind::BudgetExhausted,
+                    ..
+                }
+            );
+        if self.share_ran_out {
+            report.outcome = AttemptOutcome::Infra {
+                kind: InfraKind::ShareExhausted,
+                detail: format!(
+                    "it reached its share of the run's pool (${}) while the pool had more; the retry waits for the other attempts and holds all that is free",
+                    reprise_core::plan::format_micro_usd(held)
+                ),
+            };
+        }
         self.tmp = Some(tmp);
         // The agent itself says the task should wait: a usage limit that
         // resets at a time, or a question for a person. It is parked, never
