@@ -39,14 +39,16 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::home::{config_root, is_plain_session_id};
+use crate::home::{StateHome, child_var, is_plain_session_id};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, kind_for_http_status,
     kind_from_error_text, one_line, parse_usd_micro, stderr_summary,
 };
 use crate::park::{ParkSignal, bounded_question};
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
-use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, with_chosen_session_ids};
+use crate::request::{
+    Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, with_chosen_session_ids,
+};
 
 const SPEC: CliSpec = CliSpec {
     name: "claude",
@@ -57,6 +59,15 @@ const SPEC: CliSpec = CliSpec {
 const NO_CONVERSATION: &str = "No conversation found with session ID";
 
 /// Drives Claude Code headless; resumes and forks its native sessions.
+/// Where claude keeps its state.
+const CLAUDE_STATE: StateHome = StateHome {
+    env_var: "CLAUDE_CONFIG_DIR",
+    home_dir: ".claude",
+    state_dir: "",
+    // Claude Code reads an empty one as corrupt.
+    home_files: &[(".claude.json", "{}\n")],
+};
+
 #[derive(Debug, Default)]
 pub struct ClaudeAdapter {
     versions: VersionCache,
@@ -124,6 +135,18 @@ impl Adapter for ClaudeAdapter {
         )
     }
 
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
+        CLAUDE_STATE.paths(config_home, &child_var(&self.options.env, home))
+    }
+
+    fn keeps_transcripts(&self) -> bool {
+        true
+    }
+
+    fn ends_in_a_tool_call(&self, transcript: &Path) -> bool {
+        std::fs::read(transcript).is_ok_and(|bytes| dangling_tool_calls(&bytes) > 0)
+    }
+
     /// `<root>/projects/<cwd, each character but ASCII letters and digits
     /// made '-'>/<id>.jsonl`, where the root is `config_home`, else
     /// `$CLAUDE_CONFIG_DIR`, else `$HOME/.claude`, and the cwd is the real
@@ -135,20 +158,6 @@ impl Adapter for ClaudeAdapter {
     /// hash suffix; for those the directory is discovered (one whose name
     /// starts with the first 200 characters and holds the transcript), and
     /// `None` is returned if there is none.
-    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
-        crate::home::state_paths(
-            config_home,
-            "CLAUDE_CONFIG_DIR",
-            home,
-            ".claude",
-            &[".claude.json", ".claude.json.backup"],
-        )
-    }
-
-    fn ends_in_a_tool_call(&self, transcript: &Path) -> bool {
-        std::fs::read(transcript).is_ok_and(|bytes| dangling_tool_calls(&bytes) > 0)
-    }
-
     fn transcript_path(
         &self,
         session_id: &str,
@@ -158,7 +167,7 @@ impl Adapter for ClaudeAdapter {
         if !is_plain_session_id(session_id) {
             return None;
         }
-        let root = config_root(config_home, "CLAUDE_CONFIG_DIR", ".claude")?;
+        let root = CLAUDE_STATE.root(config_home, &child_var(&self.options.env, None))?;
         let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let projects = root.join("projects");
         let file_name = format!("{session_id}.jsonl");

@@ -37,13 +37,13 @@ use std::path::{Path, PathBuf};
 use reprise_core::retry::ResumeStrategy;
 use serde_json::Value;
 
-use crate::home::{config_root, is_plain_session_id};
+use crate::home::{StateHome, child_var, is_plain_session_id};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, kind_from_error_text, one_line,
     stderr_summary,
 };
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
-use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode};
+use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths};
 
 const SPEC: CliSpec = CliSpec {
     name: "codex",
@@ -51,6 +51,14 @@ const SPEC: CliSpec = CliSpec {
 };
 
 /// Drives `codex exec`; resumes and forks its native threads.
+/// Where codex keeps its state.
+const CODEX_STATE: StateHome = StateHome {
+    env_var: "CODEX_HOME",
+    home_dir: ".codex",
+    state_dir: "",
+    home_files: &[],
+};
+
 #[derive(Debug, Default)]
 pub struct CodexAdapter {
     versions: VersionCache,
@@ -93,15 +101,19 @@ impl Adapter for CodexAdapter {
         )
     }
 
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
+        CODEX_STATE.paths(config_home, &child_var(&self.options.env, home))
+    }
+
+    fn keeps_transcripts(&self) -> bool {
+        true
+    }
+
     /// Discovered, not computed: `<root>/sessions/YYYY/MM/DD/rollout-<ts>-<id>.jsonl`
     /// where the root is `config_home`, else `$CODEX_HOME`, else
     /// `$HOME/.codex`, and the date is the session's start, which only the
     /// file system knows. `None` when no such file exists (rollouts are keyed
     /// by id, not cwd).
-    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
-        crate::home::state_paths(config_home, "CODEX_HOME", home, ".codex", &[])
-    }
-
     fn transcript_path(
         &self,
         session_id: &str,
@@ -111,7 +123,7 @@ impl Adapter for CodexAdapter {
         if !is_plain_session_id(session_id) {
             return None;
         }
-        let root = config_root(config_home, "CODEX_HOME", ".codex")?;
+        let root = CODEX_STATE.root(config_home, &child_var(&self.options.env, None))?;
         let suffix = format!("-{session_id}.jsonl");
         find_rollout(&root.join("sessions"), &suffix, 4)
     }

@@ -36,13 +36,15 @@ use std::path::{Path, PathBuf};
 use reprise_core::retry::ResumeStrategy;
 use serde_json::Value;
 
-use crate::home::{config_root, is_plain_session_id};
+use crate::home::{StateHome, child_var, is_plain_session_id};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, infra, kind_for_http_status,
     kind_from_error_text, one_line, stderr_summary,
 };
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
-use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, with_chosen_session_ids};
+use crate::request::{
+    Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, with_chosen_session_ids,
+};
 
 const SPEC: CliSpec = CliSpec {
     name: "gemini",
@@ -50,6 +52,14 @@ const SPEC: CliSpec = CliSpec {
 };
 
 /// Drives Gemini CLI headless; resumes its native sessions (no fork).
+/// Where gemini keeps its state.
+const GEMINI_STATE: StateHome = StateHome {
+    env_var: "GEMINI_CLI_HOME",
+    home_dir: "",
+    state_dir: ".gemini",
+    home_files: &[],
+};
+
 #[derive(Debug, Default)]
 pub struct GeminiAdapter {
     versions: VersionCache,
@@ -119,16 +129,20 @@ impl Adapter for GeminiAdapter {
         )
     }
 
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
+        GEMINI_STATE.paths(config_home, &child_var(&self.options.env, home))
+    }
+
+    fn keeps_transcripts(&self) -> bool {
+        true
+    }
+
     /// Discovered: `<root>/.gemini/tmp/<project>/chats/session-<ts>-<first 8
     /// characters of the id>.jsonl` whose first line names the session,
     /// where the root is `config_home`, else `$GEMINI_CLI_HOME`, else
     /// `$HOME`. The project directory is a per-cwd name the CLI assigns (in
     /// `.gemini/projects.json`), so every project is searched. `None` when no
     /// chat file names the session.
-    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
-        crate::home::state_paths(config_home, "GEMINI_CLI_HOME", home, ".gemini", &[])
-    }
-
     fn transcript_path(
         &self,
         session_id: &str,
@@ -138,7 +152,7 @@ impl Adapter for GeminiAdapter {
         if session_id.len() < 8 || !is_plain_session_id(session_id) {
             return None;
         }
-        let root = config_root(config_home, "GEMINI_CLI_HOME", "")?;
+        let root = GEMINI_STATE.root(config_home, &child_var(&self.options.env, None))?;
         let suffix = format!("-{}.jsonl", &session_id[..8]);
         let mut projects: Vec<PathBuf> = std::fs::read_dir(root.join(".gemini/tmp"))
             .ok()?

@@ -35,6 +35,6 @@ pub use gemini::GeminiAdapter;
 pub use options::{CliOptions, clashing_arg, controlled_flags};
 pub use outcome::{AttemptOutcome, AttemptReport, InfraKind, STREAM_KEEP_BYTES, Streams};
 pub use park::{ParkSignal, QUESTION_MAX_BYTES};
-pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, Watch};
+pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, Watch};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};
 pub use supervise::{SandboxRules, Supervision};

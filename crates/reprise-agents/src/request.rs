@@ -187,12 +187,33 @@ pub trait Adapter: Send + Sync + fmt::Debug {
     }
 
     /// Where the CLI writes its own state (config home, session store), so
-    /// the sandbox lets it: `config_home` if given, else the CLI's default
-    /// under `home` (the child's `$HOME`).
-    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
+    /// the engine can make it before a contained attempt and the sandbox
+    /// lets it: `config_home` if given, else the CLI's default under `home`
+    /// (a home the caller made for the task) or the child's `$HOME`.
+    fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
         let _ = (config_home, home);
-        Vec::new()
+        StatePaths::default()
     }
+
+    /// Whether the CLI saves every session it reports where
+    /// `transcript_path` finds it, so a reported session with no
+    /// transcript there is one the CLI could not save. Adapters that keep
+    /// no transcript reprise can see say `false`.
+    fn keeps_transcripts(&self) -> bool {
+        false
+    }
+}
+
+/// A CLI's own state outside the worktree: the directories and files it
+/// writes there. Before a contained attempt the engine creates the missing
+/// ones (directories 0700, files 0600) and lets the agent write exactly
+/// these, never the rest of `$HOME`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatePaths {
+    pub dirs: Vec<PathBuf>,
+    /// Each file with what a new one holds (Claude Code refuses an empty
+    /// `~/.claude.json` as corrupt, and takes `{}`).
+    pub files: Vec<(PathBuf, &'static str)>,
 }
 
 /// The request with every session id the CLI lets us choose filled in with a

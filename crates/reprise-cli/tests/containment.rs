@@ -710,3 +710,40 @@ tasks:
     let pid = fs::read_to_string(&daemon_pid).unwrap();
     assert!(within(Duration::from_secs(5), || !is_live(pid.trim())));
 }
+
+#[test]
+fn denials_the_agent_printed_on_stderr_are_recorded() {
+    let env = Env::git();
+    assert_success(&env.run(&["init"]));
+    // The reply (stdout) says nothing of the failed write; only stderr does,
+    // as a CLI's own failed writes (its session store) would.
+    env.plan(
+        r#"
+version: 1
+name: quiet
+defaults: { agent: command, timeout: 1m, max_retries: 0 }
+tasks:
+  - id: quiet
+    prompt: "p"
+    command: ["sh", "-c", "echo 'all done'; echo x > \"$HOME/stray\" || true"]
+"#,
+    );
+    assert_success(&env.run(&["run", "plan.yaml", "--json"]));
+    assert!(!env.home().join("stray").exists());
+    let finished = env
+        .journal_rows("quiet")
+        .into_iter()
+        .find(|row| row["kind"] == "attempt.finished")
+        .unwrap();
+    let containment = &finished["body"]["containment"];
+    assert_eq!(containment["sandboxed"], true, "{containment}");
+    let denied = containment["denied"].as_array().unwrap();
+    let stray = env.home().join("stray");
+    assert!(
+        denied.iter().any(|line| {
+            let line = line.as_str().unwrap();
+            line.contains(&*stray.to_string_lossy()) && line.contains("Permission denied")
+        }),
+        "the stderr line is recorded: {containment}"
+    );
+}

@@ -1476,3 +1476,229 @@ fn claude_killed_inside_a_tool_call_is_continued_cold() {
         "hello\n"
     );
 }
+
+/// The plan's `agents.<cli>` settings that point the CLI at the model server
+/// at `base` (`…/t/<task>`) with no file in its home: base URL, dummy key and
+/// no retries through `env`, Codex's provider through `-c` arguments, Gemini's
+/// API-key auth through a system settings file (`system_settings`, outside
+/// the home: with the base URL alone Gemini CLI picks an auth type it then
+/// refuses headless).
+fn server_settings(cli: Cli, base: &str, system_settings: &Path) -> String {
+    const KEY: &str = "not-a-real-key";
+    match cli {
+        Cli::Claude => format!(
+            "claude: {{ allowed_tools: [Bash], env: {{ ANTHROPIC_BASE_URL: {base:?}, ANTHROPIC_API_KEY: {KEY}, \
+             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: \"1\", CLAUDE_CODE_MAX_RETRIES: \"0\" }} }}"
+        ),
+        Cli::Codex => {
+            let provider = [
+                "model_provider=fake".to_owned(),
+                "model_providers.fake.name=fake".to_owned(),
+                format!("model_providers.fake.base_url={base}/v1"),
+                "model_providers.fake.wire_api=responses".to_owned(),
+                "model_providers.fake.env_key=FAKE_MODEL_KEY".to_owned(),
+                "model_providers.fake.request_max_retries=0".to_owned(),
+                "model_providers.fake.stream_max_retries=0".to_owned(),
+            ];
+            let args: Vec<String> = provider
+                .iter()
+                .flat_map(|setting| ["\"-c\"".to_owned(), format!("{setting:?}")])
+                .collect();
+            format!(
+                "codex: {{ model: gpt-5.5, args: [{}], env: {{ FAKE_MODEL_KEY: {KEY} }} }}",
+                args.join(", ")
+            )
+        }
+        Cli::Gemini => format!(
+            "gemini: {{ env: {{ GOOGLE_GEMINI_BASE_URL: {base:?}, GEMINI_API_KEY: {KEY}, \
+             GEMINI_CLI_SYSTEM_SETTINGS_PATH: {:?} }} }}",
+            system_settings.display()
+        ),
+    }
+}
+
+/// `reprise run` (not a rehearsal: that gives each task a home of its own)
+/// of a one-task plan for `cli`, contained (`strict`, the default), with
+/// `$HOME` as `project` made it and the CLI pointed at a model server
+/// playing `scenario`. Returns `run --json` and the task's journal rows.
+fn run_against_the_server(
+    project: &Project,
+    cli: Cli,
+    policy: &str,
+    scenario: &str,
+) -> (Output, Value, Vec<Value>) {
+    use reprise_testkit::model_server::{ModelServer, Scenario};
+    let server = ModelServer::start(
+        Scenario::from_yaml(scenario).unwrap(),
+        project.aside().join("requests.jsonl"),
+    )
+    .unwrap();
+    let base = format!("{}/t/greet", server.base_url().trim_end_matches('/'));
+    // Gemini CLI skips a system settings file under a directory others may
+    // write (`/tmp`): this one is under the build's own directory.
+    let settings_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let system_settings = settings_dir.path().join("gemini-system-settings.json");
+    fs::write(
+        &system_settings,
+        r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}, "general": {"disableAutoUpdate": true}, "privacy": {"usageStatisticsEnabled": false}}"#,
+    )
+    .unwrap();
+    let plan = format!(
+        "version: 1\nname: home-{cli}\nagents: {{ {settings} }}\n\
+         defaults: {{ agent: {cli}, max_retries: 1, timeout: 60s }}\n\
+         tasks:\n  - id: greet\n    prompt: {PROMPT:?}\n    retry_policy: {policy}\n    gates:\n      - {gate}\n",
+        cli = cli.name(),
+        settings = server_settings(cli, &base, &system_settings),
+        gate = content_gate(),
+    );
+    fs::write(project.temp.path().join("plan.yaml"), plan).unwrap();
+    let output = Command::new(BIN)
+        .args(["run", "../plan.yaml", "--json"])
+        .current_dir(project.root())
+        .env_clear()
+        .env("HOME", project.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env(
+            format!("REPRISE_{}_BIN", cli.name().to_uppercase()),
+            cli.binary(),
+        )
+        .output()
+        .unwrap();
+    server.stop();
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "run printed no json ({err}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let shown = project.reprise_json(&["journal", "show", "greet"]);
+    let rows = shown["rows"].as_array().unwrap().clone();
+    (output, json, rows)
+}
+
+/// The retry decisions of a journal: `(retry_mode, downgrade_reason)`.
+fn decisions(rows: &[Value]) -> Vec<(String, Value)> {
+    rows.iter()
+        .filter(|row| row["kind"] == "retry.decision")
+        .map(|row| {
+            let decision = &row["body"]["decision"];
+            (
+                decision["retry_mode"].as_str().unwrap().to_owned(),
+                decision["downgrade_reason"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn describe_run(output: &Output, json: &Value, rows: &[Value]) -> String {
+    format!(
+        "exit {:?}\n{}\nstderr: {}\njournal: {}",
+        output.status.code(),
+        serde_json::to_string_pretty(json).unwrap(),
+        String::from_utf8_lossy(&output.stderr),
+        serde_json::to_string_pretty(rows).unwrap()
+    )
+}
+
+/// What the CLI's state is under an empty home, and what reprise makes.
+fn state_dir_of(cli: Cli, home: &Path) -> PathBuf {
+    match cli {
+        Cli::Claude => home.join(".claude"),
+        Cli::Codex => home.join(".codex"),
+        Cli::Gemini => home.join(".gemini"),
+    }
+}
+
+fn empty_home_contained_warm_retry_resumes_the_same_session(cli: Cli) {
+    use std::os::unix::fs::PermissionsExt;
+    let project = Project::new();
+    let home = project.temp.path().join("home");
+    let (output, json, rows) =
+        run_against_the_server(&project, cli, "warm", &two_attempt_scenario(cli, "greet"));
+    let describe = || describe_run(&output, &json, &rows);
+    assert_eq!(json["ok"], true, "{}", describe());
+    let task = &json["tasks"][0];
+    let attempts = task["attempts"].as_array().unwrap();
+    let modes: Vec<&str> = attempts
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["new", "warm"], "{}", describe());
+    let sessions: Vec<&str> = attempts
+        .iter()
+        .map(|attempt| attempt["session_id"].as_str().unwrap_or(""))
+        .collect();
+    assert!(!sessions[0].is_empty(), "{}", describe());
+    assert_eq!(sessions[0], sessions[1], "the same session: {}", describe());
+    assert_eq!(
+        decisions(&rows),
+        [("warm".to_owned(), Value::Null)],
+        "one decision, warm, no downgrade: {}",
+        describe()
+    );
+    // The attempts ran contained, and what reprise made for the CLI is
+    // private to the user.
+    for row in rows.iter().filter(|row| row["kind"] == "attempt.finished") {
+        assert_eq!(row["body"]["containment"]["sandboxed"], true, "{row}");
+    }
+    let state = state_dir_of(cli, &home);
+    let mode = fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", state.display());
+    if cli == Cli::Claude {
+        let config = home.join(".claude.json");
+        let mode = fs::metadata(&config).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let config: Value = serde_json::from_slice(&fs::read(&config).unwrap()).unwrap();
+        assert!(config.is_object(), "the CLI kept its config: {config}");
+    }
+}
+
+#[test]
+fn claude_on_an_empty_home_contained_retries_warm_in_the_same_session() {
+    empty_home_contained_warm_retry_resumes_the_same_session(Cli::Claude);
+}
+
+#[test]
+fn codex_on_an_empty_home_contained_retries_warm_in_the_same_session() {
+    empty_home_contained_warm_retry_resumes_the_same_session(Cli::Codex);
+}
+
+#[test]
+fn gemini_on_an_empty_home_contained_retries_warm_in_the_same_session() {
+    empty_home_contained_warm_retry_resumes_the_same_session(Cli::Gemini);
+}
+
+#[test]
+fn claude_that_cannot_save_its_session_retries_cold_saying_so() {
+    // The session store cannot hold a session: `projects` is a file.
+    let project = Project::new();
+    let home = project.temp.path().join("home");
+    fs::create_dir(home.join(".claude")).unwrap();
+    fs::write(home.join(".claude/projects"), "not a directory\n").unwrap();
+    let (output, json, rows) = run_against_the_server(
+        &project,
+        Cli::Claude,
+        "warm",
+        &two_attempt_scenario(Cli::Claude, "greet"),
+    );
+    let describe = || describe_run(&output, &json, &rows);
+    let attempts = json["tasks"][0]["attempts"].as_array().unwrap();
+    let modes: Vec<&str> = attempts
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["new", "cold"], "{}", describe());
+    // One decision, its own reason: not `session_unavailable`.
+    assert_eq!(
+        decisions(&rows),
+        [("cold".to_owned(), Value::from("session_not_saved"))],
+        "{}",
+        describe()
+    );
+    let checkpoint = rows
+        .iter()
+        .find(|row| row["kind"] == "task.checkpoint")
+        .unwrap();
+    assert_eq!(checkpoint["body"]["session_saved"], false, "{checkpoint}");
+}

@@ -92,6 +92,9 @@ pub enum DowngradeReason {
     JournalUnverified,
     NoCheckpoint,
     NoSessionId,
+    /// The CLI reported the session but did not save it where its adapter
+    /// looks (its session store could not be written): nothing to resume.
+    SessionNotSaved,
     WorkspaceHashMismatch,
     ForkUnsupported,
     /// Recorded by the second decision, when the session could not be resumed.
@@ -109,6 +112,7 @@ impl DowngradeReason {
             Self::JournalUnverified => "journal_unverified",
             Self::NoCheckpoint => "no_checkpoint",
             Self::NoSessionId => "no_session_id",
+            Self::SessionNotSaved => "session_not_saved",
             Self::WorkspaceHashMismatch => "workspace_hash_mismatch",
             Self::ForkUnsupported => "fork_unsupported",
             Self::SessionUnavailable => "session_unavailable",
@@ -122,6 +126,9 @@ impl DowngradeReason {
 pub struct Checkpoint {
     /// The agent's native session id, when it reported one.
     pub session_id: Option<String>,
+    /// False when the attempt found that the CLI did not save that session
+    /// where its adapter looks for it (the row says `session_saved: false`).
+    pub session_saved: bool,
     /// The workspace hash after the attempt.
     pub workspace_hash: Digest,
     /// The `event_hash` of the checkpoint row: the checkpoint's identity.
@@ -174,9 +181,10 @@ impl Decision {
 /// | 4 | journal did not verify | cold | `journal_unverified` |
 /// | 5 | no checkpoint | cold | `no_checkpoint` |
 /// | 6 | checkpoint has no session id | cold | `no_session_id` |
-/// | 7 | workspace differs from the checkpoint | cold | `workspace_hash_mismatch` |
-/// | 8 | fork requested, capability resume | warm | `fork_unsupported` |
-/// | 9 | otherwise | as requested | none |
+/// | 7 | the CLI did not save that session | cold | `session_not_saved` |
+/// | 8 | workspace differs from the checkpoint | cold | `workspace_hash_mismatch` |
+/// | 9 | fork requested, capability resume | warm | `fork_unsupported` |
+/// | 10 | otherwise | as requested | none |
 pub fn decide(input: DecisionInput<'_>) -> Decision {
     use DowngradeReason::*;
     let requested = input.requested;
@@ -197,6 +205,9 @@ pub fn decide(input: DecisionInput<'_>) -> Decision {
     };
     if checkpoint.session_id.is_none() {
         return Decision::cold(requested, Some(NoSessionId));
+    }
+    if !checkpoint.session_saved {
+        return Decision::cold(requested, Some(SessionNotSaved));
     }
     if checkpoint.workspace_hash != input.live_workspace_hash {
         return Decision::cold(requested, Some(WorkspaceHashMismatch));
@@ -398,17 +409,19 @@ mod tests {
     }
 
     /// The table of DESIGN.md section 5, written out row by row as data.
+    #[allow(clippy::too_many_arguments)] // one argument per condition of the table
     fn expected(
         requested: RetryMode,
         capability: Capability,
         has_checkpoint: bool,
         has_session: bool,
+        saved: bool,
         chain_ok: bool,
         workspace_match: bool,
         pinned: bool,
     ) -> (RetryMode, Option<DowngradeReason>) {
         use DowngradeReason::*;
-        let rows: [(bool, RetryMode, Option<DowngradeReason>); 8] = [
+        let rows: [(bool, RetryMode, Option<DowngradeReason>); 9] = [
             (pinned, RetryMode::Cold, Some(FreshContextPinned)),
             (requested == RetryMode::Cold, RetryMode::Cold, None),
             (
@@ -419,6 +432,7 @@ mod tests {
             (!chain_ok, RetryMode::Cold, Some(JournalUnverified)),
             (!has_checkpoint, RetryMode::Cold, Some(NoCheckpoint)),
             (!has_session, RetryMode::Cold, Some(NoSessionId)),
+            (!saved, RetryMode::Cold, Some(SessionNotSaved)),
             (
                 !workspace_match,
                 RetryMode::Cold,
@@ -444,48 +458,52 @@ mod tests {
             for capability in CAPABILITIES {
                 for has_checkpoint in [false, true] {
                     for has_session in [false, true] {
-                        for chain_ok in [false, true] {
-                            for workspace_match in [false, true] {
-                                for pinned in [false, true] {
-                                    let checkpoint = Checkpoint {
-                                        session_id: has_session.then(|| "s-1".to_owned()),
-                                        workspace_hash: hash("recorded"),
-                                        event_hash: hash("row"),
-                                    };
-                                    let live = if workspace_match {
-                                        hash("recorded")
-                                    } else {
-                                        hash("edited")
-                                    };
-                                    let decision = decide(DecisionInput {
-                                        requested,
-                                        capability,
-                                        checkpoint: has_checkpoint.then_some(&checkpoint),
-                                        live_workspace_hash: live,
-                                        fresh_pinned: pinned,
-                                        chain_verified: chain_ok,
-                                    });
-                                    let want = expected(
-                                        requested,
-                                        capability,
-                                        has_checkpoint,
-                                        has_session,
-                                        chain_ok,
-                                        workspace_match,
-                                        pinned,
-                                    );
-                                    assert_eq!(
-                                        (decision.mode, decision.downgrade_reason),
-                                        want,
-                                        "{requested:?} {capability:?} cp={has_checkpoint} session={has_session} \
+                        for saved in [false, true] {
+                            for chain_ok in [false, true] {
+                                for workspace_match in [false, true] {
+                                    for pinned in [false, true] {
+                                        let checkpoint = Checkpoint {
+                                            session_id: has_session.then(|| "s-1".to_owned()),
+                                            session_saved: saved,
+                                            workspace_hash: hash("recorded"),
+                                            event_hash: hash("row"),
+                                        };
+                                        let live = if workspace_match {
+                                            hash("recorded")
+                                        } else {
+                                            hash("edited")
+                                        };
+                                        let decision = decide(DecisionInput {
+                                            requested,
+                                            capability,
+                                            checkpoint: has_checkpoint.then_some(&checkpoint),
+                                            live_workspace_hash: live,
+                                            fresh_pinned: pinned,
+                                            chain_verified: chain_ok,
+                                        });
+                                        let want = expected(
+                                            requested,
+                                            capability,
+                                            has_checkpoint,
+                                            has_session,
+                                            saved,
+                                            chain_ok,
+                                            workspace_match,
+                                            pinned,
+                                        );
+                                        assert_eq!(
+                                            (decision.mode, decision.downgrade_reason),
+                                            want,
+                                            "{requested:?} {capability:?} cp={has_checkpoint} session={has_session} saved={saved} \
                                          chain={chain_ok} match={workspace_match} pinned={pinned}"
-                                    );
-                                    assert_eq!(decision.requested, requested);
-                                    seen.insert(format!(
-                                        "{:?}",
-                                        (decision.mode, decision.downgrade_reason)
-                                    ));
-                                    count += 1;
+                                        );
+                                        assert_eq!(decision.requested, requested);
+                                        seen.insert(format!(
+                                            "{:?}",
+                                            (decision.mode, decision.downgrade_reason)
+                                        ));
+                                        count += 1;
+                                    }
                                 }
                             }
                         }
@@ -493,9 +511,9 @@ mod tests {
                 }
             }
         }
-        assert_eq!(count, 3 * 3 * 2 * 2 * 2 * 2 * 2);
+        assert_eq!(count, 3 * 3 * 2 * 2 * 2 * 2 * 2 * 2);
         // Every row of the table is reached, plus warm and fork as requested.
-        assert_eq!(seen.len(), 10, "{seen:?}");
+        assert_eq!(seen.len(), 11, "{seen:?}");
     }
 
     #[test]
@@ -528,6 +546,7 @@ mod tests {
     fn sample_record(mode: RetryMode) -> DecisionRecord {
         let checkpoint = Checkpoint {
             session_id: Some("7d3a3f4e-1b2c-4d5e-8f90-a1b2c3d4e5f6".into()),
+            session_saved: true,
             workspace_hash: Digest([0x11; 32]),
             event_hash: Digest([0x22; 32]),
         };

@@ -27,6 +27,8 @@ pub(crate) const AUDIT_DECISION_KIND: &str = "retry.checkpoint_decision";
 #[derive(Deserialize)]
 struct CheckpointBody {
     session_id: Option<String>,
+    /// Written (as `false`) only when the CLI did not save the session.
+    session_saved: Option<bool>,
     workspace_hash: Digest,
 }
 
@@ -93,6 +95,7 @@ pub(crate) fn trusted_checkpoint(
             {
                 latest = Some(Checkpoint {
                     session_id: body.session_id,
+                    session_saved: body.session_saved != Some(false),
                     workspace_hash: body.workspace_hash,
                     event_hash: row.digest,
                 });

@@ -406,3 +406,44 @@ pub(crate) fn git_writable(cwd: &Path) -> Vec<PathBuf> {
     .filter(|path| path.exists())
     .collect()
 }
+
+/// Makes each of `dirs` (with its missing parents) and `files` that does not
+/// exist yet, private to the user: directories 0700, files 0600 holding
+/// what a new one holds.
+/// What exists is left exactly as it is. The first failure is returned with
+/// its path.
+pub(crate) fn make_private(
+    dirs: &[PathBuf],
+    files: &[(PathBuf, &str)],
+) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    for dir in dirs {
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|err| (dir.clone(), err))?;
+        }
+    }
+    for (file, initial) in files {
+        if file.exists() {
+            continue;
+        }
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(file);
+        match created {
+            Ok(mut new) => new
+                .write_all(initial.as_bytes())
+                .map_err(|err| (file.clone(), err))?,
+            // Made by someone else meanwhile: theirs stands.
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err((file.clone(), err)),
+        }
+    }
+    Ok(())
+}

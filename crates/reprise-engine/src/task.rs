@@ -9,7 +9,8 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 use reprise_agents::{
-    Adapter, AttemptOutcome, AttemptReport, CancelToken, SandboxRules, SessionMode, Supervision,
+    Adapter, AttemptOutcome, AttemptReport, CancelToken, SandboxRules, SessionMode, StatePaths,
+    Supervision,
 };
 use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
 use reprise_core::plan::{Disclose, Task};
@@ -200,18 +201,10 @@ impl TaskRun<'_> {
             );
             if agent {
                 // A home the caller made for this task (rehearsal) is the agent's.
-                let home = self
-                    .setup
-                    .env
-                    .iter()
-                    .rev()
-                    .find(|(key, _)| key == "HOME")
-                    .map(|(_, value)| PathBuf::from(value));
-                writable.extend(home.clone());
-                writable.extend(
-                    self.adapter
-                        .state_paths(self.setup.config_home.as_deref(), home.as_deref()),
-                );
+                writable.extend(self.made_home());
+                let state = self.agent_state();
+                writable.extend(state.dirs);
+                writable.extend(state.files.into_iter().map(|(file, _)| file));
             }
             let mut hidden = vec![self.state.root().to_path_buf()];
             if let Some(dir) = supervisor.key_path.as_deref().and_then(Path::parent) {
@@ -227,14 +220,60 @@ impl TaskRun<'_> {
         })
     }
 
+    /// A home the caller made for this task (a rehearsal's), if any.
+    fn made_home(&self) -> Option<PathBuf> {
+        self.setup
+            .env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "HOME")
+            .map(|(_, value)| PathBuf::from(value))
+    }
+
+    /// The agent CLI's own state outside the worktree (config home, session
+    /// store), as its adapter names it for this task.
+    fn agent_state(&self) -> StatePaths {
+        let home = self.made_home();
+        self.adapter
+            .state_paths(self.setup.config_home.as_deref(), home.as_deref())
+    }
+
+    /// Before a contained attempt: makes the CLI's state that is missing,
+    /// private (directories 0700, files 0600), as the sandbox lets a CLI
+    /// write only what exists. A CLI on a fresh `$HOME` could otherwise not
+    /// save its session, and every warm retry would go cold. What cannot be
+    /// made is said as a warning; the attempt runs, and a session the CLI
+    /// could not save is found after it.
+    pub(crate) fn make_agent_state(&self) {
+        let state = self.agent_state();
+        if let Err((path, err)) = sandbox::make_private(&state.dirs, &state.files) {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!(
+                    "cannot create {} for the agent's own state ({err}); create it, or the agent may not save its session",
+                    path.display()
+                ),
+            });
+        }
+    }
+
     /// What the journal says of the attempt's containment: the plan's mode,
     /// whether a sandbox was applied, and the lines of the reply that report
     /// a denied access.
     fn containment_body(&self, report: &AttemptReport, sandboxed: bool) -> Value {
-        let denied = match &report.outcome {
+        // The reply's lines first, then what the agent printed on stderr
+        // (a CLI's own failed writes go there).
+        let mut denied = match &report.outcome {
             AttemptOutcome::Replied { reply, .. } if sandboxed => crate::gates::denied_lines(reply),
             _ => Vec::new(),
         };
+        if sandboxed {
+            for line in crate::gates::denied_lines(&report.streams.stderr) {
+                if !denied.contains(&line) {
+                    denied.push(line);
+                }
+            }
+        }
         json!({"mode": self.task.containment.as_str(), "sandboxed": sandboxed, "denied": denied})
     }
 
@@ -776,12 +815,26 @@ impl TaskRun<'_> {
     /// restored if the CLI loses it before a warm resume, and notes where it
     /// was: a CLI that files transcripts by date (Codex) cannot say where a
     /// lost one belongs.
-    fn preserve_transcript(&self, session_id: &str, cwd: &Path) {
-        let Some(native) =
+    ///
+    /// Returns whether the CLI saved the session: false when its adapter
+    /// keeps transcripts and there is none where it looks (the CLI could not
+    /// write its session store), said as a warning.
+    fn preserve_transcript(&self, session_id: &str, cwd: &Path) -> bool {
+        let native =
             self.adapter
-                .transcript_path(session_id, cwd, self.setup.config_home.as_deref())
-        else {
-            return;
+                .transcript_path(session_id, cwd, self.setup.config_home.as_deref());
+        let Some(native) = native.filter(|native| native.is_file()) else {
+            let saved = !self.adapter.keeps_transcripts();
+            if !saved {
+                self.emit(Event::Warning {
+                    task: Some(self.task.id.clone()),
+                    message: format!(
+                        "{} did not save session {session_id} in its session store: a retry cannot resume it (see the attempt's containment.denied)",
+                        self.adapter.name()
+                    ),
+                });
+            }
+            return saved;
         };
         let copied = fs::read(&native)
             .map_err(|err| err.to_string())
@@ -805,6 +858,7 @@ impl TaskRun<'_> {
                 message: format!("could not preserve transcript of session {session_id}: {err}"),
             });
         }
+        true
     }
 
     /// Where the CLI keeps `session_id`'s transcript: as the adapter finds

@@ -286,6 +286,8 @@ impl TaskRun<'_> {
                 let requested = mode.unwrap_or(task.retry_policy);
                 let park_checkpoint = DecisionCheckpoint {
                     session_id: point.body.session_id.clone(),
+                    // A park's session is checked on the way back (below).
+                    session_saved: true,
                     workspace_hash: point.body.workspace_hash,
                     event_hash: point.park,
                 };

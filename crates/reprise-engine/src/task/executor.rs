@@ -330,6 +330,8 @@ impl<'r, 'a> Executor<'r, 'a> {
         let live = run.workspace_hash(&self.cwd)?;
         let checkpoint = DecisionCheckpoint {
             session_id: session_id.clone(),
+            // Checked on the way back (below).
+            session_saved: true,
             workspace_hash: paused_hash,
             event_hash: pause,
         };
@@ -782,6 +784,9 @@ impl<'r, 'a> Executor<'r, 'a> {
         self.sandboxed = supervision
             .as_ref()
             .is_some_and(|supervision| supervision.sandbox.is_some());
+        if self.sandboxed {
+            run.make_agent_state();
+        }
         let report = run.adapter.run(
             &AttemptRequest {
                 task_id: task.id.clone(),
@@ -864,15 +869,19 @@ impl<'r, 'a> Executor<'r, 'a> {
         self.last_decision = None;
         self.result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
         let workspace_hash = run.workspace_hash(&self.cwd)?;
-        if let Some(session_id) = &report.session_id {
-            run.preserve_transcript(session_id, &self.cwd);
+        let session_saved = report
+            .session_id
+            .as_deref()
+            .is_none_or(|session_id| run.preserve_transcript(session_id, &self.cwd));
+        let mut body = json!({"run_id": run.run_id, "attempt": attempt, "session_id": report.session_id,
+                              "workspace_hash": workspace_hash});
+        if !session_saved {
+            // The retry decision reads this: nothing to resume.
+            body["session_saved"] = json!(false);
         }
-        let head = self.journal.append(
-            rows::AGENT_ENDED,
-            &now_rfc3339(),
-            &json!({"run_id": run.run_id, "attempt": attempt, "session_id": report.session_id,
-                    "workspace_hash": workspace_hash}),
-        )?;
+        let head = self
+            .journal
+            .append(rows::AGENT_ENDED, &now_rfc3339(), &body)?;
         self.agent_ended = Some(head.digest);
         self.report = Some(report);
         Ok(TaskEvent::AgentEnded {
