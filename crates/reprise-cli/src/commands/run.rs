@@ -686,6 +686,7 @@ pub(crate) fn run_json(run: &RunState) -> Value {
         "tasks": run.tasks.iter().map(|task| json!({
             "task_id": task.task_id.as_str(),
             "state": task.state,
+            "waiting": task.waiting,
             "reason": task.reason,
             "spent_micro_usd": task.spent_micro_usd,
             "base_commit": task.base_commit,
