@@ -754,3 +754,41 @@ tasks:
         "from-the-plan\n"
     );
 }
+
+/// A plan of `tasks` one-line sim tasks, each of ten YAML nodes (a mapping,
+/// two keys with their values, and a key with a list of one mapping of one
+/// key and value).
+fn many_tasks_plan(tasks: usize) -> String {
+    let mut plan = String::from("version: 1\nname: many\ndefaults: { agent: sim }\ntasks:\n");
+    for index in 0..tasks {
+        plan.push_str(&format!(
+            "  - {{ id: t{index}, prompt: p, sim: [{{ reply: a }}] }}\n"
+        ));
+    }
+    plan
+}
+
+#[test]
+fn a_plan_of_25000_tasks_is_checked_and_one_over_the_node_limit_is_refused_plainly() {
+    let env = Env::new();
+    write(&env, "plan.yaml", &many_tasks_plan(25_000));
+    let output = env.run(&["run", "plan.yaml", "--check"]);
+    assert_success(&output);
+    assert!(
+        stdout(&output).starts_with("plan plan.yaml: ok (25000 tasks"),
+        "{}",
+        stdout(&output).lines().next().unwrap_or_default()
+    );
+
+    // 2,000,000 nodes is the limit: 200,001 tasks of ten nodes are over it.
+    write(&env, "plan.yaml", &many_tasks_plan(200_001));
+    let before = env.snapshot();
+    let output = env.run(&["run", "plan.yaml", "--check"]);
+    assert_one_line_error(
+        &output,
+        2,
+        "the plan has more than 2,000,000 yaml nodes (about 100,000 tasks), the most reprise reads; split it into smaller plans",
+    );
+    assert!(first_err_line(&output).starts_with("error: plan.yaml:"));
+    assert_eq!(env.snapshot(), before);
+}
