@@ -471,12 +471,17 @@ pub(crate) fn resolve_cli_binary(
 /// `<bin> --version`, probed once per binary and remembered.
 ///
 /// Keyed by the resolved program because a plan may point tasks of one
-/// adapter at different binaries. A probe cut short by cancellation is not
-/// remembered.
+/// adapter at different binaries. Tasks that start together ask at once:
+/// the first probes while the others wait on that binary's slot, so a run
+/// asks each binary once. A probe cut short by cancellation is not
+/// remembered; the next asker probes again.
 #[derive(Debug, Default)]
 pub(crate) struct VersionCache {
-    versions: Mutex<HashMap<PathBuf, Option<String>>>,
+    slots: Mutex<HashMap<PathBuf, Arc<VersionSlot>>>,
 }
+
+/// One binary's answer: `None` until probed, then what it printed (if anything).
+type VersionSlot = Mutex<Option<Option<String>>>;
 
 impl VersionCache {
     pub(crate) fn version(
@@ -487,18 +492,22 @@ impl VersionCache {
         cancel: &CancelToken,
         supervision: Option<&Supervision>,
     ) -> Option<String> {
-        if let Some(known) = self.lock().get(program) {
-            return known.clone();
+        let slot = Arc::clone(
+            self.slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(program.to_path_buf())
+                .or_default(),
+        );
+        let mut known = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(version) = known.as_ref() {
+            return version.clone();
         }
         let probed = probe_version(program, env, cwd, cancel, supervision);
         if !cancel.is_cancelled() {
-            self.lock().insert(program.to_path_buf(), probed.clone());
+            *known = Some(probed.clone());
         }
         probed
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Option<String>>> {
-        self.versions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -792,3 +792,55 @@ fn a_plan_of_25000_tasks_is_checked_and_one_over_the_node_limit_is_refused_plain
     assert!(first_err_line(&output).starts_with("error: plan.yaml:"));
     assert_eq!(env.snapshot(), before);
 }
+
+#[test]
+fn four_claude_tasks_starting_together_ask_the_binary_its_version_once() {
+    let env = Env::new();
+    env.init();
+    let probes = env.project().join("probes.txt");
+    // Each probe notes itself, then waits (bounded) for a second probe to
+    // show up, so probes that overlap are all counted, whatever the timing.
+    let fake = env.project().join("fake-claude");
+    fs::write(
+        &fake,
+        format!(
+            r#"#!/bin/sh
+if [ "$1" = "--version" ]; then
+  echo probe >> '{probes}'
+  i=0
+  while [ "$(wc -l < '{probes}')" -lt 2 ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i + 1)); done
+  echo "2.1.197 (Claude Code)"; exit 0
+fi
+sid=""; prev=""
+for arg in "$@"; do [ "$prev" = "--session-id" ] && sid="$arg"; prev="$arg"; done
+printf '{{"type":"result","subtype":"success","is_error":false,"result":"DONE","session_id":"%s","total_cost_usd":0}}\n' "$sid"
+"#,
+            probes = probes.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    write(
+        &env,
+        "plan.yaml",
+        r#"
+version: 1
+name: probes
+seats: 4
+agents: { claude: { bin: ./fake-claude } }
+defaults: { agent: claude, sandbox: none, containment: off, max_retries: 0 }
+tasks:
+  - { id: a, prompt: p }
+  - { id: b, prompt: p }
+  - { id: c, prompt: p }
+  - { id: d, prompt: p }
+"#,
+    );
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+    let run = json_of(&output);
+    for task in run["tasks"].as_array().unwrap() {
+        assert_eq!(task["state"], "passed", "{task}");
+    }
+    assert_eq!(fs::read_to_string(&probes).unwrap(), "probe\n");
+}
