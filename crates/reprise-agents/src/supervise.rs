@@ -508,8 +508,14 @@ fn walk_granted(
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        // A symlink is judged by where it leads.
-        let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+        // A symlink is judged by where it leads; anything else is already
+        // canonical, as `dir` is.
+        let is_link = entry.file_type().is_ok_and(|kind| kind.is_symlink());
+        let real = if is_link {
+            path.canonicalize().unwrap_or_else(|_| path.clone())
+        } else {
+            path.clone()
+        };
         if hidden.iter().any(|secret| real.starts_with(secret)) {
             continue;
         }
