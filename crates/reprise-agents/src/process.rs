@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process_group, waitid};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::process::{
+    Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, kill_process_group, pidfd_open, waitid,
+};
 
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
@@ -202,9 +205,20 @@ pub(crate) fn run_process(
     let stderr = Capture::start(child.stderr.take(), done_sender, tee("agent.stderr"));
 
     let deadline = started.checked_add(timeout);
-    // Poll fast at first and back off to POLL_INTERVAL: a command that exits
-    // at once (a gate, a quick agent) is seen within a fraction of a
-    // millisecond, and a long agent costs one wakeup per interval.
+    // The leader's exit wakes the wait below at once through its pidfd; the
+    // checks of cancellation, the deadline and the output run between
+    // waits, fast at first and backing off to POLL_INTERVAL, so a long
+    // agent costs one wakeup per interval. Without a pidfd (an old kernel)
+    // the waits are plain sleeps and an exit is seen at the next check.
+    let exit_fd = pidfd_open(pid, PidfdFlags::empty()).ok();
+    let pause_for = |pause: Duration| match &exit_fd {
+        Some(fd) => {
+            let timeout = Timespec::try_from(pause).ok();
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let _ = poll(&mut fds, timeout.as_ref());
+        }
+        None => thread::sleep(pause),
+    };
     let mut pause = FIRST_POLL;
     let end = loop {
         if leader_exited(pid) {
@@ -219,8 +233,8 @@ pub(crate) fn run_process(
         }
         match deadline {
             Some(deadline) if now >= deadline => break End::TimedOut,
-            Some(deadline) => thread::sleep((deadline - now).min(pause)),
-            None => thread::sleep(pause),
+            Some(deadline) => pause_for((deadline - now).min(pause)),
+            None => pause_for(pause),
         }
         pause = (pause * 2).min(POLL_INTERVAL);
     };
@@ -471,12 +485,17 @@ pub(crate) fn resolve_cli_binary(
 /// `<bin> --version`, probed once per binary and remembered.
 ///
 /// Keyed by the resolved program because a plan may point tasks of one
-/// adapter at different binaries. A probe cut short by cancellation is not
-/// remembered.
+/// adapter at different binaries. Tasks that start together ask at once:
+/// the first probes while the others wait on that binary's slot, so a run
+/// asks each binary once. A probe cut short by cancellation is not
+/// remembered; the next asker probes again.
 #[derive(Debug, Default)]
 pub(crate) struct VersionCache {
-    versions: Mutex<HashMap<PathBuf, Option<String>>>,
+    slots: Mutex<HashMap<PathBuf, Arc<VersionSlot>>>,
 }
+
+/// One binary's answer: `None` until probed, then what it printed (if anything).
+type VersionSlot = Mutex<Option<Option<String>>>;
 
 impl VersionCache {
     pub(crate) fn version(
@@ -487,18 +506,22 @@ impl VersionCache {
         cancel: &CancelToken,
         supervision: Option<&Supervision>,
     ) -> Option<String> {
-        if let Some(known) = self.lock().get(program) {
-            return known.clone();
+        let slot = Arc::clone(
+            self.slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(program.to_path_buf())
+                .or_default(),
+        );
+        let mut known = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(version) = known.as_ref() {
+            return version.clone();
         }
         let probed = probe_version(program, env, cwd, cancel, supervision);
         if !cancel.is_cancelled() {
-            self.lock().insert(program.to_path_buf(), probed.clone());
+            *known = Some(probed.clone());
         }
         probed
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Option<String>>> {
-        self.versions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -404,7 +404,9 @@ fn contain(args: &[OsString]) -> Result<Never, SuperviseError> {
         return Err(SuperviseError::ParentGone);
     }
     if let Some(rules) = &spec.sandbox {
-        apply_sandbox(rules).map_err(SuperviseError::Landlock)?;
+        // Special files left out (`refused`) stay unreachable by path; the
+        // program's stderr is its own, so nothing is printed about them.
+        let _refused = apply_sandbox(rules).map_err(SuperviseError::Landlock)?;
     }
     let source = Command::new(&program).args(&rest).exec();
     Err(SuperviseError::Exec {
@@ -413,8 +415,9 @@ fn contain(args: &[OsString]) -> Result<Never, SuperviseError> {
     })
 }
 
-/// Restricts the calling process (and what it execs) to `rules`.
-fn apply_sandbox(rules: &SandboxRules) -> Result<(), String> {
+/// Restricts the calling process (and what it execs) to `rules`. Returns
+/// the special files left out because the kernel holds no rule for them.
+fn apply_sandbox(rules: &SandboxRules) -> Result<Vec<PathBuf>, String> {
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let mut ruleset = Ruleset::default()
@@ -427,40 +430,71 @@ fn apply_sandbox(rules: &SandboxRules) -> Result<(), String> {
         .iter()
         .filter_map(|path| path.canonicalize().ok())
         .collect();
-    for path in readable_roots(&hidden) {
-        if let Ok(fd) = PathFd::new(&path) {
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(fd, read))
-                .map_err(|err| err.to_string())?;
-        }
+    let mut refused = Vec::new();
+    for path in granted_roots(Path::new("/"), &hidden) {
+        ruleset = add_rule(ruleset, &path, read, &mut refused)?;
     }
-    let writable = rules
-        .writable
-        .iter()
-        .map(PathBuf::as_path)
-        .chain(WRITABLE_DEVICES.iter().map(Path::new));
-    for path in writable {
-        if let Ok(fd) = PathFd::new(path) {
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(fd, all))
-                .map_err(|err| err.to_string())?;
-        }
+    // The device files reprise grants for convenience: `/dev/shm` may hold
+    // the project, the state or the key, and then it is not granted (it
+    // stays readable, less what is hidden), or the agent could write the
+    // main checkout or the chains.
+    let devices = WRITABLE_DEVICES.iter().map(PathBuf::from).filter(|device| {
+        let real = device.canonicalize().unwrap_or_else(|_| device.clone());
+        !hidden.iter().any(|secret| secret.starts_with(&real))
+    });
+    for path in rules.writable.iter().cloned().chain(devices) {
+        ruleset = add_rule(ruleset, &path, all, &mut refused)?;
     }
     ruleset.restrict_self().map_err(|err| err.to_string())?;
-    Ok(())
+    Ok(refused)
 }
 
-/// The trees that together make everything readable except `hidden`
-/// (canonical paths): Landlock only grants, so the hidden trees are cut out
-/// by granting each sibling along the way down to them instead of `/`.
-fn readable_roots(hidden: &[PathBuf]) -> Vec<PathBuf> {
+/// Grants `access` beneath `path`. A rule the kernel refuses for a special
+/// file (a pipe or socket behind `/dev/stdin`, say: Landlock holds rules
+/// only for files of a real filesystem) is left out and noted in `refused`:
+/// leaving out a grant can only take access away. A refused directory or
+/// regular file still fails the sandbox.
+fn add_rule(
+    ruleset: landlock::RulesetCreated,
+    path: &Path,
+    access: landlock::BitFlags<AccessFs>,
+    refused: &mut Vec<PathBuf>,
+) -> Result<landlock::RulesetCreated, String> {
+    let Ok(fd) = PathFd::new(path) else {
+        return Ok(ruleset);
+    };
+    let mut ruleset = ruleset;
+    match (&mut ruleset).add_rule(PathBeneath::new(fd, access)) {
+        Ok(_) => Ok(ruleset),
+        Err(err) => match fs::metadata(path) {
+            Ok(meta) if !meta.is_dir() && !meta.is_file() => {
+                refused.push(path.to_path_buf());
+                Ok(ruleset)
+            }
+            _ => Err(format!("{}: {err}", path.display())),
+        },
+    }
+}
+
+/// The trees that together grant `top` except `hidden` (canonical paths):
+/// Landlock only grants, so a hidden tree inside `top` is cut out by
+/// granting each sibling along the way down to it instead of `top` itself.
+/// Nothing when `top` is itself inside a hidden tree.
+fn granted_roots(top: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let real = top.canonicalize().unwrap_or_else(|_| top.to_path_buf());
+    if hidden.iter().any(|secret| real.starts_with(secret)) {
+        return Vec::new();
+    }
+    if !hidden.iter().any(|secret| secret.starts_with(&real)) {
+        return vec![top.to_path_buf()];
+    }
     let mut roots = Vec::new();
     let mut walked = BTreeSet::new();
-    walk_readable(Path::new("/"), hidden, &mut walked, &mut roots);
+    walk_granted(&real, hidden, &mut walked, &mut roots);
     roots
 }
 
-fn walk_readable(
+fn walk_granted(
     dir: &Path,
     hidden: &[PathBuf],
     walked: &mut BTreeSet<PathBuf>,
@@ -474,13 +508,19 @@ fn walk_readable(
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        // A symlink is judged by where it leads.
-        let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+        // A symlink is judged by where it leads; anything else is already
+        // canonical, as `dir` is.
+        let is_link = entry.file_type().is_ok_and(|kind| kind.is_symlink());
+        let real = if is_link {
+            path.canonicalize().unwrap_or_else(|_| path.clone())
+        } else {
+            path.clone()
+        };
         if hidden.iter().any(|secret| real.starts_with(secret)) {
             continue;
         }
         if hidden.iter().any(|secret| secret.starts_with(&real)) {
-            walk_readable(&real, hidden, walked, roots);
+            walk_granted(&real, hidden, walked, roots);
             continue;
         }
         roots.push(real);
@@ -658,7 +698,7 @@ mod tests {
             base.join("project/.reprise"),
             base.join("home/.local/state/reprise"),
         ];
-        let roots = readable_roots(&hidden);
+        let roots = granted_roots(Path::new("/"), &hidden);
         assert!(roots.contains(&base.join("project/src")), "{roots:?}");
         assert!(roots.contains(&base.join("project/README")));
         assert!(roots.contains(&PathBuf::from("/usr")) || !Path::new("/usr").exists());

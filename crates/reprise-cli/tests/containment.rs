@@ -20,7 +20,12 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
-        let temp = tempfile::tempdir().unwrap();
+        Self::new_in(&std::env::temp_dir())
+    }
+
+    /// An environment whose temp directory (project, home, key) is under `root`.
+    fn new_in(root: &Path) -> Self {
+        let temp = tempfile::tempdir_in(root).unwrap();
         fs::create_dir(temp.path().join("home")).unwrap();
         fs::create_dir(temp.path().join("project")).unwrap();
         Self {
@@ -32,7 +37,11 @@ impl Env {
     /// A project that is a git repository with one commit, so tasks get
     /// worktrees.
     fn git() -> Self {
-        let env = Self::new();
+        Self::git_in(&std::env::temp_dir())
+    }
+
+    fn git_in(root: &Path) -> Self {
+        let env = Self::new_in(root);
         let project = env.project();
         fs::write(project.join("README"), "the main checkout\n").unwrap();
         for args in [
@@ -250,9 +259,9 @@ tasks:
 }
 
 /// Runs the hostile agent with the key at the default path, or at a path
-/// named by `REPRISE_AUDIT_KEY_FILE`.
-fn hostile_run(key_in_env: bool) {
-    let mut env = Env::git();
+/// named by `REPRISE_AUDIT_KEY_FILE`; the project and home under `root`.
+fn hostile_run(key_in_env: bool, root: &Path) {
+    let mut env = Env::git_in(root);
     let key_at = if key_in_env {
         let path = env.temp.path().join("keys/audit.key");
         env.vars.push((
@@ -368,12 +377,22 @@ fn hostile_run(key_in_env: bool) {
 
 #[test]
 fn a_hostile_agent_cannot_read_the_default_key_or_write_outside_its_worktree() {
-    hostile_run(false);
+    hostile_run(false, &std::env::temp_dir());
 }
 
 #[test]
 fn a_hostile_agent_cannot_read_the_key_named_in_the_environment() {
-    hostile_run(true);
+    hostile_run(true, &std::env::temp_dir());
+}
+
+/// Landlock holds no rule for a pipe or socket: with the state and the key
+/// under `/dev/shm`, the read grants walk into `/dev` and meet `/dev/stdin`.
+/// The sandbox leaves such files out, keeps the state and the key hidden, and
+/// does not grant `/dev/shm` for writing, since the main checkout is in it.
+#[test]
+fn under_dev_shm_a_contained_agent_runs_and_still_cannot_read_the_key() {
+    hostile_run(false, Path::new("/dev/shm"));
+    hostile_run(true, Path::new("/dev/shm"));
 }
 
 #[test]

@@ -188,13 +188,6 @@ pub fn check_line<'a>(
     let Some(fields) = match_schema(format, &scanned.members) else {
         return LineCheck::Fault(Reason::MalformedRow);
     };
-    if !scanned.canonical {
-        return LineCheck::Fault(Reason::NotCanonical);
-    }
-    let version = unsigned(fields[format.schema().len() - 1]);
-    if version != FORMAT_VERSION {
-        return LineCheck::Fault(Reason::UnsupportedVersion);
-    }
     let member = |name: &str| {
         let index = format
             .schema()
@@ -203,8 +196,27 @@ pub fn check_line<'a>(
             .expect("schema names the field");
         fields[index]
     };
+    // The schema checked each digest's length; its digits are read here,
+    // once, and a bad one makes the row malformed as a missing one does.
     let digest_member = member(format.digest_key());
-    let digest = digest_of(digest_member);
+    let decision_hash = match format {
+        ChainFormat::Spine => digest_of(member("decision_hash")),
+        ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => Some(Digest::ZERO),
+    };
+    let (Some(digest), Some(prev), Some(decision_hash)) = (
+        digest_of(digest_member),
+        digest_of(member(format.prev_key())),
+        decision_hash,
+    ) else {
+        return LineCheck::Fault(Reason::MalformedRow);
+    };
+    if !scanned.canonical {
+        return LineCheck::Fault(Reason::NotCanonical);
+    }
+    let version = unsigned(fields[format.schema().len() - 1]);
+    if version != FORMAT_VERSION {
+        return LineCheck::Fault(Reason::UnsupportedVersion);
+    }
     // The digest member is never first, so a comma precedes its key.
     let cut_start = digest_member.key_start - 1;
     let cut_end = digest_member.value.end;
@@ -227,14 +239,13 @@ pub fn check_line<'a>(
     };
     let decision_ok = match format {
         ChainFormat::Spine => {
-            tagged_sha256(DECISION_TAG, &[&line[payload.clone()]])
-                == digest_of(member("decision_hash"))
+            tagged_sha256(DECISION_TAG, &[&line[payload.clone()]]) == decision_hash
         }
         ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => true,
     };
     LineCheck::Row(CheckedRow {
         seq: unsigned(member("seq")),
-        prev: digest_of(member(format.prev_key())),
+        prev,
         digest,
         digest_ok: digest_ok && computed == digest,
         decision_ok,
@@ -273,9 +284,7 @@ fn match_schema<'m, 'a>(
         let fits = match (schema[index].1, &member.kind) {
             (FieldType::Any, _) => true,
             (FieldType::Text, ValueKind::Str(_)) => true,
-            (FieldType::Digest, ValueKind::Str(text)) => {
-                Digest::from_hex(text.as_bytes()).is_some()
-            }
+            (FieldType::Digest, ValueKind::Str(text)) => text.len() == 64,
             (FieldType::Unsigned, ValueKind::Unsigned(_)) => true,
             _ => false,
         };
@@ -301,11 +310,10 @@ fn text<'a>(member: &Member<'a>) -> Cow<'a, str> {
     }
 }
 
-fn digest_of(member: &Member<'_>) -> Digest {
+/// The digest a member's hex spells, `None` for a bad digit.
+fn digest_of(member: &Member<'_>) -> Option<Digest> {
     match &member.kind {
-        ValueKind::Str(text) => {
-            Digest::from_hex(text.as_bytes()).expect("schema checked the digest")
-        }
+        ValueKind::Str(text) => Digest::from_hex(text.as_bytes()),
         _ => unreachable!("schema checked the type"),
     }
 }

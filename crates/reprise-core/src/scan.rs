@@ -50,8 +50,15 @@ pub(crate) struct Scanned<'a> {
 /// Reads `line` (without its newline). `None` means it is not one whole JSON
 /// object, which the tolerant reader discards.
 pub(crate) fn scan_object(line: &[u8]) -> Option<Scanned<'_>> {
+    // JSON text is UTF-8 throughout (outside strings it is ASCII), so the
+    // line is checked once here and strings are slices of it; and a line
+    // with no control byte at all spares each string its own search.
+    let text = std::str::from_utf8(line).ok()?;
+    let no_controls = line.iter().fold(true, |all, &byte| all & (byte >= 0x20));
     let mut scanner = Scanner {
         bytes: line,
+        text,
+        no_controls,
         pos: 0,
         canonical: true,
     };
@@ -72,6 +79,10 @@ pub(crate) fn scan_object(line: &[u8]) -> Option<Scanned<'_>> {
 
 struct Scanner<'a> {
     bytes: &'a [u8],
+    /// The same bytes, known to be UTF-8.
+    text: &'a str,
+    /// No byte of the line is below 0x20.
+    no_controls: bool,
     pos: usize,
     canonical: bool,
 }
@@ -271,23 +282,17 @@ impl<'a> Scanner<'a> {
         let rest = &self.bytes[start..];
         let stop = memchr::memchr2(b'"', b'\\', rest)?;
         let run = &rest[..stop];
-        // A non-short-circuiting fold, so the check vectorises.
-        let printable_ascii = run
-            .iter()
-            .fold(true, |all, &byte| all & (0x20..0x80).contains(&byte));
-        let text = if printable_ascii {
-            std::str::from_utf8(run).expect("printable ASCII is UTF-8")
-        } else if run.iter().any(|&byte| byte < 0x20) {
+        if !self.no_controls && run.iter().any(|&byte| byte < 0x20) {
             return None;
-        } else {
-            std::str::from_utf8(run).ok()?
-        };
+        }
+        // Both ends are next to an ASCII quote or backslash: char boundaries.
+        let text = &self.text[start..start + stop];
         self.pos = start + stop;
         if rest[stop] == b'"' {
             self.pos += 1;
             return Some(Cow::Borrowed(text));
         }
-        let mut text = String::from(std::str::from_utf8(&self.bytes[start..self.pos]).ok()?);
+        let mut text = String::from(text);
         loop {
             let run_start = self.pos;
             while let Some(byte) = self.bytes.get(self.pos) {
@@ -297,7 +302,7 @@ impl<'a> Scanner<'a> {
                     _ => self.pos += 1,
                 }
             }
-            text.push_str(std::str::from_utf8(&self.bytes[run_start..self.pos]).ok()?);
+            text.push_str(&self.text[run_start..self.pos]);
             match *self.bytes.get(self.pos)? {
                 b'"' => {
                     self.pos += 1;
@@ -391,16 +396,61 @@ fn parse_digits(digits: &[u8]) -> Option<u64> {
 }
 
 /// Orders strings as JCS does: by UTF-16 code units.
+///
+/// UTF-8 bytes order as code points do, and code points order as UTF-16
+/// units do except where a character from U+E000 to U+FFFF (lead byte 0xEE
+/// or 0xEF) meets one above U+FFFF (0xF0 and up, a surrogate pair in UTF-16).
+/// So the bytes decide unless both bytes at the first difference are 0xEE or
+/// above.
 pub(crate) fn utf16_cmp(left: &str, right: &str) -> Ordering {
-    if left.is_ascii() && right.is_ascii() {
-        return left.as_bytes().cmp(right.as_bytes());
+    let (left_bytes, right_bytes) = (left.as_bytes(), right.as_bytes());
+    match left_bytes
+        .iter()
+        .zip(right_bytes)
+        .position(|(left, right)| left != right)
+    {
+        Some(at) if left_bytes[at] >= 0xee && right_bytes[at] >= 0xee => {
+            left.encode_utf16().cmp(right.encode_utf16())
+        }
+        Some(at) => left_bytes[at].cmp(&right_bytes[at]),
+        None => left_bytes.len().cmp(&right_bytes.len()),
     }
-    left.encode_utf16().cmp(right.encode_utf16())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_order_by_utf16_units_whatever_their_bytes() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "b",
+            "\u{7f}",
+            "é",
+            "\u{d7ff}",
+            "\u{e000}",
+            "\u{fffd}",
+            "\u{ffff}",
+            "\u{10000}",
+            "\u{1f600}",
+            "\u{10ffff}",
+            "a\u{e000}",
+            "a\u{1f600}",
+            "aé",
+        ];
+        for left in words {
+            for right in words {
+                assert_eq!(
+                    utf16_cmp(left, right),
+                    left.encode_utf16().cmp(right.encode_utf16()),
+                    "{left:?} {right:?}"
+                );
+            }
+        }
+    }
 
     fn canonical(line: &str) -> Option<bool> {
         scan_object(line.as_bytes()).map(|scanned| scanned.canonical)

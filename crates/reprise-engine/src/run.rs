@@ -336,9 +336,28 @@ pub fn run_plan(
 ) -> Result<RunState> {
     let seats = options.seats.unwrap_or(plan.seats()).max(1) as usize;
     let order: Vec<&Task> = plan.dependency_order();
+    // One adapter per agent CLI for the whole run, so its version cache
+    // asks each binary `--version` once however many tasks start together.
+    let mut cli_adapters: Vec<(AgentKind, Arc<dyn Adapter>)> = Vec::new();
     let adapters: BTreeMap<TaskId, Arc<dyn Adapter>> = order
         .iter()
-        .map(|task| (task.id.clone(), adapter_for(task, plan, state)))
+        .map(|task| {
+            let adapter = match &task.agent {
+                TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini => {
+                    let kind = task.agent.kind();
+                    match cli_adapters.iter().find(|(seen, _)| *seen == kind) {
+                        Some((_, adapter)) => Arc::clone(adapter),
+                        None => {
+                            let adapter = adapter_for(task, plan, state);
+                            cli_adapters.push((kind, Arc::clone(&adapter)));
+                            adapter
+                        }
+                    }
+                }
+                TaskAgent::Command { .. } | TaskAgent::Sim { .. } => adapter_for(task, plan, state),
+            };
+            (task.id.clone(), adapter)
+        })
         .collect();
     // A continued run works where it worked: its recorded workspace.
     let workspace = match options

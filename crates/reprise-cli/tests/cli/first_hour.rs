@@ -754,3 +754,93 @@ tasks:
         "from-the-plan\n"
     );
 }
+
+/// A plan of `tasks` one-line sim tasks, each of ten YAML nodes (a mapping,
+/// two keys with their values, and a key with a list of one mapping of one
+/// key and value).
+fn many_tasks_plan(tasks: usize) -> String {
+    let mut plan = String::from("version: 1\nname: many\ndefaults: { agent: sim }\ntasks:\n");
+    for index in 0..tasks {
+        plan.push_str(&format!(
+            "  - {{ id: t{index}, prompt: p, sim: [{{ reply: a }}] }}\n"
+        ));
+    }
+    plan
+}
+
+#[test]
+fn a_plan_of_25000_tasks_is_checked_and_one_over_the_node_limit_is_refused_plainly() {
+    let env = Env::new();
+    write(&env, "plan.yaml", &many_tasks_plan(25_000));
+    let output = env.run(&["run", "plan.yaml", "--check"]);
+    assert_success(&output);
+    assert!(
+        stdout(&output).starts_with("plan plan.yaml: ok (25000 tasks"),
+        "{}",
+        stdout(&output).lines().next().unwrap_or_default()
+    );
+
+    // 2,000,000 nodes is the limit: 200,001 tasks of ten nodes are over it.
+    write(&env, "plan.yaml", &many_tasks_plan(200_001));
+    let before = env.snapshot();
+    let output = env.run(&["run", "plan.yaml", "--check"]);
+    assert_one_line_error(
+        &output,
+        2,
+        "the plan has more than 2,000,000 yaml nodes (about 100,000 tasks), the most reprise reads; split it into smaller plans",
+    );
+    assert!(first_err_line(&output).starts_with("error: plan.yaml:"));
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
+fn four_claude_tasks_starting_together_ask_the_binary_its_version_once() {
+    let env = Env::new();
+    env.init();
+    let probes = env.project().join("probes.txt");
+    // Each probe notes itself, then waits (bounded) for a second probe to
+    // show up, so probes that overlap are all counted, whatever the timing.
+    let fake = env.project().join("fake-claude");
+    fs::write(
+        &fake,
+        format!(
+            r#"#!/bin/sh
+if [ "$1" = "--version" ]; then
+  echo probe >> '{probes}'
+  i=0
+  while [ "$(wc -l < '{probes}')" -lt 2 ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i + 1)); done
+  echo "2.1.197 (Claude Code)"; exit 0
+fi
+sid=""; prev=""
+for arg in "$@"; do [ "$prev" = "--session-id" ] && sid="$arg"; prev="$arg"; done
+printf '{{"type":"result","subtype":"success","is_error":false,"result":"DONE","session_id":"%s","total_cost_usd":0}}\n' "$sid"
+"#,
+            probes = probes.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    write(
+        &env,
+        "plan.yaml",
+        r#"
+version: 1
+name: probes
+seats: 4
+agents: { claude: { bin: ./fake-claude } }
+defaults: { agent: claude, sandbox: none, containment: off, max_retries: 0 }
+tasks:
+  - { id: a, prompt: p }
+  - { id: b, prompt: p }
+  - { id: c, prompt: p }
+  - { id: d, prompt: p }
+"#,
+    );
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_success(&output);
+    let run = json_of(&output);
+    for task in run["tasks"].as_array().unwrap() {
+        assert_eq!(task["state"], "passed", "{task}");
+    }
+    assert_eq!(fs::read_to_string(&probes).unwrap(), "probe\n");
+}

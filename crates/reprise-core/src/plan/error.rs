@@ -86,6 +86,11 @@ impl PlanError {
 pub enum PlanErrorKind {
     #[error("invalid yaml: {message}; fix the yaml here")]
     Syntax { message: String },
+    #[error(
+        "the plan has more than {} yaml nodes (about 100,000 tasks), the most reprise reads; split it into smaller plans",
+        thousands(*max_nodes)
+    )]
+    TooLarge { max_nodes: usize },
     #[error("the plan is empty; start it with \"version: 1\"")]
     EmptyDocument,
     #[error(
@@ -227,4 +232,17 @@ fn wrong_type_hint(expected: &str, found: &str) -> String {
     } else {
         format!("write {expected} here")
     }
+}
+
+/// `2000000` as `2,000,000`.
+fn thousands(number: usize) -> String {
+    let digits = number.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
 }

@@ -123,15 +123,18 @@ const DISCLOSES: [Disclose; 2] = [Disclose::Output, Disclose::Verdict];
 /// Nothing is returned unless every check passes, so a caller that gets a
 /// [`Plan`] may run it.
 pub fn parse_plan(text: &str, file: &str) -> Result<Plan, PlanError> {
-    let root = yaml::load(text).map_err(|error| {
-        PlanError::new(
+    let root = yaml::load(text).map_err(|error| match error {
+        yaml::LoadError::Syntax { mark, message } => {
+            PlanError::new(file, &mark, "", PlanErrorKind::Syntax { message })
+        }
+        yaml::LoadError::TooLarge { mark } => PlanError::new(
             file,
-            &error.mark,
+            &mark,
             "",
-            PlanErrorKind::Syntax {
-                message: error.message,
+            PlanErrorKind::TooLarge {
+                max_nodes: yaml::MAX_PLAN_NODES,
             },
-        )
+        ),
     })?;
     Reader { text, file }.plan(&root)
 }

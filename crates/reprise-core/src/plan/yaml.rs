@@ -10,7 +10,19 @@ use std::fmt;
 use std::ops::Range;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::{DuplicateKeyPolicy, Location, MessageFormatter, Spanned};
+
+/// The most YAML nodes (mappings, lists and scalars) a plan may have: room for
+/// 100,000 tasks of up to 20 nodes each (`id`, `prompt`, a command and a gate
+/// are about 15). The reader's own default, 250,000, refused plans of 25,000
+/// one-line tasks; a cap remains so a runaway file fails fast instead of
+/// filling memory.
+pub(super) const MAX_PLAN_NODES: usize = 2_000_000;
+
+/// The most parser events: every node, every end of a mapping or list, and
+/// the aliases, with room to spare so the node cap is the one a plan meets.
+const MAX_PLAN_EVENTS: usize = 2 * MAX_PLAN_NODES + 100_000;
 
 /// Where a node starts in the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,15 +87,17 @@ pub(super) struct Entry {
     pub(super) value: Node,
 }
 
-/// A YAML error from the reader: where, and its message on one line.
+/// Why the reader gave no tree.
 #[derive(Debug, Clone)]
-pub(super) struct SyntaxError {
-    pub(super) mark: Mark,
-    pub(super) message: String,
+pub(super) enum LoadError {
+    /// The text is not YAML: where, and the reader's message on one line.
+    Syntax { mark: Mark, message: String },
+    /// The document has more nodes than [`MAX_PLAN_NODES`].
+    TooLarge { mark: Mark },
 }
 
 /// Parses one YAML document into a tree.
-pub(super) fn load(text: &str) -> Result<Node, SyntaxError> {
+pub(super) fn load(text: &str) -> Result<Node, LoadError> {
     let options = serde_saphyr::options! {
         // `yes`, `no`, `on` and `off` stay strings.
         strict_booleans: true,
@@ -92,6 +106,10 @@ pub(super) fn load(text: &str) -> Result<Node, SyntaxError> {
         // A key written `~` is an unknown key, not a failure to read a string.
         null_as_string: true,
         emit_comments: false,
+        budget: serde_saphyr::budget! {
+            max_nodes: MAX_PLAN_NODES,
+            max_events: MAX_PLAN_EVENTS,
+        },
     };
     serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|error| {
         let mark = error
@@ -99,8 +117,16 @@ pub(super) fn load(text: &str) -> Result<Node, SyntaxError> {
             .map_or(Mark::from_location(&Location::UNKNOWN), |location| {
                 Mark::from_location(&location)
             });
-        let message = serde_saphyr::UserMessageFormatter.format_message(error.without_snippet());
-        SyntaxError {
+        let error = error.without_snippet();
+        if let serde_saphyr::Error::Budget {
+            breach: BudgetBreach::Nodes { .. } | BudgetBreach::Events { .. },
+            ..
+        } = error
+        {
+            return LoadError::TooLarge { mark };
+        }
+        let message = serde_saphyr::UserMessageFormatter.format_message(error);
+        LoadError::Syntax {
             mark,
             message: one_line(&message),
         }
@@ -256,9 +282,11 @@ mod tests {
 
     #[test]
     fn plan_yaml_syntax_errors_have_a_position_and_one_line() {
-        let error = load("a: [1, 2\nb: 3\n").unwrap_err();
-        assert_eq!((error.mark.line, error.mark.column), (2, 2));
-        assert!(!error.message.contains('\n'), "{}", error.message);
-        assert!(!error.message.is_empty());
+        let LoadError::Syntax { mark, message } = load("a: [1, 2\nb: 3\n").unwrap_err() else {
+            panic!("expected a syntax error")
+        };
+        assert_eq!((mark.line, mark.column), (2, 2));
+        assert!(!message.contains('\n'), "{message}");
+        assert!(!message.is_empty());
     }
 }
