@@ -223,6 +223,14 @@ pub(crate) fn prune_stale(state: &StateDir, workspace: &Workspace) -> Result<()>
     Ok(())
 }
 
+/// Where a task runs, and whether its tree was checked out just now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Prepared {
+    pub(crate) cwd: PathBuf,
+    /// A fresh worktree: its files are exactly its base, its index fresh.
+    pub(crate) fresh: bool,
+}
+
 /// The directory `task` runs in: a fresh worktree at `base`, or the project.
 /// Worktree creation holds the state directory's worktree lock, so parallel
 /// seats and concurrent runs never race in git's admin directory.
@@ -233,12 +241,16 @@ pub(crate) fn prepare(
     run_id: &str,
     task: &Task,
     base: Option<&str>,
-) -> Result<PathBuf> {
+) -> Result<Prepared> {
+    let in_place = Prepared {
+        cwd: project.to_path_buf(),
+        fresh: false,
+    };
     let (Some(repo), Some(base)) = (workspace.repo(), base) else {
-        return Ok(project.to_path_buf());
+        return Ok(in_place);
     };
     if !workspace.isolates(task) {
-        return Ok(project.to_path_buf());
+        return Ok(in_place);
     }
     let dir = state.worktree_dir(run_id, &task.id);
     let subdir = match workspace {
@@ -248,7 +260,10 @@ pub(crate) fn prepare(
     if dir.join(".git").exists() {
         // The same run, come back to its task (its path is stable for the
         // run's life because the CLIs key resume by cwd).
-        return Ok(dir.join(subdir));
+        return Ok(Prepared {
+            cwd: dir.join(subdir),
+            fresh: false,
+        });
     }
     let sandbox_error = |err: reprise_store::git::GitError| EngineError::Sandbox {
         task: task.id.to_string(),
@@ -280,7 +295,7 @@ pub(crate) fn prepare(
         task: task.id.to_string(),
         detail: format!("cannot create {}: {err}", cwd.display()),
     })?;
-    Ok(cwd)
+    Ok(Prepared { cwd, fresh: true })
 }
 
 /// Removes a finished task's worktree, once its result is on its branch
@@ -396,7 +411,7 @@ pub(crate) fn commit_result(
     // The task may work in a subdirectory; its result is the whole tree.
     let tree_git = Git::new(&Git::new(worktree).toplevel()?);
     let scratch = state.scratch_dir()?;
-    let tree = tree_git.snapshot_tree(base, &scratch)?;
+    let (tree, index) = tree_git.snapshot_index(base, &scratch)?;
     if tree == git.tree_of(base)? {
         return Ok(TaskOutput {
             base: base.to_owned(),
@@ -436,9 +451,12 @@ pub(crate) fn commit_result(
         detail: format!("cannot create branch {branch}: {err}"),
     })?;
     // Leave the worktree at its result, detached (never moving a branch the
-    // agent may have checked out), with its own index matching it.
+    // agent may have checked out), with its own index matching it: the
+    // index the tree was just committed from.
     tree_git.run(["update-ref", "--no-deref", "HEAD", &commit])?;
-    tree_git.run(["reset", "--quiet"])?;
+    if !index.install_as_own(&tree_git) {
+        tree_git.run(["reset", "--quiet"])?;
+    }
     let files_changed = git.changed_files(base, &commit)?.len() as u64;
     Ok(TaskOutput {
         base: base.to_owned(),

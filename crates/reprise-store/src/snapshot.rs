@@ -188,6 +188,17 @@ impl SnapshotStore {
         specs
     }
 
+    /// Takes the tree's own git index as the shadow's stat cache, when the
+    /// tree is a fresh checkout whose files are exactly its index's blobs
+    /// (`Git::checks_out_verbatim`): the next checkpoint then re-reads only
+    /// what changed since the checkout, and a restore writes only the files
+    /// that differ from it. Anything else keeps the shadow's own index;
+    /// false then.
+    pub fn adopt_checkout_index(&self) -> bool {
+        let tree = Git::new(&self.tree);
+        tree.checks_out_verbatim() && tree.copy_index_to(&self.git_dir.join("index"))
+    }
+
     /// Takes a checkpoint of the tree as it is now.
     pub fn take(&self, label: &str) -> Result<Checkpoint> {
         let survey = survey(&self.tree, self.max_file_bytes)?;

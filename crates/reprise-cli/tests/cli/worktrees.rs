@@ -618,6 +618,15 @@ tasks:
         .join(kept["run_id"].as_str().unwrap());
     assert!(kept_dir.join("edit/shop.py").is_file());
     assert!(kept_dir.join("look/shop.py").is_file());
+    // A kept worktree is left at its result, its own index matching it.
+    let edit_dir = kept_dir.join("edit").display().to_string();
+    assert_eq!(git(&env, &["-C", &edit_dir, "status", "--porcelain"]), "");
+    assert_eq!(
+        git(&env, &["-C", &edit_dir, "rev-parse", "HEAD"]),
+        task_json(&kept, "edit")["result"]["commit"]
+            .as_str()
+            .unwrap()
+    );
     assert_eq!(git(&env, &["worktree", "list"]).lines().count(), 3);
 }
 
