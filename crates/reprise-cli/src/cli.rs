@@ -166,6 +166,12 @@ pub(crate) enum Command {
         /// commit that your index, refs and stash never see).
         #[arg(long)]
         include_uncommitted: bool,
+        /// Keep every task's worktree when the task ends. By default a task
+        /// whose result is committed on its branch (or that changed nothing)
+        /// has its worktree removed and unregistered; failed tasks keep
+        /// theirs until `reprise clean`.
+        #[arg(long, conflicts_with = "check")]
+        keep_worktrees: bool,
         /// Check only: validate the plan, resolve every task's agent binary
         /// (and its version) and find each gate's command; run nothing,
         /// write nothing.

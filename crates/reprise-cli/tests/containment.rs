@@ -293,7 +293,7 @@ fn hostile_run(key_in_env: bool, root: &Path) {
         ],
     );
 
-    let output = env.run(&["run", "plan.yaml", "--json"]);
+    let output = env.run(&["run", "plan.yaml", "--json", "--keep-worktrees"]);
     assert_success(&output);
 
     // The agent saw every attack fail with a permission error.

@@ -473,17 +473,16 @@ fn content_gate() -> String {
         .to_owned()
 }
 
-/// A file in `task`'s worktree of the run `ran` reported.
+/// A file of `task`'s result in the run `ran` reported (its worktree is
+/// reclaimed once the result is on its branch): empty when there is none.
 fn worktree_file(project: &Project, ran: &Rehearsal, task: &str, file: &str) -> String {
-    fs::read_to_string(
-        project
-            .root()
-            .join(".reprise/worktrees")
-            .join(ran.json["run"]["run_id"].as_str().unwrap())
-            .join(task)
-            .join(file),
-    )
-    .unwrap_or_default()
+    let run_id = ran.json["run"]["run_id"].as_str().unwrap();
+    let shown = Command::new("git")
+        .args(["show", &format!("reprise/{run_id}/{task}:{file}")])
+        .current_dir(project.root())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&shown.stdout).into_owned()
 }
 
 fn warm_retry_resumes_the_same_session_with_only_the_instruction(cli: Cli) {

@@ -524,27 +524,41 @@ pub fn plan_clean(
             plan.skipped_live.push(run.run_id.clone());
             continue;
         }
-        let dir = state.worktrees_dir().join(&run.run_id);
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            let mut paths: Vec<PathBuf> = entries
-                .filter_map(|entry| entry.ok())
-                .map(|entry| entry.path())
-                .collect();
-            paths.sort();
-            for path in paths {
-                plan.items.push(CleanItem::Worktree {
-                    run_id: run.run_id.clone(),
-                    bytes: tree_bytes(&path),
-                    path,
-                });
-            }
+        // A parked task's snapshot is its files until its resume: kept.
+        let parked: Vec<std::ffi::OsString> = run
+            .tasks
+            .iter()
+            .filter(|task| task.state == TaskStatus::Suspended)
+            .map(|task| task.task_id.as_str().into())
+            .collect();
+        let unparked = |path: &PathBuf| {
+            path.file_name()
+                .is_none_or(|name| !parked.iter().any(|task| task == name))
+        };
+        for path in children(&state.worktrees_dir().join(&run.run_id))
+            .into_iter()
+            .filter(unparked)
+        {
+            plan.items.push(CleanItem::Worktree {
+                run_id: run.run_id.clone(),
+                bytes: tree_bytes(&path),
+                path,
+            });
         }
         let snapshots = state.root().join("snapshots").join(&run.run_id);
-        if snapshots.is_dir() {
+        let snapshots: Vec<PathBuf> = if parked.is_empty() {
+            Some(snapshots)
+                .filter(|dir| dir.is_dir())
+                .into_iter()
+                .collect()
+        } else {
+            children(&snapshots).into_iter().filter(unparked).collect()
+        };
+        for path in snapshots {
             plan.items.push(CleanItem::Checkpoints {
                 run_id: run.run_id.clone(),
-                bytes: tree_bytes(&snapshots),
-                path: snapshots,
+                bytes: tree_bytes(&path),
+                path,
             });
         }
         if branches && in_git {
@@ -592,11 +606,12 @@ pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
             CleanItem::Branch { name, .. } => {
                 git.run(["update-ref", "-d", &format!("refs/heads/{name}")])?;
             }
-            CleanItem::Checkpoints { path, .. } => {
+            CleanItem::Checkpoints { path, run_id, .. } => {
                 std::fs::remove_dir_all(path).map_err(|source| reprise_store::StoreError::Io {
                     path: path.clone(),
                     source,
                 })?;
+                let _ = std::fs::remove_dir(state.root().join("snapshots").join(run_id));
             }
         }
     }
@@ -604,6 +619,20 @@ pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
         let _ = git.run(["worktree", "prune"]);
     }
     Ok(())
+}
+
+/// The entries of directory `dir`, sorted; none when it cannot be read.
+fn children(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    paths.sort();
+    paths
 }
 
 /// Bytes of the files under `path` (not following symlinks).

@@ -295,26 +295,6 @@ fn to_value(value: &impl serde::Serialize) -> Value {
     serde_json::to_value(value).expect("park records serialise")
 }
 
-/// Removes a task's worktree (its files are in the park's checkpoint):
-/// through git, so its admin entry goes too, and as a directory if git no
-/// longer knows it. The worktree lock keeps git's admin directory whole.
-pub(crate) fn remove_worktree(state: &StateDir, repo: &Path, dir: &Path) -> Result<()> {
-    let _lock = reprise_store::locks::worktree_lock(state)?;
-    let git = Git::new(repo);
-    let mut command = git.command();
-    command
-        .args(["worktree", "remove", "--force", "--force"])
-        .arg(dir);
-    let removed = git.output(command).is_ok();
-    if !removed && dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|err| EngineError::Sandbox {
-            task: dir.display().to_string(),
-            detail: format!("cannot remove the parked worktree: {err}"),
-        })?;
-    }
-    Ok(())
-}
-
 /// The release detail of a worktree snapshotted and removed.
 pub(crate) fn sandbox_detail(
     checkpoint: Option<&str>,
@@ -592,7 +572,7 @@ fn release_parked_sandbox(state: &StateDir, point: &crate::resume::ParkPoint) ->
         .map(std::path::PathBuf::from)
         .and_then(|common| common.parent().map(Path::to_path_buf));
     match repo {
-        Some(repo) => remove_worktree(state, &repo, &dir)?,
+        Some(repo) => crate::sandbox::remove_worktree(state, &repo, &dir)?,
         None => std::fs::remove_dir_all(&dir).map_err(|err| EngineError::Sandbox {
             task: point.key.to_string(),
             detail: format!("cannot remove the parked worktree: {err}"),

@@ -55,6 +55,10 @@ pub struct RunOptions {
     /// For `run --continue` and a resume with no live run: the run to take
     /// up again (its id is `run_id`).
     pub continuing: Option<Continuing>,
+    /// Keep each task's worktree after the task ends (`--keep-worktrees`);
+    /// by default a task whose result is committed (or that changed
+    /// nothing) has its worktree removed and unregistered.
+    pub keep_worktrees: bool,
 }
 
 /// A run taken up again in a new process: what its ledger says of each
@@ -372,6 +376,7 @@ pub fn run_plan(
     // seals its journal already has, and reading the chain per task would
     // make every task cost more than the one before.
     let audit = read_audit(state, &options.key)?;
+    crate::sandbox::prune_stale(state, &workspace)?;
     let mut run = new_record(plan, &order, &options, &workspace);
     // A new leg of a finished run: what passed stays passed; what failed
     // runs again, a judged task hearing its kept reply once.
@@ -608,6 +613,7 @@ pub fn run_plan(
                 let supervisor = options.supervisor.as_ref();
                 let pool = &pool;
                 let control = &controls[&task.id];
+                let keep_worktrees = options.keep_worktrees;
                 scope.spawn(move || {
                     let result = TaskRun {
                         state,
@@ -635,7 +641,23 @@ pub fn run_plan(
                         grant: reprise_core::grant::grant_of(task, plan),
                     }
                     .execute();
+                    // Reclaimed after the seat is given back: removing a
+                    // big tree should not hold up the next task.
+                    let reclaim = !keep_worktrees
+                        && result.parked.is_none()
+                        && result.status.delivered();
                     let _ = sender.send(Message::Done(task.id.clone(), result));
+                    if reclaim
+                        && let Err(err) =
+                            crate::sandbox::reclaim(state, workspace, run_id, &task.id)
+                    {
+                        let _ = sender.send(Message::Event(Event::Warning {
+                            task: Some(task.id.clone()),
+                            message: format!(
+                                "its worktree could not be reclaimed ({err}); `reprise clean` removes it"
+                            ),
+                        }));
+                    }
                 });
             }
             if running == 0 && taken_up.timed.is_empty() {

@@ -210,10 +210,30 @@ pub(crate) fn merge_commits(
     Ok(Folded::Commit(merged))
 }
 
+/// Forgets worktrees whose directories are gone (`rm -rf .reprise`, a
+/// reclaim a crash cut short), once per run, under the worktree lock: git's
+/// `worktree add` and `remove` read every registered entry, so stale ones
+/// would cost every task of every later run.
+pub(crate) fn prune_stale(state: &StateDir, workspace: &Workspace) -> Result<()> {
+    let Some(repo) = workspace.repo() else {
+        return Ok(());
+    };
+    let _lock = worktree_lock(state)?;
+    Git::new(repo).run(["worktree", "prune"])?;
+    Ok(())
+}
+
+/// Where a task runs, and whether its tree was checked out just now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Prepared {
+    pub(crate) cwd: PathBuf,
+    /// A fresh worktree: its files are exactly its base, its index fresh.
+    pub(crate) fresh: bool,
+}
+
 /// The directory `task` runs in: a fresh worktree at `base`, or the project.
 /// Worktree creation holds the state directory's worktree lock, so parallel
-/// seats and concurrent runs never race in git's admin directory, and prunes
-/// worktrees whose directories were removed (`rm -rf .reprise`) first.
+/// seats and concurrent runs never race in git's admin directory.
 pub(crate) fn prepare(
     state: &StateDir,
     workspace: &Workspace,
@@ -221,12 +241,16 @@ pub(crate) fn prepare(
     run_id: &str,
     task: &Task,
     base: Option<&str>,
-) -> Result<PathBuf> {
+) -> Result<Prepared> {
+    let in_place = Prepared {
+        cwd: project.to_path_buf(),
+        fresh: false,
+    };
     let (Some(repo), Some(base)) = (workspace.repo(), base) else {
-        return Ok(project.to_path_buf());
+        return Ok(in_place);
     };
     if !workspace.isolates(task) {
-        return Ok(project.to_path_buf());
+        return Ok(in_place);
     }
     let dir = state.worktree_dir(run_id, &task.id);
     let subdir = match workspace {
@@ -236,7 +260,10 @@ pub(crate) fn prepare(
     if dir.join(".git").exists() {
         // The same run, come back to its task (its path is stable for the
         // run's life because the CLIs key resume by cwd).
-        return Ok(dir.join(subdir));
+        return Ok(Prepared {
+            cwd: dir.join(subdir),
+            fresh: false,
+        });
     }
     let sandbox_error = |err: reprise_store::git::GitError| EngineError::Sandbox {
         task: task.id.to_string(),
@@ -254,7 +281,6 @@ pub(crate) fn prepare(
         // worktree. Checking its files out runs outside it, so six seats
         // populate six trees at once.
         let _lock = worktree_lock(state)?;
-        git.run(["worktree", "prune"]).map_err(sandbox_error)?;
         let mut add = git.command();
         add.args(["worktree", "add", "--quiet", "--detach", "--no-checkout"])
             .arg(&dir)
@@ -269,7 +295,67 @@ pub(crate) fn prepare(
         task: task.id.to_string(),
         detail: format!("cannot create {}: {err}", cwd.display()),
     })?;
-    Ok(cwd)
+    Ok(Prepared { cwd, fresh: true })
+}
+
+/// Removes a finished task's worktree, once its result is on its branch
+/// (or it changed nothing): its files, then git's registration of it, so
+/// the registered worktrees stay as few as the tasks running. Nothing of
+/// the result is lost: `diff` and `apply` read the result commit.
+pub(crate) fn reclaim(
+    state: &StateDir,
+    workspace: &Workspace,
+    run_id: &str,
+    task: &TaskId,
+) -> Result<()> {
+    let Some(repo) = workspace.repo() else {
+        return Ok(());
+    };
+    let dir = state.worktree_dir(run_id, task);
+    if !dir.exists() {
+        return Ok(());
+    }
+    remove_worktree(state, repo, &dir)?;
+    // The run's directory goes with its last worktree.
+    if let Some(parent) = dir.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
+    Ok(())
+}
+
+/// Removes the worktree at `dir` of `repo`: its files first, outside the
+/// worktree lock (seats remove and create trees at once), then, under the
+/// lock, git's entry for it (`worktree remove` of a tree holding only its
+/// `.git` link). A directory git no longer knows is removed as a directory.
+pub(crate) fn remove_worktree(state: &StateDir, repo: &Path, dir: &Path) -> Result<()> {
+    let removal_error = |err: std::io::Error| EngineError::Sandbox {
+        task: dir.display().to_string(),
+        detail: format!("cannot remove the worktree: {err}"),
+    };
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let path = entry.path();
+            let removed = match entry.file_type() {
+                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+            removed.map_err(removal_error)?;
+        }
+    }
+    let _lock = worktree_lock(state)?;
+    let git = Git::new(repo);
+    let mut command = git.command();
+    command
+        .args(["worktree", "remove", "--force", "--force"])
+        .arg(dir);
+    let removed = git.output(command).is_ok();
+    if !removed && dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(removal_error)?;
+    }
+    Ok(())
 }
 
 /// A task's committed result.
@@ -325,7 +411,7 @@ pub(crate) fn commit_result(
     // The task may work in a subdirectory; its result is the whole tree.
     let tree_git = Git::new(&Git::new(worktree).toplevel()?);
     let scratch = state.scratch_dir()?;
-    let tree = tree_git.snapshot_tree(base, &scratch)?;
+    let (tree, index) = tree_git.snapshot_index(base, &scratch)?;
     if tree == git.tree_of(base)? {
         return Ok(TaskOutput {
             base: base.to_owned(),
@@ -365,9 +451,12 @@ pub(crate) fn commit_result(
         detail: format!("cannot create branch {branch}: {err}"),
     })?;
     // Leave the worktree at its result, detached (never moving a branch the
-    // agent may have checked out), with its own index matching it.
+    // agent may have checked out), with its own index matching it: the
+    // index the tree was just committed from.
     tree_git.run(["update-ref", "--no-deref", "HEAD", &commit])?;
-    tree_git.run(["reset", "--quiet"])?;
+    if !index.install_as_own(&tree_git) {
+        tree_git.run(["reset", "--quiet"])?;
+    }
     let files_changed = git.changed_files(base, &commit)?.len() as u64;
     Ok(TaskOutput {
         base: base.to_owned(),

@@ -288,7 +288,7 @@ impl TaskRun<'_> {
     /// first start and a continuation both begin with.
     pub(crate) fn materialise(&self, result: &mut TaskResult) -> Result<Materialised> {
         let task = self.task;
-        let cwd = sandbox::prepare(
+        let sandbox::Prepared { cwd, fresh } = sandbox::prepare(
             self.state,
             self.workspace,
             self.project,
@@ -309,6 +309,13 @@ impl TaskRun<'_> {
             &cwd,
             self.workspace.repo().filter(|_| isolated),
         )?;
+        if let Some(store) = snapshots.as_ref().filter(|_| fresh && isolated) {
+            // The checkout's index is a stat cache of exactly these files:
+            // the first checkpoint (and a park's restore) then reads and
+            // writes only what differs from the base. Without it, they do
+            // every file.
+            let _ = store.adopt_checkout_index();
+        }
         // The budget is validated before the run starts; building it again
         // here cannot fail unless the plan changed under us.
         let budget = match self.budget {

@@ -152,6 +152,7 @@ impl World {
                 include_uncommitted: false,
                 supervisor: None,
                 continuing: None,
+                keep_worktrees: false,
             },
             &CancelToken::new(),
             &mut recorder,
@@ -446,15 +447,26 @@ fn a_warm_retry_resumes_the_same_session_with_only_the_instruction() {
         "warm resumes the same session"
     );
 
-    // The work happened in the task's worktree, not in the project.
+    // The work happened in the task's worktree, not in the project: its
+    // result commit holds it, and the worktree was reclaimed.
     let worktree = world
         .fixture
         .state
         .worktree_dir(&ran.state.run_id, &World::id("greet"));
-    assert_eq!(
-        fs::read_to_string(worktree.join("greeting.txt")).expect("greeting"),
-        "hello\n"
-    );
+    assert!(!worktree.exists(), "a passed task's worktree is reclaimed");
+    let commit = greet
+        .output
+        .as_ref()
+        .and_then(|output| output.commit.clone());
+    let shown = Command::new("git")
+        .args([
+            "show",
+            &format!("{}:greeting.txt", commit.expect("a result")),
+        ])
+        .current_dir(&world.project)
+        .output()
+        .expect("git");
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), "hello\n");
     assert!(!world.project.join("greeting.txt").exists());
 
     // The session holds both turns; the second prompt is the instruction alone.

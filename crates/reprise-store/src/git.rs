@@ -174,28 +174,78 @@ impl Git {
     /// keeps the original's mtime, so git's racy-entry check still sees what
     /// changed in the same instant the index was written), else as `base`.
     pub fn snapshot_tree(&self, base: &str, scratch: &Path) -> Result<String> {
-        let index = scratch.join(format!("index-{}", ulid::Ulid::new()));
-        let result = (|| {
-            if !self.seed_index(&index) {
-                let mut read = self.command();
-                read.env("GIT_INDEX_FILE", &index).args(["read-tree", base]);
-                self.output(read)?;
-            }
-            let mut add = self.command();
-            add.env("GIT_INDEX_FILE", &index)
-                .args(["add", "-A", "--", "."]);
-            self.output(add)?;
-            let mut write = self.command();
-            write.env("GIT_INDEX_FILE", &index).arg("write-tree");
-            Ok(stdout_line(&self.output(write)?))
-        })();
-        let _ = std::fs::remove_file(&index);
-        result
+        self.snapshot_index(base, scratch).map(|(tree, _)| tree)
     }
 
-    /// Copies this tree's own index to `to`, with its mtime; false when
-    /// there is none to copy (nothing is read from it but by git itself).
-    fn seed_index(&self, to: &Path) -> bool {
+    /// `snapshot_tree`, also handing back the temporary index it wrote:
+    /// exactly the tree's entries, with stat data fresh from `add`.
+    pub fn snapshot_index(&self, base: &str, scratch: &Path) -> Result<(String, ScratchIndex)> {
+        let index = ScratchIndex {
+            path: scratch.join(format!("index-{}", ulid::Ulid::new())),
+        };
+        if !self.copy_index_to(&index.path) {
+            let mut read = self.command();
+            read.env("GIT_INDEX_FILE", &index.path)
+                .args(["read-tree", base]);
+            self.output(read)?;
+        }
+        let mut add = self.command();
+        add.env("GIT_INDEX_FILE", &index.path)
+            .args(["add", "-A", "--", "."]);
+        self.output(add)?;
+        let mut write = self.command();
+        write.env("GIT_INDEX_FILE", &index.path).arg("write-tree");
+        let tree = stdout_line(&self.output(write)?);
+        Ok((tree, index))
+    }
+
+    /// Whether a checkout here writes every file exactly as its blob: no
+    /// attributes (in the tree's index or `info/attributes`) that could
+    /// filter or convert content, no `core.autocrlf`, and none of the index
+    /// features whose state lives outside the index file (split index,
+    /// sparse checkout, untracked cache). Then this tree's index, just after
+    /// a checkout, is also a true stat cache for any other git directory
+    /// tracking the same files.
+    pub fn checks_out_verbatim(&self) -> bool {
+        let Ok(config) = self.run(["config", "--list"]) else {
+            return false;
+        };
+        let off = |value: &str| matches!(value, "false" | "no" | "off" | "0" | "");
+        let converts = config.lines().any(|line| {
+            let (key, value) = line.split_once('=').unwrap_or((line, ""));
+            let key = key.to_ascii_lowercase();
+            let value = value.to_ascii_lowercase();
+            key.starts_with("filter.")
+                || (matches!(
+                    key.as_str(),
+                    "core.autocrlf"
+                        | "core.splitindex"
+                        | "core.sparsecheckout"
+                        | "core.untrackedcache"
+                        | "feature.manyfiles"
+                ) && !off(&value))
+        });
+        if converts {
+            return false;
+        }
+        let attributes_in_tree = self.run(["ls-files", "-z", "--", ":(glob)**/.gitattributes"]);
+        let attributes_file = self.run([
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-path",
+            "info/attributes",
+        ]);
+        matches!(
+            (attributes_in_tree, attributes_file),
+            (Ok(listed), Ok(file)) if listed.is_empty() && !Path::new(&file).exists()
+        )
+    }
+
+    /// Copies this tree's own index to `to`, with its mtime (so git's
+    /// racy-entry check still re-reads a file written in the same instant
+    /// as the index); false when there is none to copy. Nothing is read from
+    /// it but by git itself.
+    pub fn copy_index_to(&self, to: &Path) -> bool {
         let Ok(own) = self.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
         else {
             return false;
@@ -269,6 +319,34 @@ impl Git {
     /// Whether `ancestor` is an ancestor of (or equal to) `descendant`.
     pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> bool {
         self.succeeds(&["merge-base", "--is-ancestor", ancestor, descendant])
+    }
+}
+
+/// A temporary index in reprise's scratch directory, removed when dropped
+/// unless it was made some tree's own.
+#[derive(Debug)]
+pub struct ScratchIndex {
+    path: PathBuf,
+}
+
+impl ScratchIndex {
+    /// Makes this index the own index of the tree `git` works in (a rename,
+    /// so no reader sees half of it). Right only when the index holds that
+    /// tree's HEAD: then it is what `git reset` would write, without
+    /// hashing again every file the checkout wrote in its last instant.
+    /// False (and nothing changed) when it cannot be moved there.
+    pub fn install_as_own(self, git: &Git) -> bool {
+        let Ok(own) = git.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
+        else {
+            return false;
+        };
+        std::fs::rename(&self.path, own).is_ok()
+    }
+}
+
+impl Drop for ScratchIndex {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

@@ -12,7 +12,10 @@
 //! manifest of what git alone cannot give back: permission bits other than
 //! 0644/0755, directories (empty ones included, and their modes), and the
 //! files skipped for their size. Because the shadow index keeps git's stat
-//! cache, a checkpoint re-reads only files that changed since the last one.
+//! cache, a checkpoint re-reads only files that changed since the last one;
+//! a fresh worktree lends its own index as the first stat cache
+//! (`adopt_checkout_index`), so the first checkpoint, and a park's restore
+//! into a fresh checkout, read and write only what differs from the base.
 //!
 //! Rollback puts the checkpoint's tree back (`read-tree --reset -u`), removes
 //! everything created since (`clean -ffdx`), then restores modes and
@@ -186,6 +189,17 @@ impl SnapshotStore {
                 .map(|(path, _)| format!(":(exclude,literal){path}")),
         );
         specs
+    }
+
+    /// Takes the tree's own git index as the shadow's stat cache, when the
+    /// tree is a fresh checkout whose files are exactly its index's blobs
+    /// (`Git::checks_out_verbatim`): the next checkpoint then re-reads only
+    /// what changed since the checkout, and a restore writes only the files
+    /// that differ from it. Anything else keeps the shadow's own index;
+    /// false then.
+    pub fn adopt_checkout_index(&self) -> bool {
+        let tree = Git::new(&self.tree);
+        tree.checks_out_verbatim() && tree.copy_index_to(&self.git_dir.join("index"))
     }
 
     /// Takes a checkpoint of the tree as it is now.

@@ -884,6 +884,86 @@ fn a_rollback_restores_every_byte_mode_link_and_directory_and_touches_no_user_fi
     assert_eq!(store.find(&checkpoint.id[..10]).unwrap().id, checkpoint.id);
 }
 
+/// A park's restore into a fresh checkout of the base writes only the files
+/// that differ from the base: the shadow takes the checkout's index as its
+/// stat cache. Attributes that could convert content keep it out.
+#[test]
+fn a_restore_into_a_fresh_checkout_writes_only_what_differs_from_the_base() {
+    use std::os::unix::fs::MetadataExt;
+
+    use reprise_store::snapshot::SnapshotStore;
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    sh(
+        &repo,
+        "git init -q && echo one > a.txt && mkdir d && echo two > d/b.txt && echo three > c.txt && \
+         git add -A && git commit -qm start",
+    );
+    let tree = temp.path().join("tree");
+    let checkout = |tree: &Path| {
+        sh(
+            &repo,
+            &format!(
+                "git worktree add -q --detach --no-checkout {0} HEAD && git -C {0} reset -q --hard",
+                tree.display()
+            ),
+        );
+    };
+    let open = || {
+        SnapshotStore::open(
+            &temp.path().join("shadow"),
+            &tree,
+            Some(&repo),
+            reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
+        )
+        .unwrap()
+    };
+    checkout(&tree);
+    let store = open();
+    assert!(store.adopt_checkout_index());
+    // What the park snapshots: one file changed, one made, one removed.
+    sh(
+        &tree,
+        "echo changed >> a.txt && echo new > new.txt && rm c.txt",
+    );
+    let parked = store.take("parked").unwrap();
+    sh(
+        &repo,
+        &format!("git worktree remove --force {}", tree.display()),
+    );
+    // The resume: a fresh checkout of the base, then the park's snapshot.
+    checkout(&tree);
+    let store = open();
+    assert!(store.adopt_checkout_index());
+    // A rewrite gives the file a new inode or a new change time (the pause
+    // lets the clock move past the checkout's).
+    let written = |path: &str| {
+        let meta = fs::metadata(tree.join(path)).unwrap();
+        (meta.ino(), meta.ctime(), meta.ctime_nsec())
+    };
+    let untouched = written("d/b.txt");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    store.restore(&parked).unwrap();
+    assert_eq!(
+        written("d/b.txt"),
+        untouched,
+        "a file equal to the base is not rewritten"
+    );
+    assert_eq!(
+        fs::read_to_string(tree.join("a.txt")).unwrap(),
+        "one\nchanged\n"
+    );
+    assert_eq!(fs::read_to_string(tree.join("new.txt")).unwrap(), "new\n");
+    assert!(!tree.join("c.txt").exists());
+    // A checkout that may convert content is not a stat cache for the shadow.
+    sh(
+        &tree,
+        "echo '*.txt text eol=crlf' > .gitattributes && git add .gitattributes",
+    );
+    assert!(!open().adopt_checkout_index());
+}
+
 #[test]
 fn a_file_over_the_size_bound_is_skipped_and_named() {
     use reprise_store::snapshot::SnapshotStore;

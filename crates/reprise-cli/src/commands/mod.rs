@@ -52,12 +52,14 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             continue_run: Some(run_id),
             seats,
             events,
+            keep_worktrees,
             ..
         } => run::continue_run(
             &settings.with_events(events),
             &run_id,
             seats,
             std::collections::BTreeMap::new(),
+            keep_worktrees,
         )?,
         Command::Run {
             plan,
@@ -65,6 +67,7 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             seats,
             retry_budget,
             include_uncommitted,
+            keep_worktrees,
             check: _,
             events,
             continue_run: None,
@@ -74,7 +77,10 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             retry_failed.as_deref(),
             seats,
             retry_budget.as_deref(),
-            include_uncommitted,
+            run::WorktreeOptions {
+                include_uncommitted,
+                keep_worktrees,
+            },
         )?,
         Command::Apply {
             run,

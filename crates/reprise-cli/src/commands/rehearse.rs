@@ -199,7 +199,14 @@ pub(crate) fn rehearse(
             log.display()
         );
     }
-    let run = execute(settings, prepared, run_id, seats, agent_setup, false);
+    let run = execute(
+        settings,
+        prepared,
+        run_id,
+        seats,
+        agent_setup,
+        crate::commands::run::WorktreeOptions::default(),
+    );
     server.stop();
     let run = run?;
     let text = std::fs::read_to_string(&log).map_err(|err| failed("read the request log", &err))?;

@@ -167,13 +167,22 @@ impl EventSink for Quiet {
     fn event(&mut self, _: &Event) {}
 }
 
+/// What a run's worktrees start from and whether they outlive their tasks.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WorktreeOptions {
+    /// `--include-uncommitted`: the base holds the working tree's changes.
+    pub(crate) include_uncommitted: bool,
+    /// `--keep-worktrees`: no task's worktree is reclaimed when it ends.
+    pub(crate) keep_worktrees: bool,
+}
+
 pub(crate) fn run(
     settings: &Settings,
     plan_path: Option<&std::path::Path>,
     retry_failed: Option<&str>,
     seats: Option<u32>,
     retry_budget: Option<&str>,
-    include_uncommitted: bool,
+    worktrees: WorktreeOptions,
 ) -> Result<Outcome, CliError> {
     let prepared = prepare(settings, plan_path, retry_failed, retry_budget)?;
     let run = execute(
@@ -182,7 +191,7 @@ pub(crate) fn run(
         new_run_id(),
         seats,
         BTreeMap::new(),
-        include_uncommitted,
+        worktrees,
     )?;
     Ok(finished(settings, &run))
 }
@@ -194,6 +203,7 @@ pub(crate) fn continue_run(
     run_id: &str,
     seats: Option<u32>,
     resume: BTreeMap<TaskId, reprise_engine::Resume>,
+    keep_worktrees: bool,
 ) -> Result<Outcome, CliError> {
     let prepared = prepare_continue(settings, run_id, resume, None)?;
     let run = execute(
@@ -202,7 +212,10 @@ pub(crate) fn continue_run(
         run_id.to_owned(),
         seats,
         BTreeMap::new(),
-        false,
+        WorktreeOptions {
+            include_uncommitted: false,
+            keep_worktrees,
+        },
     )?;
     Ok(finished(settings, &run))
 }
@@ -547,7 +560,7 @@ pub(crate) fn execute(
     run_id: String,
     seats: Option<u32>,
     agent_setup: BTreeMap<TaskId, AgentSetup>,
-    include_uncommitted: bool,
+    worktrees: WorktreeOptions,
 ) -> Result<RunState, CliError> {
     let Prepared {
         plan,
@@ -579,9 +592,10 @@ pub(crate) fn execute(
         retry_budget,
         agent_setup,
         key,
-        include_uncommitted,
+        include_uncommitted: worktrees.include_uncommitted,
         supervisor: Some(supervisor(settings)),
         continuing,
+        keep_worktrees: worktrees.keep_worktrees,
     };
     let ran = if settings.events {
         run_plan(&state, &plan, options, &cancel, &mut EventStream)

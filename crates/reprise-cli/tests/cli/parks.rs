@@ -442,6 +442,91 @@ tasks:
     assert_success(&env.run(&["journal", "verify", "long"]));
 }
 
+/// `reprise clean` leaves a parked task's snapshot (its files until the
+/// resume) and the resume puts back exactly the parked files; once the
+/// resumed task passes its worktree is reclaimed like any other.
+#[test]
+fn clean_keeps_a_parked_task_s_snapshot_and_the_resume_restores_its_files() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "keep",
+        r#"
+version: 1
+name: keep
+seats: 2
+defaults: { agent: sim }
+tasks:
+  - id: long
+    prompt: write it
+    max_retries: 3
+    sim:
+      - { reply: "first", write: { one.txt: parked, sub/two.txt: also } }
+      - { reply: "slow", write: { three.txt: slow }, delay: 120s }
+      - { reply: "done", write: { three.txt: x } }
+    gates:
+      - { name: kept, run: 'test "$(cat one.txt)" = parked && test "$(cat sub/two.txt)" = also && test -e three.txt' }
+  - id: quick
+    prompt: q
+    sim: [ { reply: "ok", write: { quick.txt: x } } ]
+"#,
+    );
+    // Parked in its slow second attempt, with the first one's files.
+    let child = env.spawn(&["run", &plan], std::process::Stdio::piped());
+    let journal = env
+        .project()
+        .join(".reprise/plans/keep/tasks/long/journal.jsonl");
+    let started = std::time::Instant::now();
+    while fs::read_to_string(&journal).map_or(0, |text| text.matches("\"attempt.started\"").count())
+        < 2
+    {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_success(&env.run(&["task", "suspend", "long"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let snapshots = env.project().join(".reprise/snapshots").join(&run_id);
+    assert!(snapshots.join("long").is_dir());
+    let cleaned = env.run(&["clean"]);
+    assert_success(&cleaned);
+    assert!(
+        snapshots.join("long/HEAD").is_file(),
+        "the parked task's snapshot is kept: {}",
+        stdout(&cleaned)
+    );
+    assert!(!snapshots.join("quick").exists(), "the passed task's goes");
+    let resumed = env.run(&["task", "resume", "long", "--json"]);
+    assert_success(&resumed);
+    let resumed = json_of(&resumed);
+    assert_eq!(resumed["tasks"][0]["state"], "passed", "{resumed}");
+    let files = super::worktrees::git(
+        &env,
+        &[
+            "ls-tree",
+            "-r",
+            "--name-only",
+            &format!("reprise/{run_id}/long"),
+        ],
+    );
+    assert_eq!(files, "one.txt\nshop.py\nsub/two.txt\nthree.txt");
+    assert!(
+        !env.project()
+            .join(".reprise/worktrees")
+            .join(&run_id)
+            .exists()
+    );
+    assert_eq!(
+        super::worktrees::git(&env, &["worktree", "list"])
+            .lines()
+            .count(),
+        1
+    );
+}
+
 /// A rehearsal's park is resumed only by a rehearsal: `task resume` and
 /// `run --continue` refuse it (as plain runs its agents would reach the real
 /// services) without a write; `rehearse --continue --resume` resumes it.

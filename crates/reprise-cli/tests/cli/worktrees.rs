@@ -14,7 +14,7 @@ pub(crate) fn git_env() -> Env {
     env
 }
 
-fn git(env: &Env, args: &[&str]) -> String {
+pub(crate) fn git(env: &Env, args: &[&str]) -> String {
     let output = Command::new("git")
         .args(["-c", "user.name=user", "-c", "user.email=user@example.com"])
         .args(args)
@@ -133,14 +133,12 @@ fn a_chain_builds_on_each_result_and_apply_delivers_all_three() {
     let tax = task_json(&run, "add-tax");
     assert_eq!(fix["base_commit"], head.as_str());
     assert_eq!(tax["base_commit"], fix["result"]["commit"]);
-    let tax_tree = env
-        .project()
-        .join(".reprise/worktrees")
-        .join(run_id)
-        .join("add-tax");
     assert_eq!(
-        fs::read_to_string(tax_tree.join("shop.py")).unwrap(),
-        "price = 10\ndiscount = 0.1\ntax = 0.2\n"
+        git(
+            &env,
+            &["show", &format!("reprise/{run_id}/add-tax:shop.py")]
+        ),
+        "price = 10\ndiscount = 0.1\ntax = 0.2"
     );
     // Results are commits on reprise's own branches, with trailers.
     let branch = format!("reprise/{run_id}/add-tax");
@@ -261,10 +259,11 @@ tasks:
     );
     let greet = task_json(&second, "greet");
     assert_eq!(greet["base_commit"], head.as_str());
-    let tree = PathBuf::from(greet["cwd"].as_str().unwrap());
-    assert!(
-        tree.join("NEWS").is_file(),
-        "the worktree is at the new HEAD"
+    let result = greet["result"]["commit"].as_str().unwrap();
+    assert_eq!(
+        git(&env, &["show", &format!("{result}:NEWS")]),
+        "news",
+        "the worktree was at the new HEAD"
     );
     assert_ne!(greet["cwd"], task_json(&first, "greet")["cwd"]);
 }
@@ -564,11 +563,78 @@ tasks:
     assert_eq!(task_json(&run, "look")["result"]["files_changed"], 0);
 }
 
+/// Run after run, a delivered task's worktree is removed and unregistered
+/// when it ends: `git worktree list` holds the main checkout alone, while
+/// `diff` and `apply` still deliver from the result branches. With
+/// `--keep-worktrees` they stay.
+#[test]
+fn finished_tasks_worktrees_are_reclaimed_and_their_results_still_deliver() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "reclaim",
+        r#"
+version: 1
+name: reclaim
+seats: 2
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - { id: edit, prompt: e, command: [sh, -c, "echo 'tax = 0.2' >> shop.py; echo DONE"] }
+  - { id: look, prompt: l, command: [sh, -c, "cat shop.py; echo DONE"] }
+"#,
+    );
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let run = run_json(&env, &plan, &[]);
+        assert_eq!(run["ok"], true, "{run}");
+        let run_id = run["run_id"].as_str().unwrap().to_owned();
+        assert!(
+            !env.project()
+                .join(".reprise/worktrees")
+                .join(&run_id)
+                .exists(),
+            "the run's worktrees are gone"
+        );
+        assert_eq!(
+            git(&env, &["worktree", "list"]).lines().count(),
+            1,
+            "{}",
+            git(&env, &["worktree", "list"])
+        );
+        runs.push(run_id);
+    }
+    let diff = env.run(&["diff", &runs[0], "edit"]);
+    assert_success(&diff);
+    assert!(stdout(&diff).contains("+tax = 0.2"), "{}", stdout(&diff));
+    assert_success(&env.run(&["apply", &runs[2]]));
+    assert_eq!(
+        fs::read_to_string(env.project().join("shop.py")).unwrap(),
+        "price = 10\ntax = 0.2\n"
+    );
+    let kept = run_json(&env, &plan, &["--keep-worktrees"]);
+    let kept_dir = env
+        .project()
+        .join(".reprise/worktrees")
+        .join(kept["run_id"].as_str().unwrap());
+    assert!(kept_dir.join("edit/shop.py").is_file());
+    assert!(kept_dir.join("look/shop.py").is_file());
+    // A kept worktree is left at its result, its own index matching it.
+    let edit_dir = kept_dir.join("edit").display().to_string();
+    assert_eq!(git(&env, &["-C", &edit_dir, "status", "--porcelain"]), "");
+    assert_eq!(
+        git(&env, &["-C", &edit_dir, "rev-parse", "HEAD"]),
+        task_json(&kept, "edit")["result"]["commit"]
+            .as_str()
+            .unwrap()
+    );
+    assert_eq!(git(&env, &["worktree", "list"]).lines().count(), 3);
+}
+
 #[test]
 fn clean_removes_finished_worktrees_and_asked_for_branches() {
     let env = git_env();
     let plan = write_plan(&env, "chain", CHAIN);
-    let run = run_json(&env, &plan, &[]);
+    let run = run_json(&env, &plan, &["--keep-worktrees"]);
     let run_id = run["run_id"].as_str().unwrap();
     let dir = env.project().join(".reprise/worktrees").join(run_id);
     let before = env.snapshot();

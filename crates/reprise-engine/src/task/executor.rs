@@ -659,7 +659,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         match (self.isolated, run.workspace.repo()) {
             (true, Some(repo)) => {
                 let dir = run.state.worktree_dir(run.run_id, &run.task.id);
-                crate::park::remove_worktree(run.state, repo, &dir)?;
+                crate::sandbox::remove_worktree(run.state, repo, &dir)?;
                 Ok(crate::park::sandbox_detail(
                     id.as_deref(),
                     &dir,
