@@ -316,17 +316,30 @@ mod tests {
         pool.set_contenders(2);
         assert_eq!(pool.hold(Claim::Share), Hold::Granted(500));
         assert_eq!(pool.hold(Claim::Share), Hold::Granted(500));
-        // The first ran out of its share having spent it all.
-        pool.release(500, 500);
+        // The first was stopped at its share before it spent anything (an
+        // agent that refuses a step past its budget).
+        pool.release(500, 0);
+        // Its share ran out, not the pool: a retry may be given more.
+        assert!(pool.may_give_more_than(500));
         // The second still holds one: the whole claim waits for it.
         assert_eq!(pool.hold(Claim::Whole), Hold::Wait);
-        // Its share ran out, not the pool: half of it is still held.
-        assert!(pool.may_give_more_than(500));
         pool.release(500, 100);
-        assert_eq!(pool.hold(Claim::Whole), Hold::Granted(400));
+        assert_eq!(pool.hold(Claim::Whole), Hold::Granted(900));
         assert_eq!(pool.hold(Claim::Share), Hold::Wait);
-        pool.release(400, 400);
+        pool.release(900, 900);
         // Stopped at all there was: the pool's end.
-        assert!(!pool.may_give_more_than(400));
+        assert!(!pool.may_give_more_than(900));
+    }
+
+    #[test]
+    fn a_retry_given_no_more_than_it_had_is_the_pool_s_end() {
+        let mut pool = Pool::new(Some(1_000));
+        pool.set_contenders(2);
+        assert_eq!(pool.hold(Claim::Share), Hold::Granted(500));
+        assert_eq!(pool.hold(Claim::Share), Hold::Granted(500));
+        // The first spent its whole share: what may come back (the other's
+        // 500) is no more than it had, so it is not retried for a share.
+        pool.release(500, 500);
+        assert!(!pool.may_give_more_than(500));
     }
 }

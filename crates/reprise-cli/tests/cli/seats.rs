@@ -180,6 +180,37 @@ fn status_when(env: &Env, ready: impl Fn(&Value) -> bool) -> (Value, String) {
     panic!("status never showed what was waited for");
 }
 
+/// A command that runs until the test writes the file it names (bounded:
+/// 60 s), then says DONE: the file and the command.
+fn held_until_go(env: &Env) -> (PathBuf, String) {
+    let go = env.temp.path().join("go");
+    let hold = format!(
+        "i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo DONE",
+        go = go.display()
+    );
+    (go, hold)
+}
+
+/// Lets the held task go, waits for the run to pass, and returns its events.
+fn let_go_and_collect(
+    go: &Path,
+    child: &mut std::process::Child,
+    events: &std::sync::mpsc::Receiver<Value>,
+) -> Vec<Value> {
+    fs::write(go, "").unwrap();
+    assert!(child.wait().unwrap().success());
+    // Every line the run printed, up to its end of output.
+    events.iter().collect()
+}
+
+/// Where the first `kind` event of `task` is in the stream.
+fn position(events: &[Value], kind: &str, task: &str) -> usize {
+    events
+        .iter()
+        .position(|event| event["event"] == kind && event["task"] == task)
+        .unwrap_or_else(|| panic!("no {kind} of {task} in {events:?}"))
+}
+
 fn state_of<'a>(status: &'a Value, task: &str) -> &'a Value {
     &task_json(status, task)["state"]
 }
@@ -188,13 +219,9 @@ fn state_of<'a>(status: &'a Value, task: &str) -> &'a Value {
 fn tasks_that_wait_say_why_in_events_and_in_a_live_status() {
     let env = git_env();
     env.init();
-    let go = env.temp.path().join("go");
     // `a` holds the one seat until the test lets it go; `b` waits for the
     // seat, `c` for `a`, its dependency.
-    let hold = format!(
-        "i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo DONE",
-        go = go.display()
-    );
+    let (go, hold) = held_until_go(&env);
     let plan = write_plan(
         &env,
         "waits",
@@ -233,15 +260,8 @@ tasks:
     );
     assert!(text.contains("\n  c: waiting for dependency a\n"), "{text}");
     assert!(!text.contains("state.json still says"), "{text}");
-    fs::write(&go, "").unwrap();
-    assert!(child.wait().unwrap().success());
-    let events: Vec<Value> = events.try_iter().collect();
-    let position = |kind: &str, task: &str| {
-        events
-            .iter()
-            .position(|event| event["event"] == kind && event["task"] == task)
-            .unwrap_or_else(|| panic!("no {kind} of {task} in {events:?}"))
-    };
+    let events = let_go_and_collect(&go, &mut child, &events);
+    let position = |kind: &str, task: &str| position(&events, kind, task);
     let waiting = &events[position("task.waiting", "b")];
     assert_eq!(waiting["reason"], "seat");
     assert_eq!(waiting["detail"], "a seat (all 1 busy)");
@@ -258,11 +278,7 @@ tasks:
 fn a_task_whose_envelope_does_not_fit_yet_waits_for_budget() {
     let env = git_env();
     env.init();
-    let go = env.temp.path().join("go");
-    let hold = format!(
-        "i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo DONE",
-        go = go.display()
-    );
+    let (go, hold) = held_until_go(&env);
     let plan = write_plan(
         &env,
         "envelopes",
@@ -291,21 +307,13 @@ tasks:
         text.contains("\n  b: waiting for headroom in the pool for its envelope ($0.40 free)\n"),
         "{text}"
     );
-    fs::write(&go, "").unwrap();
-    assert!(child.wait().unwrap().success());
-    let events: Vec<Value> = events.try_iter().collect();
-    let waited = events
-        .iter()
-        .position(|event| event["event"] == "task.waiting" && event["task"] == "b")
-        .unwrap_or_else(|| panic!("{events:?}"));
-    assert_eq!(events[waited]["reason"], "budget");
-    let started = events
-        .iter()
-        .position(|event| event["event"] == "attempt.started" && event["task"] == "b")
-        .unwrap();
-    let a_done = events
-        .iter()
-        .position(|event| event["event"] == "task.finished" && event["task"] == "a")
-        .unwrap();
-    assert!(started > a_done, "{events:?}");
+    let events = let_go_and_collect(&go, &mut child, &events);
+    assert_eq!(
+        events[position(&events, "task.waiting", "b")]["reason"],
+        "budget"
+    );
+    assert!(
+        position(&events, "attempt.started", "b") > position(&events, "task.finished", "a"),
+        "{events:?}"
+    );
 }
