@@ -21,9 +21,10 @@
 //! Why a re-exec and not `pre_exec`: the workspace forbids unsafe code, and a
 //! `pre_exec` closure is unsafe for a good reason: between fork and exec in a
 //! multi-threaded process only async-signal-safe calls are allowed, and
-//! building a ruleset allocates and opens files. The two extra execs cost
-//! about 3.7 ms per process and the ruleset about 1 ms more
-//! (`scripts/bench-containment` measures both).
+//! building a ruleset allocates and opens files. The two extra execs and the
+//! supervisor's work cost about 4.7 ms per process on an idle 2-core machine
+//! and the ruleset about 0.4 ms more (5.6 and 6.0 ms against 0.9 ms for
+//! `true` run directly; `scripts/bench-containment` measures both).
 //!
 //! The driver records each supervisor's pid (its process group id) and start
 //! time under the state directory before it waits on it; the next reprise
