@@ -1516,6 +1516,25 @@ fn server_settings(cli: Cli, base: &str, system_settings: &Path) -> String {
     }
 }
 
+/// A directory no other user may write into, nor into any directory above
+/// it: the build's temporary directory where it is so, else `$HOME`.
+fn private_base() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let private = |dir: &Path| {
+        !dir.starts_with(std::env::temp_dir())
+            && dir.ancestors().all(|ancestor| {
+                fs::metadata(ancestor).is_ok_and(|meta| meta.permissions().mode() & 0o002 == 0)
+            })
+    };
+    [
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")),
+    ]
+    .into_iter()
+    .find(|dir| private(dir))
+    .expect("neither the build's temporary directory nor $HOME is private to this user")
+}
+
 /// `reprise run` (not a rehearsal: that gives each task a home of its own)
 /// of a one-task plan for `cli`, contained (`strict`, the default), with
 /// `$HOME` as `project` made it and the CLI pointed at a model server
@@ -1534,8 +1553,9 @@ fn run_against_the_server(
     .unwrap();
     let base = format!("{}/t/greet", server.base_url().trim_end_matches('/'));
     // Gemini CLI skips a system settings file under a directory others may
-    // write (`/tmp`): this one is under the build's own directory.
-    let settings_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // write (`/tmp`): this one is under the build's own directory, or, for a
+    // checkout that lies under such a directory, under the user's home.
+    let settings_dir = tempfile::tempdir_in(private_base()).unwrap();
     let system_settings = settings_dir.path().join("gemini-system-settings.json");
     fs::write(
         &system_settings,
