@@ -342,22 +342,16 @@ pub fn run_plan(
     let order: Vec<&Task> = plan.dependency_order();
     // One adapter per agent CLI for the whole run, so its version cache
     // asks each binary `--version` once however many tasks start together.
-    let mut cli_adapters: Vec<(AgentKind, Arc<dyn Adapter>)> = Vec::new();
+    let mut cli_adapters: BTreeMap<AgentKind, Arc<dyn Adapter>> = BTreeMap::new();
     let adapters: BTreeMap<TaskId, Arc<dyn Adapter>> = order
         .iter()
         .map(|task| {
             let adapter = match &task.agent {
-                TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini => {
-                    let kind = task.agent.kind();
-                    match cli_adapters.iter().find(|(seen, _)| *seen == kind) {
-                        Some((_, adapter)) => Arc::clone(adapter),
-                        None => {
-                            let adapter = adapter_for(task, plan, state);
-                            cli_adapters.push((kind, Arc::clone(&adapter)));
-                            adapter
-                        }
-                    }
-                }
+                TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini => Arc::clone(
+                    cli_adapters
+                        .entry(task.agent.kind())
+                        .or_insert_with(|| adapter_for(task, plan, state)),
+                ),
                 TaskAgent::Command { .. } | TaskAgent::Sim { .. } => adapter_for(task, plan, state),
             };
             (task.id.clone(), adapter)
@@ -492,7 +486,11 @@ pub fn run_plan(
             // How many tasks drawing on the pool could hold a share this
             // round, set before any of them starts: the first to ask leaves
             // the others theirs.
-            pool.set_contenders(contenders(&order, &run, &adapters, seats, running));
+            // (Counted only under a pool: without one nothing is shared.)
+            if pool.free().is_some() {
+                let seated = (seats, running);
+                pool.set_contenders(contenders(&order, &run, &position, &adapters, seated));
+            }
             // Start what may start; say why the rest waits.
             for task in &order {
                 if run.tasks[position[&task.id]].state != TaskStatus::Queued {
@@ -1033,9 +1031,9 @@ fn wait(
 fn contenders(
     order: &[&Task],
     run: &RunState,
+    position: &BTreeMap<&TaskId, usize>,
     adapters: &BTreeMap<TaskId, Arc<dyn Adapter>>,
-    seats: usize,
-    running: usize,
+    (seats, running): (usize, usize),
 ) -> u32 {
     let draws = |task: &Task| task.budget_micro_usd.is_none() && adapters[&task.id].bounds_spend();
     let mut at_work = 0usize;
@@ -1047,10 +1045,10 @@ fn contenders(
         match record.state {
             TaskStatus::Running => at_work += 1,
             TaskStatus::Queued
-                if task.depends_on.iter().all(|dependency| {
-                    run.task(dependency)
-                        .is_some_and(|record| record.state.delivered())
-                }) =>
+                if task
+                    .depends_on
+                    .iter()
+                    .all(|dependency| run.tasks[position[dependency]].state.delivered()) =>
             {
                 ready += 1;
             }
