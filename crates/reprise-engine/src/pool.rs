@@ -158,14 +158,28 @@ impl<'a> AttemptHold<'a> {
     /// pool may yet give more than it held: an attempt stopped at its hold
     /// was then stopped by its share, not by the pool's end.
     pub(crate) fn release(mut self) -> bool {
-        let Some(held) = self.held.take() else {
-            return false;
-        };
-        // Settled here: nothing is left for the drop to settle.
-        self.draws = false;
+        self.settle()
+    }
+
+    /// Settles the attempt once: a hold gives back what was not spent; a
+    /// spend with nothing held (an agent that cannot be held to a budget,
+    /// or a zero budget one went past) leaves the pool. Whether the pool
+    /// may yet give more than was held.
+    fn settle(&mut self) -> bool {
         let mut pool = self.pool.lock();
-        pool.release(held, self.spent);
-        let more = pool.may_give_more_than(held);
+        let more = match self.held.take() {
+            Some(held) => {
+                pool.release(held, self.spent);
+                pool.may_give_more_than(held)
+            }
+            None => {
+                if self.draws && self.spent > 0 {
+                    pool.settle(None, self.spent);
+                }
+                false
+            }
+        };
+        self.draws = false;
         drop(pool);
         self.pool.settled.notify_all();
         more
@@ -184,14 +198,6 @@ impl<'a> AttemptHold<'a> {
 
 impl Drop for AttemptHold<'_> {
     fn drop(&mut self) {
-        if let Some(held) = self.held {
-            self.pool.lock().release(held, self.spent);
-            self.pool.settled.notify_all();
-        } else if self.draws && self.spent > 0 {
-            // Spent with nothing held (an agent that cannot be held to a
-            // budget, or a zero budget one went past): it leaves the pool.
-            self.pool.lock().settle(None, self.spent);
-            self.pool.settled.notify_all();
-        }
+        self.settle();
     }
 }
