@@ -1238,6 +1238,10 @@ mod suspension;
 #[path = "cli/seats.rs"]
 mod seats;
 
+// ---- A hostile agent against reprise's own git (issue 24) ----
+#[path = "cli/escapes.rs"]
+mod escapes;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -34,8 +34,17 @@ impl From<SnapshotError> for EngineError {
 }
 
 /// The tree a task's checkpoints cover: the whole worktree (or project),
-/// even when the task works in a subdirectory of it.
-pub(crate) fn tree_of(cwd: &Path) -> PathBuf {
+/// even when the task works in a subdirectory of it. A worktree's top is
+/// known from its path (`worktrees/<run>/<task>`), never asked of the git
+/// the agent could have re-pointed; a project's is asked of the user's git.
+pub(crate) fn tree_of(state: &StateDir, cwd: &Path) -> PathBuf {
+    let worktrees = state.worktrees_dir();
+    if let Ok(inside) = cwd.strip_prefix(&worktrees) {
+        let top: PathBuf = inside.components().take(2).collect();
+        if top.components().count() == 2 {
+            return worktrees.join(top);
+        }
+    }
     Git::new(cwd)
         .run(["rev-parse", "--show-toplevel"])
         .map(PathBuf::from)
@@ -56,7 +65,7 @@ pub(crate) fn open_store(
     if task.read_only {
         return Ok(None);
     }
-    let tree = tree_of(cwd);
+    let tree = tree_of(state, cwd);
     Ok(Some(SnapshotStore::open(
         &state.snapshot_dir(run_id, &task.id),
         &tree,
@@ -81,7 +90,7 @@ pub fn task_snapshots(
     }
     Ok(Some(SnapshotStore::open(
         &dir,
-        &tree_of(&cwd),
+        &tree_of(state, &cwd),
         None,
         u64::MAX,
     )?))

@@ -586,14 +586,11 @@ pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
     for item in &plan.items {
         match item {
             CleanItem::Worktree { path, run_id, .. } => {
-                let removed = in_git && {
-                    let mut command = git.command();
-                    command
-                        .args(["worktree", "remove", "--force", "--force"])
-                        .arg(path);
-                    git.output(command).is_ok()
-                };
-                if !removed && path.exists() {
+                if in_git {
+                    crate::sandbox::unregister_worktree(state, project, path)?;
+                }
+                crate::linkage::forget(state, path);
+                if std::fs::symlink_metadata(path).is_ok() {
                     std::fs::remove_dir_all(path).map_err(|source| {
                         reprise_store::StoreError::Io {
                             path: path.clone(),

@@ -14,6 +14,7 @@ mod delivery;
 mod error;
 mod events;
 mod gates;
+mod linkage;
 mod liveness;
 mod park;
 mod pool;

@@ -19,7 +19,6 @@ use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
 use reprise_core::record::Head;
 use reprise_store::audit::AuditLog;
-use reprise_store::git::Git;
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::suspension::{
     ParkCause, RELEASE_KIND, Release, Resource, SUSPEND_RECEIPT_KIND, SuspendBody, SuspendReceipt,
@@ -566,11 +565,10 @@ fn release_parked_sandbox(state: &StateDir, point: &crate::resume::ParkPoint) ->
                 "files": checkpoint.manifest.files, "bytes": checkpoint.manifest.bytes,
                 "workspace_hash": point.body.workspace_hash}),
     )?;
-    let repo = Git::new(&dir)
-        .run(["rev-parse", "--path-format=absolute", "--git-common-dir"])
-        .ok()
-        .map(std::path::PathBuf::from)
-        .and_then(|common| common.parent().map(Path::to_path_buf));
+    // The repository as reprise recorded it, never as the worktree's own
+    // `.git` (the agent's to rewrite) says.
+    let repo = crate::linkage::Linkage::recorded(state, &dir)?
+        .and_then(|linkage| linkage.common.parent().map(Path::to_path_buf));
     match repo {
         Some(repo) => crate::sandbox::remove_worktree(state, &repo, &dir)?,
         None => std::fs::remove_dir_all(&dir).map_err(|err| EngineError::Sandbox {

@@ -257,7 +257,7 @@ pub(crate) fn prepare(
         Workspace::Worktrees { subdir, .. } => subdir.clone(),
         Workspace::InPlace { .. } => PathBuf::new(),
     };
-    if dir.join(".git").exists() {
+    if std::fs::symlink_metadata(dir.join(".git")).is_ok() {
         // The same run, come back to its task (its path is stable for the
         // run's life because the CLIs key resume by cwd).
         return Ok(Prepared {
@@ -287,9 +287,9 @@ pub(crate) fn prepare(
             .arg(base);
         git.output(add).map_err(sandbox_error)?;
     }
-    Git::new(&dir)
-        .run(["reset", "--hard", "--quiet"])
-        .map_err(sandbox_error)?;
+    // Its linkage recorded before any agent runs in it, and its files
+    // checked out at the base.
+    crate::linkage::Linkage::create(state, repo, &dir, base)?;
     let cwd = dir.join(&subdir);
     std::fs::create_dir_all(&cwd).map_err(|err| EngineError::Sandbox {
         task: task.id.to_string(),
@@ -346,14 +346,25 @@ pub(crate) fn remove_worktree(state: &StateDir, repo: &Path, dir: &Path) -> Resu
         }
     }
     let _lock = worktree_lock(state)?;
-    let git = Git::new(repo);
-    let mut command = git.command();
-    command
-        .args(["worktree", "remove", "--force", "--force"])
-        .arg(dir);
-    let removed = git.output(command).is_ok();
-    if !removed && dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(removal_error)?;
+    unregister_worktree(state, repo, dir)
+}
+
+/// Unregisters the worktree at `dir` (its files removed but for `.git`)
+/// through git, with the linkage reprise recorded for it (never what the
+/// agent left in its `.git` file or admin directory); a directory git does
+/// not know by that linkage is removed as a directory. The caller holds the
+/// worktree lock.
+pub(crate) fn unregister_worktree(state: &StateDir, repo: &Path, dir: &Path) -> Result<()> {
+    let removed = match crate::linkage::Linkage::of(state, repo, dir)? {
+        Some(linkage) => linkage.unregister(state)?,
+        None => false,
+    };
+    crate::linkage::forget(state, dir);
+    if !removed && std::fs::symlink_metadata(dir).is_ok() {
+        std::fs::remove_dir_all(dir).map_err(|err| EngineError::Sandbox {
+            task: dir.display().to_string(),
+            detail: format!("cannot remove the worktree: {err}"),
+        })?;
     }
     Ok(())
 }
@@ -408,10 +419,27 @@ pub(crate) fn commit_result(
         .repo()
         .expect("results are committed only in worktrees");
     let git = Git::new(repo);
-    // The task may work in a subdirectory; its result is the whole tree.
-    let tree_git = Git::new(&Git::new(worktree).toplevel()?);
+    // The task may work in a subdirectory; its result is the whole tree,
+    // hashed by reprise's git with the user's repository as it recorded it,
+    // from reprise's own copy of the index (see `linkage`).
+    let top = state.worktree_dir(provenance.run_id, provenance.task);
+    debug_assert!(worktree.starts_with(&top));
+    let mut linkage = crate::linkage::Linkage::of(state, repo, &top)?.ok_or_else(|| {
+        EngineError::Sandbox {
+            task: provenance.task.to_string(),
+            detail: format!(
+                "{}: the worktree's git linkage was changed and reprise holds no record of it; nothing was committed",
+                top.display()
+            ),
+        }
+    })?;
+    linkage.settle(state)?;
     let scratch = state.scratch_dir()?;
-    let (tree, index) = tree_git.snapshot_index(base, &scratch)?;
+    let stat_cache = linkage.stat_cache(state)?;
+    let (tree, index) =
+        linkage
+            .repository()
+            .snapshot_index_from(base, &scratch, Some(&stat_cache))?;
     if tree == git.tree_of(base)? {
         return Ok(TaskOutput {
             base: base.to_owned(),
@@ -450,13 +478,10 @@ pub(crate) fn commit_result(
         task: provenance.task.to_string(),
         detail: format!("cannot create branch {branch}: {err}"),
     })?;
-    // Leave the worktree at its result, detached (never moving a branch the
-    // agent may have checked out), with its own index matching it: the
-    // index the tree was just committed from.
-    tree_git.run(["update-ref", "--no-deref", "HEAD", &commit])?;
-    if !index.install_as_own(&tree_git) {
-        tree_git.run(["reset", "--quiet"])?;
-    }
+    // Leave the worktree at its result, detached, with its own index
+    // matching it: the index the tree was just committed from.
+    linkage.advance(state, &commit, index.path())?;
+    drop(index);
     let files_changed = git.changed_files(base, &commit)?.len() as u64;
     Ok(TaskOutput {
         base: base.to_owned(),
@@ -464,36 +489,6 @@ pub(crate) fn commit_result(
         branch: Some(branch),
         files_changed,
     })
-}
-
-/// What of the main repository an agent needs to write for `git add` and
-/// `git commit` in its worktree `cwd`: the worktree's own admin directory
-/// (`.git/worktrees/<name>`: index, HEAD), the object store, and the refs and
-/// reflogs under `reprise/` (its branch). Not the hooks, the config, other
-/// branches or the main HEAD. Empty when `cwd` is not a linked worktree.
-pub(crate) fn git_writable(cwd: &Path) -> Vec<PathBuf> {
-    let Ok(link) = std::fs::read_to_string(cwd.join(".git")) else {
-        return Vec::new();
-    };
-    let Some(admin) = link.trim().strip_prefix("gitdir:").map(str::trim) else {
-        return Vec::new();
-    };
-    let admin = cwd.join(admin);
-    let common = std::fs::read_to_string(admin.join("commondir"))
-        .map(|dir| admin.join(dir.trim()))
-        .unwrap_or_else(|_| admin.join("../.."));
-    let Ok(common) = common.canonicalize() else {
-        return Vec::new();
-    };
-    [
-        admin,
-        common.join("objects"),
-        common.join("refs/heads/reprise"),
-        common.join("logs/refs/heads/reprise"),
-    ]
-    .into_iter()
-    .filter(|path| path.exists())
-    .collect()
 }
 
 /// Makes each of `dirs` (with its missing parents) and `files` that does not

@@ -178,6 +178,18 @@ impl TaskRun<'_> {
             result.status = TaskStatus::Failed;
             result.reason = Some(err.to_string());
         }
+        // However it ended, a worktree it keeps names only objects of the
+        // user's store (see `linkage`).
+        if let Some(Err(err)) = self
+            .linkage()
+            .filter(|linkage| linkage.work_tree.exists())
+            .map(|linkage| linkage.settle(self.state))
+        {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!("cannot settle the worktree's git state: {err}"),
+            });
+        }
         result
     }
 
@@ -189,7 +201,11 @@ impl TaskRun<'_> {
         let supervisor = self.supervisor?;
         let sandbox = (self.task.containment.confines() && supervisor.landlock).then(|| {
             let mut writable = vec![cwd.to_path_buf(), tmp.to_path_buf()];
-            writable.extend(sandbox::git_writable(cwd));
+            writable.extend(
+                self.linkage()
+                    .map(|linkage| linkage.writable())
+                    .unwrap_or_default(),
+            );
             // The absolute entries of allowed_paths are outside the worktree;
             // the relative ones are globs inside it, already writable.
             writable.extend(
@@ -218,6 +234,19 @@ impl TaskRun<'_> {
             records: Some(self.state.supervision_dir()),
             parent_death: supervisor.parent_death,
         })
+    }
+
+    /// The linkage of the task's worktree as reprise recorded it (see
+    /// `linkage`); `None` for a task that runs in place.
+    pub(crate) fn linkage(&self) -> Option<crate::linkage::Linkage> {
+        let repo = self.workspace.repo()?;
+        if !self.workspace.isolates(self.task) {
+            return None;
+        }
+        let top = self.state.worktree_dir(self.run_id, &self.task.id);
+        crate::linkage::Linkage::of(self.state, repo, &top)
+            .ok()
+            .flatten()
     }
 
     /// A home the caller made for this task (a rehearsal's), if any.
@@ -314,7 +343,12 @@ impl TaskRun<'_> {
             // the first checkpoint (and a park's restore) then reads and
             // writes only what differs from the base. Without it, they do
             // every file.
-            let _ = store.adopt_checkout_index();
+            if let Some(linkage) = self.linkage() {
+                let _ = store.adopt_checkout_index(
+                    &linkage.worktree_git(),
+                    &linkage.stat_cache(self.state)?,
+                );
+            }
         }
         // The budget is validated before the run starts; building it again
         // here cannot fail unless the plan changed under us.

@@ -32,16 +32,76 @@ const CONFIG: &[&str] = &[
     "merge.autoStash=false",
 ];
 
+/// Variables of reprise's own environment that would tell git where a
+/// repository, its objects or its config are: never inherited (an agent's
+/// environment sets some of them for its own git).
+const INHERITED_LOCATION: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_ATTR_SOURCE",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_EXTERNAL_DIFF",
+];
+
 /// One repository (or worktree) as reprise's git sees it.
 #[derive(Debug, Clone)]
 pub struct Git {
     dir: PathBuf,
+    /// Where the repository is, when it is not to be found from `dir`.
+    explicit: Option<Explicit>,
+}
+
+/// A repository named to git outright (`GIT_DIR`, `GIT_COMMON_DIR`,
+/// `GIT_WORK_TREE`), so git never reads a worktree's `.git` file or its
+/// admin directory's `commondir` to find it: in a task's worktree those are
+/// the agent's to rewrite, and following them would let the agent choose
+/// the config (filters, drivers, `include.path`) reprise's git runs with.
+#[derive(Debug, Clone)]
+struct Explicit {
+    git_dir: PathBuf,
+    common_dir: Option<PathBuf>,
 }
 
 impl Git {
+    /// The repository git finds from `dir`: for the user's own repository
+    /// and reprise's, never for a task's worktree (see `Git::at`).
     pub fn new(dir: &Path) -> Self {
         Self {
             dir: dir.to_path_buf(),
+            explicit: None,
+        }
+    }
+
+    /// The repository whose git directory is `git_dir`, with `work_tree` as
+    /// its working tree: nothing of `work_tree`'s own `.git` is read.
+    pub fn at(git_dir: &Path, work_tree: &Path) -> Self {
+        Self {
+            dir: work_tree.to_path_buf(),
+            explicit: Some(Explicit {
+                git_dir: git_dir.to_path_buf(),
+                common_dir: None,
+            }),
+        }
+    }
+
+    /// A linked worktree at `work_tree` whose per-worktree state (HEAD,
+    /// index) is `admin` and whose repository is `common`, as reprise
+    /// recorded them when it made the worktree.
+    pub fn linked(admin: &Path, common: &Path, work_tree: &Path) -> Self {
+        Self {
+            dir: work_tree.to_path_buf(),
+            explicit: Some(Explicit {
+                git_dir: admin.to_path_buf(),
+                common_dir: Some(common.to_path_buf()),
+            }),
         }
     }
 
@@ -61,11 +121,20 @@ impl Git {
             .env("GIT_AUTHOR_EMAIL", "reprise@localhost")
             .env("GIT_COMMITTER_NAME", "reprise")
             .env("GIT_COMMITTER_EMAIL", "reprise@localhost")
+            .env("GIT_ATTR_NOSYSTEM", "1")
             .env("LC_ALL", "C")
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
             .stdin(Stdio::null());
+        for name in INHERITED_LOCATION {
+            command.env_remove(name);
+        }
+        if let Some(explicit) = &self.explicit {
+            command
+                .env("GIT_DIR", &explicit.git_dir)
+                .env("GIT_WORK_TREE", &self.dir);
+            if let Some(common) = &explicit.common_dir {
+                command.env("GIT_COMMON_DIR", common);
+            }
+        }
         command
     }
 
@@ -180,10 +249,27 @@ impl Git {
     /// `snapshot_tree`, also handing back the temporary index it wrote:
     /// exactly the tree's entries, with stat data fresh from `add`.
     pub fn snapshot_index(&self, base: &str, scratch: &Path) -> Result<(String, ScratchIndex)> {
+        let own = self.own_index();
+        self.snapshot_index_from(base, scratch, own.as_deref())
+    }
+
+    /// `snapshot_index` starting from the index file `seed` (copied with its
+    /// mtime; its stat data spares `add` the unchanged files) instead of the
+    /// tree's own index; from `base` alone when there is none or it cannot
+    /// be copied. A task's worktree is snapshotted from reprise's own copy
+    /// of its index: the one in its admin directory is the agent's to write,
+    /// and an entry there could name any blob for a file whose stat data it
+    /// copied.
+    pub fn snapshot_index_from(
+        &self,
+        base: &str,
+        scratch: &Path,
+        seed: Option<&Path>,
+    ) -> Result<(String, ScratchIndex)> {
         let index = ScratchIndex {
             path: scratch.join(format!("index-{}", ulid::Ulid::new())),
         };
-        if !self.copy_index_to(&index.path) {
+        if !seed.is_some_and(|seed| copy_with_mtime(seed, &index.path)) {
             let mut read = self.command();
             read.env("GIT_INDEX_FILE", &index.path)
                 .args(["read-tree", base]);
@@ -246,20 +332,15 @@ impl Git {
     /// as the index); false when there is none to copy. Nothing is read from
     /// it but by git itself.
     pub fn copy_index_to(&self, to: &Path) -> bool {
-        let Ok(own) = self.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
-        else {
-            return false;
-        };
-        let own = PathBuf::from(own);
-        let Ok(modified) = std::fs::metadata(&own).and_then(|meta| meta.modified()) else {
-            return false;
-        };
-        std::fs::copy(&own, to).is_ok()
-            && std::fs::File::options()
-                .write(true)
-                .open(to)
-                .and_then(|file| file.set_modified(modified))
-                .is_ok()
+        self.own_index()
+            .is_some_and(|own| copy_with_mtime(&own, to))
+    }
+
+    /// Where this tree's own index file is, if git can say.
+    pub fn own_index(&self) -> Option<PathBuf> {
+        self.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
+            .ok()
+            .map(PathBuf::from)
     }
 
     /// A commit of `tree` with `parents` and `message`; no ref moves.
@@ -330,17 +411,9 @@ pub struct ScratchIndex {
 }
 
 impl ScratchIndex {
-    /// Makes this index the own index of the tree `git` works in (a rename,
-    /// so no reader sees half of it). Right only when the index holds that
-    /// tree's HEAD: then it is what `git reset` would write, without
-    /// hashing again every file the checkout wrote in its last instant.
-    /// False (and nothing changed) when it cannot be moved there.
-    pub fn install_as_own(self, git: &Git) -> bool {
-        let Ok(own) = git.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
-        else {
-            return false;
-        };
-        std::fs::rename(&self.path, own).is_ok()
+    /// The temporary index file itself.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 
@@ -355,6 +428,21 @@ impl Drop for ScratchIndex {
 pub enum Merged {
     Clean(String),
     Conflict(Vec<String>),
+}
+
+/// Copies the file `from` to `to` with its mtime (git's racy-entry check
+/// then still re-reads a file written in the same instant as the index);
+/// false when it cannot.
+pub fn copy_with_mtime(from: &Path, to: &Path) -> bool {
+    let Ok(modified) = std::fs::metadata(from).and_then(|meta| meta.modified()) else {
+        return false;
+    };
+    std::fs::copy(from, to).is_ok()
+        && std::fs::File::options()
+            .write(true)
+            .open(to)
+            .and_then(|file| file.set_modified(modified))
+            .is_ok()
 }
 
 fn run_with_stdin(git: &Git, mut command: Command, input: &str) -> Result<String> {

@@ -161,11 +161,8 @@ impl SnapshotStore {
 
     /// A git command against the shadow directory and the tree.
     fn git(&self) -> (Git, std::process::Command) {
-        let git = Git::new(&self.tree);
-        let mut command = git.command();
-        command
-            .env("GIT_DIR", &self.git_dir)
-            .env("GIT_WORK_TREE", &self.tree);
+        let git = Git::at(&self.git_dir, &self.tree);
+        let command = git.command();
         (git, command)
     }
 
@@ -197,9 +194,12 @@ impl SnapshotStore {
     /// what changed since the checkout, and a restore writes only the files
     /// that differ from it. Anything else keeps the shadow's own index;
     /// false then.
-    pub fn adopt_checkout_index(&self) -> bool {
-        let tree = Git::new(&self.tree);
-        tree.checks_out_verbatim() && tree.copy_index_to(&self.git_dir.join("index"))
+    /// `tree` is the git of the checkout and `index` a copy of the index
+    /// its checkout wrote, both as reprise holds them (never found through
+    /// the tree's own `.git`, which its agent may rewrite).
+    pub fn adopt_checkout_index(&self, tree: &Git, index: &Path) -> bool {
+        tree.checks_out_verbatim()
+            && crate::git::copy_with_mtime(index, &self.git_dir.join("index"))
     }
 
     /// Takes a checkpoint of the tree as it is now.

@@ -868,6 +868,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         }
         self.last_decision = None;
         self.result.spent_micro_usd += report.cost_micro_usd.unwrap_or(0);
+        self.settle_git()?;
         let workspace_hash = run.workspace_hash(&self.cwd)?;
         let session_saved = report
             .session_id
@@ -894,7 +895,20 @@ impl<'r, 'a> Executor<'r, 'a> {
     fn attempt_env(&self, tmp: &std::path::Path) -> Vec<(String, String)> {
         let mut env = self.env.clone();
         env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        // In a worktree, git objects go to the worktree's own quarantine.
+        if let Some(linkage) = self.run.linkage() {
+            env.extend(linkage.agent_env());
+        }
         env
+    }
+
+    /// Puts the worktree's git state back to what reprise wrote, once the
+    /// agent (or its gates) stopped writing it (see `linkage`).
+    fn settle_git(&self) -> Result<()> {
+        match self.run.linkage() {
+            Some(linkage) => linkage.settle(self.run.state),
+            None => Ok(()),
+        }
     }
 
     /// The CLI says the session is gone: a second decision, recorded, and
@@ -968,6 +982,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             started,
         );
         self.remove_tmp();
+        self.settle_git()?;
         self.keep_logs(attempt, &report, &summary);
         let judged_now = Previous::of(task, &summary, &report);
         run.keep_or_drop_reply(&summary, &judged_now);
