@@ -383,13 +383,44 @@ fn park_tasks(env: &Env, plan: &str, tasks: &[&str]) {
     park_in(env, &["run", plan], &name, tasks);
 }
 
+/// Waits until the sim agents have opened `count` sessions: a park asked
+/// between `attempt.started` and the agent's start stops an attempt that
+/// never had a session, which can only resume cold.
+fn wait_for_sim_sessions(env: &Env, count: usize) {
+    let store = env.project().join(".reprise/sim");
+    let started = std::time::Instant::now();
+    let opened = || {
+        fs::read_dir(&store)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "jsonl"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    while opened() < count {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the sim never opened {count} sessions"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Starts `args` (a run of plan `name`), parks `tasks` one after another as
 /// each starts, and returns what the run printed once it ended with them
 /// parked (exit 3).
 fn park_in(env: &Env, args: &[&str], name: &str, tasks: &[&str]) -> std::process::Output {
     let child = env.spawn(args, std::process::Stdio::piped());
-    for task in tasks {
+    let sim = args
+        .iter()
+        .any(|arg| fs::read_to_string(arg).is_ok_and(|plan| plan.contains("sim:")));
+    for (started, task) in tasks.iter().enumerate() {
         wait_for_an_attempt(env, name, task);
+        if sim {
+            wait_for_sim_sessions(env, started + 1);
+        }
         assert_success(&env.run(&["task", "suspend", task]));
     }
     let output = child.wait_with_output().unwrap();
@@ -913,6 +944,7 @@ fn a_pause_keeps_the_seat_and_worktree_and_an_unpause_goes_on_warm() {
     let plan = write_plan(&env, "steered", STEERED);
     let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::piped());
     wait_for_an_attempt(&env, "steered", "steer");
+    wait_for_sim_sessions(&env, 1);
     assert_success(&env.run(&["task", "pause", "steer"]));
     // Paused: the journal says so, the worktree stays, the seat is still
     // held (the queued task has not started).
@@ -996,6 +1028,7 @@ fn a_pause_is_shown_live_in_text_and_events() {
         }
         let child = env.spawn(&args, std::process::Stdio::piped());
         wait_for_an_attempt(&env, "steered", "steer");
+        wait_for_sim_sessions(&env, 1);
         assert_success(&env.run(&["task", "pause", "steer"]));
         let ran = child.wait_with_output().unwrap();
         assert_eq!(ran.status.code(), Some(3));
@@ -1027,6 +1060,7 @@ fn pause_upgrades(text: &str, flags: &[&str]) {
     let plan = write_plan(&env, "steered", text);
     let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::piped());
     wait_for_an_attempt(&env, "steered", "steer");
+    wait_for_sim_sessions(&env, 1);
     let mut pause = vec!["task", "pause", "steer"];
     pause.extend_from_slice(flags);
     assert_success(&env.run(&pause));
