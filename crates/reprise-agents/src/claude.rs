@@ -260,6 +260,7 @@ pub(crate) fn invocation(
         ));
     }
     Invocation {
+        cli_prefixes: &[],
         program,
         prompt_arg: Some(args.len() - 1),
         args,

@@ -80,6 +80,7 @@ fn output_of(program: &Path, args: &[&str]) -> String {
         env.push((key.to_string(), dir.to_string_lossy().into_owned()));
     }
     let invocation = Invocation {
+        cli_prefixes: &[],
         program: program.to_path_buf(),
         args: args.iter().map(|arg| arg.to_string()).collect(),
         env,

@@ -196,6 +196,7 @@ pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocati
         SessionMode::New { .. } | SessionMode::Fork { .. } => None,
     };
     Invocation {
+        cli_prefixes: &[],
         program,
         prompt_arg: Some(args.len() - 1),
         args,
@@ -325,7 +326,9 @@ mod tests {
             supervisor: PathBuf::from("/bin/reprise"),
             sandbox: Some(crate::SandboxRules {
                 writable: Vec::new(),
+                granted: Vec::new(),
                 hidden: Vec::new(),
+                writable_shm: false,
             }),
             records: None,
             parent_death: true,

@@ -50,12 +50,26 @@ const COST_MARKER: &str = "REPRISE_COST_USD=";
 #[derive(Debug, Clone)]
 pub struct CommandAdapter {
     argv: Vec<String>,
+    /// Variables for this agent's process only (the plan's
+    /// `agents.command.env` and `pass_env`), after the request's own.
+    env: Vec<(String, String)>,
 }
 
 impl CommandAdapter {
     /// An adapter that runs `argv` for every attempt.
     pub fn new(argv: Vec<String>) -> Self {
-        Self { argv }
+        Self {
+            argv,
+            env: Vec::new(),
+        }
+    }
+
+    /// The same adapter, its processes also given `env` (a gate, which
+    /// runs through this adapter too, is built without).
+    #[must_use]
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
     }
 }
 
@@ -89,6 +103,9 @@ impl Adapter for CommandAdapter {
             );
             return report;
         };
+        let mut request = request.clone();
+        request.env.extend(self.env.iter().cloned());
+        let request = &request;
         let path_var = child_path_var(&request.env);
         let Some(program) = find_executable(name.as_ref(), &request.cwd, path_var.as_deref())
         else {
@@ -199,6 +216,7 @@ pub(crate) fn invocation(
         ("REPRISE_ATTEMPT".to_string(), request.attempt.to_string()),
     ]);
     Invocation {
+        cli_prefixes: &[],
         program,
         args: args.to_vec(),
         env,

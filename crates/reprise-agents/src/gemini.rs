@@ -228,6 +228,7 @@ pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocati
         ));
     }
     Invocation {
+        cli_prefixes: &[],
         program,
         args,
         env,

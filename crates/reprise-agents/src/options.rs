@@ -157,6 +157,7 @@ mod tests {
     #[test]
     fn extra_arguments_go_after_reprises_own_and_before_the_prompt() {
         let invocation = Invocation {
+            cli_prefixes: &[],
             program: PathBuf::from("claude"),
             args: strings(&["-p", "--output-format", "json", "--", "the prompt"]),
             env: vec![("A".into(), "1".into())],

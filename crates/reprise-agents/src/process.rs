@@ -61,8 +61,12 @@ pub(crate) enum Stdin {
 pub(crate) struct Invocation {
     pub(crate) program: PathBuf,
     pub(crate) args: Vec<String>,
-    /// Added to the inherited environment; later entries win.
+    /// Added to what the child inherits (the allow-list of `env.rs`);
+    /// later entries win.
     pub(crate) env: Vec<(String, String)>,
+    /// The prefixes of the agent CLI's own variables it inherits besides
+    /// the allow-list (`env::cli_prefixes`); none for a command or a gate.
+    pub(crate) cli_prefixes: &'static [&'static str],
     pub(crate) stdin: Stdin,
     /// The argument that ends with the prompt, elided in logged argv.
     pub(crate) prompt_arg: Option<usize>,
@@ -158,14 +162,16 @@ pub(crate) fn run_process(
             command
         }
     };
-    // Nothing of reprise's own configuration reaches the child (the audit
-    // key's path least of all); what is meant for it is in `invocation.env`.
-    for (key, _) in std::env::vars_os() {
-        if key.as_encoded_bytes().starts_with(b"REPRISE_") {
-            command.env_remove(key);
-        }
-    }
+    // The child starts from an allow-list of reprise's environment, not
+    // the whole of it: nothing of reprise's own configuration (the audit
+    // key's path least of all) nor a secret the user exported reaches it.
+    // What is meant for it is in `invocation.env`.
     command
+        .env_clear()
+        .envs(crate::env::inherited(
+            std::env::vars_os(),
+            invocation.cli_prefixes,
+        ))
         .envs(invocation.env.iter().map(|(key, value)| (key, value)))
         .current_dir(cwd)
         .stdin(match invocation.stdin {
@@ -533,6 +539,7 @@ fn probe_version(
     supervision: Option<&Supervision>,
 ) -> Option<String> {
     let invocation = Invocation {
+        cli_prefixes: &[],
         program: program.to_path_buf(),
         args: vec!["--version".into()],
         env: env.to_vec(),
@@ -616,7 +623,8 @@ pub(crate) fn run_cli(
             .clone()
             .unwrap_or_else(|| PathBuf::from(spec.name)),
     };
-    let invocation = build(request, program);
+    let mut invocation = build(request, program);
+    invocation.cli_prefixes = crate::env::cli_prefixes(spec.name);
     let mut report = AttemptReport {
         outcome: infra(InfraKind::SpawnFailed, "not started"),
         session_id: invocation.session_id.clone(),
@@ -788,6 +796,7 @@ pub(crate) mod tests {
 
     fn shell(script: &str, stdin: Stdin) -> Invocation {
         Invocation {
+            cli_prefixes: &[],
             program: PathBuf::from("/bin/sh"),
             args: vec!["-c".into(), script.into()],
             env: vec![("REPRISE_TEST_VAR".into(), "from-env".into())],
@@ -1108,6 +1117,7 @@ pub(crate) mod tests {
     #[test]
     fn spawning_a_missing_program_is_an_error() {
         let invocation = Invocation {
+            cli_prefixes: &[],
             program: PathBuf::from("/nonexistent/agent"),
             ..shell("", Stdin::Null)
         };
@@ -1189,6 +1199,7 @@ pub(crate) mod tests {
     #[test]
     fn logged_argv_elides_only_the_prompt_argument() {
         let invocation = Invocation {
+            cli_prefixes: &[],
             program: PathBuf::from("gemini"),
             args: vec!["json".into(), "--prompt=json".into()],
             env: Vec::new(),

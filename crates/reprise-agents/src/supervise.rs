@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -90,13 +91,25 @@ pub struct Supervision {
 /// readable; only `writable` (and a few device files) may be written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxRules {
-    /// Trees the process may read and write: the worktree, the attempt's
-    /// `TMPDIR`, the CLI's config home, the task's `allowed_paths`.
+    /// Trees reprise gives the process to read and write: the worktree,
+    /// the attempt's `TMPDIR`, the CLI's config home. A writable tree inside
+    /// a hidden one stays writable.
     pub writable: Vec<PathBuf>,
+    /// Trees the plan gives it to read and write (the absolute entries of
+    /// the task's `allowed_paths`): each is granted as what it opens to when
+    /// the sandbox is built, and one that then is, holds or lies inside a
+    /// hidden tree fails the sandbox (a symlink made after the plan was
+    /// checked, say by an earlier agent that could write there).
+    #[serde(default)]
+    pub granted: Vec<PathBuf>,
     /// Trees the process may neither read nor write: the state directory
-    /// and the audit key's directory. A writable tree inside a hidden one
-    /// stays writable.
+    /// and the audit key's directory.
     pub hidden: Vec<PathBuf>,
+    /// Whether `/dev/shm` is writable too (the plan's `writable_shm`):
+    /// shared memory outlives the attempt, a channel between tasks and
+    /// runs, so it is not unless the plan says so.
+    #[serde(default)]
+    pub writable_shm: bool,
 }
 
 /// Device files every program expects to open for writing.
@@ -109,8 +122,10 @@ const WRITABLE_DEVICES: &[&str] = &[
     "/dev/tty",
     "/dev/ptmx",
     "/dev/pts",
-    "/dev/shm",
 ];
+
+/// Shared memory: writable only when the plan grants it (`writable_shm`).
+const SHARED_MEMORY: &str = "/dev/shm";
 
 /// Why a supervisor or containment hop could not do its job.
 #[derive(Debug, thiserror::Error)]
@@ -435,19 +450,56 @@ fn apply_sandbox(rules: &SandboxRules) -> Result<Vec<PathBuf>, String> {
     for path in granted_roots(Path::new("/"), &hidden) {
         ruleset = add_rule(ruleset, &path, read, &mut refused)?;
     }
-    // The device files reprise grants for convenience: `/dev/shm` may hold
-    // the project, the state or the key, and then it is not granted (it
-    // stays readable, less what is hidden), or the agent could write the
-    // main checkout or the chains.
-    let devices = WRITABLE_DEVICES.iter().map(PathBuf::from).filter(|device| {
-        let real = device.canonicalize().unwrap_or_else(|_| device.clone());
-        !hidden.iter().any(|secret| secret.starts_with(&real))
-    });
+    // The device files reprise grants for convenience, and `/dev/shm` when
+    // the plan grants it: it may hold the project, the state or the key,
+    // and then it is not granted (it stays readable, less what is hidden),
+    // or the agent could write the main checkout or the chains.
+    let shared_memory = rules.writable_shm.then_some(SHARED_MEMORY);
+    let devices = WRITABLE_DEVICES
+        .iter()
+        .copied()
+        .chain(shared_memory)
+        .map(PathBuf::from)
+        .filter(|device| {
+            let real = device.canonicalize().unwrap_or_else(|_| device.clone());
+            !hidden.iter().any(|secret| secret.starts_with(&real))
+        });
     for path in rules.writable.iter().cloned().chain(devices) {
         ruleset = add_rule(ruleset, &path, all, &mut refused)?;
     }
+    for path in &rules.granted {
+        ruleset = add_granted_rule(ruleset, path, &hidden, all, &mut refused)?;
+    }
     ruleset.restrict_self().map_err(|err| err.to_string())?;
     Ok(refused)
+}
+
+/// Grants `access` beneath what the plan's `path` opens to now, unless
+/// that is, holds or lies inside a hidden tree: the rule is for the opened
+/// file itself, so a symlink swapped in afterwards changes nothing.
+fn add_granted_rule(
+    ruleset: landlock::RulesetCreated,
+    path: &Path,
+    hidden: &[PathBuf],
+    access: landlock::BitFlags<AccessFs>,
+    refused: &mut Vec<PathBuf>,
+) -> Result<landlock::RulesetCreated, String> {
+    let Ok(fd) = PathFd::new(path) else {
+        return Ok(ruleset);
+    };
+    let opened = fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+        .map_err(|err| format!("{}: cannot tell what it opens to: {err}", path.display()))?;
+    if hidden
+        .iter()
+        .any(|secret| opened.starts_with(secret) || secret.starts_with(&opened))
+    {
+        return Err(format!(
+            "the allowed path {} leads to {}, which is or holds reprise's state or the audit key; nothing was run: take it out of the task's allowed_paths",
+            path.display(),
+            opened.display()
+        ));
+    }
+    add_rule_for(ruleset, fd, path, access, refused)
 }
 
 /// Grants `access` beneath `path`. A rule the kernel refuses for a special
@@ -464,6 +516,17 @@ fn add_rule(
     let Ok(fd) = PathFd::new(path) else {
         return Ok(ruleset);
     };
+    add_rule_for(ruleset, fd, path, access, refused)
+}
+
+/// Grants `access` beneath `fd`, opened from `path`, as [`add_rule`] says.
+fn add_rule_for(
+    ruleset: landlock::RulesetCreated,
+    fd: PathFd,
+    path: &Path,
+    access: landlock::BitFlags<AccessFs>,
+    refused: &mut Vec<PathBuf>,
+) -> Result<landlock::RulesetCreated, String> {
     let mut ruleset = ruleset;
     match (&mut ruleset).add_rule(PathBeneath::new(fd, access)) {
         Ok(_) => Ok(ruleset),
@@ -717,7 +780,9 @@ mod tests {
             supervisor: PathBuf::from("/bin/reprise"),
             sandbox: Some(SandboxRules {
                 writable: vec![PathBuf::from("/w")],
+                granted: vec![PathBuf::from("/g")],
                 hidden: vec![PathBuf::from("/s")],
+                writable_shm: true,
             }),
             records: None,
             parent_death: true,

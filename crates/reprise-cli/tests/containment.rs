@@ -482,7 +482,7 @@ tasks:
 const LONG: &str = r#"
 version: 1
 name: long
-defaults: { agent: command, sandbox: none, timeout: 10m, max_retries: 0 }
+defaults: { agent: command, sandbox: none, timeout: 10m, max_retries: 0, pass_env: [HOSTILE_MARKER] }
 tasks:
   - id: long
     prompt: "take forever"
@@ -764,5 +764,317 @@ tasks:
             line.contains(&*stray.to_string_lossy()) && line.contains("Permission denied")
         }),
         "the stderr line is recorded: {containment}"
+    );
+}
+
+/// Runs `args` and checks the refusal: exit 2, one line that names the
+/// plan, the task and entry, and `says`; nothing written anywhere in the
+/// test's temporary tree.
+fn assert_refused(env: &Env, args: &[&str], located: &str, says: &str) {
+    let before = snapshot(env.temp.path(), &[]);
+    let output = env.run(args);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains(&format!("plan.yaml: {located}: ")),
+        "{args:?}: {message}"
+    );
+    assert!(message.contains(says), "{args:?}: {message}");
+    assert_eq!(
+        snapshot(env.temp.path(), &[]),
+        before,
+        "{args:?} wrote something"
+    );
+}
+
+#[test]
+fn allowed_paths_that_reach_the_state_or_the_key_are_refused_before_anything_runs() {
+    let env = Env::git();
+    assert_success(&env.run(&["init"]));
+    let state = env.project().join(".reprise");
+    let key_dir = env.home().join(".local/state/reprise");
+    assert!(key_dir.join("audit.key").is_file());
+    let link = env.temp.path().join("state-link");
+    std::os::unix::fs::symlink(&state, &link).unwrap();
+    let outside = env.temp.path().join("cache");
+    fs::create_dir(&outside).unwrap();
+    let cases: Vec<(String, &str)> = vec![
+        ("/".to_owned(), "holds the state directory"),
+        (state.display().to_string(), "is the state directory"),
+        (
+            state.join("ledger.jsonl").display().to_string(),
+            "lies inside the state directory",
+        ),
+        (
+            format!("{}/", state.join("runs").display()),
+            "lies inside the state directory",
+        ),
+        (
+            env.project().display().to_string(),
+            "holds the state directory",
+        ),
+        (
+            key_dir.display().to_string(),
+            "is the audit key's directory",
+        ),
+        (
+            key_dir.join("witness").display().to_string(),
+            "lies inside the audit key's directory",
+        ),
+        (
+            env.home().display().to_string(),
+            "holds the audit key's directory",
+        ),
+        (link.display().to_string(), "is the state directory"),
+        (
+            link.join("audit").display().to_string(),
+            "lies inside the state directory",
+        ),
+        (
+            format!("{}/../project/.reprise", outside.display()),
+            "is the state directory",
+        ),
+    ];
+    for (entry, says) in cases {
+        env.plan(&format!(
+            r#"
+version: 1
+name: reach
+defaults: {{ agent: command, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: fine
+    prompt: "p"
+    command: ["true"]
+    allowed_paths: ["src/**", {outside:?}]
+  - id: reach
+    prompt: "p"
+    command: ["sh", "-c", "cat {key_dir}/audit.key > stolen; echo x >> {state}/ledger.jsonl"]
+    allowed_paths: ["src/**", {entry:?}]
+"#,
+            outside = outside.display().to_string(),
+            key_dir = key_dir.display(),
+            state = state.display(),
+        ));
+        for args in [&["run", "plan.yaml", "--check"][..], &["run", "plan.yaml"]] {
+            assert_refused(&env, args, "tasks[1].allowed_paths[1]", says);
+        }
+    }
+    // The same refusal when no state directory exists yet: the one the run
+    // would create is what is compared.
+    let fresh = Env::new();
+    fresh.plan(
+        r#"
+version: 1
+name: reach
+defaults: { agent: command, sandbox: none, timeout: 1m }
+tasks:
+  - { id: root, prompt: p, command: ["true"], allowed_paths: [/] }
+"#,
+    );
+    assert_refused(
+        &fresh,
+        &["run", "plan.yaml"],
+        "tasks[0].allowed_paths[0]",
+        "holds the state directory",
+    );
+    assert!(!fresh.project().join(".reprise").exists());
+    // A path beside them is still granted.
+    env.plan(&format!(
+        r#"
+version: 1
+name: beside
+defaults: {{ agent: command, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: beside
+    prompt: "p"
+    command: ["sh", "-c", "echo ok > {outside}/written"]
+    allowed_paths: [{outside:?}]
+"#,
+        outside = outside.display().to_string(),
+    ));
+    assert_success(&env.run(&["run", "plan.yaml"]));
+    assert_eq!(fs::read_to_string(outside.join("written")).unwrap(), "ok\n");
+}
+
+/// An earlier task allowed to write a directory plants a symlink there into
+/// the state directory; a later task whose allowed path is that link (it
+/// did not exist when the plan was checked) must not be granted what it
+/// leads to.
+#[test]
+fn a_symlink_planted_after_the_check_does_not_open_the_state_directory() {
+    let env = Env::git();
+    assert_success(&env.run(&["init"]));
+    let state = env.project().join(".reprise");
+    let shared = env.temp.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    env.plan(&format!(
+        r#"
+version: 1
+name: plant
+defaults: {{ agent: command, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: plant
+    prompt: "p"
+    command: ["sh", "-c", "ln -s {state} {shared}/link"]
+    allowed_paths: [{shared:?}]
+  - id: use
+    prompt: "p"
+    depends_on: [plant]
+    command: ["sh", "-c", "echo pwned > {shared}/link/pwned; echo x >> {shared}/link/ledger.jsonl"]
+    allowed_paths: ["{shared}/link"]
+"#,
+        state = state.display(),
+        shared = shared.display(),
+    ));
+    let ledger_before = fs::read(state.join("ledger.jsonl")).unwrap_or_default();
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert!(
+        fs::symlink_metadata(shared.join("link")).is_ok(),
+        "the first agent planted its link: {}",
+        stderr(&output)
+    );
+    assert!(
+        !state.join("pwned").exists(),
+        "the agent wrote into .reprise"
+    );
+    let ledger = fs::read(state.join("ledger.jsonl")).unwrap();
+    assert!(ledger.starts_with(&ledger_before));
+    assert!(
+        !String::from_utf8_lossy(&ledger)
+            .lines()
+            .any(|line| line == "x"),
+        "the agent wrote the ledger"
+    );
+    let run = json_of(&output);
+    assert_eq!(run["tasks"][1]["task_id"], "use", "{run}");
+    assert_eq!(run["tasks"][1]["state"], "failed", "{run}");
+    // The sandbox refused to start the agent, and said why.
+    let run_id = run["run_id"].as_str().unwrap();
+    let said = fs::read_to_string(state.join(format!("runs/{run_id}/logs/use/1/agent.stderr")))
+        .unwrap_or_default();
+    assert!(
+        said.contains("leads to") && said.contains("allowed_paths"),
+        "{said}"
+    );
+    assert_success(&env.run(&["audit", "verify"]));
+    assert_success(&env.run(&["journal", "verify", "plant"]));
+}
+
+#[test]
+fn dev_shm_is_closed_to_agents_and_gates_unless_the_plan_grants_it() {
+    let env = Env::new();
+    assert_success(&env.run(&["init"]));
+    let name = format!("reprise-shm-test-{}", std::process::id());
+    let shm = Path::new("/dev/shm");
+    let files = |task: &str| {
+        [
+            shm.join(format!("{name}-{task}-agent")),
+            shm.join(format!("{name}-{task}-gate")),
+        ]
+    };
+    let plan = format!(
+        r#"
+version: 1
+name: shm
+defaults: {{ agent: command, sandbox: none, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: closed
+    prompt: "p"
+    command: ["sh", "-c", "echo x > /dev/shm/{name}-closed-agent || true"]
+    gates:
+      - {{ name: g, run: "echo x > /dev/shm/{name}-closed-gate || true" }}
+  - id: granted
+    prompt: "p"
+    writable_shm: true
+    command: ["sh", "-c", "echo x > /dev/shm/{name}-granted-agent"]
+    gates:
+      - {{ name: g, run: "echo x > /dev/shm/{name}-granted-gate" }}
+"#
+    );
+    env.plan(&plan);
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    let closed: Vec<bool> = files("closed").iter().map(|file| file.exists()).collect();
+    let granted: Vec<bool> = files("granted").iter().map(|file| file.exists()).collect();
+    for file in files("closed").iter().chain(&files("granted")) {
+        let _ = fs::remove_file(file);
+    }
+    assert_success(&output);
+    assert_eq!(closed, [false, false], "an agent or gate wrote /dev/shm");
+    assert_eq!(granted, [true, true], "writable_shm: true did not grant it");
+}
+
+#[test]
+fn agents_and_gates_get_an_allow_list_of_the_environment() {
+    let mut env = Env::new();
+    for (name, value) in [
+        ("MY_FAKE_SECRET", "hunter2"),
+        ("PASSED_ON", "to-both"),
+        ("AGENT_ONLY", "to-the-agent"),
+        ("LC_TIME", "C"),
+    ] {
+        env.vars.push((name.into(), value.into()));
+    }
+    assert_success(&env.run(&["init"]));
+    env.plan(
+        r#"
+version: 1
+name: environ
+agents:
+  command: { env: { MODE: fast }, pass_env: [AGENT_ONLY] }
+defaults: { agent: command, sandbox: none, timeout: 1m, max_retries: 0, pass_env: [PASSED_ON, NOT_SET_ANYWHERE] }
+tasks:
+  - id: look
+    prompt: "look around"
+    command: ["sh", "-c", "env > agent-env.txt"]
+    gates:
+      - { name: look, run: "env > gate-env.txt" }
+"#,
+    );
+    assert_success(&env.run(&["run", "plan.yaml", "--json"]));
+    let read = |file: &str| -> Vec<String> {
+        fs::read_to_string(env.project().join(file))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let agent = read("agent-env.txt");
+    let gate = read("gate-env.txt");
+    for (who, seen) in [("agent", &agent), ("gate", &gate)] {
+        let has = |line: &str| seen.iter().any(|seen| seen == line);
+        let named = |name: &str| {
+            seen.iter()
+                .any(|seen| seen.starts_with(&format!("{name}=")))
+        };
+        assert!(
+            !named("MY_FAKE_SECRET"),
+            "the {who} got the secret: {seen:?}"
+        );
+        assert!(has("PASSED_ON=to-both"), "{who}: {seen:?}");
+        assert!(
+            has(&format!("HOME={}", env.home().display())),
+            "{who}: {seen:?}"
+        );
+        assert!(named("PATH"), "{who}: {seen:?}");
+        assert!(has("LC_TIME=C"), "{who}: {seen:?}");
+        assert!(
+            named("REPRISE_RUN_ID") && named("TMPDIR"),
+            "{who}: {seen:?}"
+        );
+        assert!(!named("NOT_SET_ANYWHERE"), "{who}: {seen:?}");
+    }
+    assert!(
+        agent.iter().any(|line| line == "AGENT_ONLY=to-the-agent"),
+        "{agent:?}"
+    );
+    assert!(agent.iter().any(|line| line == "MODE=fast"), "{agent:?}");
+    assert!(
+        !gate.iter().any(|line| line.starts_with("AGENT_ONLY=")),
+        "{gate:?}"
+    );
+    assert!(
+        !gate.iter().any(|line| line.starts_with("MODE=")),
+        "{gate:?}"
     );
 }

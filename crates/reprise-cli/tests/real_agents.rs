@@ -433,21 +433,27 @@ const PROMPT: &str =
 /// A one-task plan for `cli` with `policy` and the given gates (YAML flow
 /// mappings, one per line).
 fn plan(cli: Cli, task: &str, policy: &str, max_retries: u32, gates: &[String]) -> String {
-    // Containment stays strict (the default). Gates that play the outside
-    // world (a lost transcript, a copy kept aside) reach into the session
-    // stores and the aside directory, so the plan grants those paths, as a
-    // user grants a test runner its cache.
-    let mut allowed = vec!["@ASIDE@"];
-    if gates.iter().any(|gate| gate.contains("@STATE@")) {
-        allowed.extend(["@STATE@/runs", "@STATE@/sessions"]);
-    }
+    // Containment stays strict (the default). Gates that copy a transcript
+    // aside write the aside directory, so the plan grants it, as a user
+    // grants a test runner its cache. A gate that plays the outside world
+    // inside the state directory (a lost transcript in the rehearsal's
+    // homes or reprise's preserved sessions) cannot be granted that: no
+    // allowed path may reach the state directory (the plan is refused), so
+    // such a task runs uncontained. Its agent is then uncontained too; the
+    // other tests drive each CLI contained.
+    let allowed = ["@ASIDE@"];
+    let containment = if gates.iter().any(|gate| gate.contains("@STATE@")) {
+        ", containment: off"
+    } else {
+        ""
+    };
     let gates: String = gates
         .iter()
         .map(|gate| format!("      - {gate}\n"))
         .collect();
     format!(
         "version: 1\nname: real-{cli}\n{AGENTS}\
-         defaults: {{ agent: {cli}, max_retries: {max_retries}, timeout: 60s }}\n\
+         defaults: {{ agent: {cli}, max_retries: {max_retries}, timeout: 60s{containment} }}\n\
          tasks:\n  - id: {task}\n    prompt: {PROMPT:?}\n    retry_policy: {policy}\n    allowed_paths: [{allowed}]\n    gates:\n{gates}",
         cli = cli.name(),
         allowed = allowed.join(", ")

@@ -173,7 +173,9 @@ fn bin_for(plan: &Plan, kind: AgentKind) -> Option<PathBuf> {
 
 fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
     match &task.agent {
-        TaskAgent::Command { argv } => Arc::new(CommandAdapter::new(argv.clone())),
+        TaskAgent::Command { argv } => Arc::new(
+            CommandAdapter::new(argv.clone()).with_env(agent_env(plan, AgentKind::Command)),
+        ),
         TaskAgent::Sim { script } => {
             let steps = script
                 .iter()
@@ -214,13 +216,26 @@ fn cli_options(plan: &Plan, kind: AgentKind) -> CliOptions {
         .map(|settings| CliOptions {
             model: settings.model.clone(),
             args: settings.args.clone(),
-            env: settings
-                .env
-                .iter()
-                .map(|(name, value)| (name.clone(), value.clone()))
-                .collect(),
+            env: agent_env(plan, kind),
         })
         .unwrap_or_default()
+}
+
+/// The variables the plan gives one agent's process (never its gates):
+/// what `agents.<kind>.pass_env` names, from reprise's environment, then
+/// `agents.<kind>.env`, which wins.
+fn agent_env(plan: &Plan, kind: AgentKind) -> Vec<(String, String)> {
+    let Some(settings) = plan.agent_settings(kind) else {
+        return Vec::new();
+    };
+    let mut env = reprise_agents::passed_env(&settings.pass_env);
+    env.extend(
+        settings
+            .env
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone())),
+    );
+    env
 }
 
 /// The run's record before anything ran: every task queued, in

@@ -208,13 +208,13 @@ impl TaskRun<'_> {
             );
             // The absolute entries of allowed_paths are outside the worktree;
             // the relative ones are globs inside it, already writable.
-            writable.extend(
-                self.task
-                    .allowed_paths
-                    .iter()
-                    .map(PathBuf::from)
-                    .filter(|path| path.is_absolute()),
-            );
+            let granted = self
+                .task
+                .allowed_paths
+                .iter()
+                .map(PathBuf::from)
+                .filter(|path| path.is_absolute())
+                .collect();
             if agent {
                 // A home the caller made for this task (rehearsal) is the agent's.
                 writable.extend(self.made_home());
@@ -226,7 +226,12 @@ impl TaskRun<'_> {
             if let Some(dir) = supervisor.key_path.as_deref().and_then(Path::parent) {
                 hidden.push(dir.to_path_buf());
             }
-            SandboxRules { writable, hidden }
+            SandboxRules {
+                writable,
+                granted,
+                hidden,
+                writable_shm: self.task.writable_shm,
+            }
         });
         Some(Supervision {
             supervisor: supervisor.program.clone(),
@@ -436,10 +441,13 @@ impl TaskRun<'_> {
         .drive(&policy)
     }
 
-    /// What every attempt's processes get besides the plan's settings: the
-    /// caller's environment, the run id and the retry budget's spec.
+    /// What every attempt's processes get besides the allow-list of
+    /// reprise's environment and the plan's agent settings: the variables
+    /// the task's `pass_env` names, the caller's environment (a
+    /// rehearsal's), the run id and the retry budget's spec; later ones win.
     fn task_env(&self) -> Vec<(String, String)> {
-        let mut env = self.setup.env.clone();
+        let mut env = reprise_agents::passed_env(&self.task.pass_env);
+        env.extend(self.setup.env.iter().cloned());
         env.push(("REPRISE_RUN_ID".to_owned(), self.run_id.to_owned()));
         if let Some((spec, _)) = self.budget {
             env.push((BUDGET_ENV_VAR.to_owned(), spec.to_string()));

@@ -33,6 +33,7 @@ pub(crate) fn check(
     retry_budget: Option<&str>,
 ) -> Result<Outcome, CliError> {
     let plan = load_plan(plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    refuse_hidden_paths(settings, plan_path, &plan)?;
     resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
     let findings = inspect(settings, &plan, true);
     if !findings.problems.is_empty() {
@@ -87,6 +88,113 @@ pub(crate) fn before_run(
     } else {
         Err(problems_error(plan_path, &findings, "nothing was written"))
     }
+}
+
+/// Refuses a plan whose absolute `allowed_paths` entry would open to an
+/// agent what containment hides: an entry that is, holds or lies inside
+/// the state directory or the audit key's directory, compared as real
+/// paths (symlinks followed as far as the path exists). `/`, the home
+/// holding the key and the project holding `.reprise` are all refused.
+/// The sandbox checks again, as each grant opens, for a link made since.
+pub(crate) fn refuse_hidden_paths(
+    settings: &Settings,
+    plan_path: &Path,
+    plan: &Plan,
+) -> Result<(), CliError> {
+    let mut hidden = vec![("the state directory", state_root(settings))];
+    if let Ok(key) = &settings.key_path
+        && let Some(dir) = key.parent()
+    {
+        hidden.push(("the audit key's directory", dir.to_path_buf()));
+    }
+    let hidden: Vec<(&str, PathBuf, PathBuf)> = hidden
+        .into_iter()
+        .map(|(what, path)| (what, real_path(&path), path))
+        .collect();
+    let mut problems = Vec::new();
+    for (task_index, task) in plan.tasks().iter().enumerate() {
+        for (index, entry) in task.allowed_paths.iter().enumerate() {
+            let path = Path::new(entry);
+            if !path.is_absolute() {
+                continue; // a glob inside the worktree
+            }
+            let real = real_path(path);
+            for (what, secret, given) in &hidden {
+                let relation = if real == *secret {
+                    "is"
+                } else if secret.starts_with(&real) {
+                    "holds"
+                } else if real.starts_with(secret) {
+                    "lies inside"
+                } else {
+                    continue;
+                };
+                let through = if real.as_path() == path {
+                    String::new()
+                } else {
+                    format!(" (it leads to {})", real.display())
+                };
+                problems.push(format!(
+                    "tasks[{task_index}].allowed_paths[{index}]: {entry}{through} {relation} {what} {}, which no agent or gate may reach; take it out, or name only the directory the task must write",
+                    given.display()
+                ));
+                break;
+            }
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "{}: {}; nothing was run",
+        plan_path.display(),
+        problems.join("; ")
+    )))
+}
+
+/// The state directory a run would use: the one given, else the nearest
+/// `.reprise` up from here, else the one it would create here.
+fn state_root(settings: &Settings) -> PathBuf {
+    settings
+        .state_dir
+        .clone()
+        .or_else(|| {
+            settings
+                .cwd
+                .ancestors()
+                .map(|dir| dir.join(reprise_store::state::STATE_DIR_NAME))
+                .find(|candidate| candidate.is_dir())
+        })
+        .unwrap_or_else(|| settings.init_target())
+}
+
+/// `path` with its longest existing ancestor resolved to its real path and
+/// the rest appended (`.` dropped, `..` taken lexically): what a grant of
+/// it would open, or would open once it exists.
+fn real_path(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    let base = loop {
+        if let Ok(real) = existing.canonicalize() {
+            break real;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => break existing.to_path_buf(),
+        }
+    };
+    let mut real = base;
+    for name in rest.iter().rev() {
+        if name == ".." {
+            real.pop();
+        } else if name != "." {
+            real.push(name);
+        }
+    }
+    real
 }
 
 /// Where tasks' programs are looked for: the project (a worktree holds its

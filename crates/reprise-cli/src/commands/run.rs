@@ -293,6 +293,7 @@ pub(crate) fn prepare_continue(
         check(&plan)?;
     }
     check_containment(&plan)?;
+    crate::commands::check::refuse_hidden_paths(settings, &plan_path, &plan)?;
     let retry_budget =
         resolve_budget(&plan, None).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
@@ -413,6 +414,7 @@ pub(crate) fn prepare_checked(
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
     check_containment(&plan)?;
+    crate::commands::check::refuse_hidden_paths(settings, &plan_path, &plan)?;
     check(&plan, &plan_path)?;
     // So does a retry budget that the plan's gates cannot honour.
     let retry_budget =

@@ -159,6 +159,8 @@ pub enum PlanErrorKind {
         "{name:?} is not a variable name an agent can get; use letters, digits and _ (not starting with a digit, and not REPRISE_*)"
     )]
     InvalidEnvName { name: String },
+    #[error("{name:?} is already listed at [{first}]; list each variable once")]
+    DuplicatePassEnv { name: String, first: usize },
     #[error("command is only for agent command, and this task's agent is {agent}; remove it")]
     CommandNotAllowed { agent: AgentKind },
     #[error(

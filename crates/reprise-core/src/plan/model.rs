@@ -174,6 +174,12 @@ pub struct Task {
     /// frees everything; `task pause --upgrade-after` overrides it. `None`:
     /// a pause waits until it is lifted.
     pub pause_upgrade_after: Option<Duration>,
+    /// Variables of reprise's own environment the task's agent and gates
+    /// get besides the allow-list (ARCHITECTURE.md, "Environment").
+    pub pass_env: Vec<String>,
+    /// Whether its agent and gates may write `/dev/shm` (a contained
+    /// process may not otherwise: it would outlive the attempt).
+    pub writable_shm: bool,
     /// What changes for the retry after a `NEEDS_CONTEXT:` reply.
     pub on_needs_context: NeedsContext,
     /// Whether its agent and gates run in the filesystem sandbox.
@@ -288,6 +294,9 @@ pub struct AgentSettings {
     pub args: Vec<String>,
     /// Variables for this agent's process only.
     pub env: BTreeMap<String, String>,
+    /// Variables of reprise's own environment this agent's process gets
+    /// besides the allow-list (never its gates).
+    pub pass_env: Vec<String>,
 }
 
 /// One attempt of the `sim` agent.

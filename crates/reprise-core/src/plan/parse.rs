@@ -37,13 +37,15 @@ const ROOT_KEYS: &[&str] = &[
     "defaults",
     "tasks",
 ];
-/// `command` and `sim` take only a binary (which `command` ignores: its argv
-/// names the program).
+/// `sim` takes only a binary, which it ignores: it is built in.
 const AGENT_SETTINGS_KEYS: &[&str] = &["bin"];
+/// `command` takes a binary (ignored: its argv names the program) and
+/// environment.
+const COMMAND_SETTINGS_KEYS: &[&str] = &["bin", "env", "pass_env"];
 /// The agent CLIs take a model, extra arguments and environment.
-const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env"];
+const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env"];
 /// Claude Code also takes the tools it may use without asking.
-const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "allowed_tools"];
+const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env", "allowed_tools"];
 const DEFAULTS_KEYS: &[&str] = &[
     "agent",
     "retry_policy",
@@ -60,6 +62,8 @@ const DEFAULTS_KEYS: &[&str] = &[
     "idle_timeout",
     "park_when_idle",
     "pause_upgrade_after",
+    "pass_env",
+    "writable_shm",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -80,6 +84,8 @@ const TASK_KEYS: &[&str] = &[
     "idle_timeout",
     "park_when_idle",
     "pause_upgrade_after",
+    "pass_env",
+    "writable_shm",
     "on_needs_context",
     "allowed_paths",
     "depends_on",
@@ -157,6 +163,8 @@ struct Settings {
     idle_timeout: Option<Duration>,
     park_when_idle: Option<Duration>,
     pause_upgrade_after: Option<Duration>,
+    pass_env: Option<Vec<String>>,
+    writable_shm: Option<bool>,
 }
 
 /// A `depends_on` entry, kept with its position until every id is known.
@@ -302,6 +310,10 @@ impl Reader<'_> {
                 Some(node) => self.agent_env(node, &settings.path_of("env"))?,
                 None => BTreeMap::new(),
             };
+            let pass_env = match settings.get("pass_env") {
+                Some(node) => self.pass_env(node, &settings.path_of("pass_env"))?,
+                None => Vec::new(),
+            };
             agents.insert(
                 kind,
                 AgentSettings {
@@ -310,6 +322,7 @@ impl Reader<'_> {
                     model,
                     args,
                     env,
+                    pass_env,
                 },
             );
         }
@@ -353,6 +366,34 @@ impl Reader<'_> {
             env.insert(entry.key.clone(), value);
         }
         Ok(env)
+    }
+
+    /// `pass_env:`, a list of variable names the child gets from reprise's
+    /// own environment (when set there). `REPRISE_*` names are refused, as
+    /// in `env`; so is a name given twice.
+    fn pass_env(&self, node: &Node, path: &str) -> Result<Vec<String>> {
+        let items = self.seq(node, path, "a list of variable names")?;
+        let mut names: Vec<String> = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let item_path = item_path(path, index);
+            let name = self.non_empty_string(item, &item_path)?;
+            if !is_env_name(&name) || name.starts_with("REPRISE_") {
+                return Err(self.error(
+                    &item.mark,
+                    &item_path,
+                    PlanErrorKind::InvalidEnvName { name },
+                ));
+            }
+            if let Some(first) = names.iter().position(|earlier| *earlier == name) {
+                return Err(self.error(
+                    &item.mark,
+                    &item_path,
+                    PlanErrorKind::DuplicatePassEnv { name, first },
+                ));
+            }
+            names.push(name);
+        }
+        Ok(names)
     }
 
     /// The keys `defaults` and tasks share; a budget is checked against the pool.
@@ -441,6 +482,13 @@ impl Reader<'_> {
         if let Some(node) = fields.get("pause_upgrade_after") {
             let path = fields.path_of("pause_upgrade_after");
             settings.pause_upgrade_after = Some(self.duration(node, &path, false)?);
+        }
+        if let Some(node) = fields.get("pass_env") {
+            settings.pass_env = Some(self.pass_env(node, &fields.path_of("pass_env"))?);
+        }
+        if let Some(node) = fields.get("writable_shm") {
+            let path = fields.path_of("writable_shm");
+            settings.writable_shm = Some(self.boolean(node, &path)?);
         }
         Ok(settings)
     }
@@ -640,6 +688,14 @@ impl Reader<'_> {
             pause_upgrade_after: settings
                 .pause_upgrade_after
                 .or(defaults.pause_upgrade_after),
+            pass_env: settings
+                .pass_env
+                .or_else(|| defaults.pass_env.clone())
+                .unwrap_or_default(),
+            writable_shm: settings
+                .writable_shm
+                .or(defaults.writable_shm)
+                .unwrap_or(false),
             on_needs_context,
             depends_on: dependencies
                 .iter()
@@ -1008,7 +1064,8 @@ fn agent_settings_keys(kind: AgentKind) -> &'static [&'static str] {
     match kind {
         AgentKind::Claude => CLAUDE_SETTINGS_KEYS,
         AgentKind::Codex | AgentKind::Gemini => CLI_SETTINGS_KEYS,
-        AgentKind::Command | AgentKind::Sim => AGENT_SETTINGS_KEYS,
+        AgentKind::Command => COMMAND_SETTINGS_KEYS,
+        AgentKind::Sim => AGENT_SETTINGS_KEYS,
     }
 }
 

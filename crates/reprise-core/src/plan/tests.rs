@@ -315,7 +315,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle, pause_upgrade_after)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle, pause_upgrade_after, pass_env, writable_shm)",
         ),
         bad(
             "id in defaults",
@@ -336,7 +336,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\nagents:\n  codex: { allowed_tools: [Bash] }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
             4,
             "agents.codex",
-            "unknown key \"allowed_tools\" (expected one of bin, model, args, env)",
+            "unknown key \"allowed_tools\" (expected one of bin, model, args, env, pass_env)",
         ),
         bad(
             "allowed_tools that is not a list",
@@ -1284,6 +1284,82 @@ tasks:
         "{refused}"
     );
     assert!(refused.contains("not REPRISE_*"), "{refused}");
+}
+
+#[test]
+fn pass_env_and_writable_shm_come_from_the_task_then_defaults() {
+    let plan = parse_plan(
+        r#"
+version: 1
+name: p
+agents:
+  command: { env: { MODE: fast }, pass_env: [AGENT_ONLY] }
+  gemini: { pass_env: [GOOGLE_CLOUD_PROJECT] }
+defaults: { agent: command, pass_env: [DATABASE_URL, CI], writable_shm: true }
+tasks:
+  - { id: a, prompt: x, command: "true" }
+  - { id: b, prompt: x, command: "true", pass_env: [], writable_shm: false }
+"#,
+        "plan.yaml",
+    )
+    .unwrap();
+    let (a, b) = (&plan.tasks()[0], &plan.tasks()[1]);
+    assert_eq!(a.pass_env, ["DATABASE_URL", "CI"]);
+    assert!(a.writable_shm);
+    assert!(b.pass_env.is_empty());
+    assert!(!b.writable_shm);
+    let command = plan.agent_settings(AgentKind::Command).unwrap();
+    assert_eq!(command.pass_env, ["AGENT_ONLY"]);
+    assert_eq!(
+        command.env,
+        BTreeMap::from([("MODE".to_owned(), "fast".to_owned())])
+    );
+    assert_eq!(
+        plan.agent_settings(AgentKind::Gemini).unwrap().pass_env,
+        ["GOOGLE_CLOUD_PROJECT"]
+    );
+    let plain = parse_plan(&with_head(""), "plan.yaml").unwrap();
+    assert!(plain.tasks()[0].pass_env.is_empty());
+    assert!(
+        !plain.tasks()[0].writable_shm,
+        "/dev/shm is closed unless granted"
+    );
+    for (text, located, message) in [
+        (
+            with_head("    pass_env: [REPRISE_STATE_DIR]\n"),
+            "plan.yaml:7:16: tasks[0].pass_env[0]: ",
+            "not REPRISE_*",
+        ),
+        (
+            with_head("    pass_env: [\"A B\"]\n"),
+            "plan.yaml:7:16: tasks[0].pass_env[0]: ",
+            "use letters, digits and _",
+        ),
+        (
+            with_head("    pass_env: [CI, CI]\n"),
+            "plan.yaml:7:20: tasks[0].pass_env[1]: ",
+            "\"CI\" is already listed at [0]; list each variable once",
+        ),
+        (
+            with_head("    pass_env: CI\n"),
+            "plan.yaml:7:15: tasks[0].pass_env: ",
+            "expected a list of variable names",
+        ),
+        (
+            with_head("    writable_shm: yes please\n"),
+            "plan.yaml:7:19: tasks[0].writable_shm: ",
+            "expected true or false",
+        ),
+        (
+            "version: 1\nname: p\nagents:\n  sim: { pass_env: [CI] }\ntasks:\n  - { id: a, prompt: x, agent: sim }\n".to_owned(),
+            "agents.sim",
+            "unknown key \"pass_env\" (expected one of bin)",
+        ),
+    ] {
+        let error = parse_plan(&text, "plan.yaml").unwrap_err().to_string();
+        assert!(error.contains(located), "{error}");
+        assert!(error.contains(message), "{error}");
+    }
 }
 
 #[test]
