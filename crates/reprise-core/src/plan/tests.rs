@@ -308,7 +308,7 @@ fn bad_plans() -> Vec<Bad> {
             ),
             10,
             "tasks[0].gates[0]",
-            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight)",
+            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
         ),
         bad(
             "unknown key in defaults",
@@ -1007,7 +1007,7 @@ fn plan_error_lines_read_as_documented() {
             &with_head(
                 "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
             ),
-            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight)",
+            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
         ),
         (
             "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",
