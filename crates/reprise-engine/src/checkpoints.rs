@@ -190,6 +190,12 @@ pub fn restore(
     expected: Option<Digest>,
     hash_now: impl FnOnce() -> Result<Digest>,
 ) -> Result<Restored> {
+    if !crate::checkpoint_binding::object_intact(store, checkpoint)? {
+        return Err(EngineError::Checkpoint(format!(
+            "checkpoint {} of {key} is not the one recorded (its commit object does not hash to its id); nothing was restored",
+            checkpoint.id
+        )));
+    }
     store.restore(checkpoint)?;
     let workspace_hash = hash_now()?;
     let matches = expected.is_none_or(|expected| expected == workspace_hash);

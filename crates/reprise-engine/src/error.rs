@@ -34,6 +34,12 @@ pub enum EngineError {
     TaskBusy { task: String, run: String, pid: u32 },
     #[error("file checkpoint: {0}")]
     Checkpoint(String),
+    /// A file a gate is judged by could not be checked or put back.
+    #[error("cannot check or restore {path}, a file a gate is judged by: {detail}")]
+    GateFile {
+        path: std::path::PathBuf,
+        detail: String,
+    },
     #[error("{0}")]
     Lifecycle(String),
     /// A park that cannot be made or completed.

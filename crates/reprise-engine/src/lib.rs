@@ -8,11 +8,13 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod checkpoint_binding;
 mod checkpoints;
 mod control;
 mod delivery;
 mod error;
 mod events;
+mod gate_files;
 mod gates;
 mod linkage;
 mod liveness;
@@ -28,6 +30,10 @@ mod stop;
 mod task;
 
 pub use budget::{plan_criteria, resolve_budget};
+pub use checkpoint_binding::{
+    Recorded, StoreCheck, TakenRow, Unbound, bind as bind_checkpoint, check_store, check_stores,
+    object_intact, recorded_checkpoints,
+};
 pub use checkpoints::{
     RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint, task_snapshots,
 };

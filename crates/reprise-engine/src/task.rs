@@ -425,7 +425,9 @@ impl TaskRun<'_> {
             },
         };
         let env = self.task_env();
-        Executor::new(
+        // Read before any agent runs: in place, the tree now is the reference.
+        let gate_files = self.gate_files(&cwd, isolated)?;
+        let mut executor = Executor::new(
             self,
             key,
             cwd,
@@ -437,8 +439,39 @@ impl TaskRun<'_> {
             next,
             previous,
             result,
-        )
-        .drive(&policy)
+        );
+        executor.gate_files = gate_files;
+        executor.drive(&policy)
+    }
+
+    /// The files the task's gates are judged by, as its base has them, with
+    /// the top of the tree they are in: from the base commit through the
+    /// main repository for a task in a worktree, else from the tree as it
+    /// is now. `None` when no gate has any.
+    pub(crate) fn gate_files(
+        &self,
+        cwd: &Path,
+        isolated: bool,
+    ) -> Result<Option<(crate::gate_files::GateFiles, PathBuf)>> {
+        use crate::gate_files::GateFiles;
+        let subdir_of = |tree: &Path| {
+            cwd.strip_prefix(tree)
+                .map(|subdir| subdir.to_string_lossy().trim_end_matches('/').to_owned())
+                .unwrap_or_default()
+        };
+        let files = match (isolated, self.workspace.repo(), self.base.as_deref()) {
+            (true, Some(repo), Some(base)) => {
+                let tree = self.state.worktree_dir(self.run_id, &self.task.id);
+                GateFiles::from_commit(repo, base, &subdir_of(&tree), &self.task.gates)?
+                    .map(|files| (files, tree))
+            }
+            _ => {
+                let tree = checkpoints::tree_of(self.state, cwd);
+                GateFiles::from_tree(&tree, &subdir_of(&tree), &self.task.gates)?
+                    .map(|files| (files, tree))
+            }
+        };
+        Ok(files)
     }
 
     /// What every attempt's processes get besides the allow-list of

@@ -62,15 +62,20 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let summary = read_audit(&state, &key)?;
     let report = &summary.report;
-    let ok = summary.ok();
+    // Every file checkpoint store, against its task's journal.
+    let stores = reprise_engine::check_stores(&state, None)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let ok = summary.ok() && stores.iter().all(reprise_engine::StoreCheck::ok);
     let mut json = audit_json(&summary);
+    json["ok"] = json!(ok);
+    json["checkpoints"] = crate::commands::journal::checkpoints_json(&stores);
     json["head"] = report.head.map_or(
         Value::Null,
         |head| json!({"seq": head.seq, "mac": head.digest.to_hex()}),
     );
     let mut text = format!(
         "audit chain: {} ({}",
-        if ok { "ok" } else { "FAILED" },
+        if summary.ok() { "ok" } else { "FAILED" },
         crate::output::count(report.rows, "row")
     );
     if let Some(head) = report.head {
@@ -106,6 +111,7 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
         )),
         (None, None) => {}
     }
+    text.push_str(&crate::commands::journal::checkpoints_text(&stores));
     Ok(Outcome {
         json,
         text,

@@ -3,7 +3,10 @@
 
 use std::fmt::Write as _;
 
-use reprise_engine::{RunState, load_run, restore_checkpoint, task_snapshots};
+use reprise_engine::{
+    RunState, bind_checkpoint, load_run, object_intact, recorded_checkpoints, restore_checkpoint,
+    task_snapshots,
+};
 use reprise_store::journal::Journal;
 use reprise_store::key::load_key;
 use reprise_store::locks::task_holder;
@@ -49,16 +52,32 @@ pub(crate) fn list(
     task: &str,
     run: Option<&str>,
 ) -> Result<Outcome, CliError> {
-    let (_, run, key, store) = open(settings, task, run)?;
+    let (state, run, key, store) = open(settings, task, run)?;
     let checkpoints = store
         .list()
         .map_err(|err| CliError::usage(err.to_string()))?;
+    // Only what the task's journal recorded in this run is its checkpoint.
+    let recorded = recorded_checkpoints(&state, &key).map_err(engine_error)?;
+    let bindings: Vec<Result<(), reprise_engine::Unbound>> = checkpoints
+        .iter()
+        .map(|checkpoint| bind_checkpoint(&run.run_id, checkpoint, &recorded))
+        .collect();
+    let unbound = bindings.iter().filter(|binding| binding.is_err()).count();
     let mut text = format!(
         "checkpoints of {key} in run {} ({}):\n",
         run.run_id,
-        checkpoints.len()
+        checkpoints.len() - unbound
     );
-    for checkpoint in &checkpoints {
+    for (checkpoint, binding) in checkpoints.iter().zip(&bindings) {
+        if let Err(why) = binding {
+            let _ = writeln!(
+                text,
+                "  {}  UNBOUND: {}; it cannot be restored",
+                &checkpoint.id[..12.min(checkpoint.id.len())],
+                why.explain()
+            );
+            continue;
+        }
         let manifest = &checkpoint.manifest;
         let _ = write!(
             text,
@@ -73,23 +92,32 @@ pub(crate) fn list(
         }
         text.push('\n');
     }
+    if unbound > 0 {
+        let _ = writeln!(
+            text,
+            "{} in the store that the journal of {key} did not record in this run: planted or copied in; `reprise journal verify {key}` reports them, `reprise clean` removes the store",
+            crate::output::count(unbound as u64, "checkpoint")
+        );
+    }
     Ok(Outcome {
         code: None,
         json: json!({
             "plan": key.plan.as_str(),
             "task_id": key.task.as_str(),
             "run_id": run.run_id,
-            "checkpoints": checkpoints.iter().map(|checkpoint| json!({
+            "checkpoints": checkpoints.iter().zip(&bindings).map(|(checkpoint, binding)| json!({
                 "id": checkpoint.id,
                 "tree": checkpoint.tree,
                 "label": checkpoint.manifest.label,
                 "files": checkpoint.manifest.files,
                 "bytes": checkpoint.manifest.bytes,
                 "skipped": checkpoint.manifest.skipped,
+                "bound": binding.is_ok(),
+                "unbound": binding.as_ref().err(),
             })).collect::<Vec<_>>(),
         }),
         text,
-        ok: true,
+        ok: unbound == 0,
     })
 }
 
@@ -104,6 +132,27 @@ pub(crate) fn restore(
     let checkpoint = store
         .find(id)
         .map_err(|err| CliError::usage(err.to_string()))?;
+    // Restored only when the journal recorded it in this run, and its
+    // commit is still the one recorded.
+    let recorded = recorded_checkpoints(&state, &key).map_err(engine_error)?;
+    let unbound = match bind_checkpoint(&run.run_id, &checkpoint, &recorded) {
+        Err(why) => Some(why),
+        Ok(()) if !object_intact(&store, &checkpoint).map_err(engine_error)? => {
+            Some(reprise_engine::Unbound::ObjectReplaced)
+        }
+        Ok(()) => None,
+    };
+    if let Some(why) = unbound {
+        return Err(CliError {
+            message: format!(
+                "checkpoint {} of {key} in run {} is not one its journal recorded ({}); nothing was restored: `reprise journal verify {key}` reports the store",
+                &checkpoint.id[..12.min(checkpoint.id.len())],
+                run.run_id,
+                why.explain()
+            ),
+            code: crate::error::EXIT_FAILED,
+        });
+    }
     if let Some(holder) = task_holder(&state, &key) {
         return Err(CliError::usage(format!(
             "task {key} is being run by {} (pid {}); restore it once that run ends",

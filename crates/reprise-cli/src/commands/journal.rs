@@ -92,7 +92,10 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     let verification = verify_journal(&state, &task, || Ok(key))?;
     let chain = &verification.chain;
     let (first_bad_row, reason) = problem_json(ChainFormat::Journal, chain);
-    let ok = verification.ok();
+    // The task's file checkpoints, store by store, against the journal.
+    let stores = reprise_engine::check_stores(&state, Some(&task))
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let ok = verification.ok() && stores.iter().all(reprise_engine::StoreCheck::ok);
     let head = chain
         .head
         .map(|head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}));
@@ -112,6 +115,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         "spine": verification.spine.as_ref().map(|spine| chain_json(ChainFormat::Spine, spine)),
         "decisions": verification.decisions,
         "audit": crate::commands::audit::audit_json(&verification.audit),
+        "checkpoints": checkpoints_json(&stores),
     });
 
     let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
@@ -178,6 +182,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
         let _ = writeln!(text, "  {line}");
     }
+    text.push_str(&checkpoints_text(&stores));
     let spine_torn = verification
         .spine
         .as_ref()
@@ -194,4 +199,58 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         ok,
         code: None,
     })
+}
+
+/// Every checked store as JSON: its run, task, and what is not bound.
+pub(crate) fn checkpoints_json(stores: &[reprise_engine::StoreCheck]) -> Value {
+    json!({
+        "ok": stores.iter().all(reprise_engine::StoreCheck::ok),
+        "stores": stores,
+    })
+}
+
+/// Lines for a person about the checked stores: one summary line when all
+/// is bound, else a line per unbound or missing checkpoint.
+pub(crate) fn checkpoints_text(stores: &[reprise_engine::StoreCheck]) -> String {
+    let bound: u64 = stores.iter().map(|store| store.bound).sum();
+    let mut text = String::new();
+    if stores.iter().all(reprise_engine::StoreCheck::ok) {
+        if !stores.is_empty() {
+            let _ = writeln!(
+                text,
+                "  checkpoints: {} in {}, each recorded by its journal",
+                crate::output::count(bound, "checkpoint"),
+                crate::output::count(stores.len() as u64, "store")
+            );
+        }
+        return text;
+    }
+    for store in stores {
+        let task = match &store.plan {
+            Some(plan) => format!("{plan}/{}", store.task),
+            None => format!(
+                "{} (a run this state directory has no record of)",
+                store.task
+            ),
+        };
+        for (id, why) in &store.unbound {
+            let _ = writeln!(
+                text,
+                "  checkpoints: UNBOUND {} of {task} in run {}: {}",
+                short(id),
+                store.run_id,
+                why.explain()
+            );
+        }
+        for id in &store.missing {
+            let _ = writeln!(
+                text,
+                "  checkpoints: MISSING {} of {task} in run {}: the journal recorded it, the store does not hold it",
+                short(id),
+                store.run_id
+            );
+        }
+    }
+    text.push_str("  a planted or copied-in store cannot be restored from; `reprise clean` removes a run's stores\n");
+    text
 }

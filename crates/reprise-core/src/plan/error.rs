@@ -181,6 +181,12 @@ pub enum PlanErrorKind {
     GateHasNoCheck,
     #[error("timeout applies only to run gates; remove it")]
     TimeoutWithoutRun,
+    #[error("protect applies only to run gates (a result_matches gate reads no file); remove it")]
+    ProtectWithoutRun,
+    #[error(
+        "protect glob {glob:?} {reason}; write a glob relative to the worktree's top, like \"tests/**\""
+    )]
+    InvalidProtectGlob { glob: String, reason: &'static str },
     #[error("invalid regex: {message}; fix the pattern (rust regex syntax)")]
     InvalidRegex { message: String },
     #[error("criterion needs levels; add levels: [...] with the criterion's levels")]

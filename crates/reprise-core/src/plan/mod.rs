@@ -30,4 +30,4 @@ pub use model::{
 };
 pub use money::{MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, format_micro_usd, parse_micro_usd};
 pub use parse::{accepted_keys, parse_plan};
-pub use program::{ShellProgram, shell_program};
+pub use program::{ShellProgram, gate_script, shell_program};

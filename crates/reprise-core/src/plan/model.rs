@@ -444,6 +444,10 @@ pub struct Gate {
     pub criterion: Option<Criterion>,
     /// How much this gate counts toward a partial acceptance (default 1).
     pub weight: u32,
+    /// Globs (relative to the worktree's top) of the files the gate reads
+    /// that the agent may not change; its program, when it is a file of the
+    /// repository, is protected without being named here.
+    pub protect: Vec<String>,
 }
 
 /// The two kinds of gate.

@@ -104,6 +104,7 @@ const GATE_KEYS: &[&str] = &[
     "criterion",
     "levels",
     "weight",
+    "protect",
 ];
 
 // Names and values in the same order; a test checks them against `as_str`.
@@ -972,13 +973,41 @@ impl Reader<'_> {
             Some(node) => self.integer(node, &fields.path_of("weight"), 1, 1000)?,
             None => 1,
         };
+        let protect = match fields.get("protect") {
+            Some(node) => self.protect(node, &fields.path_of("protect"), &check)?,
+            None => Vec::new(),
+        };
         Ok(Gate {
             name,
             check,
             disclose,
             criterion,
             weight,
+            protect,
         })
+    }
+
+    /// A gate's `protect`: relative globs of files inside the tree, for a
+    /// `run` gate only (a `result_matches` gate reads no file).
+    fn protect(&self, node: &Node, path: &str, check: &GateCheck) -> Result<Vec<String>> {
+        if matches!(check, GateCheck::ResultMatches(_)) {
+            return Err(self.error(&node.mark, path, PlanErrorKind::ProtectWithoutRun));
+        }
+        let items = self.seq(node, path, "a list of globs relative to the worktree")?;
+        let mut globs = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let entry_path = item_path(path, index);
+            let glob = self.non_empty_string(item, &entry_path)?;
+            if let Err(reason) = check_protect_glob(&glob) {
+                return Err(self.error(
+                    &item.mark,
+                    &entry_path,
+                    PlanErrorKind::InvalidProtectGlob { glob, reason },
+                ));
+            }
+            globs.push(glob);
+        }
+        Ok(globs)
     }
 
     fn criterion(&self, fields: &Fields<'_>) -> Result<Option<Criterion>> {
@@ -1030,6 +1059,21 @@ impl Reader<'_> {
             ));
         }
         Ok(Some(Criterion { name, levels }))
+    }
+}
+
+/// Why a `protect` glob could name something outside the tree, if it could.
+fn check_protect_glob(glob: &str) -> Result<(), &'static str> {
+    if glob.starts_with('/') {
+        Err("is absolute")
+    } else if glob.contains('\\') {
+        Err("contains a backslash; separate directories with '/'")
+    } else if glob.contains('\0') {
+        Err("contains a nul character")
+    } else if glob.split('/').any(|component| component == "..") {
+        Err("has a \"..\" component")
+    } else {
+        Ok(())
     }
 }
 

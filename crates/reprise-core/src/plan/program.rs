@@ -54,6 +54,80 @@ pub fn shell_program(command: &str) -> ShellProgram<'_> {
     ShellProgram::Undecided
 }
 
+/// Interpreters whose first operand is the script they run, each with the
+/// options after which there is no script file (the code or module comes
+/// on the line instead).
+const INTERPRETERS: &[(&str, &[&str])] = &[
+    ("sh", &["-c", "-s"]),
+    ("bash", &["-c", "-s"]),
+    ("dash", &["-c", "-s"]),
+    ("zsh", &["-c", "-s"]),
+    ("ksh", &["-c", "-s"]),
+    ("python", &["-c", "-m", "-"]),
+    ("python3", &["-c", "-m", "-"]),
+    ("node", &["-e", "-p", "--eval", "--print", "-"]),
+    ("perl", &["-e", "-E", "-"]),
+    ("ruby", &["-e", "-"]),
+];
+
+/// The file a gate's command runs as its program, when the text alone says
+/// so and it can be a file of the tree: the first program when it is a
+/// relative path (`./gate.sh`, `scripts/check --fast`), or, after an
+/// interpreter (`sh`, `bash`, `python3`, `node`, `perl`, `ruby`, ...), its
+/// script operand (`sh tests/check.sh`, `python3 -W ignore x.py`): each of
+/// the words after the interpreter that is not an option, in order, until
+/// one names a file (`is_file`, given the path relative to the command's
+/// directory). The path comes back without `./` and `.` components; one
+/// that climbs out (`..`) or is absolute is not the tree's.
+pub fn gate_script(command: &str, is_file: &dyn Fn(&str) -> bool) -> Option<String> {
+    let line = command.lines().find(|line| !line.trim().is_empty())?;
+    let mut words = line
+        .split_whitespace()
+        .skip_while(|word| is_assignment(word));
+    match shell_program(command) {
+        ShellProgram::Path(path) => tree_path(path),
+        ShellProgram::Name(name) => {
+            let (_, no_script) = INTERPRETERS
+                .iter()
+                .find(|(interpreter, _)| *interpreter == name)?;
+            words.next();
+            for word in words {
+                if word.contains(|c: char| "$`'\"\\*?[]{}()<>|&;~#".contains(c)) {
+                    return None;
+                }
+                if word.starts_with('-') {
+                    if no_script.contains(&word) {
+                        return None;
+                    }
+                    continue;
+                }
+                if let Some(path) = tree_path(word).filter(|path| is_file(path)) {
+                    return Some(path);
+                }
+            }
+            None
+        }
+        ShellProgram::Undecided => None,
+    }
+}
+
+/// `path` as a path inside the tree: relative, `.` components dropped, no
+/// `..`.
+fn tree_path(path: &str) -> Option<String> {
+    if path.starts_with('/') {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            part => parts.push(part),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
 /// `NAME=value` before the program: an assignment, not the program.
 fn is_assignment(word: &str) -> bool {
     let Some((name, _)) = word.split_once('=') else {
@@ -86,6 +160,45 @@ mod tests {
             shell_program("\n\ngrep -qx hello greeting.txt"),
             ShellProgram::Name("grep")
         );
+    }
+
+    #[test]
+    fn a_gate_s_program_file_is_its_relative_path_or_its_interpreter_s_script() {
+        let files = ["gate.sh", "tests/check.sh", "scripts/x.py", "bin/check"];
+        let is_file = |path: &str| files.contains(&path);
+        let script = |command: &str| gate_script(command, &is_file);
+        assert_eq!(script("./gate.sh"), Some("gate.sh".into()));
+        assert_eq!(script("CI=1 ./bin/check --all"), Some("bin/check".into()));
+        assert_eq!(script("sh tests/check.sh"), Some("tests/check.sh".into()));
+        assert_eq!(
+            script("bash -eu ./tests//check.sh x"),
+            Some("tests/check.sh".into())
+        );
+        assert_eq!(
+            script("python3 scripts/x.py --fast"),
+            Some("scripts/x.py".into())
+        );
+        assert_eq!(
+            script("python3 -W ignore scripts/x.py"),
+            Some("scripts/x.py".into())
+        );
+        assert_eq!(script("sh gate.sh"), Some("gate.sh".into()));
+        // Not a file of the tree: what the agent may create, or the system's.
+        assert_eq!(script("./missing.sh"), Some("missing.sh".into()));
+        for command in [
+            "/usr/bin/check",
+            "../outside.sh",
+            "sh -c './gate.sh'",
+            "python3 -m pytest tests/",
+            "pytest -q",
+            "cargo test",
+            "sh $SCRIPT",
+            "node -e 'x'",
+            "cd sub && ./gate.sh",
+            "python3 missing.py",
+        ] {
+            assert_eq!(script(command), None, "{command}");
+        }
     }
 
     #[test]

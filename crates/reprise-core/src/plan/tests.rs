@@ -308,7 +308,7 @@ fn bad_plans() -> Vec<Bad> {
             ),
             10,
             "tasks[0].gates[0]",
-            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight)",
+            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
         ),
         bad(
             "unknown key in defaults",
@@ -522,6 +522,24 @@ fn bad_plans() -> Vec<Bad> {
             9,
             "tasks[0].gates[0].result_matches",
             "invalid regex: unclosed group",
+        ),
+        bad(
+            "protect on a result_matches gate",
+            &with_head(
+                "    gates:\n      - name: g\n        result_matches: ok\n        protect: [tests/**]\n",
+            ),
+            10,
+            "tasks[0].gates[0].protect",
+            "protect applies only to run gates",
+        ),
+        bad(
+            "protect glob outside the tree",
+            &with_head(
+                "    gates:\n      - name: g\n        run: ./gate.sh\n        protect: [tests/**, ../data]\n",
+            ),
+            10,
+            "tasks[0].gates[0].protect[1]",
+            "protect glob \"../data\" has a \"..\" component",
         ),
         bad(
             "timeout on a result_matches gate",
@@ -989,7 +1007,7 @@ fn plan_error_lines_read_as_documented() {
             &with_head(
                 "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
             ),
-            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight)",
+            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
         ),
         (
             "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",
@@ -1381,4 +1399,16 @@ fn a_command_given_as_a_string_runs_through_the_shell() {
             argv: vec!["echo".into(), "hi".into()]
         }
     );
+}
+
+#[test]
+fn a_run_gate_protects_the_globs_it_names() {
+    let plan = parse_plan(
+        "version: 1\nname: p\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    gates:\n      - { name: t, run: ./gate.sh, protect: [\"tests/**\", data/expected.txt] }\n      - { name: u, run: \"true\" }\n",
+        "p.yaml",
+    )
+    .unwrap();
+    let gates = &plan.tasks()[0].gates;
+    assert_eq!(gates[0].protect, ["tests/**", "data/expected.txt"]);
+    assert!(gates[1].protect.is_empty());
 }

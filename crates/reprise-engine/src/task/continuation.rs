@@ -265,6 +265,19 @@ impl TaskRun<'_> {
                 let mut snapshot = None;
                 if let (Some(store), Some(id)) = (&snapshots, point.snapshot()) {
                     let checkpoint = store.find(&id)?;
+                    // The store is bound to nothing: only a checkpoint the
+                    // journal recorded in this run comes back.
+                    let recorded =
+                        crate::checkpoint_binding::recorded_checkpoints(self.state, &key)?;
+                    if let Err(why) =
+                        crate::checkpoint_binding::bind(self.run_id, &checkpoint, &recorded)
+                    {
+                        return Err(EngineError::Checkpoint(format!(
+                            "the park's checkpoint {} of {key} is not one its journal recorded ({}); nothing was restored",
+                            checkpoint.id,
+                            why.explain()
+                        )));
+                    }
                     let restored = checkpoints::restore(
                         store,
                         &checkpoint,
@@ -404,6 +417,7 @@ impl TaskRun<'_> {
         let env = self.task_env();
         let cold = next.as_ref().is_some_and(|next| next.mode == "cold");
         let next = next.unwrap_or_else(|| self.cold(latest + 1, None));
+        let gate_files = self.gate_files(&cwd, isolated)?;
         let mut executor = super::Executor::new(
             self,
             key,
@@ -417,6 +431,7 @@ impl TaskRun<'_> {
             None,
             result,
         );
+        executor.gate_files = gate_files;
         executor.take_up(taken)?;
         if let Some((checkpoint, hash)) = reused {
             executor.restored_to(checkpoint, hash);

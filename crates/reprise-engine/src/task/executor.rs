@@ -106,6 +106,11 @@ pub(super) struct Executor<'r, 'a> {
     /// added to it.
     policy: Option<Policy>,
     extra_attempts: u32,
+    /// The files the gates are judged by, as the base has them, and the
+    /// top of the tree they are in.
+    pub(super) gate_files: Option<(crate::gate_files::GateFiles, PathBuf)>,
+    /// What the latest attempt changed of them.
+    protected_changed: Option<reprise_core::recovery::Anomaly>,
 }
 
 impl<'r, 'a> Executor<'r, 'a> {
@@ -162,6 +167,8 @@ impl<'r, 'a> Executor<'r, 'a> {
             parked_session: None,
             policy: None,
             extra_attempts: 0,
+            gate_files: None,
+            protected_changed: None,
         }
     }
 
@@ -973,7 +980,13 @@ impl<'r, 'a> Executor<'r, 'a> {
             supervision: supervision.as_ref(),
         };
         let started = self.started.unwrap_or_else(Instant::now);
-        let (summary, classified) = run.judge(
+        // The gates run on the base's copy of their own files, whatever the
+        // agent did to them; what it did is an anomaly.
+        let changed = match &self.gate_files {
+            Some((files, tree)) => files.restore(tree)?,
+            None => Vec::new(),
+        };
+        let (mut summary, mut classified) = run.judge(
             attempt,
             self.next.mode,
             &report,
@@ -981,6 +994,22 @@ impl<'r, 'a> Executor<'r, 'a> {
             &level_of,
             started,
         );
+        self.protected_changed = None;
+        if let Some((files, tree)) = &self.gate_files {
+            // What the gates left there themselves goes (a `__pycache__`),
+            // so the next attempt's tree holds the base's copy again.
+            files.restore(tree)?;
+            if let Some(anomaly) = files.anomaly(&changed) {
+                crate::gate_files::void_verdicts(
+                    task,
+                    &files.gates_of(&changed),
+                    &changed,
+                    &mut summary,
+                    &mut classified,
+                );
+                self.protected_changed = Some(anomaly);
+            }
+        }
         self.remove_tmp();
         self.settle_git()?;
         self.keep_logs(attempt, &report, &summary);
@@ -992,7 +1021,9 @@ impl<'r, 'a> Executor<'r, 'a> {
         // written (a journal whose last row was tampered with refuses
         // appends, and the task stops with that error).
         self.result.attempts.push(summary.clone());
-        let judgement = if summary.outcome == crate::state::Outcome::Passed {
+        let judgement = if self.protected_changed.is_some() {
+            Judgement::Failed
+        } else if summary.outcome == crate::state::Outcome::Passed {
             Judgement::Passed
         } else if recovery::partial_gaps(task, &summary).is_some() {
             Judgement::Partial
@@ -1097,14 +1128,15 @@ impl<'r, 'a> Executor<'r, 'a> {
         let summary = self.summary.as_ref().expect("a judged attempt");
         let report = self.report.as_ref().expect("an attempt that ran");
         let classified = self.classified.as_ref().expect("a classified attempt");
-        let anomalies = recovery::anomalies(
+        let mut anomalies: Vec<_> = self.protected_changed.take().into_iter().collect();
+        anomalies.extend(recovery::anomalies(
             run.task,
             summary,
             self.snapshots
                 .as_ref()
                 .zip(self.attempt_checkpoint.as_ref().map(|(c, _)| c)),
             &run.state.scratch_dir()?,
-        )?;
+        )?);
         for anomaly in &anomalies {
             self.journal.append(
                 "attempt.anomaly",
