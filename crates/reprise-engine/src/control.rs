@@ -19,7 +19,7 @@
 //! `{"ok":false,"error":"..."}`.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -42,6 +42,10 @@ pub const CONTROL_VERSION: u64 = 1;
 /// How long a client waits for the run to answer (a park waits for the
 /// agent to be stopped and the worktree snapshotted).
 const ANSWER_WITHIN: Duration = Duration::from_secs(120);
+
+/// How long, and how much of it, a refused peer's request is read for.
+const REFUSED_DRAIN: Duration = Duration::from_millis(200);
+const REFUSED_DRAIN_BYTES: u64 = 64 * 1024;
 
 /// How much of a requester's command line is kept.
 const COMMAND_KEEP_BYTES: usize = 1024;
@@ -253,7 +257,9 @@ fn answer(
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut writer = stream.try_clone()?;
-    let reply = match admit(&stream, accepted_at)? {
+    let admitted = admit(&stream, accepted_at)?;
+    let refused = admitted.is_err();
+    let reply = match admitted {
         Ok(requester) => forward(&stream, to_coordinator, requester)?,
         Err(refusal) => {
             if let Refusal::Attempt { supervisor, .. } = &refusal
@@ -268,7 +274,17 @@ fn answer(
         }
     };
     writeln!(writer, "{reply}")?;
-    writer.flush()
+    writer.flush()?;
+    if refused {
+        // The refused request was never read: take it off the socket for a
+        // moment, so the peer's write does not meet a closed socket (EPIPE)
+        // before it reads the refusal, and a peer that sends nothing holds
+        // the socket no longer than that.
+        stream.set_read_timeout(Some(REFUSED_DRAIN))?;
+        let mut request = Vec::new();
+        let _ = BufReader::new((&stream).take(REFUSED_DRAIN_BYTES)).read_until(b'\n', &mut request);
+    }
+    Ok(())
 }
 
 /// Reads an admitted peer's request and hands it to the coordinator; its
