@@ -374,13 +374,13 @@ pub fn descendants(root: Pid) -> Vec<i32> {
 
 /// The fields of `/proc/<pid>/stat` supervision needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    ppid: i32,
+pub(crate) struct Stat {
+    pub(crate) ppid: i32,
     /// Clock ticks after boot at which the process started.
-    start_time: u64,
+    pub(crate) start_time: u64,
 }
 
-fn read_stat(pid: i32) -> Option<Stat> {
+pub(crate) fn read_stat(pid: i32) -> Option<Stat> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat(&text)
 }

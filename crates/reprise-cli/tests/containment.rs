@@ -1475,3 +1475,285 @@ fn a_store_copied_from_another_project_or_an_older_run_is_refused_and_reported()
     assert_eq!(restore.status.code(), Some(1), "{}", stderr(&restore));
     assert_eq!(env.run(&["audit", "verify"]).status.code(), Some(1));
 }
+
+/// The attack on the control sockets: wait until two live runs under
+/// `$ROOT` listen (found, as an agent would, in `/proc/net/unix`), then ask
+/// each of them, over the wire format `reprise task suspend` uses, to park
+/// and pause every task but this one, then this task itself; then write
+/// `$ROLE.done`. Every answer is a line of `$ROLE.results`.
+const CONTROL_ATTACK: &str = r#"
+sockets() { awk -v root="$ROOT" '$8 ~ /control\.sock$/ && index($8, root) == 1 { print $8 }' /proc/net/unix | sort -u; }
+ask() {
+  answer=$(perl -MIO::Socket::UNIX -e '
+    my $socket = IO::Socket::UNIX->new(Peer => $ARGV[0]) or do { print "no connection: $!\n"; exit };
+    print $socket "$ARGV[1]\n";
+    my $line = <$socket>;
+    print defined $line ? $line : "no answer\n";' "$1" "$2")
+  echo "$1 $2 => $answer" >> "$SHARED/$ROLE.results"
+}
+n=0
+while [ "$(sockets | wc -l)" -lt 2 ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
+sockets > "$SHARED/$ROLE.sockets"
+for socket in $(sockets); do
+  for task in evil sibling held rogue other; do
+    [ "$task" = "$ROLE" ] && continue
+    ask "$socket" "{\"v\":1,\"op\":\"suspend\",\"task\":\"$task\",\"wake\":{\"on\":\"approval\"},\"reason\":\"mine now\"}"
+    ask "$socket" "{\"v\":1,\"op\":\"pause\",\"task\":\"$task\",\"upgrade_after_ms\":null}"
+  done
+done
+for socket in $(sockets); do
+  ask "$socket" "{\"v\":1,\"op\":\"pause\",\"task\":\"$ROLE\",\"upgrade_after_ms\":null}"
+  ask "$socket" "{\"v\":1,\"op\":\"suspend\",\"task\":\"$ROLE\",\"wake\":{\"on\":\"resume\"},\"reason\":null}"
+done
+touch "$SHARED/$ROLE.done"
+"#;
+
+/// A task that waits (ten minutes at most) until both attackers are done,
+/// then writes its file and passes.
+const WAIT_FOR_ATTACKS: &str = r#"
+n=0
+while { [ ! -e "$SHARED/evil.done" ] || [ ! -e "$SHARED/rogue.done" ]; } && [ $n -lt 6000 ]; do sleep 0.1; n=$((n+1)); done
+echo "finished" > "$ROLE.txt"
+"#;
+
+/// A task that says it runs and then waits to be parked from outside.
+const WAIT_TO_BE_PARKED: &str = r#"
+touch "$SHARED/held.started"
+n=0
+while [ $n -lt 6000 ]; do sleep 0.1; n=$((n+1)); done
+"#;
+
+/// A run in the background, killed if the test ends before it does.
+struct Running(Option<Child>);
+
+impl Running {
+    fn exited(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_none_or(|child| child.try_wait().unwrap().is_some())
+    }
+
+    fn finish(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The command of a task that runs `script` from the shared directory.
+fn shared_script(shared: &Path, role: &str, script: &str, body: &str) -> String {
+    let file = shared.join(format!("{script}.sh"));
+    fs::write(&file, body).unwrap();
+    format!(
+        r#"["sh", "-c", "SHARED='{shared}' ROOT='{root}' ROLE={role} exec sh {file}"]"#,
+        shared = shared.display(),
+        root = shared.parent().unwrap().display(),
+        file = file.display(),
+    )
+}
+
+/// Every row of `task`'s journal whose kind is a park or a pause.
+fn steering_rows(env: &Env, task: &str) -> Vec<Value> {
+    env.journal_rows(task)
+        .into_iter()
+        .filter(|row| {
+            matches!(
+                row["kind"].as_str(),
+                Some("task.suspend" | "task.pause" | "task.unpause")
+            )
+        })
+        .collect()
+}
+
+/// Issue 24, item 2: a contained agent finds every live run's control
+/// socket in `/proc/net/unix` and asks its own run and another project's
+/// run (whose containment is off) to park or pause its sibling and itself;
+/// an uncontained agent of that other run does the same the other way. The
+/// sockets refuse them all: every task they named runs on and finishes, and
+/// no park or pause is recorded. The user's own `reprise task pause` and
+/// `task suspend` from outside still steer the run, and the rows they lead
+/// to say which process asked.
+#[test]
+fn agents_cannot_steer_any_run_over_its_control_socket_but_the_user_can() {
+    let env = Env::git();
+    let shared = env.temp.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    let other = Env::git_in(env.temp.path());
+    assert_success(&env.run(&["init"]));
+    assert_success(&other.run(&["init"]));
+
+    other.plan(&format!(
+        r#"
+version: 1
+name: other-project
+seats: 2
+defaults: {{ agent: command, timeout: 5m, max_retries: 0, containment: off }}
+tasks:
+  - id: rogue
+    prompt: "steer the other runs"
+    command: {rogue}
+  - id: other
+    prompt: "work"
+    command: {waiter}
+"#,
+        rogue = shared_script(&shared, "rogue", "attack", CONTROL_ATTACK),
+        waiter = shared_script(&shared, "other", "wait", WAIT_FOR_ATTACKS),
+    ));
+    env.plan(&format!(
+        r#"
+version: 1
+name: steered
+seats: 3
+defaults: {{ agent: command, timeout: 5m, max_retries: 0 }}
+tasks:
+  - id: evil
+    prompt: "steer the other runs"
+    allowed_paths: [{shared}]
+    command: {evil}
+  - id: sibling
+    prompt: "work"
+    allowed_paths: [{shared}]
+    command: {sibling}
+  - id: held
+    prompt: "wait to be parked"
+    allowed_paths: [{shared}]
+    command: {held}
+"#,
+        shared = shared.display(),
+        evil = shared_script(&shared, "evil", "attack", CONTROL_ATTACK),
+        sibling = shared_script(&shared, "sibling", "wait", WAIT_FOR_ATTACKS),
+        held = shared_script(&shared, "held", "held", WAIT_TO_BE_PARKED),
+    ));
+
+    let mut other_run = Running(Some(other.spawn(&["run", "plan.yaml", "--json"])));
+    let mut run = Running(Some(env.spawn(&["run", "plan.yaml", "--events"])));
+    let results =
+        |role: &str| fs::read_to_string(shared.join(format!("{role}.results"))).unwrap_or_default();
+    for role in ["evil", "rogue"] {
+        let done = shared.join(format!("{role}.done"));
+        within(Duration::from_secs(120), || {
+            done.exists() || run.exited() || other_run.exited()
+        });
+        assert!(
+            done.exists(),
+            "{role} never finished its attack: {}",
+            results(role)
+        );
+    }
+    // Each attacker found both runs' sockets.
+    for role in ["evil", "rogue"] {
+        let found = fs::read_to_string(shared.join(format!("{role}.sockets"))).unwrap();
+        assert_eq!(found.lines().count(), 2, "{role}: {found}");
+    }
+
+    // The user's own commands, from outside, still steer the run.
+    let started = shared.join("held.started");
+    within(Duration::from_secs(60), || started.exists() || run.exited());
+    assert!(
+        started.exists(),
+        "held never started: evil said {}; rogue said {}; the run: {:?}",
+        results("evil"),
+        results("rogue"),
+        run.finish()
+    );
+    let pause = env.spawn(&["task", "pause", "held"]);
+    let pause_pid = pause.id();
+    assert_success(&pause.wait_with_output().unwrap());
+    let suspend = env.spawn(&["task", "suspend", "held", "--json"]);
+    let suspend_pid = suspend.id();
+    assert_success(&suspend.wait_with_output().unwrap());
+
+    let run = run.finish();
+    let other_run = other_run.finish();
+    let events: Vec<Value> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let other_report = json_of(&other_run);
+
+    // Every request of an agent was refused, its own park included.
+    for role in ["evil", "rogue"] {
+        let said = results(role);
+        // 2 runs x (4 other tasks x 2 requests + 2 requests on itself).
+        assert_eq!(said.lines().count(), 20, "{role}: {said}");
+        for line in said.lines() {
+            assert!(
+                line.contains(r#""ok":false"#)
+                    && line.contains("inside a supervised attempt")
+                    && line.contains("only the user's own reprise commands"),
+                "{role} was answered: {line}"
+            );
+        }
+    }
+    // Every task an agent named ran on and finished, and none was parked or
+    // paused by anyone but the user.
+    let finished = |task: &str| {
+        events
+            .iter()
+            .rfind(|event| event["event"] == "task.finished" && event["task"] == task)
+            .map(|event| event["state"].clone())
+    };
+    for task in ["evil", "sibling"] {
+        assert_eq!(finished(task), Some(Value::from("passed")), "{events:?}");
+        assert_eq!(steering_rows(&env, task), Vec::<Value>::new());
+    }
+    for task in ["rogue", "other"] {
+        let state = other_report["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|entry| entry["task_id"] == task)
+            .map(|entry| entry["state"].clone());
+        assert_eq!(state, Some(Value::from("passed")), "{other_report}");
+        assert_eq!(steering_rows(&other, task), Vec::<Value>::new());
+    }
+    assert_eq!(
+        finished("held"),
+        Some(Value::from("suspended")),
+        "{events:?}"
+    );
+    // The run said it refused them.
+    assert!(
+        events.iter().any(|event| event["event"] == "warning"
+            && event["message"]
+                .as_str()
+                .is_some_and(|message| message.starts_with("control socket: refused"))),
+        "{events:?}"
+    );
+
+    // The pause and the park record the commands that asked for them.
+    let uid = std::os::unix::fs::MetadataExt::uid(&fs::metadata(env.temp.path()).unwrap());
+    let rows = steering_rows(&env, "held");
+    let pause_row = rows.iter().find(|row| row["kind"] == "task.pause").unwrap();
+    let by = &pause_row["body"]["requested_by"];
+    assert_eq!(by["pid"], pause_pid, "{pause_row}");
+    assert_eq!(by["uid"], uid, "{pause_row}");
+    assert!(
+        by["command"].as_str().unwrap().ends_with("task pause held"),
+        "{pause_row}"
+    );
+    let park_row = rows
+        .iter()
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    assert_eq!(park_row["body"]["cause"], "request");
+    let by = &park_row["body"]["requested_by"];
+    assert_eq!(by["pid"], suspend_pid, "{park_row}");
+    assert_eq!(by["uid"], uid, "{park_row}");
+    assert!(
+        by["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("task suspend held --json"),
+        "{park_row}"
+    );
+    assert_success(&env.run(&["journal", "verify", "held"]));
+    assert_success(&env.run(&["audit", "verify"]));
+}

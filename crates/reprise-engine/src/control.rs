@@ -1,14 +1,25 @@
 //! The live run's control socket: `runs/<run>/control.sock`, a Unix socket
-//! of mode 0600 that only the run's own user may talk to (its peer's uid is
-//! checked on every connection). `reprise task suspend` asks the run that
-//! owns the task over it, because only that process owns the agent's
-//! process group, its journal and its seat. One JSON line in, one out.
+//! of mode 0600. `reprise task suspend` asks the run that owns the task over
+//! it, because only that process owns the agent's process group, its journal
+//! and its seat. One JSON line in, one out.
+//!
+//! Only the user's own commands may steer a run. Every agent and gate runs
+//! as the same user, and Landlock does not mediate `connect(2)` to a
+//! pathname socket, so a contained agent can reach every run's socket (it
+//! finds them in `/proc/net/unix`). So each connection is admitted on the
+//! kernel's word about its peer (`SO_PEERCRED`): the run's own uid, and a
+//! process whose line of parents reaches the run's own without passing the
+//! supervisor of an attempt ([`reprise_agents::lineage`]). Anything else,
+//! or a peer whose line cannot be followed, is refused before its request
+//! is read, and the run warns once per attempt that tried. Who asked (pid,
+//! uid, command line) goes with each request into the rows it leads to.
 //!
 //! Requests: `{"v":1,"op":"suspend","task":T,"wake":{...},"reason":R}` and
 //! `{"v":1,"op":"ping"}`. Replies: `{"ok":true,...}` or
 //! `{"ok":false,"error":"..."}`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -16,12 +27,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use reprise_agents::Lineage;
 use reprise_core::TaskId;
-use reprise_store::suspension::{ParkCause, Wake};
+use reprise_store::suspension::{ParkCause, Requester, Wake};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::events::Message;
+use crate::events::{Event, Message};
 use crate::park::ParkRequest;
 
 /// The version of the socket's requests and replies.
@@ -30,6 +42,13 @@ pub const CONTROL_VERSION: u64 = 1;
 /// How long a client waits for the run to answer (a park waits for the
 /// agent to be stopped and the worktree snapshotted).
 const ANSWER_WITHIN: Duration = Duration::from_secs(120);
+
+/// How long, and how much of it, a refused peer's request is read for.
+const REFUSED_DRAIN: Duration = Duration::from_millis(200);
+const REFUSED_DRAIN_BYTES: u64 = 64 * 1024;
+
+/// How much of a requester's command line is kept.
+const COMMAND_KEEP_BYTES: usize = 1024;
 
 /// Where a run's control socket is.
 pub fn socket_path(state: &reprise_store::state::StateDir, run_id: &str) -> PathBuf {
@@ -75,17 +94,37 @@ struct Envelope {
 pub(crate) struct ControlRequest {
     pub(crate) op: ControlOp,
     pub(crate) reply: mpsc::Sender<Value>,
+    /// The admitted peer that sent it.
+    pub(crate) requester: Requester,
 }
 
 impl ControlOp {
     /// The park a suspend request asks for.
-    pub(crate) fn park_request(wake: &Wake, reason: &Option<String>) -> ParkRequest {
+    pub(crate) fn park_request(
+        wake: &Wake,
+        reason: &Option<String>,
+        requester: &Requester,
+    ) -> ParkRequest {
         ParkRequest {
             wake: wake.clone(),
             cause: ParkCause::Request,
             reason: reason.clone(),
             question: None,
+            requested_by: Some(requester.clone()),
         }
+    }
+}
+
+/// `pid`, as a requester: its uid is this process's own (a direct park is
+/// made by the command itself).
+pub fn requester_of(pid: u32) -> Requester {
+    Requester {
+        pid,
+        uid: rustix::process::geteuid().as_raw(),
+        command: reprise_agents::lineage::command_line(
+            i32::try_from(pid).unwrap_or(0),
+            COMMAND_KEEP_BYTES,
+        ),
     }
 }
 
@@ -123,10 +162,12 @@ impl ControlServer {
     /// Answers connections until `stop`, forwarding each request to the
     /// coordinator.
     pub(crate) fn serve(&self, to_coordinator: &mpsc::Sender<Message>, stop: &AtomicBool) {
+        let mut warned = BTreeSet::new();
         while !stop.load(Ordering::SeqCst) {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    let _ = answer(stream, to_coordinator);
+                    let accepted_at = reprise_agents::lineage::boot_ticks_now();
+                    let _ = answer(stream, to_coordinator, accepted_at, &mut warned);
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -143,45 +184,138 @@ impl Drop for ControlServer {
     }
 }
 
-/// The uid of the process at the other end of `stream`.
-fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
-    let cred = rustix::net::sockopt::socket_peercred(stream)?;
-    Ok(cred.uid.as_raw())
+/// Why a peer may not steer the run.
+#[derive(Debug)]
+enum Refusal {
+    /// Another user's process.
+    OtherUser,
+    /// A process inside a supervised attempt (an agent, a gate, what they
+    /// started), or one whose place in the tree cannot be established.
+    Attempt {
+        pid: i32,
+        /// The attempt's supervisor, when known: the run warns once per
+        /// supervisor.
+        supervisor: Option<i32>,
+        detail: String,
+    },
 }
 
-fn answer(stream: UnixStream, to_coordinator: &mpsc::Sender<Message>) -> std::io::Result<()> {
+impl Refusal {
+    fn message(&self) -> String {
+        match self {
+            Self::OtherUser => {
+                "refused: the control socket answers only its run's own user".to_owned()
+            }
+            Self::Attempt { pid, detail, .. } => format!(
+                "refused: process {pid} {detail}; only the user's own reprise commands steer a run"
+            ),
+        }
+    }
+}
+
+/// The peer of `stream`, when it may steer the run: the run's own user,
+/// from outside every supervised attempt. `accepted_at` bounds the peer's
+/// start time (see [`reprise_agents::lineage::lineage`]).
+fn admit(
+    stream: &UnixStream,
+    accepted_at: Option<u64>,
+) -> std::io::Result<Result<Requester, Refusal>> {
+    let cred = rustix::net::sockopt::socket_peercred(stream)?;
+    let uid = cred.uid.as_raw();
+    if uid != rustix::process::geteuid().as_raw() {
+        return Ok(Err(Refusal::OtherUser));
+    }
+    let pid = cred.pid.as_raw_nonzero().get();
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    Ok(
+        match reprise_agents::lineage::lineage(pid, me, accepted_at) {
+            Lineage::Outside => Ok(Requester {
+                pid: u32::try_from(pid).unwrap_or(0),
+                uid,
+                command: reprise_agents::lineage::command_line(pid, COMMAND_KEEP_BYTES),
+            }),
+            Lineage::InsideAttempt { supervisor } => Err(Refusal::Attempt {
+                pid,
+                supervisor: Some(supervisor),
+                detail: format!("runs inside a supervised attempt (supervisor {supervisor})"),
+            }),
+            Lineage::Unknown { reason } => Err(Refusal::Attempt {
+                pid,
+                supervisor: None,
+                detail: format!("cannot be placed outside every supervised attempt ({reason})"),
+            }),
+        },
+    )
+}
+
+fn answer(
+    stream: UnixStream,
+    to_coordinator: &mpsc::Sender<Message>,
+    accepted_at: Option<u64>,
+    warned: &mut BTreeSet<Option<i32>>,
+) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut writer = stream.try_clone()?;
-    let reply = if peer_uid(&stream)? != rustix::process::geteuid().as_raw() {
-        json!({"ok": false, "error": "refused: the control socket answers only its run's own user"})
-    } else {
-        let mut line = String::new();
-        BufReader::new(&stream).read_line(&mut line)?;
-        match serde_json::from_str::<Envelope>(&line) {
-            Ok(envelope) if envelope.v == CONTROL_VERSION => {
-                let (reply, answer) = mpsc::channel();
-                let sent = to_coordinator.send(Message::Control(ControlRequest {
-                    op: envelope.op,
-                    reply,
+    let admitted = admit(&stream, accepted_at)?;
+    let refused = admitted.is_err();
+    let reply = match admitted {
+        Ok(requester) => forward(&stream, to_coordinator, requester)?,
+        Err(refusal) => {
+            if let Refusal::Attempt { supervisor, .. } = &refusal
+                && warned.insert(*supervisor)
+            {
+                let _ = to_coordinator.send(Message::Event(Event::Warning {
+                    task: None,
+                    message: format!("control socket: {}", refusal.message()),
                 }));
-                match sent
-                    .ok()
-                    .and_then(|()| answer.recv_timeout(ANSWER_WITHIN).ok())
-                {
-                    Some(value) => value,
-                    None => {
-                        json!({"ok": false, "error": "the run did not answer (it may be ending)"})
-                    }
-                }
             }
-            Ok(envelope) => json!({"ok": false, "error": format!(
-                "control request version {} is not {CONTROL_VERSION}; use the reprise that started the run", envelope.v)}),
-            Err(err) => json!({"ok": false, "error": format!("not a control request: {err}")}),
+            json!({"ok": false, "error": refusal.message()})
         }
     };
     writeln!(writer, "{reply}")?;
-    writer.flush()
+    writer.flush()?;
+    if refused {
+        // The refused request was never read: take it off the socket for a
+        // moment, so the peer's write does not meet a closed socket (EPIPE)
+        // before it reads the refusal, and a peer that sends nothing holds
+        // the socket no longer than that.
+        stream.set_read_timeout(Some(REFUSED_DRAIN))?;
+        let mut request = Vec::new();
+        let _ = BufReader::new((&stream).take(REFUSED_DRAIN_BYTES)).read_until(b'\n', &mut request);
+    }
+    Ok(())
+}
+
+/// Reads an admitted peer's request and hands it to the coordinator; its
+/// answer.
+fn forward(
+    stream: &UnixStream,
+    to_coordinator: &mpsc::Sender<Message>,
+    requester: Requester,
+) -> std::io::Result<Value> {
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line)?;
+    Ok(match serde_json::from_str::<Envelope>(&line) {
+        Ok(envelope) if envelope.v == CONTROL_VERSION => {
+            let (reply, answer) = mpsc::channel();
+            let sent = to_coordinator.send(Message::Control(ControlRequest {
+                op: envelope.op,
+                reply,
+                requester,
+            }));
+            match sent
+                .ok()
+                .and_then(|()| answer.recv_timeout(ANSWER_WITHIN).ok())
+            {
+                Some(value) => value,
+                None => json!({"ok": false, "error": "the run did not answer (it may be ending)"}),
+            }
+        }
+        Ok(envelope) => json!({"ok": false, "error": format!(
+            "control request version {} is not {CONTROL_VERSION}; use the reprise that started the run", envelope.v)}),
+        Err(err) => json!({"ok": false, "error": format!("not a control request: {err}")}),
+    })
 }
 
 /// Sends one request to a live run and returns its answer.

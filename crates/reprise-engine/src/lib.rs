@@ -37,7 +37,7 @@ pub use checkpoint_binding::{
 pub use checkpoints::{
     RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint, task_snapshots,
 };
-pub use control::{CONTROL_VERSION, ControlOp, ask as ask_run, socket_path};
+pub use control::{CONTROL_VERSION, ControlOp, ask as ask_run, requester_of, socket_path};
 pub use delivery::{
     ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport, apply,
     clean, diff, leaf_results, plan_apply, plan_clean,

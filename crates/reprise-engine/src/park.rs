@@ -21,8 +21,8 @@ use reprise_core::record::Head;
 use reprise_store::audit::AuditLog;
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::suspension::{
-    ParkCause, RELEASE_KIND, Release, Resource, SUSPEND_RECEIPT_KIND, SuspendBody, SuspendReceipt,
-    Wake,
+    ParkCause, RELEASE_KIND, Release, Requester, Resource, SUSPEND_RECEIPT_KIND, SuspendBody,
+    SuspendReceipt, Wake,
 };
 use serde_json::{Value, json};
 
@@ -36,6 +36,8 @@ pub struct ParkRequest {
     pub reason: Option<String>,
     /// What the agent asked, for a park that waits on a person.
     pub question: Option<String>,
+    /// The process that asked, when a command did.
+    pub requested_by: Option<Requester>,
 }
 
 /// What a finished park reports to whoever asked for it.
@@ -63,13 +65,14 @@ pub(crate) enum Stop {
     /// reservation; a pause older than `upgrade_after` becomes a park.
     Pause {
         upgrade_after: Option<std::time::Duration>,
+        requested_by: Option<Requester>,
     },
 }
 
 /// How a pause ended.
 #[derive(Debug)]
 pub(crate) enum PauseEnd {
-    Unpause(Option<ParkReply>),
+    Unpause(Option<ParkReply>, Option<Requester>),
     Park(ParkRequest, Option<ParkReply>),
     /// It outlived `upgrade_after`.
     Upgrade,
@@ -81,9 +84,10 @@ struct Inner {
     /// The running attempt's own stop token, while its agent runs.
     agent: Option<CancelToken>,
     request: Option<(Stop, Option<ParkReply>)>,
-    /// Set while the task is paused; an unpause leaves its reply here.
+    /// Set while the task is paused; an unpause leaves its reply and who
+    /// asked here.
     paused: bool,
-    unpause: Option<Option<ParkReply>>,
+    unpause: Option<(Option<ParkReply>, Option<Requester>)>,
 }
 
 /// One running task's handle for parks and pauses: the coordinator (asked
@@ -134,12 +138,16 @@ impl TaskControl {
     }
 
     /// Ends a pause; `Err` when the task is not paused.
-    pub(crate) fn unpause(&self, reply: Option<ParkReply>) -> std::result::Result<(), String> {
+    pub(crate) fn unpause(
+        &self,
+        reply: Option<ParkReply>,
+        requested_by: Option<Requester>,
+    ) -> std::result::Result<(), String> {
         let mut inner = self.lock();
         if !inner.paused {
             return Err("the task is not paused".to_owned());
         }
-        inner.unpause = Some(reply);
+        inner.unpause = Some((reply, requested_by));
         drop(inner);
         self.changed.notify_all();
         Ok(())
@@ -199,8 +207,8 @@ impl TaskControl {
         let mut inner = self.lock();
         inner.paused = true;
         let end = loop {
-            if let Some(reply) = inner.unpause.take() {
-                break PauseEnd::Unpause(reply);
+            if let Some((reply, requested_by)) = inner.unpause.take() {
+                break PauseEnd::Unpause(reply, requested_by);
             }
             if let Some((Stop::Park(request), reply)) = inner.request.take() {
                 break PauseEnd::Park(request, reply);
@@ -420,6 +428,7 @@ pub fn park_directly(
         cause: request.cause,
         reason: request.reason.clone(),
         question: request.question.clone(),
+        requested_by: request.requested_by.clone(),
         grant_hash: grant.as_ref().map_or_else(String::new, |grant| {
             bound_grant(grant, task, run_id, head.map(|head| head.digest))
         }),

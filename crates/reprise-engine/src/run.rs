@@ -750,7 +750,7 @@ pub fn run_plan(
                             mode.as_deref(),
                             *receipt,
                         )),
-                        op => control_answer(op, &request.reply, &run, &position, &controls),
+                        op => control_answer(&request, op, &run, &position, &controls),
                     };
                     if let Some(answer) = answer {
                         let _ = request.reply.send(answer);
@@ -837,14 +837,16 @@ impl Drop for StopOnDrop<'_> {
 /// answer comes later: a suspend is filed with the task's thread, and the
 /// coordinator answers when it has finished the park.
 fn control_answer(
+    request: &crate::control::ControlRequest,
     op: &crate::control::ControlOp,
-    reply: &mpsc::Sender<serde_json::Value>,
     run: &RunState,
     position: &BTreeMap<&TaskId, usize>,
     controls: &BTreeMap<TaskId, crate::park::TaskControl>,
 ) -> Option<serde_json::Value> {
     use crate::control::ControlOp;
     use serde_json::json;
+    let reply = &request.reply;
+    let requested_by = Some(request.requester.clone());
     match op {
         ControlOp::Ping => {
             Some(json!({"ok": true, "run_id": run.run_id, "pid": std::process::id()}))
@@ -868,6 +870,7 @@ fn control_answer(
             }
             let stop = crate::park::Stop::Pause {
                 upgrade_after: upgrade_after_ms.map(std::time::Duration::from_millis),
+                requested_by,
             };
             match controls[task].stop(stop, Some(reply.clone())) {
                 Ok(()) => None,
@@ -880,7 +883,7 @@ fn control_answer(
                     json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
                 );
             };
-            match control.unpause(Some(reply.clone())) {
+            match control.unpause(Some(reply.clone()), requested_by) {
                 Ok(()) => None,
                 Err(err) => Some(json!({"ok": false, "error": format!("task {task}: {err}")})),
             }
@@ -896,7 +899,7 @@ fn control_answer(
                 return Some(json!({"ok": false, "error": format!(
                     "task {task} is {} in run {}: only a running task can be parked", status.as_str(), run.run_id)}));
             }
-            let request = crate::control::ControlOp::park_request(wake, reason);
+            let request = crate::control::ControlOp::park_request(wake, reason, &request.requester);
             match controls[task].request(request, Some(reply.clone())) {
                 Ok(()) => None,
                 Err(err) => Some(json!({"ok": false, "error": err})),

@@ -108,6 +108,21 @@ pub struct SuspendBody {
     pub question: Option<String>,
     /// The grant this park binds (hex), empty when none is bound.
     pub grant_hash: String,
+    /// Who asked for the park, when a person's command did (absent from
+    /// parks recorded before it was kept, and from the agent's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<Requester>,
+}
+
+/// The process that asked a run to park, pause or unpause a task: over
+/// the control socket, the peer the kernel names (`SO_PEERCRED`) and its
+/// command line then; for a direct park, the command itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requester {
+    pub pid: u32,
+    pub uid: u32,
+    /// Its arguments joined by spaces, bounded; empty when unreadable.
+    pub command: String,
 }
 
 /// Which resource a release gave back.

@@ -101,6 +101,7 @@ impl ParkWriter {
             reason: Some("lunch".to_owned()),
             question: None,
             grant_hash: grant_hash.to_owned(),
+            requested_by: None,
         };
         let head = self
             .journal()?

@@ -77,6 +77,7 @@ pub(crate) fn suspend(
                 cause: ParkCause::Request,
                 reason,
                 question: None,
+                requested_by: Some(reprise_engine::requester_of(std::process::id())),
             };
             let parked = reprise_engine::park_directly(&state, &key, &task, &run.run_id, &request)
                 .map_err(|err| CliError::usage(err.to_string()))?;

@@ -262,26 +262,30 @@ impl<'r, 'a> Executor<'r, 'a> {
         use crate::park::{PauseEnd, Stop};
         use reprise_store::suspension::{ParkCause, Wake};
         let run = self.run;
-        let (upgrade_after, reply) = match run.control.take_any() {
-            Some((Stop::Pause { upgrade_after }, reply)) => (upgrade_after, reply),
+        let (upgrade_after, requested_by, reply) = match run.control.take_any() {
+            Some((
+                Stop::Pause {
+                    upgrade_after,
+                    requested_by,
+                },
+                reply,
+            )) => (upgrade_after, requested_by, reply),
             Some((Stop::Park(request), reply)) => {
                 // A park came first: it is what happens.
                 let _ = run.control.request(request, reply);
                 return Ok(TaskEvent::ParkRequested);
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         // The command's --upgrade-after first, then the plan's key.
         let upgrade_after = upgrade_after.or(run.task.pause_upgrade_after);
         let workspace_hash = run.workspace_hash(&self.cwd)?;
         let session_id = self.parked_session.clone().or_else(|| self.last_session());
-        let head = self.journal.append(
-            rows::PAUSE,
-            &now_rfc3339(),
-            &json!({"run_id": run.run_id, "attempt": next.saturating_sub(1), "session_id": session_id,
-                    "workspace_hash": workspace_hash,
-                    "upgrade_after_ms": upgrade_after.map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))}),
-        )?;
+        let mut body = json!({"run_id": run.run_id, "attempt": next.saturating_sub(1), "session_id": session_id,
+                "workspace_hash": workspace_hash,
+                "upgrade_after_ms": upgrade_after.map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))});
+        with_requester(&mut body, requested_by.as_ref());
+        let head = self.journal.append(rows::PAUSE, &now_rfc3339(), &body)?;
         if let Some(reply) = reply {
             let _ = reply.send(json!({"ok": true, "paused": true, "run_id": run.run_id,
                                       "task": run.task.id, "attempt": next.saturating_sub(1)}));
@@ -292,8 +296,12 @@ impl<'r, 'a> Executor<'r, 'a> {
             upgrade_after,
         });
         Ok(match run.control.wait_paused(upgrade_after, run.cancel) {
-            PauseEnd::Unpause(reply) => {
-                let event = self.unpause(next, (head.digest, workspace_hash, session_id))?;
+            PauseEnd::Unpause(reply, requested_by) => {
+                let event = self.unpause(
+                    next,
+                    (head.digest, workspace_hash, session_id),
+                    requested_by.as_ref(),
+                )?;
                 if let Some(reply) = reply {
                     let _ = reply.send(json!({"ok": true, "unpaused": true, "run_id": run.run_id,
                                               "task": run.task.id, "mode": self.next.mode}));
@@ -315,6 +323,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                             after.as_secs()
                         )),
                         question: None,
+                        requested_by: None,
                     },
                     None,
                 );
@@ -330,6 +339,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         &mut self,
         next: u32,
         (pause, paused_hash, session_id): (Digest, Digest, Option<String>),
+        requested_by: Option<&reprise_store::suspension::Requester>,
     ) -> Result<TaskEvent> {
         use reprise_core::retry::{Checkpoint as DecisionCheckpoint, DecisionInput, decide};
         let run = self.run;
@@ -359,14 +369,12 @@ impl<'r, 'a> Executor<'r, 'a> {
         // The attempt the pause stopped does not count.
         self.extra_attempts += 1;
         let policy = self.effective_policy();
-        self.journal.append(
-            rows::UNPAUSE,
-            &now_rfc3339(),
-            &json!({"run_id": run.run_id, "attempt": next, "pause": pause,
-                    "mode": decision.mode.as_str(),
-                    "downgrade_reason": decision.downgrade_reason.map(|reason| reason.as_str()),
-                    "workspace_hash": live, "lifecycle": policy}),
-        )?;
+        let mut body = json!({"run_id": run.run_id, "attempt": next, "pause": pause,
+                "mode": decision.mode.as_str(),
+                "downgrade_reason": decision.downgrade_reason.map(|reason| reason.as_str()),
+                "workspace_hash": live, "lifecycle": policy});
+        with_requester(&mut body, requested_by);
+        self.journal.append(rows::UNPAUSE, &now_rfc3339(), &body)?;
         self.next = match (decision.mode, session_id) {
             (RetryMode::Warm, Some(session_id)) => NextAttempt {
                 mode: "warm",
@@ -554,6 +562,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                 cause: ParkCause::Request,
                 reason: None,
                 question: None,
+                requested_by: None,
             },
             None,
         ));
@@ -580,6 +589,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             cause: request.cause,
             reason: request.reason.clone(),
             question: request.question.clone(),
+            requested_by: request.requested_by.clone(),
             grant_hash: crate::park::bound_grant(
                 &run.grant,
                 &self.key,
@@ -1502,6 +1512,17 @@ impl<'r, 'a> Executor<'r, 'a> {
     }
 }
 
+/// Adds who asked (a command over the control socket) to a pause or unpause
+/// row; a row nobody asked for keeps its earlier shape.
+fn with_requester(body: &mut Value, requested_by: Option<&reprise_store::suspension::Requester>) {
+    if let (Some(requested_by), Some(object)) = (requested_by, body.as_object_mut()) {
+        object.insert(
+            "requested_by".to_owned(),
+            serde_json::to_value(requested_by).expect("a requester serialises"),
+        );
+    }
+}
+
 /// The park an agent's own stop asks for.
 fn park_request_of(
     signal: &reprise_agents::ParkSignal,
@@ -1523,12 +1544,14 @@ fn park_request_of(
             cause: ParkCause::UsageLimit,
             reason: detail.or_else(|| Some("a usage limit".to_owned())),
             question: None,
+            requested_by: None,
         },
         reprise_agents::ParkSignal::Approval { question } => crate::park::ParkRequest {
             wake: Wake::Approval,
             cause: ParkCause::Permission,
             reason: Some("the agent waits on a permission or an answer".to_owned()),
             question: Some(question.clone()),
+            requested_by: None,
         },
     }
 }
