@@ -44,29 +44,28 @@ impl Env {
         let env = Self::new_in(root);
         let project = env.project();
         fs::write(project.join("README"), "the main checkout\n").unwrap();
-        for args in [
+        env.git_each(&[
             &["init", "-q"][..],
             &["add", "README"],
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-qm",
-                "init",
-            ],
-        ] {
+            &["commit", "-qm", "init"],
+        ]);
+        env
+    }
+
+    /// Runs each of `commands` as `git ARGS` in the project, as its user
+    /// (a fixed identity for commits); each must succeed.
+    fn git_each(&self, commands: &[&[&str]]) {
+        for args in commands {
             let status = Command::new("git")
-                .args(args)
-                .current_dir(&project)
-                .env("HOME", env.home())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(*args)
+                .current_dir(self.project())
+                .env("HOME", self.home())
                 .stdout(Stdio::null())
                 .status()
                 .unwrap();
             assert!(status.success(), "git {args:?}");
         }
-        env
     }
 
     fn project(&self) -> PathBuf {
@@ -1093,27 +1092,7 @@ fn commit_files(env: &Env, files: &[(&str, &str, bool)]) {
         let mode = if *executable { 0o755 } else { 0o644 };
         fs::set_permissions(&full, fs::Permissions::from_mode(mode)).unwrap();
     }
-    for args in [
-        &["add", "-A"][..],
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "gates",
-        ],
-    ] {
-        let status = Command::new("git")
-            .args(args)
-            .current_dir(&project)
-            .env("HOME", env.home())
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    env.git_each(&[&["add", "-A"][..], &["commit", "-qm", "gates"]]);
 }
 
 /// The `attempt.anomaly` rows of `task`'s journal, as `(kind, paths)`.
