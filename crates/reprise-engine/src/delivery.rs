@@ -589,7 +589,6 @@ pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
                 if in_git {
                     crate::sandbox::unregister_worktree(state, project, path)?;
                 }
-                crate::linkage::forget(state, path);
                 if std::fs::symlink_metadata(path).is_ok() {
                     std::fs::remove_dir_all(path).map_err(|source| {
                         reprise_store::StoreError::Io {

@@ -272,8 +272,8 @@ impl Linkage {
 
     /// Unregisters the worktree (its files already removed but for `.git`)
     /// through git, its linkage first put back so git finds exactly this
-    /// entry, and forgets the record. Holds no lock: the caller holds the
-    /// worktree lock.
+    /// entry. Holds no lock: the caller holds the worktree lock, and
+    /// forgets the record.
     pub(crate) fn unregister(&self, state: &StateDir) -> Result<bool> {
         self.settle(state)?;
         let git = Git::at(&self.common, &self.work_tree);
@@ -281,9 +281,7 @@ impl Linkage {
         command
             .args(["worktree", "remove", "--force", "--force"])
             .arg(&self.work_tree);
-        let removed = git.output(command).is_ok();
-        forget(state, &self.work_tree);
-        Ok(removed)
+        Ok(git.output(command).is_ok())
     }
 }
 

@@ -433,7 +433,6 @@ pub(crate) fn commit_result(
             ),
         }
     })?;
-    linkage.settle(state)?;
     let scratch = state.scratch_dir()?;
     let stat_cache = linkage.stat_cache(state)?;
     let (tree, index) =

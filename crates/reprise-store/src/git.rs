@@ -327,15 +327,6 @@ impl Git {
         )
     }
 
-    /// Copies this tree's own index to `to`, with its mtime (so git's
-    /// racy-entry check still re-reads a file written in the same instant
-    /// as the index); false when there is none to copy. Nothing is read from
-    /// it but by git itself.
-    pub fn copy_index_to(&self, to: &Path) -> bool {
-        self.own_index()
-            .is_some_and(|own| copy_with_mtime(&own, to))
-    }
-
     /// Where this tree's own index file is, if git can say.
     pub fn own_index(&self) -> Option<PathBuf> {
         self.run(["rev-parse", "--path-format=absolute", "--git-path", "index"])
