@@ -209,6 +209,9 @@ pub fn check_store(
 /// id and names its tree: a replaced object under the same name is not the
 /// checkpoint the journal recorded.
 pub fn object_intact(store: &SnapshotStore, checkpoint: &Checkpoint) -> Result<bool> {
+    if let Some(intact) = store.commit_intact(checkpoint) {
+        return Ok(intact);
+    }
     let git = reprise_store::git::Git::new(store.tree());
     let mut read = git.command();
     read.env("GIT_DIR", store.git_dir())

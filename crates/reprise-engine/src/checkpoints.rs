@@ -14,7 +14,6 @@ use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
 use reprise_core::plan::Task;
 use reprise_store::audit::AuditLog;
-use reprise_store::git::Git;
 use reprise_store::journal::Journal;
 use reprise_store::snapshot::{Checkpoint, SnapshotError, SnapshotStore};
 use reprise_store::state::{StateDir, now_rfc3339};
@@ -36,7 +35,7 @@ impl From<SnapshotError> for EngineError {
 /// The tree a task's checkpoints cover: the whole worktree (or project),
 /// even when the task works in a subdirectory of it. A worktree's top is
 /// known from its path (`worktrees/<run>/<task>`), never asked of the git
-/// the agent could have re-pointed; a project's is asked of the user's git.
+/// the agent could have re-pointed; a project's is the repository's top.
 pub(crate) fn tree_of(state: &StateDir, cwd: &Path) -> PathBuf {
     let worktrees = state.worktrees_dir();
     if let Ok(inside) = cwd.strip_prefix(&worktrees) {
@@ -45,12 +44,12 @@ pub(crate) fn tree_of(state: &StateDir, cwd: &Path) -> PathBuf {
             return worktrees.join(top);
         }
     }
-    Git::new(cwd)
-        .run(["rev-parse", "--show-toplevel"])
-        .map(PathBuf::from)
-        .ok()
-        .filter(|top| cwd.starts_with(top))
-        .unwrap_or_else(|| cwd.to_path_buf())
+    // In place: the top of the repository the directory is in, the
+    // nearest directory up that holds a `.git`, as git looks for it.
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .unwrap_or(cwd)
+        .to_path_buf()
 }
 
 /// Opens the shadow store of `task`'s tree in `run_id`, or `None` for a

@@ -316,10 +316,7 @@ fn stat_cache_path(record: &Path) -> PathBuf {
 
 /// The repository's git directory, absolute.
 fn common_dir(repo: &Path) -> Result<PathBuf> {
-    Git::new(repo)
-        .run(["rev-parse", "--path-format=absolute", "--git-common-dir"])
-        .map(PathBuf::from)
-        .map_err(|err| sandbox_error(repo, err.detail))
+    reprise_store::git::common_dir_of(repo).map_err(|err| sandbox_error(repo, err.detail))
 }
 
 /// Writes `bytes` as `dir/name` through a new file renamed over it.

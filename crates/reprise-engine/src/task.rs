@@ -490,6 +490,7 @@ impl TaskRun<'_> {
 
     /// Restores `checkpoint` (recorded in the journal and the audit chain)
     /// and warns when the tree did not come back to the checkpoint's hash.
+    /// Returns what the restore left.
     #[allow(clippy::too_many_arguments)]
     fn roll_back(
         &self,
@@ -500,7 +501,7 @@ impl TaskRun<'_> {
         key: &TaskKey,
         reason: &str,
         cwd: &Path,
-    ) -> Result<()> {
+    ) -> Result<checkpoints::Restored> {
         let restored = checkpoints::restore(
             store,
             checkpoint,
@@ -513,7 +514,7 @@ impl TaskRun<'_> {
             || self.workspace_hash(cwd),
         )?;
         self.warn_unless_matched(restored);
-        Ok(())
+        Ok(restored)
     }
 
     fn warn_unless_matched(&self, restored: checkpoints::Restored) {

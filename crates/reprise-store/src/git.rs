@@ -197,6 +197,13 @@ impl Git {
             .map(PathBuf::from)
     }
 
+    /// The repository's own git directory, absolute (for a linked
+    /// worktree, the main repository's).
+    pub fn common_dir(&self) -> Result<PathBuf> {
+        self.run(["rev-parse", "--path-format=absolute", "--git-common-dir"])
+            .map(PathBuf::from)
+    }
+
     /// The full name of the branch checked out, if any (`None` when detached).
     pub fn current_branch(&self) -> Option<String> {
         self.run(["symbolic-ref", "--quiet", "HEAD"]).ok()
@@ -460,6 +467,21 @@ fn run_with_stdin(git: &Git, mut command: Command, input: &str) -> Result<String
         });
     }
     Ok(stdout_line(&output))
+}
+
+/// The git directory of the repository whose top is `repo`: its `.git`
+/// when that is a main repository's own directory (read without starting
+/// git), else what git says.
+pub fn common_dir_of(repo: &Path) -> Result<PathBuf> {
+    let dot_git = repo.join(".git");
+    if dot_git.join("objects").is_dir()
+        && dot_git.join("HEAD").is_file()
+        && !dot_git.join("commondir").exists()
+        && let Ok(absolute) = dot_git.canonicalize()
+    {
+        return Ok(absolute);
+    }
+    Git::new(repo).common_dir()
 }
 
 fn stdout_line(output: &Output) -> String {

@@ -19,6 +19,7 @@ pub mod key;
 pub mod ledger;
 pub mod locks;
 pub mod logs;
+mod loose;
 pub mod parks;
 pub mod repair;
 pub mod replies;

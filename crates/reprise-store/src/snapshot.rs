@@ -123,29 +123,13 @@ impl SnapshotStore {
             max_file_bytes,
         };
         if !git_dir.join("HEAD").is_file() {
-            fs::create_dir_all(git_dir).map_err(io_at(git_dir))?;
-            Git::new(git_dir).run(["init", "--quiet", "--bare"])?;
-            // The shadow's own settings: no ignore rules of its own, no
-            // automatic gc while a task runs, links stored as links.
-            for (name, value) in [
-                ("core.bare", "false"),
-                ("core.symlinks", "true"),
-                ("core.autocrlf", "false"),
-                ("gc.auto", "0"),
-                ("core.fileMode", "true"),
-            ] {
-                Git::new(git_dir).run(["config", name, value])?;
-            }
-            if let Some(repo) = objects_from {
-                let common = Git::new(repo).run([
-                    "rev-parse",
-                    "--path-format=absolute",
-                    "--git-common-dir",
-                ])?;
-                let alternates = git_dir.join("objects/info/alternates");
-                fs::write(&alternates, format!("{common}/objects\n"))
-                    .map_err(io_at(&alternates))?;
-            }
+            // The shadow's own settings (crate::loose): no ignore rules of
+            // its own, no automatic gc while a task runs, links as links.
+            let alternate = match objects_from {
+                Some(repo) => Some(crate::git::common_dir_of(repo)?.join("objects")),
+                None => None,
+            };
+            crate::loose::init_shadow(git_dir, alternate.as_deref()).map_err(io_at(git_dir))?;
         }
         Ok(store)
     }
@@ -237,18 +221,36 @@ impl SnapshotStore {
             dirs: survey.dirs,
         };
         let message = serde_json::to_string(&manifest).expect("a manifest serialises");
-        let (git, mut command) = self.git();
-        command.args(["commit-tree", &tree, "-m", &message]);
-        let output = git.output(command)?;
-        let id = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        // The commit and its ref are written here, as `commit-tree` and
+        // `update-ref` would write them, with reprise's identity.
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        let signature = format!("reprise <reprise@localhost> {seconds} +0000");
+        let commit =
+            format!("tree {tree}\nauthor {signature}\ncommitter {signature}\n\n{message}\n");
+        let id = crate::loose::write_object(&self.git_dir, "commit", commit.as_bytes())
+            .map_err(io_at(&self.git_dir))?;
         // ULIDs sort by time: the refs list the checkpoints oldest first
         // without counting (or reading) the ones before.
-        self.run(&[
-            "update-ref",
-            &format!("refs/checkpoints/{}", ulid::Ulid::new()),
-            &id,
-        ])?;
+        let name = format!("refs/checkpoints/{}", ulid::Ulid::new());
+        crate::loose::write_ref(&self.git_dir, &name, &id).map_err(io_at(&self.git_dir))?;
         Ok(Checkpoint { id, tree, manifest })
+    }
+
+    /// Whether `checkpoint`'s commit, read from the store's own objects,
+    /// still hashes to its id and names its tree. `None` when the store
+    /// holds it in no form read here (git then has to say).
+    pub fn commit_intact(&self, checkpoint: &Checkpoint) -> Option<bool> {
+        match crate::loose::read_object(&self.git_dir, &checkpoint.id, "commit") {
+            Ok(Some(body)) => Some(
+                body.split(|&byte| byte == b'\n')
+                    .next()
+                    .is_some_and(|line| line == format!("tree {}", checkpoint.tree).as_bytes()),
+            ),
+            Ok(None) => None,
+            Err(_) => Some(false),
+        }
     }
 
     /// Every checkpoint of the tree, oldest first.

@@ -858,6 +858,40 @@ tasks:
     .unwrap();
     assert!(journal.contains(r#""kind":"checkpoint.restored""#));
     assert!(journal.contains(r#""matches_checkpoint":true"#));
+    // The rollback put back attempt 1's checkpoint exactly: attempt 2's
+    // checkpoint is that one, recorded as reused, not a second copy.
+    let rows: Vec<serde_json::Value> = journal
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let taken: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|row| row["kind"] == "checkpoint.taken")
+        .collect();
+    let restored = rows
+        .iter()
+        .find(|row| row["kind"] == "checkpoint.restored")
+        .unwrap();
+    assert_eq!(taken.len(), 2, "{journal}");
+    assert_eq!(taken[1]["body"]["attempt"], 2);
+    assert_eq!(taken[1]["body"]["reused"], true, "{journal}");
+    assert_eq!(
+        taken[1]["body"]["checkpoint"],
+        taken[0]["body"]["checkpoint"]
+    );
+    assert_eq!(
+        restored["body"]["checkpoint"],
+        taken[0]["body"]["checkpoint"]
+    );
+    let shadow = env.project().join(format!(
+        ".reprise/snapshots/{}/mend/refs/checkpoints",
+        run["run_id"].as_str().unwrap()
+    ));
+    assert_eq!(
+        fs::read_dir(&shadow).unwrap().count(),
+        1,
+        "one snapshot in the store"
+    );
     // The failed task's tree is back at its base; the failed tree is kept.
     let doomed = PathBuf::from(task_json(&run, "doomed")["cwd"].as_str().unwrap());
     assert!(!doomed.join("junk.txt").exists());

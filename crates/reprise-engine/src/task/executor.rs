@@ -1236,15 +1236,22 @@ impl<'r, 'a> Executor<'r, 'a> {
                 _ => "task ended".to_owned(),
             },
         };
-        self.run.roll_back(
+        let (checkpoint, hash) = (checkpoint.clone(), *hash);
+        let restored = self.run.roll_back(
             store,
-            (checkpoint, *hash),
+            (&checkpoint, hash),
             &mut self.journal,
             &mut self.audit,
             &self.key,
             &why,
             &self.cwd,
-        )
+        )?;
+        // The tree is that checkpoint again, and hashes as it did: the next
+        // attempt's checkpoint is that one, not a second copy of it.
+        if restored.matches {
+            self.restored_to(checkpoint, hash);
+        }
+        Ok(())
     }
 
     /// Waits out provider trouble before a retry in place, and records how
