@@ -90,6 +90,16 @@ pub(crate) fn apply(
                 if plan.files.len() == 1 { "" } else { "s" },
             );
         }
+        ApplyTarget::TasksChangesOnly { branch } => {
+            let _ = writeln!(
+                text,
+                "{verb} run {} ({}) to {branch} as one commit of what its tasks changed: {} file{} changed; your uncommitted changes stay as they were",
+                run.run_id,
+                tasks.join(", "),
+                plan.files.len(),
+                if plan.files.len() == 1 { "" } else { "s" },
+            );
+        }
         ApplyTarget::NewBranch { branch } => {
             let _ = writeln!(
                 text,

@@ -569,6 +569,81 @@ tasks:
     assert_eq!(task_json(&run, "look")["result"]["files_changed"], 0);
 }
 
+/// After `--include-uncommitted`, `apply` brings onto the branch only what
+/// the tasks changed: the user's uncommitted and untracked files stay as
+/// they were, still uncommitted, and none of them lands in a commit. A task
+/// that changed one of those files is refused by name, and nothing moves.
+#[test]
+fn apply_after_include_uncommitted_leaves_the_users_changes_uncommitted() {
+    let env = git_env();
+    fs::write(env.project().join("shop.py"), "price = 12\n").unwrap();
+    fs::write(env.project().join("draft.txt"), "mine\n").unwrap();
+    let plan = write_plan(
+        &env,
+        "tax",
+        r#"
+version: 1
+name: tax
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: tax
+    prompt: t
+    command: [sh, -c, "echo 'tax = 0.2' > tax.py; echo DONE"]
+    gates: [ { name: sees-draft, run: "test -e draft.txt && grep -q 12 shop.py" } ]
+"#,
+    );
+    let run = run_json(&env, &plan, &["--include-uncommitted"]);
+    let run_id = run["run_id"].as_str().unwrap();
+    let head = git(&env, &["rev-parse", "HEAD"]);
+    let dirty = git(&env, &["status", "--porcelain"]);
+    let applied = env.run(&["apply", run_id]);
+    assert_success(&applied);
+    assert_eq!(git(&env, &["rev-parse", "HEAD~1"]), head);
+    assert_eq!(git(&env, &["diff", "--name-only", &head, "HEAD"]), "tax.py");
+    assert_eq!(git(&env, &["show", "HEAD:shop.py"]), "price = 10");
+    assert_eq!(
+        git(&env, &["status", "--porcelain"]),
+        dirty,
+        "the user's changes are still uncommitted"
+    );
+    for (file, text) in [
+        ("shop.py", "price = 12\n"),
+        ("draft.txt", "mine\n"),
+        ("tax.py", "tax = 0.2\n"),
+    ] {
+        assert_eq!(fs::read_to_string(env.project().join(file)).unwrap(), text);
+    }
+    // Applied once, it is not applied again.
+    let again = env.run(&["apply", run_id]);
+    assert_success(&again);
+    assert!(
+        stdout(&again).contains("already holds"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(git(&env, &["rev-parse", "HEAD~1"]), head);
+    // A task that edits files the user has uncommitted changes in (one
+    // tracked, one untracked) is refused, naming them; nothing changes.
+    let plan = write_plan(
+        &env,
+        "edit",
+        r#"
+version: 1
+name: edit
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: edit
+    prompt: e
+    command: [sh, -c, "echo 'discount = 1' >> shop.py; echo more >> draft.txt; echo DONE"]
+"#,
+    );
+    let run = run_json(&env, &plan, &["--include-uncommitted"]);
+    let before = repo_state(&env);
+    let refused = env.run(&["apply", run["run_id"].as_str().unwrap()]);
+    assert_one_line_error(&refused, 1, "draft.txt, shop.py");
+    assert_eq!(repo_state(&env), before);
+}
+
 /// Run after run, a delivered task's worktree is removed and unregistered
 /// when it ends: `git worktree list` holds the main checkout alone, while
 /// `diff` and `apply` still deliver from the result branches. With
