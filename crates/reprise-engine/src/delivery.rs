@@ -570,11 +570,23 @@ pub enum CleanItem {
     },
 }
 
-/// What `clean` would remove, and the runs it leaves because they are live.
+/// What `clean` would remove, the runs it leaves because they are live, and
+/// the result branches it keeps because nothing else holds their commits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct CleanPlan {
     pub items: Vec<CleanItem>,
     pub skipped_live: Vec<String>,
+    /// Result branches whose commits no other local branch holds (never
+    /// applied): deleting them would leave those commits unreachable, so
+    /// they stay unless forced.
+    pub kept_branches: Vec<KeptBranch>,
+}
+
+/// A result branch `clean --branches` keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptBranch {
+    pub run_id: String,
+    pub name: String,
 }
 
 impl CleanPlan {
@@ -590,14 +602,17 @@ impl CleanPlan {
 }
 
 /// Works out what `clean` would remove. Changes nothing. A run with a live
-/// process holding its tasks is never cleaned.
+/// process holding its tasks is never cleaned. A result branch goes only
+/// when a local branch it does not delete holds its commit, or `force`.
 pub fn plan_clean(
     state: &StateDir,
     project: &Path,
     scope: &CleanScope,
     branches: bool,
+    force: bool,
 ) -> Result<CleanPlan> {
     let mut runs: Vec<RunState> = Vec::new();
+    let mut plan = CleanPlan::default();
     match scope {
         CleanScope::Run(id) => runs.push(crate::state::load_run(state, id)?),
         CleanScope::Finished | CleanScope::All => {
@@ -609,7 +624,6 @@ pub fn plan_clean(
             }
         }
     }
-    let mut plan = CleanPlan::default();
     let git = Git::new(project);
     let in_git = git.has_commit();
     for run in runs {
@@ -674,7 +688,49 @@ pub fn plan_clean(
             }
         }
     }
+    if !force {
+        keep_unheld_branches(&git, &mut plan)?;
+    }
     Ok(plan)
+}
+
+/// Moves out of `plan` each result branch whose commit no local branch
+/// outside the plan holds: deleted, its commits would be unreachable.
+fn keep_unheld_branches(git: &Git, plan: &mut CleanPlan) -> Result<()> {
+    let deleted: Vec<String> = plan
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            CleanItem::Branch { name, .. } => Some(format!("refs/heads/{name}")),
+            _ => None,
+        })
+        .collect();
+    let mut items = Vec::with_capacity(plan.items.len());
+    for item in std::mem::take(&mut plan.items) {
+        let CleanItem::Branch { run_id, name } = &item else {
+            items.push(item);
+            continue;
+        };
+        let holders = git.run([
+            "for-each-ref",
+            "--format=%(refname)",
+            &format!("--contains=refs/heads/{name}"),
+            "refs/heads/",
+        ])?;
+        let held = holders
+            .lines()
+            .any(|holder| !holder.is_empty() && !deleted.iter().any(|gone| gone == holder));
+        if held {
+            items.push(item);
+        } else {
+            plan.kept_branches.push(KeptBranch {
+                run_id: run_id.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+    plan.items = items;
+    Ok(())
 }
 
 /// Removes what `plan` lists: each worktree through git (so its admin entry

@@ -644,6 +644,64 @@ tasks:
     assert_eq!(repo_state(&env), before);
 }
 
+/// `clean --branches` deletes a result branch only when its commits are on
+/// another local branch (applied): the rest are kept and listed, unless
+/// `--force`; `--dry-run` says which would go and which stay.
+#[test]
+fn clean_keeps_result_branches_never_applied_unless_forced() {
+    let env = git_env();
+    // Each run changes both files anew, so each has both branches.
+    let plan = write_plan(
+        &env,
+        "notes",
+        r#"
+version: 1
+name: notes
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - { id: one, prompt: o, command: [sh, -c, "date +%s%N > one.txt; echo DONE"] }
+  - { id: two, prompt: t, command: [sh, -c, "date +%s%N > two.txt; echo DONE"] }
+"#,
+    );
+    let applied = run_json(&env, &plan, &[])["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_success(&env.run(&["apply", &applied]));
+    let unapplied = run_json(&env, &plan, &[])["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let branches = |run: &str| git(&env, &["branch", "--list", &format!("reprise/{run}/*")]);
+    let kept = branches(&unapplied);
+    assert_eq!(kept.lines().count(), 2, "{kept}");
+    let before = env.snapshot();
+    let dry = env.run(&["clean", "--dry-run", "--branches"]);
+    assert_success(&dry);
+    let text = stdout(&dry);
+    assert_eq!(env.snapshot(), before, "a dry run removes nothing");
+    for task in ["one", "two"] {
+        assert!(
+            text.contains(&format!("  branch   reprise/{applied}/{task}\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  kept     reprise/{unapplied}/{task}:")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("would remove 0 worktrees"), "{text}");
+    assert!(text.contains(" and 2 branches; kept 2 "), "{text}");
+    let cleaned = env.run(&["clean", "--branches"]);
+    assert_success(&cleaned);
+    assert!(stdout(&cleaned).contains("kept 2 "), "{}", stdout(&cleaned));
+    assert_eq!(branches(&applied), "");
+    assert_eq!(branches(&unapplied), kept);
+    let forced = env.run(&["clean", "--branches", "--force"]);
+    assert_success(&forced);
+    assert_eq!(git(&env, &["branch", "--list", "reprise/*"]), "");
+}
+
 /// Run after run, a delivered task's worktree is removed and unregistered
 /// when it ends: `git worktree list` holds the main checkout alone, while
 /// `diff` and `apply` still deliver from the result branches. With
@@ -727,7 +785,8 @@ fn clean_removes_finished_worktrees_and_asked_for_branches() {
         stdout(&dry)
     );
     assert_eq!(env.snapshot(), before, "a dry run removes nothing");
-    let cleaned = env.run(&["clean", "--branches"]);
+    // Never applied, its branches go only when forced.
+    let cleaned = env.run(&["clean", "--branches", "--force"]);
     assert_success(&cleaned);
     assert!(stdout(&cleaned).contains("removed 3 worktrees"));
     assert!(!dir.exists());
