@@ -576,6 +576,9 @@ pub enum CleanItem {
 pub struct CleanPlan {
     pub items: Vec<CleanItem>,
     pub skipped_live: Vec<String>,
+    /// Runs a stop cancelled, left for `run --continue` (their worktrees
+    /// hold the cancelled tasks' work) unless named or `--all`.
+    pub skipped_cancelled: Vec<String>,
     /// Result branches whose commits no other local branch holds (never
     /// applied): deleting them would leave those commits unreachable, so
     /// they stay unless forced.
@@ -618,7 +621,9 @@ pub fn plan_clean(
         CleanScope::Finished | CleanScope::All => {
             for id in run_ids(state)? {
                 let run = crate::state::load_run(state, &id)?;
-                if *scope == CleanScope::All || run.finished_at.is_some() {
+                if *scope == CleanScope::Finished && run.cancelled() {
+                    plan.skipped_cancelled.push(run.run_id.clone());
+                } else if *scope == CleanScope::All || run.finished_at.is_some() {
                     runs.push(run);
                 }
             }

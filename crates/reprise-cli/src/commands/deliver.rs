@@ -242,6 +242,12 @@ pub(crate) fn clean(
     for live in &plan.skipped_live {
         let _ = writeln!(text, "  skipped {live}: it is running now");
     }
+    for cancelled in &plan.skipped_cancelled {
+        let _ = writeln!(
+            text,
+            "  skipped {cancelled}: cancelled; `reprise run --continue {cancelled}` takes it up (`reprise clean {cancelled}` removes it)"
+        );
+    }
     let _ = write!(
         text,
         "{} {worktrees} worktree{} ({}) and {branch_count} branch{}",
@@ -268,6 +274,7 @@ pub(crate) fn clean(
             "items": plan.items,
             "skipped_live": plan.skipped_live,
             "kept_branches": plan.kept_branches,
+            "skipped_cancelled": plan.skipped_cancelled,
             "bytes": plan.bytes(),
         }),
         text,
