@@ -241,9 +241,14 @@ pub(crate) enum Command {
         /// Every run that is not running now, finished or not.
         #[arg(long, conflicts_with = "run")]
         all: bool,
-        /// Also delete the runs' result branches (`reprise/<run>/<task>`).
+        /// Also delete the runs' result branches (`reprise/<run>/<task>`)
+        /// that another local branch holds (applied ones).
         #[arg(long)]
         branches: bool,
+        /// With --branches, delete result branches nothing else holds too
+        /// (never applied: their commits become unreachable).
+        #[arg(long, requires = "branches")]
+        force: bool,
         /// List what would be removed, and remove nothing.
         #[arg(long)]
         dry_run: bool,

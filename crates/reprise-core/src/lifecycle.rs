@@ -634,6 +634,16 @@ pub fn replay<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Value)>) -> TaskS
                 {
                     policy = Some(extended);
                 }
+                // A continuation goes on from the state it names: after a
+                // run's stop closed the task (`task.finished` cancelled), or
+                // between attempts, that is not where the rows before left it.
+                if *kind == rows::CONTINUED
+                    && let Some(from) = body
+                        .get("from")
+                        .and_then(|value| serde_json::from_value(value.clone()).ok())
+                {
+                    state = from;
+                }
             }
             // The end is recorded as what it was, whatever came before it.
             rows::TASK_FINISHED => {
@@ -1516,5 +1526,52 @@ mod tests {
         paused.truncate(3);
         paused.push((rows::SUSPEND, json!({"attempt": 2})));
         assert_eq!(read(&paused), TaskState::Suspended { attempt: 2 });
+    }
+
+    #[test]
+    fn a_task_a_stop_cancelled_goes_on_from_the_state_its_continuation_names() {
+        let policy = Policy {
+            max_attempts: 1,
+            budgeted: false,
+            rollback: RollbackOnRetry::Auto,
+            snapshots: false,
+        };
+        let extended = Policy {
+            max_attempts: 2,
+            ..policy
+        };
+        let read = |rows: &[(&str, Value)]| replay(rows.iter().map(|(kind, body)| (*kind, body)));
+        let mut rows = vec![
+            (rows::TASK_STARTED, json!({"lifecycle": policy})),
+            (rows::ATTEMPT_STARTED, json!({"attempt": 1})),
+            (rows::AGENT_ENDED, json!({"attempt": 1})),
+            (
+                rows::ATTEMPT_FINISHED,
+                json!({"attempt": 1, "accepted": "failed"}),
+            ),
+        ];
+        let stopped = read(&rows);
+        assert_eq!(stopped, TaskState::Diagnosing { attempt: 1 });
+        rows.push((
+            rows::TASK_FINISHED,
+            json!({"lifecycle": Terminal::Cancelled}),
+        ));
+        assert_eq!(read(&rows), TaskState::Finished(Terminal::Cancelled));
+        // Continued from where the stop caught it, with the attempt it cut
+        // short not counted: its diagnosis leads to a retry, not an end.
+        rows.push((
+            rows::CONTINUED,
+            json!({"from": stopped, "lifecycle": extended}),
+        ));
+        assert_eq!(read(&rows), stopped);
+        rows.push((rows::DIAGNOSIS, json!({"strategy": Strategy::RetryInPlace})));
+        assert_eq!(
+            read(&rows),
+            TaskState::Retrying {
+                attempt: 1,
+                strategy: Strategy::RetryInPlace,
+                rolled_back: false
+            }
+        );
     }
 }

@@ -84,6 +84,11 @@ pub enum ApplyTarget {
     /// The checked-out branch, moved forward (a fast-forward, or a merge
     /// commit when the branch moved on since the run's base).
     CurrentBranch { branch: String, fast_forward: bool },
+    /// The checked-out branch, moved forward by one new commit holding what
+    /// the tasks changed against a base that snapshotted uncommitted changes
+    /// (`--include-uncommitted`): the snapshot stays out of the branch, and
+    /// the user's uncommitted changes stay uncommitted.
+    TasksChangesOnly { branch: String },
     /// A new branch at the result; the checkout is left alone.
     NewBranch { branch: String },
     /// The branch already holds the result.
@@ -272,6 +277,27 @@ pub fn plan_apply(
         .unwrap_or(&branch)
         .to_owned();
     let head = git.commit_of("HEAD")?;
+    if let Some(Workspace::Worktrees {
+        head: run_head,
+        included: true,
+        ..
+    }) = &run.workspace
+        && *run_head != base
+    {
+        let onto = Onto {
+            git: &git,
+            branch: short_branch,
+            head,
+        };
+        let applied = apply_over_snapshot(&onto, &base, &combined, &run.run_id, &results)?;
+        return Ok(ApplyPlan {
+            run_id: run.run_id.clone(),
+            tasks,
+            partial,
+            repo,
+            ..applied
+        });
+    }
     if git.is_ancestor(&combined, &head) {
         return Ok(ApplyPlan {
             run_id: run.run_id.clone(),
@@ -333,6 +359,82 @@ pub fn plan_apply(
     })
 }
 
+/// The checked-out branch an apply goes onto, and its commit.
+struct Onto<'a> {
+    git: &'a Git,
+    branch: String,
+    head: String,
+}
+
+/// Plans an apply of a run whose base is a snapshot of the user's
+/// uncommitted and untracked files: only what the tasks changed against
+/// that base goes onto the branch, as one commit on its head, so the
+/// snapshot (the user's own work) never lands in a commit and stays
+/// uncommitted in the working tree. Refused when a task changed a file the
+/// user still has uncommitted changes in.
+fn apply_over_snapshot(
+    onto: &Onto<'_>,
+    base: &str,
+    combined: &str,
+    run_id: &str,
+    results: &[(TaskId, String)],
+) -> std::result::Result<ApplyPlan, DeliveryError> {
+    let Onto { git, branch, head } = onto;
+    let changed = git.changed_files(base, combined)?;
+    let dirty = git.dirty_files()?;
+    let overlap: Vec<&str> = changed
+        .iter()
+        .filter(|file| dirty.contains(file))
+        .map(String::as_str)
+        .collect();
+    if !overlap.is_empty() {
+        return Err(DeliveryError::DirtyOverlap {
+            files: overlap.join(", "),
+        });
+    }
+    let tree = match git.merge_trees_from(base, head, combined)? {
+        Merged::Clean(tree) => tree,
+        Merged::Conflict(files) => {
+            return Err(DeliveryError::BranchConflict {
+                branch: branch.clone(),
+                files: files.join(", "),
+            });
+        }
+    };
+    let plan = |target, commit: String, commits, files| ApplyPlan {
+        run_id: run_id.to_owned(),
+        tasks: Vec::new(),
+        partial: Vec::new(),
+        target,
+        commit,
+        commits,
+        files,
+        repo: PathBuf::new(),
+    };
+    if tree == git.tree_of(head)? {
+        let target = ApplyTarget::AlreadyApplied {
+            branch: branch.clone(),
+        };
+        return Ok(plan(target, head.clone(), Vec::new(), Vec::new()));
+    }
+    let mut message = format!(
+        "reprise: apply run {run_id}\n\nWhat its tasks changed against the run's base, which held\nuncommitted changes that stay uncommitted:\n\n"
+    );
+    for (task, tip) in results {
+        message.push_str(&format!("  {task} at {tip}\n"));
+    }
+    let commit = git.commit_tree(&tree, &[head], &message)?;
+    let target = ApplyTarget::TasksChangesOnly {
+        branch: branch.clone(),
+    };
+    Ok(plan(
+        target,
+        commit.clone(),
+        commits_between(git, head, &commit)?,
+        git.changed_files(head, &commit)?,
+    ))
+}
+
 fn commits_between(git: &Git, from: &str, to: &str) -> Result<Vec<(String, String)>> {
     let out = git.run([
         "log",
@@ -365,7 +467,7 @@ pub fn apply(plan: &ApplyPlan) -> Result<()> {
             ])?;
             Ok(())
         }
-        ApplyTarget::CurrentBranch { .. } => {
+        ApplyTarget::CurrentBranch { .. } | ApplyTarget::TasksChangesOnly { .. } => {
             git.run(["merge", "--ff-only", "--quiet", "--no-stat", &plan.commit])?;
             Ok(())
         }
@@ -468,11 +570,26 @@ pub enum CleanItem {
     },
 }
 
-/// What `clean` would remove, and the runs it leaves because they are live.
+/// What `clean` would remove, the runs it leaves because they are live, and
+/// the result branches it keeps because nothing else holds their commits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct CleanPlan {
     pub items: Vec<CleanItem>,
     pub skipped_live: Vec<String>,
+    /// Runs a stop cancelled, left for `run --continue` (their worktrees
+    /// hold the cancelled tasks' work) unless named or `--all`.
+    pub skipped_cancelled: Vec<String>,
+    /// Result branches whose commits no other local branch holds (never
+    /// applied): deleting them would leave those commits unreachable, so
+    /// they stay unless forced.
+    pub kept_branches: Vec<KeptBranch>,
+}
+
+/// A result branch `clean --branches` keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptBranch {
+    pub run_id: String,
+    pub name: String,
 }
 
 impl CleanPlan {
@@ -488,26 +605,30 @@ impl CleanPlan {
 }
 
 /// Works out what `clean` would remove. Changes nothing. A run with a live
-/// process holding its tasks is never cleaned.
+/// process holding its tasks is never cleaned. A result branch goes only
+/// when a local branch it does not delete holds its commit, or `force`.
 pub fn plan_clean(
     state: &StateDir,
     project: &Path,
     scope: &CleanScope,
     branches: bool,
+    force: bool,
 ) -> Result<CleanPlan> {
     let mut runs: Vec<RunState> = Vec::new();
+    let mut plan = CleanPlan::default();
     match scope {
         CleanScope::Run(id) => runs.push(crate::state::load_run(state, id)?),
         CleanScope::Finished | CleanScope::All => {
             for id in run_ids(state)? {
                 let run = crate::state::load_run(state, &id)?;
-                if *scope == CleanScope::All || run.finished_at.is_some() {
+                if *scope == CleanScope::Finished && run.cancelled() {
+                    plan.skipped_cancelled.push(run.run_id.clone());
+                } else if *scope == CleanScope::All || run.finished_at.is_some() {
                     runs.push(run);
                 }
             }
         }
     }
-    let mut plan = CleanPlan::default();
     let git = Git::new(project);
     let in_git = git.has_commit();
     for run in runs {
@@ -572,7 +693,49 @@ pub fn plan_clean(
             }
         }
     }
+    if !force {
+        keep_unheld_branches(&git, &mut plan)?;
+    }
     Ok(plan)
+}
+
+/// Moves out of `plan` each result branch whose commit no local branch
+/// outside the plan holds: deleted, its commits would be unreachable.
+fn keep_unheld_branches(git: &Git, plan: &mut CleanPlan) -> Result<()> {
+    let deleted: Vec<String> = plan
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            CleanItem::Branch { name, .. } => Some(format!("refs/heads/{name}")),
+            _ => None,
+        })
+        .collect();
+    let mut items = Vec::with_capacity(plan.items.len());
+    for item in std::mem::take(&mut plan.items) {
+        let CleanItem::Branch { run_id, name } = &item else {
+            items.push(item);
+            continue;
+        };
+        let holders = git.run([
+            "for-each-ref",
+            "--format=%(refname)",
+            &format!("--contains=refs/heads/{name}"),
+            "refs/heads/",
+        ])?;
+        let held = holders
+            .lines()
+            .any(|holder| !holder.is_empty() && !deleted.iter().any(|gone| gone == holder));
+        if held {
+            items.push(item);
+        } else {
+            plan.kept_branches.push(KeptBranch {
+                run_id: run_id.clone(),
+                name: name.clone(),
+            });
+        }
+    }
+    plan.items = items;
+    Ok(())
 }
 
 /// Removes what `plan` lists: each worktree through git (so its admin entry

@@ -39,8 +39,8 @@ pub use checkpoints::{
 };
 pub use control::{CONTROL_VERSION, ControlOp, ask as ask_run, requester_of, socket_path};
 pub use delivery::{
-    ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport, apply,
-    clean, diff, leaf_results, plan_apply, plan_clean,
+    ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport,
+    KeptBranch, apply, clean, diff, leaf_results, plan_apply, plan_clean,
 };
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};

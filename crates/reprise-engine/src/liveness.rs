@@ -29,6 +29,9 @@ pub enum Liveness {
     /// No process drives it and tasks of it are parked: it goes on when
     /// they are resumed (or their wake time comes and it is continued).
     Parked,
+    /// A stop (Ctrl-C, SIGTERM, SIGHUP) ended it with tasks cancelled:
+    /// `run --continue` takes those up where they stopped, as after a crash.
+    Cancelled,
 }
 
 /// How `run` stands now.
@@ -37,7 +40,8 @@ pub fn liveness(state: &StateDir, run: &RunState) -> Liveness {
         .tasks
         .iter()
         .any(|task| task.state == crate::state::TaskStatus::Suspended);
-    if run.ok.is_some() && !parked {
+    let cancelled = run.cancelled();
+    if run.ok.is_some() && !parked && !cancelled {
         return Liveness::Finished;
     }
     let Some(plan) = run.plan_id() else {
@@ -50,6 +54,7 @@ pub fn liveness(state: &StateDir, run: &RunState) -> Liveness {
     match holder {
         Some(holder) => Liveness::Live { pid: holder.pid },
         None if parked => Liveness::Parked,
+        None if run.ok.is_some() => Liveness::Cancelled,
         None => Liveness::Interrupted,
     }
 }

@@ -445,6 +445,16 @@ pub fn run_plan(
     if options.continuing.is_none() {
         ledger.run_started(&now_rfc3339(), &run.run_id, plan.id(), workspace.base())?;
     }
+    for task in &taken_up.requeued {
+        ledger.transition(
+            &now_rfc3339(),
+            &run.run_id,
+            task,
+            "cancelled",
+            "queued",
+            Some("taken up again by run --continue"),
+        )?;
+    }
     let pool = SharedPool::new(plan.budget_micro_usd());
     let mut envelopes: BTreeMap<TaskId, Option<u64>> = BTreeMap::new();
     let controls: BTreeMap<TaskId, crate::park::TaskControl> = order
@@ -471,6 +481,22 @@ pub fn run_plan(
                 if run.tasks[position[&task.id]].state != TaskStatus::Queued {
                     continue;
                 }
+                // A stop cancels what has not started: `run --continue`
+                // starts it then.
+                if cancel.is_cancelled() {
+                    let head = ledger.transition(
+                        &now_rfc3339(),
+                        &run.run_id,
+                        &task.id,
+                        "queued",
+                        "cancelled",
+                        Some("cancelled before it started"),
+                    )?;
+                    seal_ledger(&mut ledger_audit, head, &now_rfc3339())?;
+                    let reason = Some("cancelled before it started".to_owned());
+                    finish(&mut run, sink, &task.id, TaskStatus::Cancelled, reason);
+                    continue;
+                }
                 let failed_dependency = task.depends_on.iter().find(|dependency| {
                     let status = run.tasks[position[dependency]].state;
                     status.is_terminal() && !status.delivered()
@@ -482,8 +508,6 @@ pub fn run_plan(
                     } else {
                         format!("dependency {dependency} did not pass")
                     })
-                } else if cancel.is_cancelled() {
-                    Some("cancelled before it started".to_owned())
                 } else {
                     None
                 };
@@ -1183,6 +1207,8 @@ struct TakenUpRun {
     continuations: BTreeMap<TaskId, (crate::task::Continuation, &'static str, Option<String>)>,
     spent_before: BTreeMap<TaskId, u64>,
     timed: BTreeMap<TaskId, (std::time::SystemTime, Option<()>)>,
+    /// Tasks a stop cancelled, queued again (the ledger hears it first).
+    requeued: Vec<TaskId>,
 }
 
 /// Rebuilds a continued run's record from its ledger (the truth about each
@@ -1251,6 +1277,17 @@ fn take_up_run(
                     }
                 }
             },
+            // Cancelled by the run's stop: taken up where its journal says
+            // the stop caught it, or started if it never did.
+            Some("cancelled") => {
+                record.state = TaskStatus::Queued;
+                taken.requeued.push(id.clone());
+                if !crate::resume::rows_of_run(state, &key, &run.run_id).is_empty() {
+                    taken
+                        .continuations
+                        .insert(id, (crate::task::Continuation::Cancelled, "queued", base()));
+                }
+            }
             Some(other) => {
                 record.state = status_named(other).unwrap_or(TaskStatus::Failed);
                 if record.state.delivered() && record.output.is_none() {

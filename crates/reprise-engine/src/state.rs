@@ -237,6 +237,14 @@ impl RunState {
 }
 
 impl RunState {
+    /// Whether a stop (Ctrl-C, SIGTERM, SIGHUP) cancelled tasks of the run:
+    /// `run --continue` takes those up where they stopped.
+    pub fn cancelled(&self) -> bool {
+        self.tasks
+            .iter()
+            .any(|task| task.state == TaskStatus::Cancelled)
+    }
+
     /// The plan's name as an id, as the state directory files it.
     pub fn plan_id(&self) -> Option<reprise_core::PlanId> {
         reprise_core::PlanId::parse(&self.plan_name).ok()

@@ -360,6 +360,17 @@ impl Git {
     /// touching a working tree or index: `Ok(tree)` when clean, else the
     /// conflicted paths.
     pub fn merge_trees(&self, ours: &str, theirs: &str) -> Result<Merged> {
+        self.merge_trees_over(None, ours, theirs)
+    }
+
+    /// As [`Git::merge_trees`], with `base` as the merge base: what changed
+    /// from `base` to `theirs` is carried onto `ours`, and nothing else of
+    /// `theirs` (what `base` holds that `ours` does not stays out).
+    pub fn merge_trees_from(&self, base: &str, ours: &str, theirs: &str) -> Result<Merged> {
+        self.merge_trees_over(Some(base), ours, theirs)
+    }
+
+    fn merge_trees_over(&self, base: Option<&str>, ours: &str, theirs: &str) -> Result<Merged> {
         let mut command = self.command();
         command.args([
             "merge-tree",
@@ -367,9 +378,11 @@ impl Git {
             "--name-only",
             "--no-messages",
             "-z",
-            ours,
-            theirs,
         ]);
+        if let Some(base) = base {
+            command.arg(format!("--merge-base={base}"));
+        }
+        command.args([ours, theirs]);
         let output = command.output().map_err(|err| GitError {
             dir: self.dir.clone(),
             detail: format!("cannot run git: {err}"),

@@ -90,6 +90,16 @@ pub(crate) fn apply(
                 if plan.files.len() == 1 { "" } else { "s" },
             );
         }
+        ApplyTarget::TasksChangesOnly { branch } => {
+            let _ = writeln!(
+                text,
+                "{verb} run {} ({}) to {branch} as one commit of what its tasks changed: {} file{} changed; your uncommitted changes stay as they were",
+                run.run_id,
+                tasks.join(", "),
+                plan.files.len(),
+                if plan.files.len() == 1 { "" } else { "s" },
+            );
+        }
         ApplyTarget::NewBranch { branch } => {
             let _ = writeln!(
                 text,
@@ -165,11 +175,18 @@ pub(crate) fn diff(
     })
 }
 
+/// `--branches` and `--force`: which result branches `clean` deletes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BranchCleaning {
+    pub(crate) branches: bool,
+    pub(crate) force: bool,
+}
+
 pub(crate) fn clean(
     settings: &Settings,
     run: Option<&str>,
     all: bool,
-    branches: bool,
+    BranchCleaning { branches, force }: BranchCleaning,
     dry_run: bool,
 ) -> Result<Outcome, CliError> {
     let state = settings.state()?;
@@ -183,7 +200,7 @@ pub(crate) fn clean(
         (None, false) => CleanScope::Finished,
     };
     let project = project_of(&state, settings);
-    let plan = reprise_engine::plan_clean(&state, &project, &scope, branches)
+    let plan = reprise_engine::plan_clean(&state, &project, &scope, branches, force)
         .map_err(|err| CliError::usage(err.to_string()))?;
     if !dry_run {
         reprise_engine::clean(&state, &project, &plan).map_err(|err| CliError {
@@ -215,10 +232,23 @@ pub(crate) fn clean(
             }
         }
     }
+    for kept in &plan.kept_branches {
+        let _ = writeln!(
+            text,
+            "  kept     {}: no other local branch holds its commits (--force deletes it)",
+            kept.name
+        );
+    }
     for live in &plan.skipped_live {
         let _ = writeln!(text, "  skipped {live}: it is running now");
     }
-    let _ = writeln!(
+    for cancelled in &plan.skipped_cancelled {
+        let _ = writeln!(
+            text,
+            "  skipped {cancelled}: cancelled; `reprise run --continue {cancelled}` takes it up (`reprise clean {cancelled}` removes it)"
+        );
+    }
+    let _ = write!(
         text,
         "{} {worktrees} worktree{} ({}) and {branch_count} branch{}",
         if dry_run { "would remove" } else { "removed" },
@@ -226,12 +256,25 @@ pub(crate) fn clean(
         size(plan.bytes()),
         if branch_count == 1 { "" } else { "es" },
     );
+    match plan.kept_branches.len() {
+        0 => text.push('\n'),
+        kept => {
+            let _ = writeln!(
+                text,
+                "; kept {kept} branch{} no other branch holds (--force deletes {})",
+                if kept == 1 { "" } else { "es" },
+                if kept == 1 { "it" } else { "them" }
+            );
+        }
+    }
     Ok(Outcome {
         code: None,
         json: json!({
             "dry_run": dry_run,
             "items": plan.items,
             "skipped_live": plan.skipped_live,
+            "kept_branches": plan.kept_branches,
+            "skipped_cancelled": plan.skipped_cancelled,
             "bytes": plan.bytes(),
         }),
         text,

@@ -100,8 +100,15 @@ pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliE
             finished: _,
             all,
             branches,
+            force,
             dry_run,
-        } => deliver::clean(settings, run.as_deref(), all, branches, dry_run)?,
+        } => deliver::clean(
+            settings,
+            run.as_deref(),
+            all,
+            deliver::BranchCleaning { branches, force },
+            dry_run,
+        )?,
         Command::Rehearse(RehearseArgs {
             command:
                 Some(RehearseCommand::Serve {

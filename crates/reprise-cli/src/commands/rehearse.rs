@@ -215,7 +215,8 @@ pub(crate) fn rehearse(
     let tasks = task_reports(&run, &traffic);
     // The agents' cost figures are for tokens never spent: say so.
     let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
-    let mut text = summary_text(&run).replacen(
+    let continue_with = format!("reprise rehearse --continue {} --scenario FILE", run.run_id);
+    let mut text = summary_text(&run, &continue_with).replacen(
         &format!("spent {}", money(spent)),
         "nothing spent: a rehearsal",
         1,

@@ -96,7 +96,12 @@ fn render(
         id = escape(&run.run_id),
         plan = escape(&run.plan_name)
     );
+    let cancelled = reprise_engine::liveness(state, run) == reprise_engine::Liveness::Cancelled;
     let verdict = match run.ok {
+        _ if cancelled => format!(
+            "<span class=\"bad\">cancelled</span> (a stop signal ended it; <code>{}</code> takes it up)",
+            escape(&crate::commands::run::continue_command(state, &run.run_id))
+        ),
         Some(true) => "<span class=\"ok\">ok</span>".to_owned(),
         Some(false) => "<span class=\"bad\">failed</span>".to_owned(),
         None => "not finished".to_owned(),

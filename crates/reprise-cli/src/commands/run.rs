@@ -265,7 +265,9 @@ pub(crate) fn prepare_continue(
                 "run {run_id} has finished; nothing to continue (`reprise run --retry-failed {run_id}` re-runs its failed tasks)"
             )));
         }
-        reprise_engine::Liveness::Interrupted | reprise_engine::Liveness::Parked => {}
+        reprise_engine::Liveness::Interrupted
+        | reprise_engine::Liveness::Parked
+        | reprise_engine::Liveness::Cancelled => {}
     }
     match (is_rehearsal(&state, run_id), rehearsal.is_some()) {
         (true, false) => {
@@ -337,7 +339,7 @@ fn finished(settings: &Settings, run: &RunState) -> Outcome {
     Outcome {
         code: parked_code(run),
         json: run_json(run),
-        text: summary_text(run),
+        text: summary_text(run, &format!("reprise run --continue {}", run.run_id)),
         ok,
     }
 }
@@ -400,6 +402,12 @@ pub(crate) fn prepare_checked(
             if prior.finished_at.is_none() {
                 return Err(CliError::usage(format!(
                     "run {run_id} has not finished; wait for it, or retry a finished run"
+                )));
+            }
+            if reprise_engine::liveness(&state, &prior) == reprise_engine::Liveness::Cancelled {
+                return Err(CliError::usage(format!(
+                    "run {run_id} was cancelled, not finished: `{}` takes its cancelled tasks up where they stopped",
+                    continue_command(&state, run_id)
                 )));
             }
             Some(prior)
@@ -734,19 +742,16 @@ fn run_verdict(run: &RunState) -> &'static str {
         .any(|task| task.state == reprise_engine::TaskStatus::Suspended)
     {
         "PARKED"
-    } else if stopped_by().is_some()
-        || run
-            .tasks
-            .iter()
-            .any(|task| task.state == reprise_engine::TaskStatus::Cancelled)
-    {
+    } else if stopped_by().is_some() || run.cancelled() {
         "cancelled"
     } else {
         "FAILED"
     }
 }
 
-pub(crate) fn summary_text(run: &RunState) -> String {
+/// The run's summary; `continue_with` is the command that takes it up,
+/// named as the next step when a stop cancelled it.
+pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
     let passed = run
         .tasks
         .iter()
@@ -860,7 +865,12 @@ pub(crate) fn summary_text(run: &RunState) -> String {
         let _ = writeln!(text, "see the results: `reprise diff {}`", run.run_id);
         let _ = writeln!(text, "apply them:      `reprise apply {}`", run.run_id);
     }
-    if failed.is_some() {
+    if run.cancelled() {
+        let _ = writeln!(
+            text,
+            "next: `{continue_with}` (takes the cancelled tasks up where they stopped)"
+        );
+    } else if failed.is_some() {
         let _ = writeln!(
             text,
             "next: `reprise logs {first}` (what its attempts printed), `reprise journal show {first}`"

@@ -201,6 +201,9 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             (_, reprise_engine::Liveness::Parked) => format!(
                 "PARKED: tasks wait for a resume, an approval or a time; `reprise task list-suspended` lists them, `{take_up}` takes the run up"
             ),
+            (_, reprise_engine::Liveness::Cancelled) => format!(
+                "cancelled: a stop signal ended it before its tasks did; `{take_up}` takes them up where they stopped"
+            ),
             (Some(true), _) => "ok".to_owned(),
             (Some(false), _) => "FAILED".to_owned(),
             (None, _) => format!(
@@ -375,6 +378,7 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         let standing = match (run.ok, liveness) {
             (_, reprise_engine::Liveness::Live { .. }) => "live",
             (_, reprise_engine::Liveness::Parked) => "parked",
+            (_, reprise_engine::Liveness::Cancelled) => "cancelled",
             (Some(true), _) => "ok",
             (Some(false), _) => "failed",
             (None, _) => "interrupted",

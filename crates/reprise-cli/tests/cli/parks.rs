@@ -833,6 +833,132 @@ tasks:
     assert_one_line_error(&env.run(&["run", "--continue", &run_id]), 2, "has finished");
 }
 
+/// Stopped by Ctrl-C, SIGTERM or SIGHUP, a run is taken up by `run
+/// --continue` as a killed one is: its cancelled task goes on warm in its
+/// own session, and the task that never started runs. Until then the run
+/// is called cancelled wherever it is shown, never failed, and its summary
+/// names the command that continues it.
+#[test]
+fn a_run_stopped_by_a_signal_is_continued_warm_and_called_cancelled_everywhere() {
+    for (signal, number) in [("INT", 2), ("TERM", 15), ("HUP", 1)] {
+        let env = git_env();
+        let plan = write_plan(
+            &env,
+            "stoppable",
+            r#"
+version: 1
+name: stoppable
+defaults: { agent: sim }
+tasks:
+  - id: work
+    prompt: do the work
+    sim:
+      - { reply: "slow", write: { w.txt: x }, delay: 120s }
+      - { reply: "done after the stop", write: { w.txt: good } }
+    gates: [ { name: good, run: "test \"$(cat w.txt)\" = good" } ]
+  - id: after
+    prompt: after
+    depends_on: [work]
+    sim: [ { reply: "ok", write: { a.txt: x } } ]
+"#,
+        );
+        let child = env.spawn(&["run", &plan], std::process::Stdio::piped());
+        wait_for_an_attempt(&env, "stoppable", "work");
+        // Stopped once the sim has opened the session the engine chose.
+        let session = journal_kinds(&env, "stoppable", "work")
+            .into_iter()
+            .find(|row| row["kind"] == "attempt.started")
+            .and_then(|row| row["body"]["session"]["new"].as_str().map(str::to_owned))
+            .expect("the engine chose the session id");
+        let transcript = env.reprise_dir().join(format!("sim/{session}.jsonl"));
+        let started = std::time::Instant::now();
+        while !transcript.is_file() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "the sim never opened its session"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(128 + number), "{signal}");
+        let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let summary = stdout(&output);
+        assert!(
+            summary.contains(&format!("run {run_id}: cancelled (")),
+            "{signal}: {summary}"
+        );
+        assert!(
+            summary
+                .lines()
+                .last()
+                .unwrap()
+                .contains(&format!("`reprise run --continue {run_id}`")),
+            "{signal}: {summary}"
+        );
+        // One name everywhere: status, runs and the report.
+        let status = env.run(&["status"]);
+        let first = stdout(&status).lines().next().unwrap().to_owned();
+        assert!(first.contains(": cancelled"), "{signal}: {first}");
+        assert!(
+            first.contains(&format!("`reprise run --continue {run_id}`")),
+            "{first}"
+        );
+        let status = json_of(&env.run(&["status", "--json"]));
+        assert_eq!(
+            status["liveness"],
+            json!({"state": "cancelled"}),
+            "{status}"
+        );
+        let runs = json_of(&env.run(&["runs", "--json"]));
+        assert_eq!(runs["runs"][0]["state"], "cancelled", "{runs}");
+        assert!(stdout(&env.run(&["runs"])).contains("cancelled"));
+        let page = env.temp.path().join("report.html");
+        assert_success(&env.run(&["report", "-o", page.to_str().unwrap()]));
+        let html = fs::read_to_string(&page).unwrap();
+        let verdict = html
+            .split("<p id=\"verdict\">")
+            .nth(1)
+            .and_then(|rest| rest.split("</p>").next())
+            .unwrap()
+            .to_owned();
+        assert!(verdict.contains("cancelled"), "{verdict}");
+        for text in [stdout(&output), first, verdict] {
+            assert!(!text.to_lowercase().contains("failed"), "{signal}: {text}");
+        }
+        // Continued, the cancelled attempt's session goes on warm.
+        let continued = env.run(&["run", "--continue", &run_id, "--json"]);
+        assert_success(&continued);
+        let continued = json_of(&continued);
+        let work = &continued["tasks"][0];
+        assert_eq!(work["state"], "passed", "{continued}");
+        assert_eq!(continued["tasks"][1]["state"], "passed", "{continued}");
+        let attempts = work["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2, "{continued}");
+        assert_eq!(attempts[0]["infra_kind"], "cancelled", "{continued}");
+        assert_eq!(attempts[1]["mode"], "warm", "{continued}");
+        assert_eq!(attempts[1]["session_id"], session.as_str());
+        let transcript = fs::read_to_string(&transcript).unwrap();
+        assert!(transcript.contains("done after the stop"), "{transcript}");
+        let rows = journal_kinds(&env, "stoppable", "work");
+        assert!(rows.iter().any(|row| row["kind"] == "task.continued"));
+        for task in ["work", "after"] {
+            assert_success(&env.run(&["journal", "verify", task]));
+        }
+        assert_success(&env.run(&["audit", "verify"]));
+        assert_success(&env.run(&["status"]));
+        let runs = json_of(&env.run(&["runs", "--json"]));
+        assert_eq!(runs["runs"][0]["state"], "ok", "{runs}");
+    }
+}
+
 #[test]
 fn a_direct_park_cut_at_any_step_is_completed_by_the_next_suspend() {
     for step in ["suspend", "receipt", "process", "sandbox", "seat", "budget"] {

@@ -569,6 +569,139 @@ tasks:
     assert_eq!(task_json(&run, "look")["result"]["files_changed"], 0);
 }
 
+/// After `--include-uncommitted`, `apply` brings onto the branch only what
+/// the tasks changed: the user's uncommitted and untracked files stay as
+/// they were, still uncommitted, and none of them lands in a commit. A task
+/// that changed one of those files is refused by name, and nothing moves.
+#[test]
+fn apply_after_include_uncommitted_leaves_the_users_changes_uncommitted() {
+    let env = git_env();
+    fs::write(env.project().join("shop.py"), "price = 12\n").unwrap();
+    fs::write(env.project().join("draft.txt"), "mine\n").unwrap();
+    let plan = write_plan(
+        &env,
+        "tax",
+        r#"
+version: 1
+name: tax
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: tax
+    prompt: t
+    command: [sh, -c, "echo 'tax = 0.2' > tax.py; echo DONE"]
+    gates: [ { name: sees-draft, run: "test -e draft.txt && grep -q 12 shop.py" } ]
+"#,
+    );
+    let run = run_json(&env, &plan, &["--include-uncommitted"]);
+    let run_id = run["run_id"].as_str().unwrap();
+    let head = git(&env, &["rev-parse", "HEAD"]);
+    let dirty = git(&env, &["status", "--porcelain"]);
+    let applied = env.run(&["apply", run_id]);
+    assert_success(&applied);
+    assert_eq!(git(&env, &["rev-parse", "HEAD~1"]), head);
+    assert_eq!(git(&env, &["diff", "--name-only", &head, "HEAD"]), "tax.py");
+    assert_eq!(git(&env, &["show", "HEAD:shop.py"]), "price = 10");
+    assert_eq!(
+        git(&env, &["status", "--porcelain"]),
+        dirty,
+        "the user's changes are still uncommitted"
+    );
+    for (file, text) in [
+        ("shop.py", "price = 12\n"),
+        ("draft.txt", "mine\n"),
+        ("tax.py", "tax = 0.2\n"),
+    ] {
+        assert_eq!(fs::read_to_string(env.project().join(file)).unwrap(), text);
+    }
+    // Applied once, it is not applied again.
+    let again = env.run(&["apply", run_id]);
+    assert_success(&again);
+    assert!(
+        stdout(&again).contains("already holds"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(git(&env, &["rev-parse", "HEAD~1"]), head);
+    // A task that edits files the user has uncommitted changes in (one
+    // tracked, one untracked) is refused, naming them; nothing changes.
+    let plan = write_plan(
+        &env,
+        "edit",
+        r#"
+version: 1
+name: edit
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: edit
+    prompt: e
+    command: [sh, -c, "echo 'discount = 1' >> shop.py; echo more >> draft.txt; echo DONE"]
+"#,
+    );
+    let run = run_json(&env, &plan, &["--include-uncommitted"]);
+    let before = repo_state(&env);
+    let refused = env.run(&["apply", run["run_id"].as_str().unwrap()]);
+    assert_one_line_error(&refused, 1, "draft.txt, shop.py");
+    assert_eq!(repo_state(&env), before);
+}
+
+/// `clean --branches` deletes a result branch only when its commits are on
+/// another local branch (applied): the rest are kept and listed, unless
+/// `--force`; `--dry-run` says which would go and which stay.
+#[test]
+fn clean_keeps_result_branches_never_applied_unless_forced() {
+    let env = git_env();
+    // Each run changes both files anew, so each has both branches.
+    let plan = write_plan(
+        &env,
+        "notes",
+        r#"
+version: 1
+name: notes
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - { id: one, prompt: o, command: [sh, -c, "date +%s%N > one.txt; echo DONE"] }
+  - { id: two, prompt: t, command: [sh, -c, "date +%s%N > two.txt; echo DONE"] }
+"#,
+    );
+    let applied = run_json(&env, &plan, &[])["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_success(&env.run(&["apply", &applied]));
+    let unapplied = run_json(&env, &plan, &[])["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let branches = |run: &str| git(&env, &["branch", "--list", &format!("reprise/{run}/*")]);
+    let kept = branches(&unapplied);
+    assert_eq!(kept.lines().count(), 2, "{kept}");
+    let before = env.snapshot();
+    let dry = env.run(&["clean", "--dry-run", "--branches"]);
+    assert_success(&dry);
+    let text = stdout(&dry);
+    assert_eq!(env.snapshot(), before, "a dry run removes nothing");
+    for task in ["one", "two"] {
+        assert!(
+            text.contains(&format!("  branch   reprise/{applied}/{task}\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  kept     reprise/{unapplied}/{task}:")),
+            "{text}"
+        );
+    }
+    assert!(text.contains("would remove 0 worktrees"), "{text}");
+    assert!(text.contains(" and 2 branches; kept 2 "), "{text}");
+    let cleaned = env.run(&["clean", "--branches"]);
+    assert_success(&cleaned);
+    assert!(stdout(&cleaned).contains("kept 2 "), "{}", stdout(&cleaned));
+    assert_eq!(branches(&applied), "");
+    assert_eq!(branches(&unapplied), kept);
+    let forced = env.run(&["clean", "--branches", "--force"]);
+    assert_success(&forced);
+    assert_eq!(git(&env, &["branch", "--list", "reprise/*"]), "");
+}
+
 /// Run after run, a delivered task's worktree is removed and unregistered
 /// when it ends: `git worktree list` holds the main checkout alone, while
 /// `diff` and `apply` still deliver from the result branches. With
@@ -652,7 +785,8 @@ fn clean_removes_finished_worktrees_and_asked_for_branches() {
         stdout(&dry)
     );
     assert_eq!(env.snapshot(), before, "a dry run removes nothing");
-    let cleaned = env.run(&["clean", "--branches"]);
+    // Never applied, its branches go only when forced.
+    let cleaned = env.run(&["clean", "--branches", "--force"]);
     assert_success(&cleaned);
     assert!(stdout(&cleaned).contains("removed 3 worktrees"));
     assert!(!dir.exists());

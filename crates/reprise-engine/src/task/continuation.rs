@@ -9,7 +9,8 @@
 use reprise_agents::SessionMode;
 use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
-use reprise_core::lifecycle::{Effect, Policy, TaskEvent, TaskState, replay, rows};
+use reprise_core::lifecycle::{Effect, Policy, TaskEvent, TaskState, Terminal, replay, rows};
+use reprise_core::outcome::InfraKind;
 use reprise_core::record::JournalRow;
 use reprise_core::retry::{Checkpoint as DecisionCheckpoint, DecisionInput, RetryMode, decide};
 use reprise_store::state::{StateDir, now_rfc3339};
@@ -27,6 +28,9 @@ use crate::state::AttemptSummary;
 pub(crate) enum Continuation {
     /// The run's process died while the task ran.
     Interrupted,
+    /// The run's stop (Ctrl-C, SIGTERM, SIGHUP) cancelled the task: it goes
+    /// on as if the process had died where the stop caught it.
+    Cancelled,
     /// Its park, checked by `resume::check_resume`, is resumed.
     Resume {
         point: Box<ParkPoint>,
@@ -162,7 +166,17 @@ impl TaskRun<'_> {
                 self.run_id
             ))
         })?;
-        let state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
+        let mut state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
+        // A task the run's stop closed goes on from where the stop caught
+        // it: the rows before its `task.finished` (cancelled) say where.
+        let cancelled = state_now == TaskState::Finished(Terminal::Cancelled);
+        if cancelled {
+            let end = rows
+                .iter()
+                .rposition(|row| row.kind == rows::TASK_FINISHED)
+                .unwrap_or(rows.len());
+            state_now = replay(rows[..end].iter().map(|row| (row.kind.as_str(), &row.body)));
+        }
         // The worktree comes back at its own path (the CLIs key sessions by
         // directory): as it was, or from the task's base when a park
         // removed it (the park's snapshot then restores its files).
@@ -184,8 +198,35 @@ impl TaskRun<'_> {
             ..policy
         };
         let mut reused = None;
+        // An attempt the stop cut short (its agent or gates killed, judged
+        // as the infrastructure failure that was): it is diagnosed and
+        // retried as an interrupted one is, and not counted.
+        let stopped_attempt = match state_now {
+            TaskState::Diagnosing { attempt } if cancelled => taken
+                .attempts
+                .iter()
+                .rfind(|summary| summary.n == attempt && !summary.judged)
+                .and_then(|summary| {
+                    let kind = summary
+                        .infra_kind
+                        .as_deref()
+                        .and_then(InfraKind::from_name)?;
+                    Some((summary.clone(), kind))
+                }),
+            _ => None,
+        };
         let (policy, start, first, next) = match continuation {
-            Continuation::Interrupted => {
+            Continuation::Interrupted | Continuation::Cancelled if stopped_attempt.is_some() => {
+                let policy = extended(1);
+                journal.append(
+                    rows::CONTINUED,
+                    &now_rfc3339(),
+                    &json!({"run_id": self.run_id, "from": state_now, "lifecycle": policy,
+                            "interrupted_attempt": latest, "cancelled": true}),
+                )?;
+                (policy, None, Vec::new(), None)
+            }
+            Continuation::Interrupted | Continuation::Cancelled => {
                 let (from, agent_ended) = match state_now {
                     TaskState::Running { attempt, resumed } => {
                         (Some(TaskState::Running { attempt, resumed }), false)
@@ -435,6 +476,15 @@ impl TaskRun<'_> {
         executor.take_up(taken)?;
         if let Some((checkpoint, hash)) = reused {
             executor.restored_to(checkpoint, hash);
+        }
+        if let Some((summary, kind)) = stopped_attempt {
+            let attempt = summary.n;
+            executor.stopped(summary, kind);
+            return executor.drive_with(
+                &policy,
+                TaskState::Diagnosing { attempt },
+                vec![Effect::Diagnose { attempt }],
+            );
         }
         if let Some((from, attempt, session, agent_ended)) = start {
             executor.interrupted(attempt, session, agent_ended)?;

@@ -481,6 +481,45 @@ impl<'r, 'a> Executor<'r, 'a> {
         Ok(())
     }
 
+    /// Attempt `summary.n` was cut short by the run's stop, which judged it
+    /// the infrastructure failure `kind` and closed the task before any
+    /// diagnosis: what the diagnosis and the retry decision read of it is set
+    /// back from its rows (its `attempt.finished`, and the `task.checkpoint`
+    /// its agent's end wrote, which the decision trusts as it would have).
+    pub(super) fn stopped(&mut self, summary: AttemptSummary, kind: InfraKind) {
+        let run = self.run;
+        self.attempt = summary.n;
+        // The summary names the mode the stopped attempt ran in.
+        self.next.mode = match summary.mode.as_str() {
+            "warm" => "warm",
+            "fork" => "fork",
+            "cold" => "cold",
+            _ => "new",
+        };
+        let report = AttemptReport {
+            outcome: AttemptOutcome::Infra {
+                kind,
+                detail: "the run was stopped (Ctrl-C, SIGTERM or SIGHUP) while the attempt ran"
+                    .to_owned(),
+            },
+            session_id: summary.session_id.clone(),
+            cost_micro_usd: None,
+            adapter: run.adapter.name(),
+            cli_version: None,
+            cwd: self.cwd.clone(),
+            config_home: run.setup.config_home.clone(),
+            argv: Vec::new(),
+            elapsed: std::time::Duration::ZERO,
+            streams: Default::default(),
+            park: None,
+        };
+        self.agent_ended = super::continuation::last_agent_end(run.state, &self.key, run.run_id);
+        self.previous = Some(Previous::of(run.task, &summary, &report));
+        self.classified = Some(Classified::Infra(kind));
+        self.report = Some(report);
+        self.summary = Some(summary);
+    }
+
     /// What the task spent in this leg of it (a resumed task's envelope is
     /// what was left when it parked).
     fn spent_this_leg(&self) -> u64 {
