@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
 
 /// When and from where [`LIST_PRICES`] were taken.
-pub const LIST_PRICES_TAKEN: &str = "2026-12-01: Anthropic models from the price table bundled in Claude Code 2.1.197; OpenAI gpt-5 family from OpenAI's published list prices (August 2025)";
+pub const LIST_PRICES_TAKEN: &str = "2026-12-02: Anthropic models from the price table bundled in Claude Code 2.1.197 (taken 2026-12-01); OpenAI gpt-5 family from OpenAI's published list prices (August 2025); gpt-5.5, gemini-3.1-pro-preview and gemini-3.5-flash-lite as copies of the providers' pricing pages gave them (looked up 2026-12-02, no provider page itself at hand)";
 
 /// One model's rates, micro-dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,7 +40,8 @@ const fn anthropic(input: u64, output: u64) -> ModelPrice {
 }
 
 const fn openai(input: u64, output: u64, cache_read: u64) -> ModelPrice {
-    // OpenAI bills no cache writes: the first sight of a prefix is input.
+    // OpenAI (and Google, for the implicit caching the Gemini API does) bills
+    // no cache writes: the first sight of a prefix is input.
     ModelPrice {
         input,
         output,
@@ -74,6 +75,22 @@ pub const LIST_PRICES: &[(&str, ModelPrice)] = &[
     ("gpt-5.1-codex", openai(1_250_000, 10_000_000, 125_000)),
     ("gpt-5-mini", openai(250_000, 2_000_000, 25_000)),
     ("gpt-5-nano", openai(50_000, 400_000, 5_000)),
+    // Codex's pinned default. $5 in, $0.50 cached, $30 out, for prompts up
+    // to 272K tokens (longer ones are billed at about twice the input rate,
+    // not modelled), as several copies of OpenAI's pricing page agreed in
+    // 2026; one page said $2/$8, taken as wrong.
+    ("gpt-5.5", openai(5_000_000, 30_000_000, 500_000)),
+    // Gemini CLI's pinned default. $2 in, $0.20 cached, $12 out, for prompts
+    // up to 200K tokens ($4/$18 above, not modelled), as listings copying
+    // Google's Gemini API pricing page gave it.
+    (
+        "gemini-3.1-pro-preview",
+        openai(2_000_000, 12_000_000, 200_000),
+    ),
+    // Gemini CLI's pinned router and utility model. $0.30 in, $0.03 cached,
+    // $2.50 out: one reseller's list, which says it matches Google's own
+    // (stable since July 2026); no second source was found.
+    ("gemini-3.5-flash-lite", openai(300_000, 2_500_000, 30_000)),
 ];
 
 /// The token classes of one request (or a sum of them).
@@ -295,15 +312,28 @@ mod tests {
         assert_eq!(table.price("claude-opus-4-8").unwrap().input, 5_000_000);
         assert_eq!(table.price("gpt-5-codex").unwrap().cache_read, 125_000);
         assert_eq!(
-            table.price("gpt-5.5"),
-            None,
+            table.price("gpt-5.5").unwrap().input,
+            5_000_000,
             "gpt-5's price is not gpt-5.5's"
         );
+        assert_eq!(table.price("gpt-5.4"), None);
         let table = PriceTable {
-            all: None,
             models: vec![("gpt-5.5".to_owned(), parse_price("2/8").unwrap())],
+            ..PriceTable::default()
         };
         assert_eq!(table.price("gpt-5.5").unwrap().input, 2_000_000);
+    }
+
+    #[test]
+    fn the_pinned_clis_default_models_have_a_price() {
+        let table = PriceTable::default();
+        for model in [
+            "gpt-5.5",
+            "gemini-3.1-pro-preview",
+            "gemini-3.5-flash-lite",
+        ] {
+            assert!(table.price(model).is_some(), "{model}");
+        }
     }
 
     #[test]
