@@ -17,7 +17,7 @@ use serde_saphyr::{Location, Spanned};
 pub const LIST_PRICES_TAKEN: &str = "2026-12-02: Anthropic models from the price table bundled in Claude Code 2.1.197 (taken 2026-12-01); OpenAI gpt-5 family from OpenAI's published list prices (August 2025); gpt-5.5, gemini-3.1-pro-preview and gemini-3.5-flash-lite as copies of the providers' pricing pages gave them (looked up 2026-12-02, no provider page itself at hand)";
 
 /// One model's rates, micro-dollars per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelPrice {
     pub input: u64,
     pub output: u64,
@@ -138,13 +138,61 @@ pub fn micro_usd(pico: u128) -> u64 {
 }
 
 /// The table a rehearsal prices with: overrides first, then the list.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PriceTable {
     /// Set for every model (`--price IN/OUT`).
     pub all: Option<ModelPrice>,
     /// Per model, from `--price MODEL=...` and the scenario's `prices:`,
     /// tried before the list.
     pub models: Vec<(String, ModelPrice)>,
+    /// The shipped list ([`LIST_PRICES`]), or the one a stored table was
+    /// written with.
+    pub list: Vec<(String, ModelPrice)>,
+    /// When and from where `list` was taken ([`LIST_PRICES_TAKEN`]).
+    pub list_taken: String,
+}
+
+impl Default for PriceTable {
+    /// The shipped list and no overrides.
+    fn default() -> Self {
+        Self {
+            all: None,
+            models: Vec::new(),
+            list: LIST_PRICES
+                .iter()
+                .map(|(model, price)| ((*model).to_owned(), *price))
+                .collect(),
+            list_taken: LIST_PRICES_TAKEN.to_owned(),
+        }
+    }
+}
+
+/// The version of the stored price table ([`PriceTable::to_stored`]).
+pub const STORED_PRICES_FORMAT: u32 = 1;
+
+/// Why a stored price table could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoredPricesError {
+    #[error(
+        "it is format {found}, newer than this reprise reads ({STORED_PRICES_FORMAT}): upgrade reprise"
+    )]
+    Newer { found: u32 },
+    #[error("it is not a stored price table: {0}")]
+    Malformed(String),
+}
+
+/// A price table as a rehearsal stores it beside its request log, so a
+/// later report prices the run as the rehearsal did.
+#[derive(Serialize, Deserialize)]
+struct StoredPrices {
+    format: u32,
+    #[serde(flatten)]
+    table: PriceTable,
+}
+
+#[derive(Deserialize)]
+struct StoredFormat {
+    format: u32,
 }
 
 fn model_matches(model: &str, key: &str) -> bool {
@@ -173,7 +221,32 @@ impl PriceTable {
                 .iter()
                 .map(|(key, price)| (key.as_str(), *price)),
         )
-        .or_else(|| longest(&mut LIST_PRICES.iter().map(|(key, price)| (*key, *price))))
+        .or_else(|| longest(&mut self.list.iter().map(|(key, price)| (key.as_str(), *price))))
+    }
+
+    /// Whether anything is set over the list.
+    pub fn overridden(&self) -> bool {
+        self.all.is_some() || !self.models.is_empty()
+    }
+
+    /// The table as JSON, with its format.
+    pub fn to_stored(&self) -> String {
+        serde_json::to_string(&StoredPrices {
+            format: STORED_PRICES_FORMAT,
+            table: self.clone(),
+        })
+        .expect("a price table serialises")
+    }
+
+    /// Reads a table [`Self::to_stored`] wrote.
+    pub fn from_stored(text: &str) -> Result<Self, StoredPricesError> {
+        let malformed = |err: serde_json::Error| StoredPricesError::Malformed(err.to_string());
+        let StoredFormat { format } = serde_json::from_str(text).map_err(malformed)?;
+        if format > STORED_PRICES_FORMAT {
+            return Err(StoredPricesError::Newer { found: format });
+        }
+        let stored: StoredPrices = serde_json::from_str(text).map_err(malformed)?;
+        Ok(stored.table)
     }
 }
 
@@ -327,13 +400,32 @@ mod tests {
     #[test]
     fn the_pinned_clis_default_models_have_a_price() {
         let table = PriceTable::default();
-        for model in [
-            "gpt-5.5",
-            "gemini-3.1-pro-preview",
-            "gemini-3.5-flash-lite",
-        ] {
+        for model in ["gpt-5.5", "gemini-3.1-pro-preview", "gemini-3.5-flash-lite"] {
             assert!(table.price(model).is_some(), "{model}");
         }
+    }
+
+    #[test]
+    fn a_stored_table_prices_as_it_did_and_a_newer_one_is_refused() {
+        let mut table = PriceTable {
+            all: None,
+            models: vec![("gpt-5.5".to_owned(), parse_price("2/8").unwrap())],
+            list: vec![("claude-sonnet-4".to_owned(), parse_price("3/15").unwrap())],
+            list_taken: "then".to_owned(),
+        };
+        let read = PriceTable::from_stored(&table.to_stored()).unwrap();
+        assert_eq!(read, table);
+        assert_eq!(read.price("claude-haiku-4-5"), None, "only the stored list");
+        table.all = Some(parse_price("1/1").unwrap());
+        let newer = table.to_stored().replace("\"format\":1", "\"format\":2");
+        assert_eq!(
+            PriceTable::from_stored(&newer).unwrap_err(),
+            StoredPricesError::Newer { found: 2 }
+        );
+        assert!(matches!(
+            PriceTable::from_stored("{}"),
+            Err(StoredPricesError::Malformed(_))
+        ));
     }
 
     #[test]
