@@ -20,7 +20,7 @@ use reprise_core::{TaskId, TaskKey};
 use reprise_engine::{AgentSetup, RunState, new_run_id};
 use reprise_rehearse::check::{PlanTask, check};
 use reprise_rehearse::model_server::{ModelServer, Scenario, ServerOptions};
-use reprise_rehearse::pricing::{PriceTable, TokenUsage, parse_price};
+use reprise_rehearse::pricing::{PriceTable, StoredPricesError, TokenUsage, parse_price};
 use reprise_rehearse::report::{Traffic, Turn, summarise};
 use reprise_rehearse::setup::{Client, client_setup};
 use reprise_store::write_atomic;
@@ -389,8 +389,14 @@ pub(crate) fn priced<'a>(
     let (prices, prices_stored) = match std::fs::read_to_string(&stored) {
         Ok(text) => (
             PriceTable::from_stored(&text).map_err(|err| {
+                let fix = match err {
+                    StoredPricesError::Newer { .. } => "",
+                    StoredPricesError::Malformed(_) => {
+                        "; remove the file to price the run at this reprise's list"
+                    }
+                };
                 CliError::usage(format!(
-                    "cannot read the prices of rehearsal {} from {}: {err}",
+                    "cannot read the prices of rehearsal {} from {}: {err}{fix}",
                     run.run_id,
                     stored.display()
                 ))

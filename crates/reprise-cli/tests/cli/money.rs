@@ -237,6 +237,23 @@ fn a_rehearsal_is_marked_everywhere_and_priced_with_the_prices_it_ran_with() {
     );
     assert!(!html.contains("· spent"), "{html}");
     assert!(html.contains("<th>would cost</th>"), "{html}");
+
+    // Prices it cannot read are refused in one line that says what to do.
+    let run_id = row["run_id"].as_str().unwrap();
+    let stored = env
+        .reprise_dir()
+        .join("runs")
+        .join(run_id)
+        .join("rehearsal/prices.json");
+    let text = fs::read_to_string(&stored).unwrap();
+    fs::write(&stored, text.replace("\"format\":1", "\"format\":2")).unwrap();
+    let before = env.snapshot();
+    assert_one_line_error(&env.run(&["status"]), 2, "newer than this reprise reads");
+    assert_eq!(env.snapshot(), before, "nothing is written");
+    fs::write(&stored, "{").unwrap();
+    let before = env.snapshot();
+    assert_one_line_error(&env.run(&["runs"]), 2, "remove the file");
+    assert_eq!(env.snapshot(), before, "nothing is written");
 }
 
 #[test]
