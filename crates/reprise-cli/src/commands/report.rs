@@ -1,7 +1,8 @@
 //! `reprise report [RUN]`: one self-contained HTML file of a run, built from
 //! the state directory alone: what needs attention first, then each task's
-//! attempts (mode, downgrade, gates with their levels, time, cost, bytes
-//! sent), its sessions' lineage, the verification of every chain, and each
+//! attempts (mode, downgrade, gates with their levels, time, cost (unknown
+//! where none was reported; for a rehearsal, what it would cost at the
+//! prices it stored), bytes sent), its sessions' lineage, the verification of every chain, and each
 //! attempt's kept output folded away. Styles and script are inline, nothing
 //! is fetched: the file works opened from disk. A chain that does not
 //! verify is shown as broken, and what it holds is marked unverified.
