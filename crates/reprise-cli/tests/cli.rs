@@ -1239,6 +1239,9 @@ mod suspension;
 #[path = "cli/seats.rs"]
 mod seats;
 
+#[path = "cli/money.rs"]
+mod money;
+
 // ---- A hostile agent against reprise's own git (issue 24) ----
 #[path = "cli/escapes.rs"]
 mod escapes;

@@ -2,7 +2,10 @@
 //! tasks were: a live run holds the locks of the tasks it runs (naming its
 //! pid); an unfinished run whose locks nobody holds was interrupted, and each
 //! task's journal, read back through the core's lifecycle, says where it was
-//! when its process died.
+//! when its process died. An unfinished run's snapshot is brought up to its
+//! journals here too: a task's attempts land in `state.json` only when the
+//! task ends, so the journal is where the attempts of a task still at work
+//! (or cut off) are read back, with what each cost.
 
 use std::fs;
 
@@ -13,6 +16,10 @@ use reprise_store::locks::task_holder;
 use reprise_store::state::StateDir;
 use serde::Serialize;
 use serde_json::Value;
+
+use std::collections::BTreeMap;
+
+use reprise_core::TaskId;
 
 use crate::state::RunState;
 
@@ -99,4 +106,38 @@ pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<T
             .find(|row| row.kind == rows::ATTEMPT_STARTED)
             .map(|row| row.at.clone()),
     })
+}
+
+/// Brings the attempts of an unfinished `run` up to its journals: each task
+/// whose journal holds more finished attempts in this run than the snapshot
+/// gets the journal's (and their cost). Returns, per task, the attempt that
+/// started and has not finished: running in a live run, cut off in an
+/// interrupted one; either way, its cost is not known. Rows are read as
+/// recorded, unverified, as [`task_lifecycle`] reads them.
+pub fn catch_up(state: &StateDir, run: &mut RunState) -> BTreeMap<TaskId, u32> {
+    let mut unfinished = BTreeMap::new();
+    let Some(plan) = run.plan_id() else {
+        return unfinished;
+    };
+    for task in &mut run.tasks {
+        let key = TaskKey::new(plan.clone(), task.task_id.clone());
+        let rows = crate::resume::rows_of_run(state, &key, &run.run_id);
+        if rows.is_empty() {
+            continue;
+        }
+        let taken = crate::task::journal_attempts(&rows);
+        let last_finished = taken.attempts.last().map_or(0, |attempt| attempt.n);
+        if taken.attempt > last_finished {
+            unfinished.insert(task.task_id.clone(), taken.attempt);
+        }
+        if taken.attempts.len() > task.attempts.len() {
+            task.spent_micro_usd = taken
+                .attempts
+                .iter()
+                .filter_map(|attempt| attempt.cost_micro_usd)
+                .sum();
+            task.attempts = taken.attempts;
+        }
+    }
+    unfinished
 }

@@ -7,6 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use reprise_core::TaskId;
+use reprise_core::plan::Spend;
 use reprise_store::state::StateDir;
 use reprise_store::{replace_file, write_atomic};
 use serde::{Deserialize, Serialize};
@@ -201,7 +202,28 @@ pub struct RunState {
     pub tasks: Vec<TaskRecord>,
 }
 
+impl TaskRecord {
+    /// What the task's attempts cost: the figures reported, and how many
+    /// attempts reported none (a command, Codex or Gemini agent, or an
+    /// attempt cut off by the death of its process).
+    pub fn spend(&self) -> Spend {
+        self.attempts
+            .iter()
+            .map(|attempt| attempt.cost_micro_usd)
+            .collect()
+    }
+}
+
 impl RunState {
+    /// What every task's attempts cost (see [`TaskRecord::spend`]).
+    pub fn spend(&self) -> Spend {
+        let mut spend = Spend::default();
+        for task in &self.tasks {
+            spend.merge(task.spend());
+        }
+        spend
+    }
+
     pub fn task(&self, id: &TaskId) -> Option<&TaskRecord> {
         self.tasks.iter().find(|task| &task.task_id == id)
     }

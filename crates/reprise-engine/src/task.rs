@@ -151,7 +151,7 @@ struct NextAttempt {
 mod continuation;
 mod executor;
 
-pub(crate) use continuation::Continuation;
+pub(crate) use continuation::{Continuation, taken_up as journal_attempts};
 use executor::Executor;
 
 impl TaskRun<'_> {

@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::{Location, Spanned};
 
 /// When and from where [`LIST_PRICES`] were taken.
-pub const LIST_PRICES_TAKEN: &str = "2026-12-01: Anthropic models from the price table bundled in Claude Code 2.1.197; OpenAI gpt-5 family from OpenAI's published list prices (August 2025)";
+pub const LIST_PRICES_TAKEN: &str = "2026-12-02: Anthropic models from the price table bundled in Claude Code 2.1.197 (taken 2026-12-01); OpenAI gpt-5 family from OpenAI's published list prices (August 2025); gpt-5.5, gemini-3.1-pro-preview and gemini-3.5-flash-lite as copies of the providers' pricing pages gave them (looked up 2026-12-02, no provider page itself at hand)";
 
 /// One model's rates, micro-dollars per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelPrice {
     pub input: u64,
     pub output: u64,
@@ -40,7 +40,8 @@ const fn anthropic(input: u64, output: u64) -> ModelPrice {
 }
 
 const fn openai(input: u64, output: u64, cache_read: u64) -> ModelPrice {
-    // OpenAI bills no cache writes: the first sight of a prefix is input.
+    // OpenAI (and Google, for the implicit caching the Gemini API does) bills
+    // no cache writes: the first sight of a prefix is input.
     ModelPrice {
         input,
         output,
@@ -74,6 +75,22 @@ pub const LIST_PRICES: &[(&str, ModelPrice)] = &[
     ("gpt-5.1-codex", openai(1_250_000, 10_000_000, 125_000)),
     ("gpt-5-mini", openai(250_000, 2_000_000, 25_000)),
     ("gpt-5-nano", openai(50_000, 400_000, 5_000)),
+    // Codex's pinned default. $5 in, $0.50 cached, $30 out, for prompts up
+    // to 272K tokens (longer ones are billed at about twice the input rate,
+    // not modelled), as several copies of OpenAI's pricing page agreed in
+    // 2026; one page said $2/$8, taken as wrong.
+    ("gpt-5.5", openai(5_000_000, 30_000_000, 500_000)),
+    // Gemini CLI's pinned default. $2 in, $0.20 cached, $12 out, for prompts
+    // up to 200K tokens ($4/$18 above, not modelled), as listings copying
+    // Google's Gemini API pricing page gave it.
+    (
+        "gemini-3.1-pro-preview",
+        openai(2_000_000, 12_000_000, 200_000),
+    ),
+    // Gemini CLI's pinned router and utility model. $0.30 in, $0.03 cached,
+    // $2.50 out: one reseller's list, which says it matches Google's own
+    // (stable since July 2026); no second source was found.
+    ("gemini-3.5-flash-lite", openai(300_000, 2_500_000, 30_000)),
 ];
 
 /// The token classes of one request (or a sum of them).
@@ -121,13 +138,61 @@ pub fn micro_usd(pico: u128) -> u64 {
 }
 
 /// The table a rehearsal prices with: overrides first, then the list.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PriceTable {
     /// Set for every model (`--price IN/OUT`).
     pub all: Option<ModelPrice>,
     /// Per model, from `--price MODEL=...` and the scenario's `prices:`,
     /// tried before the list.
     pub models: Vec<(String, ModelPrice)>,
+    /// The shipped list ([`LIST_PRICES`]), or the one a stored table was
+    /// written with.
+    pub list: Vec<(String, ModelPrice)>,
+    /// When and from where `list` was taken ([`LIST_PRICES_TAKEN`]).
+    pub list_taken: String,
+}
+
+impl Default for PriceTable {
+    /// The shipped list and no overrides.
+    fn default() -> Self {
+        Self {
+            all: None,
+            models: Vec::new(),
+            list: LIST_PRICES
+                .iter()
+                .map(|(model, price)| ((*model).to_owned(), *price))
+                .collect(),
+            list_taken: LIST_PRICES_TAKEN.to_owned(),
+        }
+    }
+}
+
+/// The version of the stored price table ([`PriceTable::to_stored`]).
+pub const STORED_PRICES_FORMAT: u32 = 1;
+
+/// Why a stored price table could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoredPricesError {
+    #[error(
+        "it is format {found}, newer than this reprise reads ({STORED_PRICES_FORMAT}): upgrade reprise"
+    )]
+    Newer { found: u32 },
+    #[error("it is not a stored price table: {0}")]
+    Malformed(String),
+}
+
+/// A price table as a rehearsal stores it beside its request log, so a
+/// later report prices the run as the rehearsal did.
+#[derive(Serialize, Deserialize)]
+struct StoredPrices {
+    format: u32,
+    #[serde(flatten)]
+    table: PriceTable,
+}
+
+#[derive(Deserialize)]
+struct StoredFormat {
+    format: u32,
 }
 
 fn model_matches(model: &str, key: &str) -> bool {
@@ -156,7 +221,32 @@ impl PriceTable {
                 .iter()
                 .map(|(key, price)| (key.as_str(), *price)),
         )
-        .or_else(|| longest(&mut LIST_PRICES.iter().map(|(key, price)| (*key, *price))))
+        .or_else(|| longest(&mut self.list.iter().map(|(key, price)| (key.as_str(), *price))))
+    }
+
+    /// Whether anything is set over the list.
+    pub fn overridden(&self) -> bool {
+        self.all.is_some() || !self.models.is_empty()
+    }
+
+    /// The table as JSON, with its format.
+    pub fn to_stored(&self) -> String {
+        serde_json::to_string(&StoredPrices {
+            format: STORED_PRICES_FORMAT,
+            table: self.clone(),
+        })
+        .expect("a price table serialises")
+    }
+
+    /// Reads a table [`Self::to_stored`] wrote.
+    pub fn from_stored(text: &str) -> Result<Self, StoredPricesError> {
+        let malformed = |err: serde_json::Error| StoredPricesError::Malformed(err.to_string());
+        let StoredFormat { format } = serde_json::from_str(text).map_err(malformed)?;
+        if format > STORED_PRICES_FORMAT {
+            return Err(StoredPricesError::Newer { found: format });
+        }
+        let stored: StoredPrices = serde_json::from_str(text).map_err(malformed)?;
+        Ok(stored.table)
     }
 }
 
@@ -295,15 +385,47 @@ mod tests {
         assert_eq!(table.price("claude-opus-4-8").unwrap().input, 5_000_000);
         assert_eq!(table.price("gpt-5-codex").unwrap().cache_read, 125_000);
         assert_eq!(
-            table.price("gpt-5.5"),
-            None,
+            table.price("gpt-5.5").unwrap().input,
+            5_000_000,
             "gpt-5's price is not gpt-5.5's"
         );
+        assert_eq!(table.price("gpt-5.4"), None);
         let table = PriceTable {
-            all: None,
             models: vec![("gpt-5.5".to_owned(), parse_price("2/8").unwrap())],
+            ..PriceTable::default()
         };
         assert_eq!(table.price("gpt-5.5").unwrap().input, 2_000_000);
+    }
+
+    #[test]
+    fn the_pinned_clis_default_models_have_a_price() {
+        let table = PriceTable::default();
+        for model in ["gpt-5.5", "gemini-3.1-pro-preview", "gemini-3.5-flash-lite"] {
+            assert!(table.price(model).is_some(), "{model}");
+        }
+    }
+
+    #[test]
+    fn a_stored_table_prices_as_it_did_and_a_newer_one_is_refused() {
+        let mut table = PriceTable {
+            all: None,
+            models: vec![("gpt-5.5".to_owned(), parse_price("2/8").unwrap())],
+            list: vec![("claude-sonnet-4".to_owned(), parse_price("3/15").unwrap())],
+            list_taken: "then".to_owned(),
+        };
+        let read = PriceTable::from_stored(&table.to_stored()).unwrap();
+        assert_eq!(read, table);
+        assert_eq!(read.price("claude-haiku-4-5"), None, "only the stored list");
+        table.all = Some(parse_price("1/1").unwrap());
+        let newer = table.to_stored().replace("\"format\":1", "\"format\":2");
+        assert_eq!(
+            PriceTable::from_stored(&newer).unwrap_err(),
+            StoredPricesError::Newer { found: 2 }
+        );
+        assert!(matches!(
+            PriceTable::from_stored("{}"),
+            Err(StoredPricesError::Malformed(_))
+        ));
     }
 
     #[test]

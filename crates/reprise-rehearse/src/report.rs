@@ -322,7 +322,7 @@ mod tests {
         let log = [
             r#"{"api":"messages","task":"a","turn":1,"status":400,"reply":null,"prompt_text":"do the thing"}"#,
             r#"{"api":"messages","task":"a","turn":2,"status":400,"reply":null,"prompt_text":"again"}"#,
-            r#"{"api":"responses","task":"a","turn":3,"status":200,"reply":"message","model":"gpt-5.5","usage":{"fresh_input":1,"cache_write":0,"cache_write_1h":0,"cache_read":0,"output":1}}"#,
+            r#"{"api":"responses","task":"a","turn":3,"status":200,"reply":"message","model":"gpt-9-unlisted","usage":{"fresh_input":1,"cache_write":0,"cache_write_1h":0,"cache_read":0,"output":1}}"#,
             r#"{"api":"responses","task":"a","turn":3,"tool_result":true,"status":400,"reply":"loop","loop":true}"#,
             r#"{"api":"responses","task":"a","turn":3,"tool_result":true,"status":400,"reply":"loop","loop":true}"#,
         ]
@@ -340,7 +340,7 @@ mod tests {
         );
         assert_eq!(a.loops, 1, "one attempt ended as a loop");
         assert!(a.turns[2].rehearsal_loop);
-        assert_eq!(a.unpriced_models, ["gpt-5.5"]);
+        assert_eq!(a.unpriced_models, ["gpt-9-unlisted"]);
         assert_eq!(a.would_cost_micro_usd, None, "no price, no figure");
     }
 

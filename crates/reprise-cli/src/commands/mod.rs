@@ -19,6 +19,7 @@ mod report;
 mod resolve;
 mod run;
 mod shell;
+mod spend;
 mod status;
 mod suspended;
 mod task;

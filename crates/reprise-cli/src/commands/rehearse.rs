@@ -20,15 +20,16 @@ use reprise_core::{TaskId, TaskKey};
 use reprise_engine::{AgentSetup, RunState, new_run_id};
 use reprise_rehearse::check::{PlanTask, check};
 use reprise_rehearse::model_server::{ModelServer, Scenario, ServerOptions};
-use reprise_rehearse::pricing::{LIST_PRICES_TAKEN, PriceTable, TokenUsage, parse_price};
+use reprise_rehearse::pricing::{PriceTable, StoredPricesError, TokenUsage, parse_price};
 use reprise_rehearse::report::{Traffic, Turn, summarise};
 use reprise_rehearse::setup::{Client, client_setup};
 use reprise_store::write_atomic;
 use serde_json::{Value, json};
 
 use crate::commands::run::{
-    Prepared, execute, parked_code, prepare_checked, prepare_continue, run_json, summary_text,
+    Prepared, execute, parked_code, prepare_checked, prepare_continue, run_json, summary_priced,
 };
+use crate::commands::spend::insert_spend;
 use crate::commands::status::money;
 use crate::error::{CliError, EXIT_FAILED};
 use crate::output::Outcome;
@@ -38,8 +39,8 @@ use crate::settings::Settings;
 /// every `--price [MODEL=]IN/OUT[/WRITE/READ]` over both.
 fn price_table(scenario: &Scenario, prices: &[String]) -> Result<PriceTable, CliError> {
     let mut table = PriceTable {
-        all: None,
         models: scenario.prices.clone(),
+        ..PriceTable::default()
     };
     for text in prices {
         let bad = |err: reprise_rehearse::pricing::PriceError| {
@@ -178,6 +179,12 @@ pub(crate) fn rehearse(
     let dir = prepared.state.runs_dir().join(&run_id).join("rehearsal");
     std::fs::create_dir_all(&dir)
         .map_err(|err| failed(&format!("create {}", dir.display()), &err))?;
+    // The prices go with the run before it starts, so `status`, `runs` and
+    // `report` price it as this process does, even if it dies. A continued
+    // rehearsal stores its own: its summary prices the whole log with them.
+    let stored = dir.join(PRICES_FILE);
+    write_atomic(&stored, prices.to_stored().as_bytes(), 0o644)
+        .map_err(|err| failed(&format!("write {}", stored.display()), &err))?;
     let log = dir.join("requests.jsonl");
     let options = ServerOptions {
         port: 0,
@@ -212,31 +219,206 @@ pub(crate) fn rehearse(
     let text = std::fs::read_to_string(&log).map_err(|err| failed("read the request log", &err))?;
     let traffic =
         summarise(&text, &prices).map_err(|err| failed("summarise the request log", &err))?;
-    let tasks = task_reports(&run, &traffic);
+    let priced = Priced {
+        tasks: task_reports(&run, &traffic),
+        prices,
+        prices_stored: true,
+    };
     // The agents' cost figures are for tokens never spent: say so.
-    let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
     let continue_with = format!("reprise rehearse --continue {} --scenario FILE", run.run_id);
-    let mut text = summary_text(&run, &continue_with).replacen(
-        &format!("spent {}", money(spent)),
-        "nothing spent: a rehearsal",
-        1,
-    );
-    text.push_str(&traffic_table(&tasks));
+    let mut text = summary_priced(&run, &continue_with, Some(&priced));
+    text.push_str(&traffic_table(&priced.tasks, &priced.prices));
+    let rehearsal = json!({
+        "server": base_url,
+        "log": log,
+        "requests": keep_requests.then(|| dir.join("requests")),
+        "prices": stored,
+        "prices_taken": priced.prices.list_taken,
+        "tasks": priced.tasks.iter().map(TaskReport::json).collect::<Vec<_>>(),
+        "would_cost_micro_usd": priced.would_cost_micro_usd(),
+    });
     Ok(Outcome {
         code: parked_code(&run),
         json: json!({
-            "run": run_json(&run),
-            "rehearsal": {
-                "server": base_url,
-                "log": log,
-                "requests": keep_requests.then(|| dir.join("requests")),
-                "prices_taken": LIST_PRICES_TAKEN,
-                "tasks": tasks.iter().map(TaskReport::json).collect::<Vec<_>>(),
-            },
+            "run": nothing_spent(run_json(&run)),
+            "rehearsal": rehearsal,
         }),
         text,
         ok: run.ok == Some(true),
     })
+}
+
+/// Where a rehearsal keeps the prices it ran with, in `runs/<run>/rehearsal/`.
+const PRICES_FILE: &str = "prices.json";
+
+/// `run_json` of a rehearsal: its tasks spent nothing (each attempt's
+/// `cost_micro_usd` stays the agent's own figure, for tokens nobody paid).
+pub(crate) fn nothing_spent(mut json: Value) -> Value {
+    let nothing = reprise_core::plan::Spend::default();
+    if let Some(object) = json.as_object_mut() {
+        insert_spend(object, nothing);
+        object.insert("rehearsal".into(), json!(true));
+    }
+    if let Some(tasks) = json["tasks"].as_array_mut() {
+        for task in tasks.iter_mut().filter_map(Value::as_object_mut) {
+            insert_spend(task, nothing);
+        }
+    }
+    json
+}
+
+/// The whole run's would-cost: `None` when a task's model has no price.
+fn would_cost(tasks: &[TaskReport<'_>]) -> Option<u64> {
+    tasks
+        .iter()
+        .map(|task| {
+            if task.traffic.requests == 0 {
+                Some(0)
+            } else {
+                task.traffic.would_cost_micro_usd
+            }
+        })
+        .sum()
+}
+
+/// A finished or stopped rehearsal read back: what each task sent and what
+/// it would have cost at the prices the rehearsal ran with.
+pub(crate) struct Priced<'a> {
+    tasks: Vec<TaskReport<'a>>,
+    prices: PriceTable,
+    /// The rehearsal stored no prices (made by an older reprise): it is
+    /// priced at this reprise's list.
+    prices_stored: bool,
+}
+
+impl Priced<'_> {
+    /// The whole run, `would cost $0.21` or `would cost unknown (...)`.
+    pub(crate) fn would_cost_text(&self) -> String {
+        match would_cost(&self.tasks) {
+            Some(micro) => format!("would cost {}", money(micro)),
+            None => {
+                let models: std::collections::BTreeSet<&str> = self
+                    .tasks
+                    .iter()
+                    .flat_map(|task| task.traffic.unpriced_models.iter().map(String::as_str))
+                    .collect();
+                format!(
+                    "would cost unknown (no price for {})",
+                    models.into_iter().collect::<Vec<_>>().join(", ")
+                )
+            }
+        }
+    }
+
+    pub(crate) fn would_cost_micro_usd(&self) -> Option<u64> {
+        would_cost(&self.tasks)
+    }
+
+    /// Which prices: `prices: the list of 2026-12-02, under this run's own`,
+    /// or the list alone.
+    pub(crate) fn prices_text(&self) -> String {
+        let mut text = format!("prices: the list of {}", list_date(&self.prices));
+        if self.prices.overridden() {
+            text.push_str(", under this run's own from --price or the scenario");
+        }
+        if !self.prices_stored {
+            text.push_str("; the run stored none, so this reprise's list");
+        }
+        text
+    }
+
+    /// What attempt `n` of `task` would have cost.
+    pub(crate) fn attempt_text(&self, task: &str, n: u32) -> String {
+        let Some(report) = self.tasks.iter().find(|report| report.task_id == task) else {
+            return "would cost unknown".to_owned();
+        };
+        let index = n.saturating_sub(1) as usize;
+        report.would_cost(
+            report
+                .traffic
+                .turns
+                .get(index)
+                .and_then(|turn| turn.would_cost_micro_usd)
+                .or((report.traffic.requests == 0).then_some(0)),
+            false,
+        )
+    }
+
+    /// What `task` would have cost.
+    pub(crate) fn task_micro_usd(&self, task: &str) -> Option<u64> {
+        let report = self.tasks.iter().find(|report| report.task_id == task)?;
+        if report.traffic.requests == 0 {
+            return Some(0);
+        }
+        report.traffic.would_cost_micro_usd
+    }
+
+    /// Adds to `status --json` of the rehearsal what it would cost, the
+    /// run's and each task's (`would_cost_micro_usd`), and its `prices`.
+    pub(crate) fn annotate(&self, json: &mut Value) {
+        json["would_cost_micro_usd"] = json!(self.would_cost_micro_usd());
+        json["prices"] = json!({
+            "taken": self.prices.list_taken,
+            "overridden": self.prices.overridden(),
+            "stored": self.prices_stored,
+        });
+        if let Some(tasks) = json["tasks"].as_array_mut() {
+            for task in tasks {
+                let id = task["task_id"].as_str().unwrap_or_default().to_owned();
+                task["would_cost_micro_usd"] = json!(self.task_micro_usd(&id));
+            }
+        }
+    }
+}
+
+/// The date a price table's list was taken.
+fn list_date(prices: &PriceTable) -> &str {
+    prices.list_taken.split(':').next().unwrap_or("")
+}
+
+/// `run` read back as the rehearsal it was, if it was one: its request log
+/// priced at the prices it stored.
+pub(crate) fn priced<'a>(
+    state: &reprise_store::state::StateDir,
+    run: &'a RunState,
+) -> Result<Option<Priced<'a>>, CliError> {
+    let dir = state.runs_dir().join(&run.run_id).join("rehearsal");
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let stored = dir.join(PRICES_FILE);
+    let (prices, prices_stored) = match std::fs::read_to_string(&stored) {
+        Ok(text) => (
+            PriceTable::from_stored(&text).map_err(|err| {
+                let fix = match err {
+                    StoredPricesError::Newer { .. } => "",
+                    StoredPricesError::Malformed(_) => {
+                        "; remove the file to price the run at this reprise's list"
+                    }
+                };
+                CliError::usage(format!(
+                    "cannot read the prices of rehearsal {} from {}: {err}{fix}",
+                    run.run_id,
+                    stored.display()
+                ))
+            })?,
+            true,
+        ),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => (PriceTable::default(), false),
+        Err(err) => return Err(failed(&format!("read {}", stored.display()), &err)),
+    };
+    let log = match std::fs::read_to_string(dir.join("requests.jsonl")) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(err) => return Err(failed("read the request log", &err)),
+    };
+    let traffic =
+        summarise(&log, &prices).map_err(|err| failed("summarise the request log", &err))?;
+    Ok(Some(Priced {
+        tasks: task_reports(run, &traffic),
+        prices,
+        prices_stored,
+    }))
 }
 
 /// Each server-calling task's home under `dir/homes/<task>/` and what its
@@ -421,9 +603,9 @@ fn task_reports<'a>(
         .collect()
 }
 
-fn traffic_table(tasks: &[TaskReport<'_>]) -> String {
+fn traffic_table(tasks: &[TaskReport<'_>], prices: &PriceTable) -> String {
     let mut text = String::from("sent to the model server, per task (prices: list of ");
-    text.push_str(LIST_PRICES_TAKEN.split(':').next().unwrap_or(""));
+    text.push_str(list_date(prices));
     text.push_str(", or as set):\n");
     for task in tasks {
         let reported = task

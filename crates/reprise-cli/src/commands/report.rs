@@ -1,16 +1,18 @@
 //! `reprise report [RUN]`: one self-contained HTML file of a run, built from
 //! the state directory alone: what needs attention first, then each task's
-//! attempts (mode, downgrade, gates with their levels, time, cost, bytes
-//! sent), its sessions' lineage, the verification of every chain, and each
+//! attempts (mode, downgrade, gates with their levels, time, cost (unknown
+//! where none was reported; for a rehearsal, what it would cost at the
+//! prices it stored), bytes sent), its sessions' lineage, the verification of every chain, and each
 //! attempt's kept output folded away. Styles and script are inline, nothing
 //! is fetched: the file works opened from disk. A chain that does not
 //! verify is shown as broken, and what it holds is marked unverified.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
+use reprise_core::{TaskId, TaskKey};
 use reprise_engine::{RunState, TaskRecord, TaskStatus, latest_run, load_run};
 use reprise_store::audit::read_audit;
 use reprise_store::journal::verify_journal_with;
@@ -20,7 +22,9 @@ use reprise_store::state::StateDir;
 use serde_json::{Value, json};
 
 use crate::commands::progress::seconds;
-use crate::commands::status::money;
+use crate::commands::rehearse::Priced;
+use crate::commands::spend::{cost_text, spend_text};
+use crate::commands::status::run_spend;
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
@@ -60,7 +64,15 @@ pub(crate) fn report(
         None => latest_run(&state),
     }
     .map_err(|err| CliError::usage(err.to_string()))?;
-    let html = render(&state, &key, &run)?;
+    let mut run = run;
+    let liveness = reprise_engine::liveness(&state, &run);
+    let unfinished = crate::commands::status::caught_up(&state, &mut run, liveness);
+    let priced = crate::commands::rehearse::priced(&state, &run)?;
+    let money = Money {
+        unfinished: &unfinished,
+        priced: priced.as_ref(),
+    };
+    let html = render(&state, &key, &run, &money)?;
     let path = match out {
         Some(path) => path.to_path_buf(),
         None => state.runs_dir().join(&run.run_id).join("report.html"),
@@ -83,10 +95,43 @@ pub(crate) fn report(
     })
 }
 
+/// What the report says of money: the attempts with no figure yet, and for
+/// a rehearsal what it would have cost at the prices it ran with.
+struct Money<'a> {
+    unfinished: &'a BTreeMap<TaskId, u32>,
+    priced: Option<&'a Priced<'a>>,
+}
+
+impl Money<'_> {
+    /// `spent $0.06`, `spent $0.06 + 1 unknown`, or for a rehearsal
+    /// `a rehearsal: nothing spent; would cost $0.21 (prices: ...)`.
+    fn run_text(&self, run: &RunState) -> String {
+        match self.priced {
+            Some(priced) => format!(
+                "<span id=\"rehearsal\">a rehearsal: nothing spent; {} ({})</span>",
+                escape(&priced.would_cost_text()),
+                escape(&priced.prices_text())
+            ),
+            None => format!(
+                "spent {}",
+                escape(&spend_text(run_spend(run, self.unfinished)))
+            ),
+        }
+    }
+
+    fn attempt_text(&self, task: &TaskRecord, attempt: &reprise_engine::AttemptSummary) -> String {
+        match self.priced {
+            Some(priced) => priced.attempt_text(task.task_id.as_str(), attempt.n),
+            None => cost_text(attempt.cost_micro_usd),
+        }
+    }
+}
+
 fn render(
     state: &StateDir,
     key: &reprise_store::key::KeyFile,
     run: &RunState,
+    money: &Money<'_>,
 ) -> Result<String, CliError> {
     let mut html = String::new();
     let _ = write!(
@@ -108,9 +153,9 @@ fn render(
     };
     let _ = write!(
         html,
-        "<p id=\"verdict\">{verdict} · started {} · {} spent</p>",
+        "<p id=\"verdict\">{verdict} · started {} · {}</p>",
         escape(&run.started_at),
-        money(run.tasks.iter().map(|task| task.spent_micro_usd).sum())
+        money.run_text(run)
     );
     attention(&mut html, run);
     // Every chain's verification; a broken one is said first and loudly.
@@ -171,6 +216,7 @@ fn render(
             run,
             task,
             broken_tasks.contains(&task.task_id),
+            money,
         );
     }
     html.push_str(
@@ -236,6 +282,7 @@ fn task_section(
     run: &RunState,
     task: &TaskRecord,
     broken: bool,
+    money: &Money<'_>,
 ) {
     let id = escape(task.task_id.as_str());
     let _ = write!(
@@ -250,7 +297,15 @@ fn task_section(
         );
     }
     let journal = journal_rows(state, run, task);
-    html.push_str("<table class=\"attempts\"><tr><th>attempt</th><th>mode</th><th>outcome</th><th>gates</th><th>time</th><th>cost</th><th>sent</th><th>decision</th></tr>");
+    let cost = if money.priced.is_some() {
+        "would cost"
+    } else {
+        "cost"
+    };
+    let _ = write!(
+        html,
+        "<table class=\"attempts\"><tr><th>attempt</th><th>mode</th><th>outcome</th><th>gates</th><th>time</th><th>{cost}</th><th>sent</th><th>decision</th></tr>"
+    );
     for attempt in &task.attempts {
         let gates: Vec<String> = attempt
             .gates
@@ -309,10 +364,7 @@ fn task_section(
                 .unwrap_or_default(),
             gates.join(", "),
             seconds(attempt.elapsed_ms).trim(),
-            attempt
-                .cost_micro_usd
-                .map(money)
-                .unwrap_or_else(|| "unknown".to_owned()),
+            escape(&money.attempt_text(task, attempt)),
             escape(&decision),
             mode = escape(&attempt.mode),
         );

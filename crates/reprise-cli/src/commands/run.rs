@@ -23,7 +23,8 @@ use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::commands::status::money;
+use crate::commands::rehearse::Priced;
+use crate::commands::spend::{cost_text, insert_spend, spend_text};
 use crate::error::CliError;
 use crate::output::{Outcome, count};
 use crate::settings::Settings;
@@ -701,7 +702,7 @@ fn check_containment(plan: &Plan) -> Result<(), CliError> {
 
 /// `{"run_id","ok","tasks":[{"task_id","state","attempts":[{"n","mode","session_id","outcome","judged"}]}]}`
 pub(crate) fn run_json(run: &RunState) -> Value {
-    json!({
+    let mut json = json!({
         "run_id": run.run_id,
         "ok": run.ok == Some(true),
         "plan": run.plan,
@@ -712,7 +713,6 @@ pub(crate) fn run_json(run: &RunState) -> Value {
             "state": task.state,
             "waiting": task.waiting,
             "reason": task.reason,
-            "spent_micro_usd": task.spent_micro_usd,
             "base_commit": task.base_commit,
             "cwd": task.cwd,
             "result": task.output,
@@ -728,7 +728,19 @@ pub(crate) fn run_json(run: &RunState) -> Value {
                 "gates": attempt.gates,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
-    })
+    });
+    // What each task and the run spent, unknown costs kept apart.
+    if let Some(tasks) = json["tasks"].as_array_mut() {
+        for (shown, task) in tasks.iter_mut().zip(&run.tasks) {
+            if let Some(shown) = shown.as_object_mut() {
+                insert_spend(shown, task.spend());
+            }
+        }
+    }
+    if let Some(shown) = json.as_object_mut() {
+        insert_spend(shown, run.spend());
+    }
+    json
 }
 
 /// The run's one-word verdict: `ok`, `cancelled` (a stop signal or Ctrl-C
@@ -752,18 +764,30 @@ fn run_verdict(run: &RunState) -> &'static str {
 /// The run's summary; `continue_with` is the command that takes it up,
 /// named as the next step when a stop cancelled it.
 pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
+    summary_priced(run, continue_with, None)
+}
+
+/// The summary; for a rehearsal (`priced`), what it would have cost in
+/// place of what was spent: nothing was.
+pub(crate) fn summary_priced(
+    run: &RunState,
+    continue_with: &str,
+    priced: Option<&Priced<'_>>,
+) -> String {
     let passed = run
         .tasks
         .iter()
         .filter(|task| task.state.delivered())
         .count();
-    let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
+    let spent = match priced {
+        Some(priced) => format!("nothing spent: a rehearsal; {}", priced.would_cost_text()),
+        None => format!("spent {}", spend_text(run.spend())),
+    };
     let mut text = format!(
-        "run {}: {} ({passed} of {} passed, spent {})\n",
+        "run {}: {} ({passed} of {} passed, {spent})\n",
         run.run_id,
         run_verdict(run),
         count(run.tasks.len() as u64, "task"),
-        money(spent),
     );
     // Parked tasks first, with what wakes each.
     for task in run
@@ -796,7 +820,15 @@ pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
     let _ = writeln!(
         text,
         "  {:<20} {:<9} {:<20} {:>7} {:>9}",
-        "task", "result", "attempts", "time", "cost"
+        "task",
+        "result",
+        "attempts",
+        "time",
+        if priced.is_some() {
+            "would cost"
+        } else {
+            "cost"
+        }
     );
     for task in &run.tasks {
         let modes: Vec<&str> = task.attempts.iter().map(|a| a.mode.as_str()).collect();
@@ -812,7 +844,10 @@ pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
                 modes.join(", ")
             },
             crate::commands::progress::seconds(ms).trim_start(),
-            money(task.spent_micro_usd)
+            match priced {
+                Some(priced) => cost_text(priced.task_micro_usd(task.task_id.as_str())),
+                None => spend_text(task.spend()),
+            }
         );
     }
     let mut results = 0;

@@ -1,11 +1,13 @@
 //! `reprise status [RUN]`, `reprise task list`, `reprise task show TASK`:
 //! read back `runs/<run>/state.json`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::lifecycle::TaskState;
-use reprise_core::plan::format_micro_usd;
+use reprise_core::plan::{Spend, format_micro_usd};
 use reprise_core::verify::Identity;
 use reprise_engine::{AttemptSummary, RunState, TaskRecord, latest_run, load_run};
 use reprise_store::audit::{AuditSummary, read_audit};
@@ -14,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::commands::run::run_json;
+use crate::commands::spend::{insert_spend, spend_text, with_spend};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
@@ -92,6 +95,79 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
         None => line.push_str("; cost unknown"),
     }
     line
+}
+
+/// An attempt of a rehearsal: what it would have cost at the rehearsal's
+/// prices, in place of the agent's own figure for tokens nobody paid.
+fn rehearsed_attempt_line(
+    attempt: &AttemptSummary,
+    priced: &crate::commands::rehearse::Priced<'_>,
+    task: &str,
+) -> String {
+    let line = attempt_line(attempt);
+    let cost = match attempt.cost_micro_usd {
+        Some(cost) => format!("; cost {}", money(cost)),
+        None => "; cost unknown".to_owned(),
+    };
+    let shown = line.strip_suffix(&cost).unwrap_or(&line);
+    format!("{shown}; {}", priced.attempt_text(task, attempt.n))
+}
+
+/// An unfinished run's snapshot brought up to its journals (its tasks'
+/// attempts land in `state.json` only when each task ends); returns the
+/// attempts started and not finished, whose cost nobody knows yet.
+pub(crate) fn caught_up(
+    state: &reprise_store::state::StateDir,
+    run: &mut RunState,
+    liveness: reprise_engine::Liveness,
+) -> BTreeMap<TaskId, u32> {
+    if liveness == reprise_engine::Liveness::Finished {
+        return BTreeMap::new();
+    }
+    reprise_engine::catch_up(state, run)
+}
+
+/// What a task cost, an attempt still running or cut off counted as unknown.
+pub(crate) fn task_spend(task: &TaskRecord, unfinished: &BTreeMap<TaskId, u32>) -> Spend {
+    let mut spend = task.spend();
+    if unfinished.contains_key(&task.task_id) {
+        spend.add(None);
+    }
+    spend
+}
+
+/// What a run cost, as [`task_spend`] counts each task.
+pub(crate) fn run_spend(run: &RunState, unfinished: &BTreeMap<TaskId, u32>) -> Spend {
+    let mut spend = Spend::default();
+    for task in &run.tasks {
+        spend.merge(task_spend(task, unfinished));
+    }
+    spend
+}
+
+/// ` (attempt 2 of build was cut off when the run stopped: ...)`, naming
+/// the attempts whose cost is not in: still running, or never to report.
+fn cut_off(unfinished: &BTreeMap<TaskId, u32>, liveness: reprise_engine::Liveness) -> String {
+    if unfinished.is_empty() {
+        return String::new();
+    }
+    let attempts: Vec<String> = unfinished
+        .iter()
+        .map(|(task, attempt)| format!("attempt {attempt} of {task}"))
+        .collect();
+    let one = attempts.len() == 1;
+    let why = if matches!(liveness, reprise_engine::Liveness::Live { .. }) {
+        if one {
+            "is running and has not reported its cost yet"
+        } else {
+            "are running and have not reported their cost yet"
+        }
+    } else if one {
+        "was cut off when the run stopped: its cost is unknown"
+    } else {
+        "were cut off when the run stopped: their cost is unknown"
+    };
+    format!(" ({} {why})", attempts.join(", "))
 }
 
 fn load(settings: &Settings, run: Option<&str>) -> Result<RunState, CliError> {
@@ -187,10 +263,12 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
 }
 
 pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
-    let run = load(settings, run)?;
+    let mut run = load(settings, run)?;
     let checked = checked(settings)?;
     let state = settings.state()?;
     let liveness = reprise_engine::liveness(&state, &run);
+    let unfinished = caught_up(&state, &mut run, liveness);
+    let priced = crate::commands::rehearse::priced(&state, &run)?;
     let take_up = crate::commands::run::continue_command(&state, &run.run_id);
     let mut text = format!(
         "run {} ({}): {}\n",
@@ -267,7 +345,11 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
                 .unwrap_or_default()
         );
         for attempt in &task.attempts {
-            let _ = writeln!(text, "    {}", attempt_line(attempt));
+            let line = match &priced {
+                Some(priced) => rehearsed_attempt_line(attempt, priced, task.task_id.as_str()),
+                None => attempt_line(attempt),
+            };
+            let _ = writeln!(text, "    {line}");
         }
         if run.ok.is_none()
             && waiting.is_none()
@@ -303,11 +385,44 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             }
         }
     }
+    let spend = run_spend(&run, &unfinished);
+    match &priced {
+        Some(priced) => {
+            let _ = writeln!(
+                text,
+                "a rehearsal: nothing spent; {} ({})",
+                priced.would_cost_text(),
+                priced.prices_text()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                text,
+                "spent: {}{}",
+                spend_text(spend),
+                cut_off(&unfinished, liveness)
+            );
+        }
+    }
     ledger_lines(&checked, &mut text);
     let ledger = &checked.ledger;
     let ledger_ok = ledger.ok();
     let ok = ledger_ok && checked.audit.ok() && disagreements.is_empty();
     let mut json = run_json(&run);
+    if let Some(object) = json.as_object_mut() {
+        insert_spend(object, spend);
+    }
+    if let Some(tasks) = json["tasks"].as_array_mut() {
+        for (task, record) in tasks.iter_mut().zip(&run.tasks) {
+            if let Some(task) = task.as_object_mut() {
+                insert_spend(task, task_spend(record, &unfinished));
+            }
+        }
+    }
+    if let Some(priced) = &priced {
+        json = crate::commands::rehearse::nothing_spent(json);
+        priced.annotate(&mut json);
+    }
     if let Some(tasks) = json["tasks"].as_array_mut() {
         for (task, current) in tasks.iter_mut().zip(current_states) {
             task["state"] = current["state"].clone();
@@ -373,8 +488,10 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
     let mut text = String::new();
     let mut rows = Vec::new();
     for id in &ids {
-        let run = load_run(&state, id).map_err(engine_error)?;
+        let mut run = load_run(&state, id).map_err(engine_error)?;
         let liveness = reprise_engine::liveness(&state, &run);
+        let unfinished = caught_up(&state, &mut run, liveness);
+        let priced = crate::commands::rehearse::priced(&state, &run)?;
         let standing = match (run.ok, liveness) {
             (_, reprise_engine::Liveness::Live { .. }) => "live",
             (_, reprise_engine::Liveness::Parked) => "parked",
@@ -392,7 +509,11 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             .iter()
             .filter(|task| task.state.delivered())
             .count();
-        let spent: u64 = run.tasks.iter().map(|task| task.spent_micro_usd).sum();
+        let spend = run_spend(&run, &unfinished);
+        let shown_spend = match &priced {
+            Some(priced) => format!("rehearsal, {}", priced.would_cost_text()),
+            None => spend_text(spend),
+        };
         let duration = run.finished_at.as_deref().and_then(|end| {
             let start = humantime::parse_rfc3339(&run.started_at).ok()?;
             let end = humantime::parse_rfc3339(end).ok()?;
@@ -412,9 +533,9 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             shown_standing,
             passed,
             crate::output::count(run.tasks.len() as u64, "task"),
-            money(spent)
+            shown_spend
         );
-        rows.push(json!({
+        let mut row = json!({
             "run_id": run.run_id,
             "plan": run.plan_name,
             "started_at": run.started_at,
@@ -424,8 +545,28 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             "liveness": liveness,
             "tasks_passed": passed,
             "tasks": run.tasks.len(),
-            "spent_micro_usd": spent,
-        }));
+            "rehearsal": priced.is_some(),
+        });
+        if let Some(object) = row.as_object_mut() {
+            // A rehearsal spent nothing: its figure is what it would cost.
+            insert_spend(
+                object,
+                if priced.is_some() {
+                    Spend::default()
+                } else {
+                    spend
+                },
+            );
+            object.insert(
+                "would_cost_micro_usd".into(),
+                json!(
+                    priced
+                        .as_ref()
+                        .and_then(|priced| priced.would_cost_micro_usd())
+                ),
+            );
+        }
+        rows.push(row);
     }
     if ids.is_empty() {
         text.push_str("no runs yet: start one with `reprise run PLAN`\n");
@@ -439,23 +580,44 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
 }
 
 pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
-    let run = load(settings, None)?;
+    let mut run = load(settings, None)?;
+    let state = settings.state()?;
+    let liveness = reprise_engine::liveness(&state, &run);
+    let unfinished = caught_up(&state, &mut run, liveness);
+    let priced = crate::commands::rehearse::priced(&state, &run)?;
     let mut text = String::new();
     for task in &run.tasks {
+        let spend = match &priced {
+            Some(priced) => format!(
+                "nothing spent (a rehearsal; would cost {})",
+                priced
+                    .task_micro_usd(task.task_id.as_str())
+                    .map_or_else(|| "unknown".to_owned(), money)
+            ),
+            None => format!("spent {}", spend_text(task_spend(task, &unfinished))),
+        };
         let _ = writeln!(
             text,
-            "{:<24} {:<9} {}  spent {}",
+            "{:<24} {:<9} {}  {spend}",
             task.task_id.as_str(),
             task.state.as_str(),
             crate::output::count(task.attempts.len() as u64, "attempt"),
-            money(task.spent_micro_usd)
         );
     }
     let tasks: Vec<_> = run
         .tasks
         .iter()
-        .map(|task| json!({"task_id": task.task_id.as_str(), "state": task.state, "attempts": task.attempts.len(),
-                           "spent_micro_usd": task.spent_micro_usd}))
+        .map(|task| {
+            let spend = if priced.is_some() {
+                Spend::default()
+            } else {
+                task_spend(task, &unfinished)
+            };
+            with_spend(
+                json!({"task_id": task.task_id.as_str(), "state": task.state, "attempts": task.attempts.len()}),
+                spend,
+            )
+        })
         .collect();
     Ok(Outcome {
         code: None,
@@ -493,14 +655,29 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
     if let Some(reason) = &record.reason {
         let _ = writeln!(text, "  reason: {reason}");
     }
-    let _ = writeln!(
-        text,
-        "  run: {}  spent: {}",
-        run.run_id,
-        money(record.spent_micro_usd)
-    );
+    let priced = crate::commands::rehearse::priced(&state, &run)?;
+    let (spend, shown) = match &priced {
+        Some(priced) => (
+            Spend::default(),
+            format!(
+                "nothing spent (a rehearsal; would cost {})",
+                priced
+                    .task_micro_usd(id.as_str())
+                    .map_or_else(|| "unknown".to_owned(), money)
+            ),
+        ),
+        None => (
+            record.spend(),
+            format!("spent: {}", spend_text(record.spend())),
+        ),
+    };
+    let _ = writeln!(text, "  run: {}  {shown}", run.run_id);
     for attempt in &record.attempts {
-        let _ = writeln!(text, "  {}", attempt_line(attempt));
+        let line = match &priced {
+            Some(priced) => rehearsed_attempt_line(attempt, priced, id.as_str()),
+            None => attempt_line(attempt),
+        };
+        let _ = writeln!(text, "  {line}");
     }
     for (key, value) in &record.metadata {
         let value = value
@@ -511,18 +688,20 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
     }
     Ok(Outcome {
         code: None,
-        json: json!({
-            "plan": key.plan.as_str(),
-            "task_id": id.as_str(),
-            "run_id": run.run_id,
-            "agent": record.agent,
-            "state": record.state,
-            "reason": record.reason,
-            "spent_micro_usd": record.spent_micro_usd,
-            "attempts": record.attempts,
-            "metadata": record.metadata,
-            "ledger_state": disagreement,
-        }),
+        json: with_spend(
+            json!({
+                "plan": key.plan.as_str(),
+                "task_id": id.as_str(),
+                "run_id": run.run_id,
+                "agent": record.agent,
+                "state": record.state,
+                "reason": record.reason,
+                "attempts": record.attempts,
+                "metadata": record.metadata,
+                "ledger_state": disagreement,
+            }),
+            spend,
+        ),
         text: {
             let mut text = text;
             let mut lines = String::new();

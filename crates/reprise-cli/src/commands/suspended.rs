@@ -106,8 +106,8 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
                 .any(|release| release.resource.as_str() == "budget")
             {
                 format!(
-                    " ({} micro-usd back in the pool)",
-                    body.envelope.headroom_micro_usd
+                    " ({} back in the pool)",
+                    crate::commands::status::money(body.envelope.headroom_micro_usd)
                 )
             } else {
                 String::new()

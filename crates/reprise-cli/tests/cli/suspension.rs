@@ -483,9 +483,7 @@ fn list_suspended_shows_each_live_park_and_how_to_wake_it() {
     let short = &parked.workspace_hash.to_hex()[..12];
     assert!(text.contains(&format!("  workspace: {short}\n")), "{text}");
     assert!(
-        text.contains(
-            "  freed: process, sandbox, seat, budget (60000 micro-usd back in the pool)\n"
-        ),
+        text.contains("  freed: process, sandbox, seat, budget ($0.06 back in the pool)\n"),
         "{text}"
     );
     assert!(

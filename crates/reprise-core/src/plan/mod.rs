@@ -28,6 +28,8 @@ pub use model::{
     MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox,
     SimStep, Task, TaskAgent,
 };
-pub use money::{MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, format_micro_usd, parse_micro_usd};
+pub use money::{
+    MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, Spend, format_micro_usd, parse_micro_usd,
+};
 pub use parse::{accepted_keys, parse_plan};
 pub use program::{ShellProgram, gate_script, shell_program};

@@ -4,6 +4,9 @@
 //! A string, because a YAML float would round before reprise saw it; micro-
 //! dollars, because integers add up exactly and stay within the 2^53 that
 //! canonical JSON records can carry.
+//!
+//! And money as runs report it: a [`Spend`] keeps what is known apart from
+//! what nobody reported, so an unknown cost is never added in as zero.
 
 /// Micro-dollars in a dollar.
 pub const MICRO_USD_PER_USD: u64 = 1_000_000;
@@ -91,10 +94,73 @@ pub fn format_micro_usd(micro_usd: u64) -> String {
     format!("{whole}.{}", &fraction[..kept])
 }
 
+/// What some attempts cost, as far as anyone reported it: the sum of the
+/// figures that are known and how many attempts reported none. A total with
+/// an unknown part is itself unknown; the known part is a floor, never the
+/// total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spend {
+    pub known_micro_usd: u64,
+    /// Attempts whose cost nobody reported.
+    pub unknown: u64,
+}
+
+impl Spend {
+    /// Adds one attempt's figure: an amount, or `None` when none was reported.
+    pub fn add(&mut self, cost_micro_usd: Option<u64>) {
+        match cost_micro_usd {
+            Some(micro_usd) => {
+                self.known_micro_usd = self.known_micro_usd.saturating_add(micro_usd);
+            }
+            None => self.unknown += 1,
+        }
+    }
+
+    /// Adds everything `other` holds.
+    pub fn merge(&mut self, other: Self) {
+        self.known_micro_usd = self.known_micro_usd.saturating_add(other.known_micro_usd);
+        self.unknown += other.unknown;
+    }
+
+    /// The whole amount, when every part of it is known.
+    #[must_use]
+    pub fn total_micro_usd(&self) -> Option<u64> {
+        (self.unknown == 0).then_some(self.known_micro_usd)
+    }
+}
+
+impl FromIterator<Option<u64>> for Spend {
+    fn from_iter<I: IntoIterator<Item = Option<u64>>>(costs: I) -> Self {
+        let mut spend = Self::default();
+        for cost in costs {
+            spend.add(cost);
+        }
+        spend
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_spend_with_an_unknown_part_has_no_total() {
+        let known: Spend = [Some(50_000), Some(10_000)].into_iter().collect();
+        assert_eq!(known.total_micro_usd(), Some(60_000));
+        let mut mixed: Spend = [Some(60_000), None, None].into_iter().collect();
+        assert_eq!(
+            mixed,
+            Spend {
+                known_micro_usd: 60_000,
+                unknown: 2
+            }
+        );
+        assert_eq!(mixed.total_micro_usd(), None, "the known part is a floor");
+        mixed.merge(known);
+        assert_eq!((mixed.known_micro_usd, mixed.unknown), (120_000, 2));
+        assert_eq!(Spend::default().total_micro_usd(), Some(0), "nothing ran");
+    }
 
     #[test]
     fn plan_money_parses_decimal_strings() {

@@ -66,7 +66,8 @@ fn policy_of(rows: &[JournalRow]) -> Option<Policy> {
         .next_back()
 }
 
-fn taken_up(rows: &[JournalRow]) -> TakenUp {
+/// What `rows` (one run's rows of a task's journal) say of its attempts.
+pub(crate) fn taken_up(rows: &[JournalRow]) -> TakenUp {
     let mut taken = TakenUp::default();
     for row in rows {
         match row.kind.as_str() {
