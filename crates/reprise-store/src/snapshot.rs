@@ -182,35 +182,58 @@ impl SnapshotStore {
     /// its checkout wrote, both as reprise holds them (never found through
     /// the tree's own `.git`, which its agent may rewrite).
     pub fn adopt_checkout_index(&self, tree: &Git, index: &Path) -> bool {
-        tree.checks_out_verbatim()
-            && crate::git::copy_with_mtime(index, &self.git_dir.join("index"))
+        let adopted = tree.checks_out_verbatim()
+            && crate::git::copy_with_mtime(index, &self.git_dir.join("index"));
+        if adopted {
+            self.trust_stat_data();
+        }
+        adopted
+    }
+
+    /// Dates the shadow index one second ahead of now, so git trusts the
+    /// stat data of every entry in it.
+    ///
+    /// git built without nanosecond times (Debian's is) takes an entry whose
+    /// file changed in the same second its index was written as "racily
+    /// clean", and reads that file again on every later command: after a
+    /// checkout that took under a second, that is every file, once for the
+    /// first checkpoint and once more for a park's restore. An adopted index
+    /// was written by the checkout of a tree nothing has touched since (no
+    /// agent has run in a tree reprise just made), so its stat data are
+    /// true. The date holds for the next command only: it rewrites the index,
+    /// and `honest_index_time` puts back the real time if it did not.
+    fn trust_stat_data(&self) {
+        let index = self.git_dir.join("index");
+        let ahead = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
+        let _ = fs::File::options()
+            .write(true)
+            .open(&index)
+            .and_then(|file| file.set_modified(ahead));
+    }
+
+    /// Puts the shadow index's time back to now when it is ahead of it
+    /// (`trust_stat_data`), so a file an agent changes later in this same
+    /// second is again read by git, not taken on its stat data.
+    fn honest_index_time(&self) {
+        let index = self.git_dir.join("index");
+        let now = std::time::SystemTime::now();
+        if fs::metadata(&index)
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|modified| modified > now)
+        {
+            let _ = fs::File::options()
+                .write(true)
+                .open(&index)
+                .and_then(|file| file.set_modified(now));
+        }
     }
 
     /// Takes a checkpoint of the tree as it is now.
     pub fn take(&self, label: &str) -> Result<Checkpoint> {
         let survey = survey(&self.tree, self.max_file_bytes)?;
-        let mut add: Vec<String> = ["add", "--all", "--force", "--", "."]
-            .iter()
-            .map(|arg| (*arg).to_owned())
-            .collect();
-        add.extend(Self::exclusions(&survey.skipped));
-        self.run(&add.iter().map(String::as_str).collect::<Vec<_>>())?;
-        if !survey.skipped.is_empty() {
-            // A file that grew past the bound leaves the index: its old
-            // content must not pass for a snapshot of it.
-            let mut remove: Vec<String> = ["rm", "--cached", "--quiet", "--ignore-unmatch", "--"]
-                .iter()
-                .map(|arg| (*arg).to_owned())
-                .collect();
-            remove.extend(
-                survey
-                    .skipped
-                    .iter()
-                    .map(|(path, _)| format!(":(literal){path}")),
-            );
-            self.run(&remove.iter().map(String::as_str).collect::<Vec<_>>())?;
-        }
-        let tree = self.run(&["write-tree"])?;
+        let tree = self.write_tree(&survey.skipped);
+        self.honest_index_time();
+        let tree = tree?;
         let manifest = Manifest {
             v: MANIFEST_VERSION,
             label: label.to_owned(),
@@ -253,10 +276,35 @@ impl SnapshotStore {
         }
     }
 
+    /// Brings the shadow index to the tree as it is (every file but those
+    /// `skipped` for their size) and writes its git tree.
+    fn write_tree(&self, skipped: &[(String, u64)]) -> Result<String> {
+        let mut add: Vec<String> = ["add", "--all", "--force", "--", "."]
+            .iter()
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        add.extend(Self::exclusions(skipped));
+        self.run(&add.iter().map(String::as_str).collect::<Vec<_>>())?;
+        if !skipped.is_empty() {
+            // A file that grew past the bound leaves the index: its old
+            // content must not pass for a snapshot of it.
+            let mut remove: Vec<String> = ["rm", "--cached", "--quiet", "--ignore-unmatch", "--"]
+                .iter()
+                .map(|arg| (*arg).to_owned())
+                .collect();
+            remove.extend(skipped.iter().map(|(path, _)| format!(":(literal){path}")));
+            self.run(&remove.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
+        self.run(&["write-tree"])
+    }
+
     /// Every checkpoint of the tree, oldest first.
     pub fn list(&self) -> Result<Vec<Checkpoint>> {
         if !self.git_dir.join("HEAD").is_file() {
             return Ok(Vec::new());
+        }
+        if let Some(listed) = self.list_loose() {
+            return listed;
         }
         let refs = self.run(&[
             "for-each-ref",
@@ -293,20 +341,43 @@ impl SnapshotStore {
         }
     }
 
+    /// The checkpoints read straight from the loose refs and objects
+    /// reprise writes, without starting git; `None` when any of them is not
+    /// there in that form (a store git has packed, a ref it cannot read),
+    /// for git to list.
+    fn list_loose(&self) -> Option<Result<Vec<Checkpoint>>> {
+        if self.git_dir.join("packed-refs").exists() {
+            return None;
+        }
+        let dir = self.git_dir.join("refs/checkpoints");
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Some(Ok(Vec::new())),
+            Err(_) => return None,
+        };
+        let mut names = entries
+            .map(|entry| entry.map(|entry| entry.file_name()))
+            .collect::<std::io::Result<Vec<_>>>()
+            .ok()?;
+        names.sort();
+        let mut listed = Vec::with_capacity(names.len());
+        for name in names {
+            let id = fs::read_to_string(dir.join(name)).ok()?.trim().to_owned();
+            let body = crate::loose::read_object(&self.git_dir, &id, "commit").ok()??;
+            let text = String::from_utf8(body).ok()?;
+            let tree = text.lines().next()?.strip_prefix("tree ")?.to_owned();
+            let (_, message) = text.split_once("\n\n")?;
+            match parse_manifest(&id, message) {
+                Ok(manifest) => listed.push(Checkpoint { id, tree, manifest }),
+                Err(err) => return Some(Err(err)),
+            }
+        }
+        Some(Ok(listed))
+    }
+
     fn manifest(&self, id: &str) -> Result<Manifest> {
         let message = self.run(&["log", "-1", "--format=%B", id])?;
-        let manifest: Manifest =
-            serde_json::from_str(message.trim()).map_err(|err| SnapshotError::BadManifest {
-                id: id.to_owned(),
-                detail: err.to_string(),
-            })?;
-        if manifest.v != MANIFEST_VERSION {
-            return Err(SnapshotError::BadManifest {
-                id: id.to_owned(),
-                detail: format!("manifest version {}", manifest.v),
-            });
-        }
-        Ok(manifest)
+        parse_manifest(id, &message)
     }
 
     /// What restoring `checkpoint` would change, file by file. Changes no
@@ -395,7 +466,9 @@ impl SnapshotStore {
     /// directories; what was created since is deleted. Files the checkpoint
     /// skipped for their size are left as they are.
     pub fn restore(&self, checkpoint: &Checkpoint) -> Result<()> {
-        self.run(&["read-tree", "--reset", "-u", &checkpoint.id])?;
+        let read = self.run(&["read-tree", "--reset", "-u", &checkpoint.id]);
+        self.honest_index_time();
+        read?;
         let mut clean: Vec<String> = ["clean", "-ffdxq", "--", "."]
             .iter()
             .map(|arg| (*arg).to_owned())
@@ -437,6 +510,22 @@ impl SnapshotStore {
         }
         Ok(())
     }
+}
+
+/// A checkpoint's manifest, from its commit message.
+fn parse_manifest(id: &str, message: &str) -> Result<Manifest> {
+    let manifest: Manifest =
+        serde_json::from_str(message.trim()).map_err(|err| SnapshotError::BadManifest {
+            id: id.to_owned(),
+            detail: err.to_string(),
+        })?;
+    if manifest.v != MANIFEST_VERSION {
+        return Err(SnapshotError::BadManifest {
+            id: id.to_owned(),
+            detail: format!("manifest version {}", manifest.v),
+        });
+    }
+    Ok(manifest)
 }
 
 /// What a walk of the tree found.

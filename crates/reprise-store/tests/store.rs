@@ -971,6 +971,105 @@ fn a_restore_into_a_fresh_checkout_writes_only_what_differs_from_the_base() {
     assert!(!adopt(&open()));
 }
 
+/// An adopted checkout index is trusted for one command only: a file an
+/// agent rewrites afterwards, in the very second of the checkout and at the
+/// same size, is still seen by the next checkpoint (git's racy-entry rule
+/// applies again once that command has run).
+#[test]
+fn a_same_second_same_size_edit_after_the_first_checkpoint_is_seen() {
+    use reprise_store::snapshot::SnapshotStore;
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    sh(
+        &repo,
+        "git init -q && echo one > a.txt && git add -A && git commit -qm start",
+    );
+    let second = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    // The whole sequence must fall within one clock second: tried again
+    // (bounded) when a second boundary cut through it.
+    for round in 0..50 {
+        let tree = temp.path().join(format!("tree{round}"));
+        let started = second();
+        sh(
+            &repo,
+            &format!(
+                "git worktree add -q --detach --no-checkout {0} HEAD && git -C {0} reset -q --hard",
+                tree.display()
+            ),
+        );
+        let store = SnapshotStore::open(
+            &temp.path().join(format!("shadow{round}")),
+            &tree,
+            Some(&repo),
+            reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
+        )
+        .unwrap();
+        let git = reprise_store::git::Git::new(&tree);
+        assert!(store.adopt_checkout_index(&git, &git.own_index().unwrap()));
+        let before = store.take("before attempt 1").unwrap();
+        // The agent: same length, same second.
+        fs::write(tree.join("a.txt"), "two\n").unwrap();
+        let after = store.take("after").unwrap();
+        if second() != started {
+            continue;
+        }
+        assert_ne!(after.tree, before.tree, "the edit was taken on stat data");
+        return;
+    }
+    panic!("no round fitted in one second");
+}
+
+/// The checkpoints listed from the store's own files are the ones git
+/// lists, in the same order, with the same trees and manifests.
+#[test]
+fn checkpoints_listed_without_git_are_the_ones_git_lists() {
+    use reprise_store::snapshot::SnapshotStore;
+    let temp = tempfile::tempdir().unwrap();
+    let tree = temp.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    let shadow = temp.path().join("shadow");
+    let store = SnapshotStore::open(&shadow, &tree, None, 1024).unwrap();
+    let mut taken = Vec::new();
+    for step in 0..3 {
+        fs::write(tree.join(format!("f{step}")), "x").unwrap();
+        taken.push(store.take(&format!("step {step}")).unwrap());
+    }
+    assert_eq!(store.list().unwrap(), taken);
+    let output = std::process::Command::new("git")
+        .env("GIT_DIR", &shadow)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args([
+            "for-each-ref",
+            "--sort=refname",
+            "--format=%(objectname) %(tree) %(contents)",
+            "refs/checkpoints/",
+        ])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(output.stdout).unwrap();
+    let by_git: Vec<(String, String, String)> = listed
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let mut next = || parts.next().unwrap().to_owned();
+            (next(), next(), next())
+        })
+        .collect();
+    assert_eq!(by_git.len(), 3, "{listed}");
+    for (checkpoint, (id, tree, message)) in taken.iter().zip(&by_git) {
+        assert_eq!((&checkpoint.id, &checkpoint.tree), (id, tree));
+        let manifest: serde_json::Value = serde_json::from_str(message).unwrap();
+        assert_eq!(manifest["label"], checkpoint.manifest.label);
+    }
+}
+
 #[test]
 fn a_file_over_the_size_bound_is_skipped_and_named() {
     use reprise_store::snapshot::SnapshotStore;
