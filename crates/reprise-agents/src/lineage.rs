@@ -189,8 +189,16 @@ mod tests {
         let supervisor_pid = i32::try_from(supervisor.id()).unwrap();
         let pid = rustix::process::Pid::from_raw(supervisor_pid).unwrap();
         let mut peer = None;
+        // The peer once it runs `sleep`: until its exec, the forked
+        // subshell still reads as `sh __supervise`, a supervisor itself.
+        let runs_sleep = |pid: &i32| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(b"sleep\0"))
+        };
         for _ in 0..500 {
-            peer = crate::supervise::descendants(pid).into_iter().next();
+            peer = crate::supervise::descendants(pid)
+                .into_iter()
+                .find(runs_sleep);
             if peer.is_some() {
                 break;
             }
