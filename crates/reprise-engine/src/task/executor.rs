@@ -448,22 +448,11 @@ impl<'r, 'a> Executor<'r, 'a> {
         let _ = fs::create_dir_all(&tmp);
         self.tmp = Some(tmp);
         self.started = Some(Instant::now());
-        let report = AttemptReport {
-            outcome: AttemptOutcome::Infra {
-                kind: InfraKind::Interrupted,
-                detail: "the process driving the run died while the attempt ran".to_owned(),
-            },
-            session_id: session_id.clone(),
-            cost_micro_usd: None,
-            adapter: run.adapter.name(),
-            cli_version: None,
-            cwd: self.cwd.clone(),
-            config_home: run.setup.config_home.clone(),
-            argv: Vec::new(),
-            elapsed: std::time::Duration::ZERO,
-            streams: Default::default(),
-            park: None,
-        };
+        let report = self.unfinished_report(
+            InfraKind::Interrupted,
+            "the process driving the run died while the attempt ran",
+            session_id.clone(),
+        );
         if agent_ended {
             self.agent_ended =
                 super::continuation::last_agent_end(run.state, &self.key, run.run_id);
@@ -481,6 +470,33 @@ impl<'r, 'a> Executor<'r, 'a> {
         Ok(())
     }
 
+    /// The report of an attempt whose agent never reported its end: the
+    /// infrastructure failure `kind`, with the session it started.
+    fn unfinished_report(
+        &self,
+        kind: InfraKind,
+        detail: &str,
+        session_id: Option<String>,
+    ) -> AttemptReport {
+        let run = self.run;
+        AttemptReport {
+            outcome: AttemptOutcome::Infra {
+                kind,
+                detail: detail.to_owned(),
+            },
+            session_id,
+            cost_micro_usd: None,
+            adapter: run.adapter.name(),
+            cli_version: None,
+            cwd: self.cwd.clone(),
+            config_home: run.setup.config_home.clone(),
+            argv: Vec::new(),
+            elapsed: std::time::Duration::ZERO,
+            streams: Default::default(),
+            park: None,
+        }
+    }
+
     /// Attempt `summary.n` was cut short by the run's stop, which judged it
     /// the infrastructure failure `kind` and closed the task before any
     /// diagnosis: what the diagnosis and the retry decision read of it is set
@@ -496,23 +512,11 @@ impl<'r, 'a> Executor<'r, 'a> {
             "cold" => "cold",
             _ => "new",
         };
-        let report = AttemptReport {
-            outcome: AttemptOutcome::Infra {
-                kind,
-                detail: "the run was stopped (Ctrl-C, SIGTERM or SIGHUP) while the attempt ran"
-                    .to_owned(),
-            },
-            session_id: summary.session_id.clone(),
-            cost_micro_usd: None,
-            adapter: run.adapter.name(),
-            cli_version: None,
-            cwd: self.cwd.clone(),
-            config_home: run.setup.config_home.clone(),
-            argv: Vec::new(),
-            elapsed: std::time::Duration::ZERO,
-            streams: Default::default(),
-            park: None,
-        };
+        let report = self.unfinished_report(
+            kind,
+            "the run was stopped (Ctrl-C, SIGTERM or SIGHUP) while the attempt ran",
+            summary.session_id.clone(),
+        );
         self.agent_ended = super::continuation::last_agent_end(run.state, &self.key, run.run_id);
         self.previous = Some(Previous::of(run.task, &summary, &report));
         self.classified = Some(Classified::Infra(kind));
