@@ -726,20 +726,7 @@ tasks:
     wait_for_an_attempt(&env, "durable", "work");
     // Killed once the sim has opened the session the engine chose for it
     // (killed before that, there is no session to resume: cold, rightly).
-    let session = journal_kinds(&env, "durable", "work")
-        .into_iter()
-        .find(|row| row["kind"] == "attempt.started")
-        .and_then(|row| row["body"]["session"]["new"].as_str().map(str::to_owned))
-        .expect("the engine chose the session id");
-    let transcript = env.reprise_dir().join(format!("sim/{session}.jsonl"));
-    let started = std::time::Instant::now();
-    while !transcript.is_file() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the sim never opened its session"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_the_new_session(&env, "durable", "work");
     child.kill().unwrap();
     child.wait().unwrap();
     let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
@@ -865,20 +852,7 @@ tasks:
         let child = env.spawn(&["run", &plan], std::process::Stdio::piped());
         wait_for_an_attempt(&env, "stoppable", "work");
         // Stopped once the sim has opened the session the engine chose.
-        let session = journal_kinds(&env, "stoppable", "work")
-            .into_iter()
-            .find(|row| row["kind"] == "attempt.started")
-            .and_then(|row| row["body"]["session"]["new"].as_str().map(str::to_owned))
-            .expect("the engine chose the session id");
-        let transcript = env.reprise_dir().join(format!("sim/{session}.jsonl"));
-        let started = std::time::Instant::now();
-        while !transcript.is_file() {
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(60),
-                "the sim never opened its session"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let session = wait_for_the_new_session(&env, "stoppable", "work");
         let sent = Command::new("kill")
             .args([&format!("-{signal}"), &child.id().to_string()])
             .status()
@@ -945,7 +919,8 @@ tasks:
         assert_eq!(attempts[0]["infra_kind"], "cancelled", "{continued}");
         assert_eq!(attempts[1]["mode"], "warm", "{continued}");
         assert_eq!(attempts[1]["session_id"], session.as_str());
-        let transcript = fs::read_to_string(&transcript).unwrap();
+        let transcript =
+            fs::read_to_string(env.reprise_dir().join(format!("sim/{session}.jsonl"))).unwrap();
         assert!(transcript.contains("done after the stop"), "{transcript}");
         let rows = journal_kinds(&env, "stoppable", "work");
         assert!(rows.iter().any(|row| row["kind"] == "task.continued"));
@@ -1271,4 +1246,24 @@ tasks:
     );
     let verified = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
     assert_eq!(verified["status"], "verified", "{verified}");
+}
+
+/// The session the engine chose for `task`'s first attempt, once the sim
+/// has opened its transcript (bounded wait).
+fn wait_for_the_new_session(env: &Env, plan: &str, task: &str) -> String {
+    let session = journal_kinds(env, plan, task)
+        .into_iter()
+        .find(|row| row["kind"] == "attempt.started")
+        .and_then(|row| row["body"]["session"]["new"].as_str().map(str::to_owned))
+        .expect("the engine chose the session id");
+    let transcript = env.reprise_dir().join(format!("sim/{session}.jsonl"));
+    let started = std::time::Instant::now();
+    while !transcript.is_file() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the sim never opened its session"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    session
 }
