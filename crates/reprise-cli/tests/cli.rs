@@ -1243,6 +1243,10 @@ mod seats;
 #[path = "cli/escapes.rs"]
 mod escapes;
 
+// ---- Smaller truths (issue 25, items 6 to 8) ----
+#[path = "cli/truths.rs"]
+mod truths;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {
