@@ -393,6 +393,42 @@ impl SnapshotStore {
         })
     }
 
+    /// What `checkpoint` holds against `base`, a commit of the repository
+    /// whose objects the store shares: `(letter, path)` as `git diff
+    /// --name-status` gives them, and the patch. Reads only objects: no
+    /// file of the tree, and no index.
+    pub fn diff_from(
+        &self,
+        base: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<(Vec<(String, String)>, String)> {
+        let listing = self.run(&[
+            "diff-tree",
+            "-r",
+            "--no-renames",
+            "--name-status",
+            base,
+            &checkpoint.tree,
+        ])?;
+        let files = listing
+            .lines()
+            .filter_map(|line| line.split_once('\t'))
+            .map(|(status, path)| (status.to_owned(), path.to_owned()))
+            .collect();
+        let patch = self.run(&[
+            "diff-tree",
+            "-r",
+            "-p",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            base,
+            &checkpoint.tree,
+        ])?;
+        Ok((files, patch))
+    }
+
     /// Restores the tree to `checkpoint` exactly: bytes, modes, symlinks and
     /// directories; what was created since is deleted. Files the checkpoint
     /// skipped for their size are left as they are.

@@ -870,6 +870,13 @@ pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
             text,
             "next: `{continue_with}` (takes the cancelled tasks up where they stopped)"
         );
+    } else if failed.is_some_and(|task| task.base_commit.is_some()) {
+        // A failed task in a worktree kept the tree its last attempt left.
+        let _ = writeln!(
+            text,
+            "next: `reprise logs {first}` (what its attempts printed); `reprise diff {run} {first}` (the work its failed attempt left, kept), then `reprise checkpoint restore {first} ID --run {run}` with the id it names, to get that work back",
+            run = run.run_id,
+        );
     } else if failed.is_some() {
         let _ = writeln!(
             text,

@@ -5,6 +5,15 @@
 use super::worktrees::{git_env, write_plan};
 use super::*;
 
+/// The run id on the first line of a run's text summary (`run R-...: ...`).
+fn run_id_of_summary(text: &str) -> String {
+    text.lines()
+        .find_map(|line| line.strip_prefix("run "))
+        .and_then(|rest| rest.split([':', ' ']).next())
+        .unwrap_or_else(|| panic!("no run line in {text}"))
+        .to_owned()
+}
+
 /// A task that changes the tree, then fails its only gate.
 const DOOMED: &str = r#"
 version: 1
@@ -16,6 +25,61 @@ tasks:
     command: [sh, -c, "echo half-done > work.txt; rm shop.py; echo DONE"]
     gates: [ { name: never, run: "false" } ]
 "#;
+
+#[test]
+fn diff_of_a_failed_task_shows_its_failed_tree_and_the_summary_says_how_to_get_it_back() {
+    let env = git_env();
+    let plan = write_plan(&env, "doom", DOOMED);
+    let output = env.run(&["run", &plan]);
+    assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+    let summary = stdout(&output);
+    let run = run_id_of_summary(&summary);
+    let next = summary
+        .lines()
+        .find(|line| line.starts_with("next: "))
+        .unwrap_or_else(|| panic!("no next: in {summary}"));
+    assert!(
+        next.contains(&format!("reprise diff {run} doomed")),
+        "{next}"
+    );
+    assert!(next.contains("reprise checkpoint restore doomed"), "{next}");
+    let listed = env.run(&["checkpoint", "list", "doomed", "--json"]);
+    assert_success(&listed);
+    let checkpoints = json_of(&listed)["checkpoints"].as_array().unwrap().clone();
+    let failed = checkpoints
+        .iter()
+        .find(|checkpoint| checkpoint["label"] == "failed tree")
+        .unwrap_or_else(|| panic!("{checkpoints:?}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = env.snapshot();
+    let diff = env.run(&["diff", &run, "doomed"]);
+    assert_success(&diff);
+    let text = stdout(&diff);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.contains("failed attempt"), "{text}");
+    assert!(text.contains("+half-done"), "{text}");
+    assert!(text.contains("-price = 10"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "reprise checkpoint restore doomed {} --run {run}",
+            &failed[..12]
+        )),
+        "{text}"
+    );
+    let json = env.run(&["diff", &run, "doomed", "--json"]);
+    assert_success(&json);
+    let report = json_of(&json);
+    assert_eq!(report["work"], "failed_attempt", "{report}");
+    assert_eq!(report["checkpoint"], failed.as_str(), "{report}");
+    let files = report["files"].to_string();
+    assert!(
+        files.contains("work.txt") && files.contains("shop.py"),
+        "{files}"
+    );
+    assert_eq!(env.snapshot(), before, "a diff changes nothing");
+}
 
 #[test]
 fn checkpoint_restore_dry_run_says_what_the_restore_will_do() {
