@@ -128,3 +128,28 @@ fn checkpoint_restore_dry_run_says_what_the_restore_will_do() {
         "{files}"
     );
 }
+
+#[test]
+fn an_unknown_key_or_value_close_to_a_known_one_gets_a_suggestion() {
+    let env = Env::new();
+    let check = |plan: &str| {
+        fs::write(env.project().join("plan.yaml"), plan).unwrap();
+        env.run(&["plan", "check", "plan.yaml"])
+    };
+    let key = check(
+        "version: 1\nname: p\ndefaults: { agent: sim }\ntasks:\n  - { id: a, prompt: x }\n  - { id: b, prompt: x, depend_on: [a] }\n",
+    );
+    assert_one_line_error(&key, 2, "did you mean \"depends_on\"");
+    let value = check(
+        "version: 1\nname: p\ndefaults: { agent: sim, retry_policy: wram }\ntasks:\n  - { id: a, prompt: x }\n",
+    );
+    assert_one_line_error(&value, 2, "did you mean \"warm\"");
+    let agent = check("version: 1\nname: p\ntasks:\n  - { id: a, prompt: x, agent: cladue }\n");
+    assert_one_line_error(&agent, 2, "did you mean \"claude\"");
+    // Nothing close: no guess.
+    let far = check(
+        "version: 1\nname: p\ndefaults: { agent: sim }\ntasks:\n  - { id: a, prompt: x, zzz: 1 }\n",
+    );
+    assert_one_line_error(&far, 2, "unknown key \"zzz\"");
+    assert!(!stderr(&far).contains("did you mean"), "{}", stderr(&far));
+}
