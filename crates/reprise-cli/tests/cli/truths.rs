@@ -129,6 +129,53 @@ fn checkpoint_restore_dry_run_says_what_the_restore_will_do() {
     );
 }
 
+/// The pattern in backticks of `docs/plan.md`'s row for `key`, anchored.
+fn documented_pattern(key: &str) -> regex::Regex {
+    let reference = include_str!("../../../../docs/plan.md");
+    let row = reference
+        .lines()
+        .find(|line| line.starts_with(&format!("| `{key}` |")))
+        .unwrap_or_else(|| panic!("no row for {key}"));
+    let kind = row.split('|').nth(2).unwrap();
+    let pattern = kind.split('`').nth(1).unwrap();
+    regex::Regex::new(&format!("^(?:{pattern})$")).unwrap()
+}
+
+#[test]
+fn task_ids_and_plan_names_are_what_the_plan_reference_says() {
+    let env = Env::new();
+    let ids = documented_pattern("tasks[].id");
+    let names = documented_pattern("name");
+    for candidate in ["Fix_Bug", "fix-bug", "a.b", "7up", "_fix", "-x", "x y", "é"] {
+        fs::write(
+            env.project().join("plan.yaml"),
+            format!(
+                "version: 1\nname: p\ntasks:\n  - {{ id: \"{candidate}\", prompt: x, agent: sim }}\n"
+            ),
+        )
+        .unwrap();
+        let task = env.run(&["plan", "check", "plan.yaml"]);
+        assert_eq!(
+            task.status.success(),
+            ids.is_match(candidate),
+            "task id {candidate:?}: {}",
+            stderr(&task)
+        );
+        fs::write(
+            env.project().join("plan.yaml"),
+            format!("version: 1\nname: \"{candidate}\"\ntasks:\n  - {{ id: a, prompt: x, agent: sim }}\n"),
+        )
+        .unwrap();
+        let plan = env.run(&["plan", "check", "plan.yaml"]);
+        assert_eq!(
+            plan.status.success(),
+            names.is_match(candidate),
+            "plan name {candidate:?}: {}",
+            stderr(&plan)
+        );
+    }
+}
+
 #[test]
 fn an_unknown_key_or_value_close_to_a_known_one_gets_a_suggestion() {
     let env = Env::new();
