@@ -177,6 +177,24 @@ fn task_ids_and_plan_names_are_what_the_plan_reference_says() {
 }
 
 #[test]
+fn an_extra_argument_reprise_controls_is_pointed_at_by_line_and_column() {
+    let env = Env::new();
+    fs::write(
+        env.project().join("plan.yaml"),
+        "version: 1\nname: clash\nagents:\n  claude:\n    bin: /bin/true\n    args: [--verbose, --resume, abc]\ntasks:\n  - { id: fix, prompt: p, agent: claude }\n",
+    )
+    .unwrap();
+    let before = env.snapshot();
+    let output = env.run(&["plan", "check", "plan.yaml"]);
+    assert_one_line_error(
+        &output,
+        2,
+        "plan.yaml:6:23: agents.claude.args[1]: \"--resume\"",
+    );
+    assert_eq!(env.snapshot(), before);
+}
+
+#[test]
 fn an_unknown_key_or_value_close_to_a_known_one_gets_a_suggestion() {
     let env = Env::new();
     let check = |plan: &str| {
