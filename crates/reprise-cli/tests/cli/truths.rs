@@ -218,3 +218,23 @@ fn an_unknown_key_or_value_close_to_a_known_one_gets_a_suggestion() {
     assert_one_line_error(&far, 2, "unknown key \"zzz\"");
     assert!(!stderr(&far).contains("did you mean"), "{}", stderr(&far));
 }
+
+#[test]
+fn the_man_page_names_no_page_that_does_not_exist() {
+    let env = Env::new();
+    let output = env.run(&["man"]);
+    assert_success(&output);
+    let page = stdout(&output);
+    // clap_mangen's default lists `reprise-init(1)` and the like: pages
+    // nothing installs.
+    assert!(!page.contains("(1)"), "{page}");
+    for command in [
+        "reprise init",
+        "reprise checkpoint restore",
+        "reprise plan check",
+        "reprise task resume",
+    ] {
+        let roff = command.replace('-', "\\-");
+        assert!(page.contains(&roff), "no {command} in the page:\n{page}");
+    }
+}
