@@ -421,6 +421,20 @@ pub(crate) fn prepare_checked(
     };
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    // A new leg is of the same plan: its tasks are matched by id, and a
+    // file of another plan would run other work under the old run's name.
+    if let Some(prior) = &prior
+        && plan.name() != prior.plan_name
+    {
+        return Err(CliError::usage(format!(
+            "{} is plan {}, but run {} ran plan {}; give that plan's file, or no file to re-read the one it ran ({})",
+            plan_path.display(),
+            plan.name(),
+            prior.run_id,
+            prior.plan_name,
+            prior.plan
+        )));
+    }
     check_containment(&plan)?;
     crate::commands::check::refuse_hidden_paths(settings, &plan_path, &plan)?;
     check(&plan, &plan_path)?;

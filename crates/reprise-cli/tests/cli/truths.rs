@@ -238,3 +238,29 @@ fn the_man_page_names_no_page_that_does_not_exist() {
         assert!(page.contains(&roff), "no {command} in the page:\n{page}");
     }
 }
+
+#[test]
+fn retry_failed_with_another_plans_file_is_refused() {
+    let env = git_env();
+    let plan = write_plan(&env, "doom", DOOMED);
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_eq!(code(&output), Some(1));
+    let run = json_of(&output)["run_id"].as_str().unwrap().to_owned();
+    let other = write_plan(
+        &env,
+        "other",
+        "version: 1\nname: other\ndefaults: { agent: sim }\ntasks:\n  - { id: doomed, prompt: x }\n",
+    );
+    let before = env.snapshot();
+    let refused = env.run(&["run", &other, "--retry-failed", &run]);
+    assert_one_line_error(&refused, 2, "plan other");
+    assert!(
+        stderr(&refused).contains("plan doom"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(env.snapshot(), before, "nothing is written");
+    // The same plan's file, given again, is still a new leg of the run.
+    let again = env.run(&["run", &plan, "--retry-failed", &run, "--json"]);
+    assert_eq!(code(&again), Some(1), "{}", stderr(&again));
+}
