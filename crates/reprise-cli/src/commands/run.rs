@@ -785,12 +785,19 @@ pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
         .iter()
         .filter(|task| task.state == reprise_engine::TaskStatus::Suspended)
     {
+        let id = task.task_id.as_str();
+        let wake = match task.wake {
+            // The resume is refused until the approval is written.
+            Some(reprise_store::suspension::Wake::Approval) => {
+                format!("reprise approve {id}, then reprise task resume {id}")
+            }
+            _ => format!("reprise task resume {id}"),
+        };
         let _ = writeln!(
             text,
-            "  PARKED  {:<12} {}; wake it: reprise task resume {}",
-            task.task_id.as_str(),
+            "  PARKED  {:<12} {}; wake it: {wake}",
+            id,
             task.reason.as_deref().unwrap_or("parked"),
-            task.task_id.as_str()
         );
     }
     // Blocked tasks next: they need a person.

@@ -264,3 +264,33 @@ fn retry_failed_with_another_plans_file_is_refused() {
     let again = env.run(&["run", &plan, "--retry-failed", &run, "--json"]);
     assert_eq!(code(&again), Some(1), "{}", stderr(&again));
 }
+
+#[test]
+fn a_park_until_approval_names_approve_in_the_summary() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "ask",
+        r#"
+version: 1
+name: ask
+defaults: { agent: sim, max_retries: 1, timeout: 60s }
+tasks:
+  - id: deploy
+    prompt: d
+    park_when_idle: 200ms
+    sim:
+      - { reply: "May I run make deploy?", delay: 30s }
+      - { reply: "DONE" }
+"#,
+    );
+    let output = env.run(&["run", &plan]);
+    assert_eq!(code(&output), Some(3), "{}", stdout(&output));
+    let text = stdout(&output);
+    let parked = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("PARKED"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(parked.contains("reprise approve deploy"), "{parked}");
+    assert!(parked.contains("reprise task resume deploy"), "{parked}");
+}
