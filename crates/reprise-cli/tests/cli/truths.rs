@@ -2,7 +2,8 @@
 //! work found by `diff`, a restore's dry run said from the restore's side,
 //! plan errors that point and suggest, and labels that say what happened.
 
-use super::worktrees::{git_env, write_plan};
+use super::recovery::journal_kinds;
+use super::worktrees::{git_env, task_json, write_plan};
 use super::*;
 
 /// The run id on the first line of a run's text summary (`run R-...: ...`).
@@ -293,4 +294,33 @@ tasks:
         .unwrap_or_else(|| panic!("{text}"));
     assert!(parked.contains("reprise approve deploy"), "{parked}");
     assert!(parked.contains("reprise task resume deploy"), "{parked}");
+}
+
+#[test]
+fn a_gate_stopped_by_its_timeout_is_recorded_as_timed_out() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "slow",
+        r#"
+version: 1
+name: slow
+defaults: { agent: command, timeout: 30s, max_retries: 0 }
+tasks:
+  - id: a
+    prompt: x
+    command: [sh, -c, "echo DONE"]
+    gates: [ { name: slow, run: "sleep 30", timeout: 1s } ]
+"#,
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+    let run = json_of(&output);
+    let attempt = &task_json(&run, "a")["attempts"][0];
+    assert_eq!(attempt["infra_kind"], "gate_timed_out", "{attempt}");
+    let rows = journal_kinds(&env, "slow", "a");
+    let text = serde_json::to_string(&rows).unwrap();
+    assert!(text.contains("gate_timed_out"), "{text}");
+    assert!(!text.contains("gate_crashed"), "{text}");
+    assert!(!text.contains("gate_could_not_run"), "{text}");
 }
