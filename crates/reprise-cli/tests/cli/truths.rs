@@ -3,7 +3,7 @@
 //! plan errors that point and suggest, and labels that say what happened.
 
 use super::recovery::journal_kinds;
-use super::worktrees::{git_env, task_json, write_plan};
+use super::worktrees::{count_attempt, git_env, outside_dir, task_json, write_plan};
 use super::*;
 
 /// The run id on the first line of a run's text summary (`run R-...: ...`).
@@ -128,6 +128,82 @@ fn checkpoint_restore_dry_run_says_what_the_restore_will_do() {
         files.as_array().unwrap().contains(&json!(["D", "shop.py"])),
         "{files}"
     );
+}
+
+/// A stand-in `codex` that names a new thread on each call: `ids[n-1]` on
+/// its n-th, and replies DONE.
+fn fake_codex(dir: &Path, ids: &[&str]) -> PathBuf {
+    let count = dir.join("count");
+    let mut cases = String::new();
+    for (index, id) in ids.iter().enumerate() {
+        cases.push_str(&format!("{}) id={id};; ", index + 1));
+    }
+    let script = dir.join("codex");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in --version) echo 'codex-cli 0.50.0'; exit 0;; esac\n{counting}\ncase $n in {cases}esac\n\
+             printf '%s\\n' '{{\"type\":\"thread.started\",\"thread_id\":\"'$id'\"}}' '{{\"type\":\"turn.started\"}}' \
+             '{{\"type\":\"item.completed\",\"item\":{{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"DONE\"}}}}' \
+             '{{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":10,\"cached_input_tokens\":0,\"output_tokens\":1}}}}'\n",
+            counting = count_attempt(&count),
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+#[test]
+fn status_tells_apart_two_codex_sessions_started_the_same_second() {
+    let env = git_env();
+    let fake = outside_dir(&env, "fake");
+    // UUIDv7: the first 48 bits are the clock, so two sessions started
+    // close together share their first 8 (and more) hex digits.
+    let first = "019a3c5e-7f21-7a3b-8c4d-1111aaaa1111";
+    let second = "019a3c5e-7f21-7e01-9d2c-2222bbbb2222";
+    let codex = fake_codex(&fake, &[first, second]);
+    let plan = write_plan(
+        &env,
+        "twins",
+        &format!(
+            r#"
+version: 1
+name: twins
+agents: {{ codex: {{ bin: '{codex}' }} }}
+defaults: {{ agent: codex, timeout: 30s, max_retries: 1, retry_policy: cold }}
+tasks:
+  - id: pair
+    prompt: p
+    allowed_paths: ['{fake}']
+    gates: [ {{ name: second, run: "test $(cat '{count}') = 2" }} ]
+"#,
+            codex = codex.display(),
+            fake = fake.display(),
+            count = fake.join("count").display(),
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let run = json_of(&output);
+    let attempts = task_json(&run, "pair")["attempts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(attempts.len(), 2, "{run}");
+    assert_eq!(attempts[0]["session_id"], first);
+    assert_eq!(attempts[1]["session_id"], second);
+    let status = env.run(&["status"]);
+    let text = stdout(&status);
+    let shown: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.split("; session ").nth(1))
+        .map(|rest| rest.split(';').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(shown.len(), 2, "{text}");
+    assert_ne!(shown[0], shown[1], "{text}");
+    assert!(first.starts_with(&shown[0]), "{text}");
+    assert!(second.starts_with(&shown[1]), "{text}");
 }
 
 /// The pattern in backticks of `docs/plan.md`'s row for `key`, anchored.
