@@ -400,3 +400,18 @@ tasks:
     assert!(!text.contains("gate_crashed"), "{text}");
     assert!(!text.contains("gate_could_not_run"), "{text}");
 }
+
+#[test]
+fn the_readme_status_names_nothing_built_as_next() {
+    let readme = include_str!("../../../../README.md");
+    let status = readme
+        .split("## Status")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap();
+    let next = status.split("Next:").nth(1).unwrap_or_default();
+    // Built: the lifecycle is one pure state machine (reprise-core's
+    // lifecycle), and parks are suspended and resumed durably.
+    assert!(!next.contains("lifecycle"), "{next}");
+    assert!(!next.contains("suspend"), "{next}");
+}
