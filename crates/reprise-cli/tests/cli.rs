@@ -1246,6 +1246,10 @@ mod money;
 #[path = "cli/escapes.rs"]
 mod escapes;
 
+// ---- Smaller truths (issue 25, items 6 to 8) ----
+#[path = "cli/truths.rs"]
+mod truths;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -141,7 +141,8 @@ pub enum InfraKind {
     Cancelled,
     /// The task's prompt could not be interpolated.
     InterpolationError,
-    /// A gate could not run (spawn failure, timeout): it said nothing.
+    /// A gate could not run (not found, not executable, could not be
+    /// started, ended by a signal): it said nothing.
     GateCouldNotRun,
     /// The agent exited non-zero with an empty or whitespace-only reply.
     AgentExitWithoutReply,
@@ -162,11 +163,14 @@ pub enum InfraKind {
     /// Spend reached the attempt's share of the run's pool while the pool
     /// had more: the retry waits its turn and holds all that is free.
     ShareExhausted,
+    /// A gate ran past its `timeout` and was stopped: it said nothing, and
+    /// may have left the tree half-written.
+    GateTimedOut,
 }
 
 impl InfraKind {
     /// Every infrastructure kind.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::SpawnFailed,
         Self::MissingBinary,
         Self::Timeout,
@@ -187,6 +191,7 @@ impl InfraKind {
         Self::UsageLimit,
         Self::AwaitingPermission,
         Self::ShareExhausted,
+        Self::GateTimedOut,
     ];
 
     /// The stable snake_case name recorded in journals and `state.json`.
@@ -212,6 +217,7 @@ impl InfraKind {
             Self::UsageLimit => "usage_limit",
             Self::AwaitingPermission => "awaiting_permission",
             Self::ShareExhausted => "share_exhausted",
+            Self::GateTimedOut => "gate_timed_out",
         }
     }
 
@@ -236,7 +242,8 @@ impl InfraKind {
             | Self::Interrupted
             | Self::UsageLimit
             | Self::AwaitingPermission
-            | Self::ShareExhausted => true,
+            | Self::ShareExhausted
+            | Self::GateTimedOut => true,
             Self::MissingBinary
             | Self::AuthFailed
             | Self::BudgetExhausted
@@ -306,6 +313,7 @@ mod tests {
             InfraKind::UsageLimit => 17,
             InfraKind::AwaitingPermission => 18,
             InfraKind::ShareExhausted => 19,
+            InfraKind::GateTimedOut => 20,
         }
     }
 

@@ -55,8 +55,10 @@ impl Severity {
 pub enum Anomaly {
     /// Paths changed outside the task's `allowed_paths`.
     WriteOutsideAllowedPaths { paths: Vec<String> },
-    /// A gate ended by a signal or its timeout, midway through its work.
+    /// A gate ended by a signal, midway through its work.
     GateCrashed { gate: String },
+    /// A gate ran past its `timeout` and was stopped midway through its work.
+    GateTimedOut { gate: String, timeout_ms: u64 },
     /// The agent printed more than `max_output_bytes` and was killed midway.
     OutputLimit { limit_bytes: u64 },
     /// The agent printed nothing for `idle_timeout` and was killed.
@@ -75,6 +77,7 @@ impl Anomaly {
         match self {
             Self::WriteOutsideAllowedPaths { .. } => "write_outside_allowed_paths",
             Self::GateCrashed { .. } => "gate_crashed",
+            Self::GateTimedOut { .. } => "gate_timed_out",
             Self::OutputLimit { .. } => "output_limit",
             Self::IdleTimeout { .. } => "idle_timeout",
             Self::ProtectedFileChanged { .. } => "protected_file_changed",

@@ -25,6 +25,9 @@ use crate::error::{EngineError, Result};
 pub const TAKEN_KIND: &str = "checkpoint.taken";
 /// Journal and audit row kind of a rollback.
 pub const RESTORED_KIND: &str = "checkpoint.restored";
+/// The label of the checkpoint that keeps the tree a task's last attempt
+/// left when the task ends without passing.
+pub const FAILED_TREE_LABEL: &str = "failed tree";
 
 impl From<SnapshotError> for EngineError {
     fn from(err: SnapshotError) -> Self {

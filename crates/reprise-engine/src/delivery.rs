@@ -34,6 +34,15 @@ pub enum DeliveryError {
         task: String,
         state: String,
     },
+    #[error(
+        "the failed tree {checkpoint} kept for {task} in run {run} is not one its journal recorded ({why}); `reprise journal verify {task}` reports the store"
+    )]
+    FailedTreeUnbound {
+        run: String,
+        task: String,
+        checkpoint: String,
+        why: String,
+    },
     #[error("run {run} has no result to apply: no task passed with changes")]
     Nothing { run: String },
     #[error("the results of {tasks} conflict in {files}; apply them one at a time with --task")]
@@ -483,11 +492,29 @@ pub struct DiffReport {
     pub files: Vec<(String, String)>,
     /// The patch.
     pub patch: String,
+    /// For a task that ended without a result: the checkpoint of the tree
+    /// its last attempt left (`to` is that checkpoint's tree), which
+    /// `reprise checkpoint restore` puts back.
+    pub failed_tree: Option<FailedTree>,
 }
 
-/// The diff of `task`'s result against its base, or of the run's combined
-/// leaf results against the run's base.
+/// The tree a task's last attempt left, kept as a checkpoint when the task
+/// ended without passing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedTree {
+    /// The checkpoint's id (its shadow commit).
+    pub checkpoint: String,
+    /// How the task ended: `failed`, `blocked`, ...
+    pub state: String,
+    /// Files the checkpoint left out for their size: not in the diff.
+    pub skipped: Vec<String>,
+}
+
+/// The diff of `task`'s result against its base (for a task that ended
+/// without one, of the tree its last attempt left, kept as a checkpoint),
+/// or of the run's combined leaf results against the run's base.
 pub fn diff(
+    state: &StateDir,
     run: &RunState,
     task: Option<&TaskId>,
 ) -> std::result::Result<DiffReport, DeliveryError> {
@@ -500,11 +527,14 @@ pub fn diff(
                 task: id.to_string(),
             })?;
             let Some(output) = &record.output else {
-                return Err(DeliveryError::NoResult {
-                    run: run.run_id.clone(),
-                    task: id.to_string(),
-                    state: record.state.as_str().to_owned(),
-                });
+                return match failed_tree_diff(state, run, id)? {
+                    Some(report) => Ok(report),
+                    None => Err(DeliveryError::NoResult {
+                        run: run.run_id.clone(),
+                        task: id.to_string(),
+                        state: record.state.as_str().to_owned(),
+                    }),
+                };
             };
             (output.base.clone(), output.tip().to_owned())
         }
@@ -538,7 +568,76 @@ pub fn diff(
         to,
         files,
         patch,
+        failed_tree: None,
     })
+}
+
+/// The diff of the failed tree `task` left in `run` against the base its
+/// worktree started from, when the task ended without passing and kept
+/// one; `None` when there is none to show. Only a checkpoint the task's
+/// journal recorded in this run counts.
+fn failed_tree_diff(
+    state: &StateDir,
+    run: &RunState,
+    task: &TaskId,
+) -> std::result::Result<Option<DiffReport>, DeliveryError> {
+    let Some(record) = run.task(task) else {
+        return Ok(None);
+    };
+    let (Some(base), Some(plan)) = (record.base_commit.as_ref(), run.plan_id()) else {
+        return Ok(None);
+    };
+    if record.state.delivered() {
+        return Ok(None);
+    }
+    let Some(store) = crate::checkpoints::task_snapshots(state, run, task)? else {
+        return Ok(None);
+    };
+    let Some(checkpoint) = store
+        .list()
+        .map_err(EngineError::from)?
+        .into_iter()
+        .rev()
+        .find(|checkpoint| checkpoint.manifest.label == crate::checkpoints::FAILED_TREE_LABEL)
+    else {
+        return Ok(None);
+    };
+    let key = reprise_core::TaskKey::new(plan, task.clone());
+    let recorded = crate::checkpoint_binding::recorded_checkpoints(state, &key)?;
+    let unbound = match crate::checkpoint_binding::bind(&run.run_id, &checkpoint, &recorded) {
+        Err(why) => Some(why),
+        Ok(()) if !crate::checkpoint_binding::object_intact(&store, &checkpoint)? => {
+            Some(crate::checkpoint_binding::Unbound::ObjectReplaced)
+        }
+        Ok(()) => None,
+    };
+    if let Some(why) = unbound {
+        return Err(DeliveryError::FailedTreeUnbound {
+            run: run.run_id.clone(),
+            task: key.to_string(),
+            checkpoint: checkpoint.id,
+            why: why.explain(),
+        });
+    }
+    let (files, patch) = store
+        .diff_from(base, &checkpoint)
+        .map_err(EngineError::from)?;
+    Ok(Some(DiffReport {
+        from: base.clone(),
+        to: checkpoint.tree.clone(),
+        files,
+        patch,
+        failed_tree: Some(FailedTree {
+            checkpoint: checkpoint.id.clone(),
+            state: record.state.as_str().to_owned(),
+            skipped: checkpoint
+                .manifest
+                .skipped
+                .iter()
+                .map(|(path, _)| path.clone())
+                .collect(),
+        }),
+    }))
 }
 
 /// Which runs `clean` takes.

@@ -35,12 +35,13 @@ pub use checkpoint_binding::{
     object_intact, recorded_checkpoints,
 };
 pub use checkpoints::{
-    RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint, task_snapshots,
+    FAILED_TREE_LABEL, RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint,
+    task_snapshots,
 };
 pub use control::{CONTROL_VERSION, ControlOp, ask as ask_run, requester_of, socket_path};
 pub use delivery::{
     ApplyPlan, ApplyTarget, CleanItem, CleanPlan, CleanScope, DeliveryError, DiffReport,
-    KeptBranch, apply, clean, diff, leaf_results, plan_apply, plan_clean,
+    FailedTree, KeptBranch, apply, clean, diff, leaf_results, plan_apply, plan_clean,
 };
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};

@@ -540,6 +540,7 @@ pub fn complete_park(
         let record = run.task_mut(&task.task);
         record.state = crate::state::TaskStatus::Suspended;
         record.reason = Some(format!("parked until {}", point.body.wake.describe()));
+        record.wake = Some(point.body.wake.clone());
         run.save(state, true)?;
     }
     Ok(Parked {

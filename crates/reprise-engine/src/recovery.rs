@@ -122,8 +122,14 @@ pub(crate) fn anomalies(
         }
     }
     for gate in summary.gates.iter().filter(|gate| gate.crashed) {
-        found.push(Anomaly::GateCrashed {
-            gate: gate.name.clone(),
+        found.push(match gate.timed_out_after_ms {
+            Some(timeout_ms) => Anomaly::GateTimedOut {
+                gate: gate.name.clone(),
+                timeout_ms,
+            },
+            None => Anomaly::GateCrashed {
+                gate: gate.name.clone(),
+            },
         });
     }
     // What the process driver's watch stopped, with the bound it passed.

@@ -272,6 +272,7 @@ fn new_record(
                 cwd: None,
                 output: None,
                 waiting: None,
+                wake: None,
             })
             .collect(),
     }
@@ -795,6 +796,7 @@ pub fn run_plan(
                             taken_up.timed.insert(id.clone(), (at, None));
                         }
                         apply(&mut run, &id, &result);
+                        run.task_mut(&id).wake = Some(parked.wake.clone());
                         finish_park(
                             ParkEnd {
                                 ledger: &mut ledger,
@@ -1192,6 +1194,9 @@ fn finish(
     let record = run.task_mut(id);
     record.state = status;
     record.reason = reason.clone();
+    if status != TaskStatus::Suspended {
+        record.wake = None;
+    }
     sink.event(&Event::TaskFinished {
         task: id.clone(),
         status,
@@ -1239,6 +1244,7 @@ fn take_up_run(
             record.cwd.clone_from(&before.cwd);
             record.output.clone_from(&before.output);
             record.reason.clone_from(&before.reason);
+            record.wake.clone_from(&before.wake);
         }
         let key = TaskKey::new(plan.id().clone(), id.clone());
         let base = || journal_base(state, &key, &run.run_id);

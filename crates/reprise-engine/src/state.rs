@@ -150,6 +150,10 @@ pub struct TaskRecord {
     /// next attempt's budget (a live run's snapshot; gone once it goes on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<Waiting>,
+    /// What wakes the task while it is parked (a resume, an approval, a
+    /// time), for the summary to name the command that does it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<reprise_store::suspension::Wake>,
 }
 
 /// Why a task waits, and the words for it.

@@ -716,7 +716,9 @@ impl TaskRun<'_> {
                         }
                     })
                     .collect();
-                let outcome = if gates.iter().any(|gate| gate.could_not_run) {
+                let outcome = if gates.iter().any(|gate| gate.timed_out_after_ms.is_some()) {
+                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateTimedOut)
+                } else if gates.iter().any(|gate| gate.could_not_run) {
                     taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateCouldNotRun)
                 } else if verdicts.is_empty() {
                     taxonomy::AttemptOutcome::Passed

@@ -93,8 +93,10 @@ pub struct Checkpoint {
 /// What a restore changed (or, for a dry run, would change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Changes {
-    /// `(letter, path)`: `M` modified, `A` created since (to be deleted),
-    /// `D` deleted since (to be recreated), `T` type changed, `P` mode only.
+    /// `(letter, path)`, as git names a change in the restore's direction
+    /// (from the tree now to the checkpoint): `A` brought back (deleted
+    /// since), `D` deleted (created since), `M` given its checkpoint's
+    /// content, `T` given its checkpoint's type, `P` given its mode.
     pub files: Vec<(String, String)>,
     /// Files the checkpoint skipped for their size: left as they are.
     pub not_restored: Vec<String>,
@@ -410,8 +412,8 @@ impl SnapshotStore {
                 "-r",
                 "--no-renames",
                 "--name-status",
-                &checkpoint.tree,
                 &now,
+                &checkpoint.tree,
             ])?;
             Ok::<_, SnapshotError>(listing)
         })();
@@ -421,7 +423,7 @@ impl SnapshotStore {
             .lines()
             .filter_map(|line| line.split_once('\t'))
             .map(|(status, path)| {
-                // From the checkpoint to now; a restore undoes it.
+                // From now to the checkpoint: what the restore does.
                 (
                     status.chars().next().unwrap_or('M').to_string(),
                     path.to_owned(),
@@ -441,12 +443,12 @@ impl SnapshotStore {
         }
         for dir in checkpoint.manifest.dirs.keys() {
             if !survey.dirs.contains_key(dir) {
-                files.push(("D".to_owned(), format!("{dir}/")));
+                files.push(("A".to_owned(), format!("{dir}/")));
             }
         }
         for dir in survey.dirs.keys() {
             if !checkpoint.manifest.dirs.contains_key(dir) && !dir.is_empty() {
-                files.push(("A".to_owned(), format!("{dir}/")));
+                files.push(("D".to_owned(), format!("{dir}/")));
             }
         }
         files.sort_by(|a, b| a.1.cmp(&b.1));
@@ -460,6 +462,42 @@ impl SnapshotStore {
                 .map(|(path, _)| path.clone())
                 .collect(),
         })
+    }
+
+    /// What `checkpoint` holds against `base`, a commit of the repository
+    /// whose objects the store shares: `(letter, path)` as `git diff
+    /// --name-status` gives them, and the patch. Reads only objects: no
+    /// file of the tree, and no index.
+    pub fn diff_from(
+        &self,
+        base: &str,
+        checkpoint: &Checkpoint,
+    ) -> Result<(Vec<(String, String)>, String)> {
+        let listing = self.run(&[
+            "diff-tree",
+            "-r",
+            "--no-renames",
+            "--name-status",
+            base,
+            &checkpoint.tree,
+        ])?;
+        let files = listing
+            .lines()
+            .filter_map(|line| line.split_once('\t'))
+            .map(|(status, path)| (status.to_owned(), path.to_owned()))
+            .collect();
+        let patch = self.run(&[
+            "diff-tree",
+            "-r",
+            "-p",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            base,
+            &checkpoint.tree,
+        ])?;
+        Ok((files, patch))
     }
 
     /// Restores the tree to `checkpoint` exactly: bytes, modes, symlinks and

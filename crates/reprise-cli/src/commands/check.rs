@@ -35,7 +35,7 @@ pub(crate) fn check(
     let plan = load_plan(plan_path).map_err(|err| CliError::usage(err.to_string()))?;
     refuse_hidden_paths(settings, plan_path, &plan)?;
     resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
-    let findings = inspect(settings, &plan, true);
+    let findings = inspect(settings, plan_path, &plan, true);
     if !findings.problems.is_empty() {
         return Err(problems_error(plan_path, &findings, "nothing was run"));
     }
@@ -82,7 +82,7 @@ pub(crate) fn before_run(
     plan_path: &Path,
     plan: &Plan,
 ) -> Result<(), CliError> {
-    let findings = inspect(settings, plan, false);
+    let findings = inspect(settings, plan_path, plan, false);
     if findings.problems.is_empty() {
         Ok(())
     } else {
@@ -207,9 +207,9 @@ fn project_dir(settings: &Settings) -> PathBuf {
         .map_or_else(|| settings.cwd.clone(), Path::to_path_buf)
 }
 
-/// Checks every agent binary, agent setting and gate program of `plan`;
-/// `probe` also asks each agent binary its version.
-pub(crate) fn inspect(settings: &Settings, plan: &Plan, probe: bool) -> Findings {
+/// Checks every agent binary, agent setting and gate program of `plan`
+/// (read from `plan_path`); `probe` also asks each agent binary its version.
+pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe: bool) -> Findings {
     let mut findings = Findings::default();
     let project = project_dir(settings);
     let path_var = settings.path_var.as_deref().map(OsStr::new);
@@ -217,8 +217,21 @@ pub(crate) fn inspect(settings: &Settings, plan: &Plan, probe: bool) -> Findings
         if let Some(agent) = plan.agent_settings(kind)
             && let Some((arg, flag)) = clashing_arg(kind.as_str(), &agent.args)
         {
+            // The argument itself, not the first one spelled the same.
+            let index = agent
+                .args
+                .iter()
+                .position(|given| std::ptr::eq(given.as_str(), arg))
+                .unwrap_or_default();
+            let place = match agent.args_at.get(index) {
+                Some(&(line, column)) if line > 0 && column > 0 => {
+                    format!("{}:{line}:{column}: ", plan_path.display())
+                }
+                Some(&(line, _)) if line > 0 => format!("{}:{line}: ", plan_path.display()),
+                _ => String::new(),
+            };
             findings.problems.push(format!(
-                "agents.{kind}.args: {arg:?} sets {flag}, which reprise controls for {kind}; remove it{}",
+                "{place}agents.{kind}.args[{index}]: {arg:?} sets {flag}, which reprise controls for {kind}; remove it{}",
                 if flag.contains("model") {
                     format!(" (set agents.{kind}.model instead)")
                 } else {

@@ -164,7 +164,7 @@ pub(crate) fn restore(
         .map_err(|err| CliError::usage(err.to_string()))?;
     let mut text = String::new();
     for (status, path) in &changes.files {
-        let _ = writeln!(text, "  {status:<4} {path}");
+        let _ = writeln!(text, "  {:<7} {path}", restore_action(status));
     }
     for path in &changes.not_restored {
         let _ = writeln!(text, "  kept {path} (skipped by size: cannot be restored)");
@@ -237,6 +237,23 @@ pub(crate) fn restore(
         text,
         ok: restored.matches,
     })
+}
+
+/// What a restore does to a path, in a word, from the store's letter for
+/// it (git's, in the restore's direction): `restore` what it brings back,
+/// `delete` what it removes.
+fn restore_action(letter: &str) -> String {
+    match letter {
+        "A" => "restore".to_owned(),
+        "D" => "delete".to_owned(),
+        "M" => "rewrite".to_owned(),
+        "T" => "replace".to_owned(),
+        "P" => "chmod".to_owned(),
+        other => match other.strip_prefix('P') {
+            Some(mode) => format!("chmod {mode}"),
+            None => other.to_owned(),
+        },
+    }
 }
 
 fn store_tree(store: &SnapshotStore) -> String {

@@ -151,8 +151,31 @@ pub(crate) fn diff(
     let state = settings.state()?;
     let run = load(&state, run)?;
     let task = task.map(TaskId::parse).transpose()?;
-    let report = reprise_engine::diff(&run, task.as_ref()).map_err(delivery_error)?;
+    let report = reprise_engine::diff(&state, &run, task.as_ref()).map_err(delivery_error)?;
     let mut text = String::new();
+    if let (Some(kept), Some(task)) = (&report.failed_tree, &task) {
+        // Said before the patch, so the output still applies as one.
+        let short = &kept.checkpoint[..kept.checkpoint.len().min(12)];
+        let _ = writeln!(
+            text,
+            "the failed attempt's work of {task} in run {} ({}, no result to apply): the tree its last attempt left, kept as checkpoint {short}, against its base {}",
+            run.run_id,
+            kept.state,
+            &report.from[..report.from.len().min(12)],
+        );
+        let _ = writeln!(
+            text,
+            "get it back into its worktree: reprise checkpoint restore {task} {short} --run {}",
+            run.run_id
+        );
+        if !kept.skipped.is_empty() {
+            let _ = writeln!(
+                text,
+                "left out of the checkpoint for their size (not shown, not restored): {}",
+                kept.skipped.join(", ")
+            );
+        }
+    }
     if report.files.is_empty() {
         let _ = writeln!(text, "no changes");
     } else {
@@ -168,6 +191,9 @@ pub(crate) fn diff(
             "task_id": task.as_ref().map(TaskId::as_str),
             "from": report.from,
             "to": report.to,
+            "work": if report.failed_tree.is_some() { "failed_attempt" } else { "result" },
+            "checkpoint": report.failed_tree.as_ref().map(|kept| &kept.checkpoint),
+            "skipped": report.failed_tree.as_ref().map(|kept| &kept.skipped),
             "files": report.files.iter().map(|(status, path)| json!({"status": status, "path": path})).collect::<Vec<_>>(),
         }),
         text,

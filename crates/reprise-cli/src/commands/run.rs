@@ -422,6 +422,20 @@ pub(crate) fn prepare_checked(
     };
     // A bad plan stops here, before anything is written.
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
+    // A new leg is of the same plan: its tasks are matched by id, and a
+    // file of another plan would run other work under the old run's name.
+    if let Some(prior) = &prior
+        && plan.name() != prior.plan_name
+    {
+        return Err(CliError::usage(format!(
+            "{} is plan {}, but run {} ran plan {}; give that plan's file, or no file to re-read the one it ran ({})",
+            plan_path.display(),
+            plan.name(),
+            prior.run_id,
+            prior.plan_name,
+            prior.plan
+        )));
+    }
     check_containment(&plan)?;
     crate::commands::check::refuse_hidden_paths(settings, &plan_path, &plan)?;
     check(&plan, &plan_path)?;
@@ -795,12 +809,19 @@ pub(crate) fn summary_priced(
         .iter()
         .filter(|task| task.state == reprise_engine::TaskStatus::Suspended)
     {
+        let id = task.task_id.as_str();
+        let wake = match task.wake {
+            // The resume is refused until the approval is written.
+            Some(reprise_store::suspension::Wake::Approval) => {
+                format!("reprise approve {id}, then reprise task resume {id}")
+            }
+            _ => format!("reprise task resume {id}"),
+        };
         let _ = writeln!(
             text,
-            "  PARKED  {:<12} {}; wake it: reprise task resume {}",
-            task.task_id.as_str(),
+            "  PARKED  {:<12} {}; wake it: {wake}",
+            id,
             task.reason.as_deref().unwrap_or("parked"),
-            task.task_id.as_str()
         );
     }
     // Blocked tasks next: they need a person.
@@ -904,6 +925,13 @@ pub(crate) fn summary_priced(
         let _ = writeln!(
             text,
             "next: `{continue_with}` (takes the cancelled tasks up where they stopped)"
+        );
+    } else if failed.is_some_and(|task| task.base_commit.is_some()) {
+        // A failed task in a worktree kept the tree its last attempt left.
+        let _ = writeln!(
+            text,
+            "next: `reprise logs {first}` (what its attempts printed); `reprise diff {run} {first}` (the work its failed attempt left, kept), then `reprise checkpoint restore {first} ID --run {run}` with the id it names, to get that work back",
+            run = run.run_id,
         );
     } else if failed.is_some() {
         let _ = writeln!(

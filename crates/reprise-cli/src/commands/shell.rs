@@ -23,17 +23,59 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Outcome {
 }
 
 /// The manual page `reprise.1` (roff): name, synopsis, options, the
-/// subcommands, and the help's examples, environment and exit codes.
+/// commands, and the help's examples, environment and exit codes.
 pub(crate) fn man() -> Result<Outcome, CliError> {
     let mut page = Vec::new();
     clap_mangen::Man::new(cli::command())
         .render(&mut page)
         .map_err(|err| CliError::usage(format!("cannot render the manual page: {err}")))?;
-    let page = String::from_utf8_lossy(&page).into_owned();
+    let page = with_own_commands(&String::from_utf8_lossy(&page));
     Ok(Outcome {
         code: None,
         json: json!({"man": page}),
         text: page,
         ok: true,
     })
+}
+
+/// `page` with clap_mangen's SUBCOMMANDS section, which refers to a page per
+/// subcommand (`reprise-init(1)`, ...) that nothing installs, replaced by a
+/// COMMANDS section that lists every command, nested ones too, by the words
+/// a user types, with what it does.
+fn with_own_commands(page: &str) -> String {
+    let Some(start) = page.find(".SH SUBCOMMANDS\n") else {
+        return page.to_owned();
+    };
+    let end = page[start + 1..]
+        .find("\n.SH ")
+        .map_or(page.len(), |offset| start + 1 + offset + 1);
+    let mut section = roff::Roff::new();
+    section.control("SH", ["COMMANDS"]);
+    list_commands(&mut section, &cli::command(), "reprise");
+    section.control("PP", []);
+    section.text([roff::roman(
+        "Run reprise COMMAND --help for a command's arguments, options and examples.",
+    )]);
+    // The page already opens with the apostrophe preamble `render` writes.
+    let preamble = roff::Roff::new().render();
+    let rendered = section.render();
+    let body = rendered.strip_prefix(&preamble).unwrap_or(&rendered);
+    format!("{}{body}{}", &page[..start], &page[end..])
+}
+
+/// One entry per command under `command`, depth first, skipping hidden
+/// ones and `help`.
+fn list_commands(section: &mut roff::Roff, command: &clap::Command, prefix: &str) {
+    for sub in command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set() && sub.get_name() != "help")
+    {
+        let name = format!("{prefix} {}", sub.get_name());
+        section.control("TP", []);
+        section.text([roff::bold(name.as_str())]);
+        if let Some(about) = sub.get_about() {
+            section.text([roff::roman(about.to_string())]);
+        }
+        list_commands(section, sub, &name);
+    }
 }

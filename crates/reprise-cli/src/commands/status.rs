@@ -58,6 +58,26 @@ fn gate_mark(gate: &reprise_engine::GateVerdict) -> String {
     if gate.passed { "ok" } else { "failed" }.to_owned()
 }
 
+/// A session id as the terminal shows it: its first 8 characters, enough
+/// for a random id (Claude Code's UUIDv4); whole when its leading digits are
+/// a clock (a UUID of version 1, 6 or 7, as Codex's are), where two sessions
+/// started close together, a fork and its parent say, share them. `--json`
+/// always has the whole id.
+fn short_session(id: &str) -> &str {
+    let bytes = id.as_bytes();
+    let uuid_shaped = bytes.len() == 36
+        && [8, 13, 18, 23].iter().all(|&at| bytes[at] == b'-')
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(at, byte)| [8, 13, 18, 23].contains(&at) || byte.is_ascii_hexdigit());
+    if uuid_shaped && matches!(bytes[14], b'1' | b'6' | b'7') {
+        id
+    } else {
+        id.get(..8).unwrap_or(id)
+    }
+}
+
 pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
     let mut line = format!("attempt {} ({}): ", attempt.n, attempt.mode);
     match (&attempt.outcome, &attempt.infra_kind) {
@@ -87,8 +107,7 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
         line.push_str(&format!("; gates: {}", gates.join(", ")));
     }
     if let Some(session) = &attempt.session_id {
-        // Short on the terminal; `--json` has the whole id.
-        line.push_str(&format!("; session {}", &session[..session.len().min(8)]));
+        line.push_str(&format!("; session {}", short_session(session)));
     }
     match attempt.cost_micro_usd {
         Some(cost) => line.push_str(&format!("; cost {}", money(cost))),

@@ -183,7 +183,7 @@ tasks:
     let output = env.run(&["run", "plan.yaml", "--check"]);
     assert_eq!(
         first_err_line(&output),
-        "error: plan.yaml: 1 problem before anything ran (nothing was run): agents.claude.args: \"--resume\" sets --resume, which reprise controls for claude; remove it"
+        "error: plan.yaml: 1 problem before anything ran (nothing was run): plan.yaml:4:55: agents.claude.args[1]: \"--resume\" sets --resume, which reprise controls for claude; remove it"
     );
     assert_eq!(code(&output), Some(2));
     let output = env.run(&["run", "plan.yaml"]);

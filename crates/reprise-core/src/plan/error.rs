@@ -98,10 +98,12 @@ pub enum PlanErrorKind {
         wrong_type_hint(expected, found)
     )]
     WrongType { expected: String, found: String },
-    #[error("unknown key {key:?} (expected one of {})", expected.join(", "))]
+    #[error("unknown key {key:?}{} (expected one of {})", did_you_mean(*suggestion), expected.join(", "))]
     UnknownKey {
         key: String,
         expected: &'static [&'static str],
+        /// The expected key closest to it, when one is close.
+        suggestion: Option<&'static str>,
     },
     #[error("key {key:?} is given twice (first on line {first_line}); keep one")]
     DuplicateKey { key: String, first_line: u64 },
@@ -118,11 +120,13 @@ pub enum PlanErrorKind {
     UnsupportedVersion { found: String },
     #[error("{value} is out of range; use an integer from {min} to {max}")]
     OutOfRange { value: i128, min: i128, max: i128 },
-    #[error("unknown {noun} {found:?} (expected one of {})", expected.join(", "))]
+    #[error("unknown {noun} {found:?}{} (expected one of {})", did_you_mean(*suggestion), expected.join(", "))]
     UnknownValue {
         noun: &'static str,
         found: String,
         expected: &'static [&'static str],
+        /// The expected value closest to it, when one is close.
+        suggestion: Option<&'static str>,
     },
     #[error("{reason}")]
     InvalidTaskId { reason: TaskIdError },
@@ -222,6 +226,25 @@ pub enum PlanErrorKind {
     NoTasks,
 }
 
+/// The one of `known` that `found` is most likely a slip for: the nearest
+/// by edit distance (a swap of two neighbours counts once), when that
+/// distance is at most a third of its length; the first of equals wins.
+pub(super) fn closest(found: &str, known: &'static [&'static str]) -> Option<&'static str> {
+    known
+        .iter()
+        .map(|candidate| (strsim::damerau_levenshtein(found, candidate), *candidate))
+        .filter(|(distance, candidate)| *distance > 0 && distance * 3 <= candidate.len())
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// `; did you mean "depends_on"?`, or nothing.
+fn did_you_mean(suggestion: Option<&str>) -> String {
+    suggestion
+        .map(|name| format!("; did you mean {name:?}?"))
+        .unwrap_or_default()
+}
+
 /// `"a" -> "b" -> "a"`.
 fn cycle_text(ids: &[TaskId]) -> String {
     ids.iter()
@@ -253,4 +276,28 @@ fn thousands(number: usize) -> String {
         grouped.push(digit);
     }
     grouped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::closest;
+
+    const KEYS: &[&str] = &[
+        "id",
+        "prompt",
+        "depends_on",
+        "retry_policy",
+        "warm",
+        "claude",
+    ];
+
+    #[test]
+    fn a_slip_of_a_letter_or_two_is_suggested_and_a_stranger_is_not() {
+        assert_eq!(closest("depend_on", KEYS), Some("depends_on"));
+        assert_eq!(closest("wram", KEYS), Some("warm"));
+        assert_eq!(closest("cladue", KEYS), Some("claude"));
+        assert_eq!(closest("retry-policy", KEYS), Some("retry_policy"));
+        assert_eq!(closest("zzz", KEYS), None);
+        assert_eq!(closest("ix", KEYS), None, "too short to guess");
+    }
 }

@@ -292,6 +292,9 @@ pub struct AgentSettings {
     /// Extra arguments after reprise's own (flags reprise controls are
     /// refused before a run starts).
     pub args: Vec<String>,
+    /// Where each of `args` is in the plan: 1-based line and column (0
+    /// where the YAML reader gave none), for a refusal to point at.
+    pub args_at: Vec<(u64, u64)>,
     /// Variables for this agent's process only.
     pub env: BTreeMap<String, String>,
     /// Variables of reprise's own environment this agent's process gets

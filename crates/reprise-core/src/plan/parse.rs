@@ -296,16 +296,22 @@ impl Reader<'_> {
                 Some(node) => Some(self.non_empty_string(node, &settings.path_of("model"))?),
                 None => None,
             };
-            let args = match settings.get("args") {
+            let (args, args_at) = match settings.get("args") {
                 Some(node) => {
                     let list_path = settings.path_of("args");
-                    self.seq(node, &list_path, "a list of arguments")?
+                    let items = self.seq(node, &list_path, "a list of arguments")?;
+                    let args = items
                         .iter()
                         .enumerate()
                         .map(|(index, item)| self.string(item, &item_path(&list_path, index)))
-                        .collect::<Result<_>>()?
+                        .collect::<Result<_>>()?;
+                    let at = items
+                        .iter()
+                        .map(|item| (item.mark.line, item.mark.column))
+                        .collect();
+                    (args, at)
                 }
-                None => Vec::new(),
+                None => (Vec::new(), Vec::new()),
             };
             let env = match settings.get("env") {
                 Some(node) => self.agent_env(node, &settings.path_of("env"))?,
@@ -322,6 +328,7 @@ impl Reader<'_> {
                     allowed_tools,
                     model,
                     args,
+                    args_at,
                     env,
                     pass_env,
                 },

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::TaskId;
 
 use super::duration::parse_duration;
-use super::error::{PlanError, PlanErrorKind};
+use super::error::{PlanError, PlanErrorKind, closest};
 use super::money::parse_micro_usd;
 use super::yaml::{Entry, Kind, Mark, Node};
 
@@ -79,6 +79,7 @@ impl Reader<'_> {
                     PlanErrorKind::UnknownKey {
                         key: entry.key.clone(),
                         expected: accepted,
+                        suggestion: closest(&entry.key, accepted),
                     },
                 ));
             }
@@ -200,6 +201,7 @@ impl Reader<'_> {
                     noun,
                     found: text.clone(),
                     expected: names,
+                    suggestion: closest(text, names),
                 },
             )),
         }

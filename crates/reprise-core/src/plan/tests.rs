@@ -308,7 +308,7 @@ fn bad_plans() -> Vec<Bad> {
             ),
             10,
             "tasks[0].gates[0]",
-            "unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
+            "unknown key \"discloze\"; did you mean \"disclose\"? (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
         ),
         bad(
             "unknown key in defaults",
@@ -357,7 +357,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\nagents:\n  clade: { bin: /x }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
             4,
             "agents",
-            "unknown key \"clade\" (expected one of claude, codex, gemini, command, sim)",
+            "unknown key \"clade\"; did you mean \"claude\"? (expected one of claude, codex, gemini, command, sim)",
         ),
         bad(
             "key given twice",
@@ -780,7 +780,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: clade\n",
             6,
             "tasks[0].agent",
-            "unknown agent \"clade\" (expected one of claude, codex, gemini, command, sim)",
+            "unknown agent \"clade\"; did you mean \"claude\"? (expected one of claude, codex, gemini, command, sim)",
         ),
         bad(
             "unknown default agent",
@@ -1007,7 +1007,7 @@ fn plan_error_lines_read_as_documented() {
             &with_head(
                 "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
             ),
-            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\" (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
+            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\"; did you mean \"disclose\"? (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
         ),
         (
             "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",

@@ -1438,7 +1438,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                 &mut self.journal,
                 self.run.run_id,
                 self.attempt,
-                "failed tree",
+                checkpoints::FAILED_TREE_LABEL,
                 hash,
             )?;
         }
