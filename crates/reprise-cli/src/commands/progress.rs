@@ -72,6 +72,8 @@ pub(crate) struct Progress {
     waiting: BTreeMap<TaskId, String>,
     /// Their one status line, while any waits (live display only).
     waiting_bar: Option<ProgressBar>,
+    /// A rehearsal: its agents' cost figures are for tokens nobody paid.
+    rehearsal: bool,
 }
 
 impl Progress {
@@ -85,7 +87,16 @@ impl Progress {
             attempts: BTreeMap::new(),
             waiting: BTreeMap::new(),
             waiting_bar: None,
+            rehearsal: false,
         }
+    }
+
+    /// The lines of a rehearsal: each attempt says nothing was spent in
+    /// place of its agent's cost figure (what it would cost is priced when
+    /// the rehearsal ends).
+    pub(crate) fn for_rehearsal(mut self, rehearsal: bool) -> Self {
+        self.rehearsal = rehearsal;
+        self
     }
 
     fn line(&self, text: &str) {
@@ -232,10 +243,16 @@ impl EventSink for Progress {
             }
             Event::AttemptFinished { task, summary } if !quiet => {
                 let mark = self.result_mark(&summary.outcome);
+                let mut text = attempt_line(summary);
+                if self.rehearsal
+                    && let Some(at) = text.rfind("; cost ")
+                {
+                    text.truncate(at);
+                    text.push_str("; nothing spent (a rehearsal)");
+                }
                 self.line(&format!(
-                    "{mark} [{}] [{task}] {}",
+                    "{mark} [{}] [{task}] {text}",
                     seconds(summary.elapsed_ms),
-                    attempt_line(summary)
                 ));
             }
             Event::Decision { task, record } if !quiet => {

@@ -622,6 +622,7 @@ pub(crate) fn execute(
         continuing,
         keep_worktrees: worktrees.keep_worktrees,
     };
+    let rehearsal = is_rehearsal(&state, &options.run_id);
     let ran = if settings.events {
         run_plan(&state, &plan, options, &cancel, &mut EventStream)
     } else if settings.json {
@@ -632,7 +633,8 @@ pub(crate) fn execute(
             &plan,
             options,
             &cancel,
-            &mut crate::commands::progress::Progress::new(settings.display),
+            &mut crate::commands::progress::Progress::new(settings.display)
+                .for_rehearsal(rehearsal),
         )
     };
     reprise_agents::supervise::reap_adopted();

@@ -282,3 +282,29 @@ fn the_pinned_clis_default_models_are_priced_out_of_the_box() {
     assert_eq!(task["unpriced_models"], json!([]), "{task}");
     assert!(task["would_cost_micro_usd"].as_u64().unwrap() > 0, "{task}");
 }
+
+/// While a rehearsal runs, an attempt's line says nothing was spent, never
+/// the agent's own figure for tokens nobody paid.
+#[test]
+fn a_rehearsals_live_lines_spend_nothing() {
+    let env = Env::new();
+    fs::write(
+        env.project().join("plan.yaml"),
+        "version: 1\nname: live\ndefaults: { agent: command, sandbox: none, timeout: 30s }\ntasks:\n  - id: paid\n    prompt: p\n    command: [sh, -c, \"echo DONE; echo REPRISE_COST_USD=0.05\"]\n",
+    )
+    .unwrap();
+    fs::write(
+        env.project().join("scenario.yaml"),
+        "rules:\n  - reply: { text: hi }\n",
+    )
+    .unwrap();
+    let output = env.run(&["rehearse", "plan.yaml", "--scenario", "scenario.yaml"]);
+    assert_success(&output);
+    let printed = stdout(&output);
+    let line = printed
+        .lines()
+        .find(|line| line.contains("[paid] attempt 1 (new):"))
+        .unwrap_or_else(|| panic!("no attempt line in {printed}"));
+    assert!(line.ends_with("; nothing spent (a rehearsal)"), "{line}");
+    assert!(!printed.contains("cost $0.05"), "{printed}");
+}
