@@ -153,6 +153,20 @@ tasks:
     );
 }
 
+/// `reprise rehearse` of `plan` (written as plan.yaml) under a scenario
+/// that replies "hi" to every request, with `extra` arguments.
+fn rehearse(env: &Env, plan: &str, extra: &[&str]) -> std::process::Output {
+    fs::write(env.project().join("plan.yaml"), plan).unwrap();
+    fs::write(
+        env.project().join("scenario.yaml"),
+        "rules:\n  - reply: { text: hi }\n",
+    )
+    .unwrap();
+    let mut args = vec!["rehearse", "plan.yaml", "--scenario", "scenario.yaml"];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
 /// A command task that asks the rehearsal's server once for each of `models`.
 fn asking_plan(models: &[&str]) -> String {
     let asks: Vec<String> = models
@@ -172,25 +186,11 @@ fn asking_plan(models: &[&str]) -> String {
 #[test]
 fn a_rehearsal_is_marked_everywhere_and_priced_with_the_prices_it_ran_with() {
     let env = Env::new();
-    fs::write(
-        env.project().join("plan.yaml"),
-        asking_plan(&["claude-sonnet-4-5"]),
-    )
-    .unwrap();
-    fs::write(
-        env.project().join("scenario.yaml"),
-        "rules:\n  - reply: { text: hi }\n",
-    )
-    .unwrap();
-    let output = env.run(&[
-        "rehearse",
-        "plan.yaml",
-        "--scenario",
-        "scenario.yaml",
-        "--price",
-        "10/50",
-        "--json",
-    ]);
+    let output = rehearse(
+        &env,
+        &asking_plan(&["claude-sonnet-4-5"]),
+        &["--price", "10/50", "--json"],
+    );
     assert_success(&output);
     let rehearsed = json_of(&output);
     let task = &rehearsed["rehearsal"]["tasks"][0];
@@ -259,23 +259,11 @@ fn a_rehearsal_is_marked_everywhere_and_priced_with_the_prices_it_ran_with() {
 #[test]
 fn the_pinned_clis_default_models_are_priced_out_of_the_box() {
     let env = Env::new();
-    fs::write(
-        env.project().join("plan.yaml"),
-        asking_plan(&["gpt-5.5", "gemini-3.1-pro-preview", "gemini-3.5-flash-lite"]),
-    )
-    .unwrap();
-    fs::write(
-        env.project().join("scenario.yaml"),
-        "rules:\n  - reply: { text: hi }\n",
-    )
-    .unwrap();
-    let output = env.run(&[
-        "rehearse",
-        "plan.yaml",
-        "--scenario",
-        "scenario.yaml",
-        "--json",
-    ]);
+    let output = rehearse(
+        &env,
+        &asking_plan(&["gpt-5.5", "gemini-3.1-pro-preview", "gemini-3.5-flash-lite"]),
+        &["--json"],
+    );
     assert_success(&output);
     let task = &json_of(&output)["rehearsal"]["tasks"][0];
     assert_eq!(task["requests"], 3, "{task}");
@@ -288,17 +276,11 @@ fn the_pinned_clis_default_models_are_priced_out_of_the_box() {
 #[test]
 fn a_rehearsals_live_lines_spend_nothing() {
     let env = Env::new();
-    fs::write(
-        env.project().join("plan.yaml"),
+    let output = rehearse(
+        &env,
         "version: 1\nname: live\ndefaults: { agent: command, sandbox: none, timeout: 30s }\ntasks:\n  - id: paid\n    prompt: p\n    command: [sh, -c, \"echo DONE; echo REPRISE_COST_USD=0.05\"]\n",
-    )
-    .unwrap();
-    fs::write(
-        env.project().join("scenario.yaml"),
-        "rules:\n  - reply: { text: hi }\n",
-    )
-    .unwrap();
-    let output = env.run(&["rehearse", "plan.yaml", "--scenario", "scenario.yaml"]);
+        &[],
+    );
     assert_success(&output);
     let printed = stdout(&output);
     let line = printed
