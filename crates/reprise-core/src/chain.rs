@@ -121,6 +121,66 @@ impl ChainFormat {
     }
 }
 
+/// Where the members `check_line` reads sit in a format's schema order:
+/// looked up once per format here, not by name for every row.
+#[derive(Debug, Clone, Copy)]
+struct Slots {
+    digest: usize,
+    prev: usize,
+    seq: usize,
+    kind: usize,
+    /// `body`, or a spine's `decision`.
+    payload: usize,
+    task_id: Option<usize>,
+    decision_hash: Option<usize>,
+}
+
+impl ChainFormat {
+    fn slots(self) -> Slots {
+        match self {
+            Self::Journal => Slots {
+                digest: 2,
+                prev: 4,
+                seq: 5,
+                kind: 3,
+                payload: 1,
+                task_id: Some(6),
+                decision_hash: None,
+            },
+            Self::Ledger => Slots {
+                digest: 2,
+                prev: 4,
+                seq: 5,
+                kind: 3,
+                payload: 1,
+                task_id: None,
+                decision_hash: None,
+            },
+            Self::Spine => Slots {
+                digest: 2,
+                prev: 4,
+                seq: 6,
+                kind: 3,
+                payload: 0,
+                task_id: None,
+                decision_hash: Some(1),
+            },
+            Self::Audit => Slots {
+                digest: 3,
+                prev: 4,
+                seq: 5,
+                kind: 2,
+                payload: 1,
+                task_id: None,
+                decision_hash: None,
+            },
+        }
+    }
+}
+
+/// The most members a schema has.
+const MAX_MEMBERS: usize = 8;
+
 /// Why a row, or the chain at a row, does not verify. Checked in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -188,24 +248,18 @@ pub fn check_line<'a>(
     let Some(fields) = match_schema(format, &scanned.members) else {
         return LineCheck::Fault(Reason::MalformedRow);
     };
-    let member = |name: &str| {
-        let index = format
-            .schema()
-            .iter()
-            .position(|(field, _)| *field == name)
-            .expect("schema names the field");
-        fields[index]
-    };
+    let slots = format.slots();
+    let member = |slot: usize| fields[slot].expect("the schema matched every slot");
     // The schema checked each digest's length; its digits are read here,
     // once, and a bad one makes the row malformed as a missing one does.
-    let digest_member = member(format.digest_key());
+    let digest_member = member(slots.digest);
     let decision_hash = match format {
-        ChainFormat::Spine => digest_of(member("decision_hash")),
+        ChainFormat::Spine => digest_of(member(slots.decision_hash.expect("a spine row has one"))),
         ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => Some(Digest::ZERO),
     };
     let (Some(digest), Some(prev), Some(decision_hash)) = (
         digest_of(digest_member),
-        digest_of(member(format.prev_key())),
+        digest_of(member(slots.prev)),
         decision_hash,
     ) else {
         return LineCheck::Fault(Reason::MalformedRow);
@@ -213,7 +267,7 @@ pub fn check_line<'a>(
     if !scanned.canonical {
         return LineCheck::Fault(Reason::NotCanonical);
     }
-    let version = unsigned(fields[format.schema().len() - 1]);
+    let version = unsigned(member(format.schema().len() - 1));
     if version != FORMAT_VERSION {
         return LineCheck::Fault(Reason::UnsupportedVersion);
     }
@@ -232,9 +286,9 @@ pub fn check_line<'a>(
     };
     let digest_ok = key.is_some() || format != ChainFormat::Audit;
     let payload = match format {
-        ChainFormat::Spine => member("decision").value.clone(),
+        ChainFormat::Spine => member(slots.payload).value.clone(),
         ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => {
-            member("body").value.clone()
+            member(slots.payload).value.clone()
         }
     };
     let decision_ok = match format {
@@ -244,14 +298,16 @@ pub fn check_line<'a>(
         ChainFormat::Journal | ChainFormat::Audit | ChainFormat::Ledger => true,
     };
     LineCheck::Row(CheckedRow {
-        seq: unsigned(member("seq")),
+        seq: unsigned(member(slots.seq)),
         prev,
         digest,
         digest_ok: digest_ok && computed == digest,
         decision_ok,
-        kind: text(member("kind")),
+        kind: text(member(slots.kind)),
         task_id: match format {
-            ChainFormat::Journal => Some(text(member("task_id"))),
+            ChainFormat::Journal => {
+                Some(text(member(slots.task_id.expect("a journal row has one"))))
+            }
             ChainFormat::Spine | ChainFormat::Audit | ChainFormat::Ledger => None,
         },
         payload,
@@ -264,13 +320,12 @@ pub fn check_line<'a>(
 fn match_schema<'m, 'a>(
     format: ChainFormat,
     members: &'m [Member<'a>],
-) -> Option<Vec<&'m Member<'a>>> {
+) -> Option<[Option<&'m Member<'a>>; MAX_MEMBERS]> {
     let schema = format.schema();
     if members.len() != schema.len() {
         return None;
     }
-    let mut slots: Vec<Option<&Member<'a>>> = Vec::with_capacity(schema.len());
-    slots.resize(schema.len(), None);
+    let mut slots: [Option<&Member<'a>>; MAX_MEMBERS] = [None; MAX_MEMBERS];
     for (position, member) in members.iter().enumerate() {
         // A canonical line holds the members in schema order: try that first.
         let index = if schema[position].0 == member.key {
@@ -293,7 +348,9 @@ fn match_schema<'m, 'a>(
         }
         slots[index] = Some(member);
     }
-    slots.into_iter().collect()
+    // Every member was placed once and there are as many as the schema
+    // has: each of its slots is filled.
+    Some(slots)
 }
 
 fn unsigned(member: &Member<'_>) -> u64 {
@@ -315,5 +372,46 @@ fn digest_of(member: &Member<'_>) -> Option<Digest> {
     match &member.kind {
         ValueKind::Str(text) => Digest::from_hex(text.as_bytes()),
         _ => unreachable!("schema checked the type"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each slot names the member its name says, in every format, and no
+    /// schema outgrows the slots' array.
+    #[test]
+    fn the_slots_are_where_the_schema_puts_their_members() {
+        for format in [
+            ChainFormat::Journal,
+            ChainFormat::Ledger,
+            ChainFormat::Spine,
+            ChainFormat::Audit,
+        ] {
+            let schema = format.schema();
+            assert!(schema.len() <= MAX_MEMBERS);
+            let name = |slot: usize| schema[slot].0;
+            let slots = format.slots();
+            assert_eq!(name(slots.digest), format.digest_key());
+            assert_eq!(name(slots.prev), format.prev_key());
+            assert_eq!(name(slots.seq), "seq");
+            assert_eq!(name(slots.kind), "kind");
+            assert_eq!(schema[schema.len() - 1].0, "v");
+            let payload = if format == ChainFormat::Spine {
+                "decision"
+            } else {
+                "body"
+            };
+            assert_eq!(name(slots.payload), payload);
+            assert_eq!(
+                slots.task_id.map(name),
+                (format == ChainFormat::Journal).then_some("task_id")
+            );
+            assert_eq!(
+                slots.decision_hash.map(name),
+                (format == ChainFormat::Spine).then_some("decision_hash")
+            );
+        }
     }
 }
