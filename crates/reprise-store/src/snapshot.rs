@@ -205,29 +205,29 @@ impl SnapshotStore {
     /// true. The date holds for the next command only: it rewrites the index,
     /// and `honest_index_time` puts back the real time if it did not.
     fn trust_stat_data(&self) {
-        let index = self.git_dir.join("index");
-        let ahead = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
-        let _ = fs::File::options()
-            .write(true)
-            .open(&index)
-            .and_then(|file| file.set_modified(ahead));
+        self.date_index(std::time::SystemTime::now() + std::time::Duration::from_secs(1));
     }
 
     /// Puts the shadow index's time back to now when it is ahead of it
     /// (`trust_stat_data`), so a file an agent changes later in this same
     /// second is again read by git, not taken on its stat data.
     fn honest_index_time(&self) {
-        let index = self.git_dir.join("index");
         let now = std::time::SystemTime::now();
-        if fs::metadata(&index)
+        if fs::metadata(self.git_dir.join("index"))
             .and_then(|meta| meta.modified())
             .is_ok_and(|modified| modified > now)
         {
-            let _ = fs::File::options()
-                .write(true)
-                .open(&index)
-                .and_then(|file| file.set_modified(now));
+            self.date_index(now);
         }
+    }
+
+    /// Sets the shadow index's modification time (a missing index is left
+    /// missing).
+    fn date_index(&self, time: std::time::SystemTime) {
+        let _ = fs::File::options()
+            .write(true)
+            .open(self.git_dir.join("index"))
+            .and_then(|file| file.set_modified(time));
     }
 
     /// Takes a checkpoint of the tree as it is now.
@@ -267,15 +267,29 @@ impl SnapshotStore {
     /// still hashes to its id and names its tree. `None` when the store
     /// holds it in no form read here (git then has to say).
     pub fn commit_intact(&self, checkpoint: &Checkpoint) -> Option<bool> {
-        match crate::loose::read_object(&self.git_dir, &checkpoint.id, "commit") {
-            Ok(Some(body)) => Some(
-                body.split(|&byte| byte == b'\n')
-                    .next()
-                    .is_some_and(|line| line == format!("tree {}", checkpoint.tree).as_bytes()),
-            ),
+        match self.loose_commit(&checkpoint.id) {
+            Ok(Some((tree, _))) => Some(tree == checkpoint.tree),
             Ok(None) => None,
             Err(_) => Some(false),
         }
+    }
+
+    /// The tree and message of the loose commit `id`, read and hashed
+    /// without git; `Ok(None)` when there is no loose object of that name,
+    /// an error when there is one but it is not a commit that hashes to `id`.
+    fn loose_commit(&self, id: &str) -> std::io::Result<Option<(String, String)>> {
+        let Some(body) = crate::loose::read_object(&self.git_dir, id, "commit")? else {
+            return Ok(None);
+        };
+        let malformed = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not a commit");
+        let text = String::from_utf8(body).map_err(|_| malformed())?;
+        let (head, message) = text.split_once("\n\n").ok_or_else(malformed)?;
+        let tree = head
+            .lines()
+            .next()
+            .and_then(|line| line.strip_prefix("tree "))
+            .ok_or_else(malformed)?;
+        Ok(Some((tree.to_owned(), message.to_owned())))
     }
 
     /// Brings the shadow index to the tree as it is (every file but those
@@ -365,11 +379,8 @@ impl SnapshotStore {
         let mut listed = Vec::with_capacity(names.len());
         for name in names {
             let id = fs::read_to_string(dir.join(name)).ok()?.trim().to_owned();
-            let body = crate::loose::read_object(&self.git_dir, &id, "commit").ok()??;
-            let text = String::from_utf8(body).ok()?;
-            let tree = text.lines().next()?.strip_prefix("tree ")?.to_owned();
-            let (_, message) = text.split_once("\n\n")?;
-            match parse_manifest(&id, message) {
+            let (tree, message) = self.loose_commit(&id).ok()??;
+            match parse_manifest(&id, &message) {
                 Ok(manifest) => listed.push(Checkpoint { id, tree, manifest }),
                 Err(err) => return Some(Err(err)),
             }
