@@ -14,7 +14,7 @@ use reprise_engine::{Event, EventSink, Outcome as AttemptOutcome, TaskStatus};
 
 use crate::cli::{ColorChoice, GlobalArgs};
 use crate::commands::run::workspace_line;
-use crate::commands::status::attempt_line;
+use crate::commands::status::{attempt_line, attempt_line_uncosted};
 use crate::output::{count, short};
 
 /// How human output looks, settled once from the flags and the terminal.
@@ -243,13 +243,14 @@ impl EventSink for Progress {
             }
             Event::AttemptFinished { task, summary } if !quiet => {
                 let mark = self.result_mark(&summary.outcome);
-                let mut text = attempt_line(summary);
-                if self.rehearsal
-                    && let Some(at) = text.rfind("; cost ")
-                {
-                    text.truncate(at);
-                    text.push_str("; nothing spent (a rehearsal)");
-                }
+                let text = if self.rehearsal {
+                    format!(
+                        "{}; nothing spent (a rehearsal)",
+                        attempt_line_uncosted(summary)
+                    )
+                } else {
+                    attempt_line(summary)
+                };
                 self.line(&format!(
                     "{mark} [{}] [{task}] {text}",
                     seconds(summary.elapsed_ms),

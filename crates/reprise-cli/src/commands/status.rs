@@ -78,7 +78,19 @@ fn short_session(id: &str) -> &str {
     }
 }
 
+/// An attempt's line: what it came to, and what its agent said it cost.
 pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
+    let mut line = attempt_line_uncosted(attempt);
+    match attempt.cost_micro_usd {
+        Some(cost) => line.push_str(&format!("; cost {}", money(cost))),
+        None => line.push_str("; cost unknown"),
+    }
+    line
+}
+
+/// An attempt's line without its cost, for those that say it another way
+/// (a rehearsal's: nothing was spent).
+pub(crate) fn attempt_line_uncosted(attempt: &AttemptSummary) -> String {
     let mut line = format!("attempt {} ({}): ", attempt.n, attempt.mode);
     match (&attempt.outcome, &attempt.infra_kind) {
         (reprise_engine::Outcome::Infra, Some(kind)) => {
@@ -109,10 +121,6 @@ pub(crate) fn attempt_line(attempt: &AttemptSummary) -> String {
     if let Some(session) = &attempt.session_id {
         line.push_str(&format!("; session {}", short_session(session)));
     }
-    match attempt.cost_micro_usd {
-        Some(cost) => line.push_str(&format!("; cost {}", money(cost))),
-        None => line.push_str("; cost unknown"),
-    }
     line
 }
 
@@ -123,13 +131,11 @@ fn rehearsed_attempt_line(
     priced: &crate::commands::rehearse::Priced<'_>,
     task: &str,
 ) -> String {
-    let line = attempt_line(attempt);
-    let cost = match attempt.cost_micro_usd {
-        Some(cost) => format!("; cost {}", money(cost)),
-        None => "; cost unknown".to_owned(),
-    };
-    let shown = line.strip_suffix(&cost).unwrap_or(&line);
-    format!("{shown}; {}", priced.attempt_text(task, attempt.n))
+    format!(
+        "{}; {}",
+        attempt_line_uncosted(attempt),
+        priced.attempt_text(task, attempt.n)
+    )
 }
 
 /// An unfinished run's snapshot brought up to its journals (its tasks'
