@@ -1453,18 +1453,27 @@ mod tests {
         assert_eq!(replay([(rows::TASK_STARTED, &old)]), TaskState::Queued);
     }
 
-    #[test]
-    fn a_park_and_its_resume_read_back_from_their_rows() {
+    /// A one-attempt policy and the same extended by one attempt (what a
+    /// resume or a continuation grants), without budget or snapshots.
+    fn one_attempt_then_two() -> (Policy, Policy) {
         let policy = Policy {
             max_attempts: 1,
             budgeted: false,
             rollback: RollbackOnRetry::Auto,
             snapshots: false,
         };
-        let extended = Policy {
-            max_attempts: 2,
-            ..policy
-        };
+        (
+            policy,
+            Policy {
+                max_attempts: 2,
+                ..policy
+            },
+        )
+    }
+
+    #[test]
+    fn a_park_and_its_resume_read_back_from_their_rows() {
+        let (policy, extended) = one_attempt_then_two();
         let mut rows = vec![
             (rows::TASK_STARTED, json!({"lifecycle": policy})),
             (rows::ATTEMPT_STARTED, json!({"attempt": 1})),
@@ -1530,16 +1539,7 @@ mod tests {
 
     #[test]
     fn a_task_a_stop_cancelled_goes_on_from_the_state_its_continuation_names() {
-        let policy = Policy {
-            max_attempts: 1,
-            budgeted: false,
-            rollback: RollbackOnRetry::Auto,
-            snapshots: false,
-        };
-        let extended = Policy {
-            max_attempts: 2,
-            ..policy
-        };
+        let (policy, extended) = one_attempt_then_two();
         let read = |rows: &[(&str, Value)]| replay(rows.iter().map(|(kind, body)| (*kind, body)));
         let mut rows = vec![
             (rows::TASK_STARTED, json!({"lifecycle": policy})),
