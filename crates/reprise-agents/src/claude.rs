@@ -55,6 +55,10 @@ const SPEC: CliSpec = CliSpec {
     bin_env: "REPRISE_CLAUDE_BIN",
 };
 
+/// Set to 1, Claude Code leaves the git status snapshot and its git
+/// instructions out of the system prompt (2.1.197, read from its bundle).
+const GIT_INSTRUCTIONS_VAR: &str = "CLAUDE_CODE_DISABLE_GIT_INSTRUCTIONS";
+
 /// Claude Code's session-gone message (stderr, exit 1).
 const NO_CONVERSATION: &str = "No conversation found with session ID";
 
@@ -252,7 +256,14 @@ pub(crate) fn invocation(
         args.extend(allowed_tools.iter().cloned());
     }
     args.extend(["--".into(), request.prompt.clone()]);
-    let mut env = request.env.clone();
+    // The git status goes into the system prompt as a snapshot taken when the
+    // CLI starts: an attempt's own edits change it, and a changed system
+    // prompt makes the provider's prompt cache miss on everything after it,
+    // the whole session included, on every resume. reprise commits the
+    // results itself, so the CLI's git snapshot and commit instructions are
+    // left out of every attempt alike (a plan's `env` may set it back).
+    let mut env = vec![(GIT_INSTRUCTIONS_VAR.to_owned(), "1".to_owned())];
+    env.extend(request.env.iter().cloned());
     if let Some(home) = &request.config_home {
         env.push((
             "CLAUDE_CONFIG_DIR".into(),
@@ -290,6 +301,30 @@ struct ResultObject<'a> {
     /// tool_input}` each): headless, nobody could say yes.
     #[serde(default)]
     permission_denials: Vec<serde_json::Value>,
+    /// Tokens by model, keyed by the model as the CLI names it
+    /// (`claude-opus-4-8[1m]`).
+    #[serde(default, rename = "modelUsage")]
+    model_usage: serde_json::Map<String, Value>,
+}
+
+/// The model the session ran on: of the models a result reports, the one
+/// that read the most input (a CLI may use a small model on the side).
+fn session_model(usage: &serde_json::Map<String, Value>) -> Option<String> {
+    let input = |tokens: &Value| {
+        [
+            "inputTokens",
+            "cacheReadInputTokens",
+            "cacheCreationInputTokens",
+        ]
+        .iter()
+        .filter_map(|key| tokens.get(*key).and_then(Value::as_u64))
+        .sum::<u64>()
+    };
+    usage
+        .iter()
+        .max_by_key(|(_, tokens)| input(tokens))
+        .map(|(model, _)| model.clone())
+        .filter(|model| !model.is_empty())
 }
 
 fn result_object(stdout: &str) -> Option<ResultObject<'_>> {
@@ -331,6 +366,7 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
         .total_cost_usd
         .and_then(|raw| parse_usd_micro(raw.get()));
     let session_id = object.session_id.clone().filter(|id| !id.is_empty());
+    let session_model = session_model(&object.model_usage);
     let subtype = object.subtype.as_deref().unwrap_or("");
     let reply = object.result.clone().unwrap_or_default();
     let is_error = object.is_error.unwrap_or(subtype.starts_with("error"));
@@ -352,6 +388,7 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
         return Parsed {
             session_id,
             cost_micro_usd,
+            session_model,
             park: Some(ParkSignal::Approval { question }),
             ..Parsed::infra(InfraKind::AwaitingPermission, detail)
         };
@@ -359,6 +396,7 @@ pub(crate) fn parse(exit_code: i32, stdout: &str, stderr: &str) -> Parsed {
     Parsed {
         session_id,
         cost_micro_usd,
+        session_model,
         limit_text,
         ..Parsed::of(outcome)
     }
@@ -627,6 +665,7 @@ mod tests {
         assert_eq!(
             built.env,
             [
+                (GIT_INSTRUCTIONS_VAR.to_string(), "1".to_string()),
                 (
                     "ANTHROPIC_BASE_URL".to_string(),
                     "http://127.0.0.1:1".to_string()
@@ -684,6 +723,22 @@ mod tests {
         );
         // total_cost_usd 0.007595
         assert_eq!(parsed.cost_micro_usd, Some(7_595));
+    }
+
+    #[test]
+    fn the_session_model_is_the_one_that_read_the_most_named_as_the_cli_names_it() {
+        let parsed = parse(0, &fixture("success.json"), "");
+        assert_eq!(parsed.session_model.as_deref(), Some("claude-opus-4-8[1m]"));
+        let two = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s",
+            "modelUsage":{"claude-haiku-4-5":{"inputTokens":900,"cacheReadInputTokens":0},
+                          "claude-sonnet-4-6":{"inputTokens":10,"cacheReadInputTokens":5000,"cacheCreationInputTokens":40}}}"#;
+        let two = two.replace('\n', " ");
+        assert_eq!(
+            parse(0, &two, "").session_model.as_deref(),
+            Some("claude-sonnet-4-6")
+        );
+        let none = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#;
+        assert_eq!(parse(0, none, "").session_model, None);
     }
 
     #[test]

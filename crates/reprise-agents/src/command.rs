@@ -87,6 +87,7 @@ impl Adapter for CommandAdapter {
             outcome: infra(InfraKind::SpawnFailed, "not started"),
             session_id: None,
             cost_micro_usd: None,
+            session_model: None,
             adapter: "command",
             cli_version: None,
             cwd: request.cwd.clone(),

@@ -105,6 +105,7 @@ impl Adapter for GeminiAdapter {
                 ),
                 session_id: None,
                 cost_micro_usd: None,
+                session_model: None,
                 adapter: SPEC.name,
                 cli_version: None,
                 cwd: request.cwd.clone(),

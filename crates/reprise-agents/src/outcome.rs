@@ -37,6 +37,11 @@ pub struct AttemptReport {
     /// From the CLI's own report (e.g. `total_cost_usd`); `None` is unknown,
     /// never guessed.
     pub cost_micro_usd: Option<u64>,
+    /// The model the session ran on, exactly as the CLI named it (Claude
+    /// Code's `claude-opus-4-8[1m]`), when the CLI said. A resume asks for
+    /// exactly this: the CLI's own default on resume can differ, and with it
+    /// the system prompt, which would throw away the provider's prompt cache.
+    pub session_model: Option<String>,
     /// The adapter's name.
     pub adapter: &'static str,
     /// The first line of `<bin> --version`, probed once per binary per
@@ -87,6 +92,7 @@ pub(crate) struct Parsed {
     pub(crate) outcome: AttemptOutcome,
     pub(crate) session_id: Option<String>,
     pub(crate) cost_micro_usd: Option<u64>,
+    pub(crate) session_model: Option<String>,
     /// Why the task should be parked, when the output says so outright (a
     /// denied permission).
     pub(crate) park: Option<ParkSignal>,
@@ -109,6 +115,7 @@ impl Parsed {
             outcome,
             session_id: None,
             cost_micro_usd: None,
+            session_model: None,
             park: None,
             limit_text: None,
         }

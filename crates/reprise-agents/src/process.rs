@@ -629,6 +629,7 @@ pub(crate) fn run_cli(
         outcome: infra(InfraKind::SpawnFailed, "not started"),
         session_id: invocation.session_id.clone(),
         cost_micro_usd: None,
+        session_model: None,
         adapter: spec.name,
         cli_version: None,
         cwd: request.cwd.clone(),
@@ -689,6 +690,7 @@ pub(crate) fn run_cli(
         report.session_id = parsed.session_id;
     }
     report.cost_micro_usd = parsed.cost_micro_usd;
+    report.session_model = parsed.session_model;
     if finished.end == End::Exited {
         report.park = parsed.park;
     }

@@ -354,6 +354,7 @@ impl Adapter for SimAdapter {
             outcome: infra(InfraKind::ApiError, "not started"),
             session_id: None,
             cost_micro_usd: Some(0),
+            session_model: None,
             adapter: "sim",
             cli_version: Some(concat!("reprise-sim ", env!("CARGO_PKG_VERSION")).to_string()),
             cwd: request.cwd.clone(),

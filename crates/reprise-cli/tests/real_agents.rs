@@ -656,6 +656,71 @@ fn codex_fork_leaves_the_original_transcript_byte_identical() {
     fork_leaves_the_original_transcript_byte_identical(Cli::Codex);
 }
 
+/// A resumed (or forked) Claude Code session sends the system prompt and
+/// tools of the session's last request byte for byte, and its history as
+/// that request had it: the provider's cache then holds all of it, and the
+/// retry writes only what is new. Two things used to change them on every
+/// resume: the model (created as `claude-opus-4-8[1m]`, resumed as
+/// `claude-opus-4-8`) and the git status snapshot, which shows the first
+/// attempt's own edit.
+fn claude_resume_keeps_the_prompt_cache(policy: &str) {
+    let cli = Cli::Claude;
+    let project = Project::new();
+    let ran = project.rehearse(
+        cli,
+        &plan(cli, "greet", policy, 1, &[content_gate()]),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", policy], "{}", ran.describe());
+    let requests = ran.requests("greet");
+    let last_of_first = requests
+        .iter()
+        .rfind(|line| line["turn"] == 1)
+        .expect("the first attempt's last request");
+    let opener = ran.turn_opener("greet", 2);
+    let (before, after) = (ran.body(last_of_first), ran.body(&opener));
+    assert_eq!(after["system"], before["system"], "the same system prompt");
+    assert_eq!(after["tools"], before["tools"], "the same tools");
+    assert_eq!(after["model"], before["model"]);
+    let plain = |message: &Value| {
+        let mut message = message.clone();
+        if let Some(blocks) = message["content"].as_array_mut() {
+            for block in blocks {
+                if let Some(block) = block.as_object_mut() {
+                    block.remove("cache_control");
+                }
+            }
+        }
+        message
+    };
+    let earlier = before["messages"].as_array().unwrap();
+    let history = after["messages"].as_array().unwrap();
+    assert!(history.len() > earlier.len());
+    for (n, (was, is)) in earlier.iter().zip(history).enumerate() {
+        assert_eq!(plain(is), plain(was), "message {n} of the history");
+    }
+    // So the server's cache reads everything the first attempt sent: the
+    // retry writes only the reply and the instruction.
+    let usage = &opener["usage"];
+    let read = usage["cache_read"].as_u64().unwrap();
+    let written = usage["cache_write"].as_u64().unwrap() + usage["fresh_input"].as_u64().unwrap();
+    assert!(
+        read >= last_of_first["tokens"].as_u64().unwrap() && written < read / 10,
+        "the retry read {read} tokens from the cache and wrote {written}: {usage}"
+    );
+}
+
+#[test]
+fn claude_warm_retry_keeps_the_prompt_cache() {
+    claude_resume_keeps_the_prompt_cache("warm");
+}
+
+#[test]
+fn claude_fork_keeps_the_prompt_cache() {
+    claude_resume_keeps_the_prompt_cache("fork");
+}
+
 fn cold_retry_quotes_the_judged_reply_and_not_the_predicate(cli: Cli) {
     let project = Project::new();
     let scenario = "rules:\n\

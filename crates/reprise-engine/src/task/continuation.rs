@@ -49,6 +49,8 @@ pub(crate) struct TakenUp {
     /// Checkpoint ids with their workspace hashes.
     pub(crate) base_checkpoint: Option<(String, Digest)>,
     pub(crate) attempt_checkpoint: Option<(String, Digest)>,
+    /// Each session's model, as the agent's end rows named it.
+    pub(crate) session_models: std::collections::BTreeMap<String, String>,
 }
 
 /// The policy the rows leave the task under: `task.started`'s, as the
@@ -93,6 +95,14 @@ pub(crate) fn taken_up(rows: &[JournalRow]) -> TakenUp {
                 }
             }
             rows::BUDGET => taken.budget_consumed += 1,
+            rows::AGENT_ENDED => {
+                let text = |key| row.body.get(key).and_then(Value::as_str);
+                if let (Some(session), Some(model)) = (text("session_id"), text("session_model")) {
+                    taken
+                        .session_models
+                        .insert(session.to_owned(), model.to_owned());
+                }
+            }
             rows::CHECKPOINT_TAKEN => {
                 let id = row.body.get("checkpoint").and_then(Value::as_str);
                 let hash = row

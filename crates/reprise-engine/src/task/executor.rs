@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use reprise_agents::{
-    AttemptOutcome, AttemptReport, AttemptRequest, InfraKind, STREAM_KEEP_BYTES, Watch,
+    AttemptOutcome, AttemptReport, AttemptRequest, InfraKind, STREAM_KEEP_BYTES, SessionMode, Watch,
 };
 use reprise_core::TaskKey;
 use reprise_core::budget::RetryBudget;
@@ -97,6 +97,9 @@ pub(super) struct Executor<'r, 'a> {
     next_timeout: Option<std::time::Duration>,
     /// The model the next attempt asks for, when it is not the plan's.
     next_model: Option<String>,
+    /// Each session's model as its CLI named it (the journal's
+    /// `task.checkpoint` rows say it): a resume asks for exactly that one.
+    session_models: std::collections::BTreeMap<String, String>,
     /// What the latest decision changed besides the mode.
     modification: Option<Value>,
     /// A park stopped the running agent; its session, if it had one.
@@ -162,6 +165,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             share_ran_out: false,
             next_timeout: None,
             next_model: None,
+            session_models: std::collections::BTreeMap::new(),
             modification: None,
             agent_stopped: false,
             parked_session: None,
@@ -412,6 +416,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             .sum();
         self.result.attempts = taken.attempts;
         self.attempt = taken.attempt;
+        self.session_models = taken.session_models;
         if let Some(budget) = self.budget.as_mut() {
             for _ in 0..taken.budget_consumed {
                 let _ = budget.consume();
@@ -486,6 +491,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             },
             session_id,
             cost_micro_usd: None,
+            session_model: None,
             adapter: run.adapter.name(),
             cli_version: None,
             cwd: self.cwd.clone(),
@@ -866,7 +872,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                     park_when_idle: task.park_when_idle,
                     live_log: self.live_log_dir(attempt),
                 },
-                model: self.next_model.clone(),
+                model: self.next_model.clone().or_else(|| self.resumed_model()),
             },
             &stop,
         );
@@ -936,6 +942,11 @@ impl<'r, 'a> Executor<'r, 'a> {
             .is_none_or(|session_id| run.preserve_transcript(session_id, &self.cwd));
         let mut body = json!({"run_id": run.run_id, "attempt": attempt, "session_id": report.session_id,
                               "workspace_hash": workspace_hash});
+        if let (Some(session_id), Some(model)) = (&report.session_id, &report.session_model) {
+            body["session_model"] = json!(model);
+            self.session_models
+                .insert(session_id.clone(), model.clone());
+        }
         if !session_saved {
             // The retry decision reads this: nothing to resume.
             body["session_saved"] = json!(false);
@@ -948,6 +959,18 @@ impl<'r, 'a> Executor<'r, 'a> {
         Ok(TaskEvent::AgentEnded {
             session_gone: false,
         })
+    }
+
+    /// The model of the session the next attempt resumes or forks, when its
+    /// CLI named it: asking for it keeps the session's system prompt, and
+    /// with it the provider's prompt cache, as the session left them.
+    fn resumed_model(&self) -> Option<String> {
+        let session = match &self.next.session {
+            SessionMode::Resume { session_id } => session_id,
+            SessionMode::Fork { from, .. } => from,
+            SessionMode::New { .. } => return None,
+        };
+        self.session_models.get(session).cloned()
     }
 
     /// The task's environment with the attempt's own TMPDIR, for its agent

@@ -22,7 +22,11 @@
 //! automatically at each block boundary, for five minutes (24 hours when
 //! the request says `prompt_cache_retention: "24h"`); a later request
 //! reports the longest cached prefix, in steps of 128 tokens past the first
-//! 1024, as `cached_tokens`, which are part of its `input_tokens`.
+//! 1024, as `cached_tokens`, which are part of its `input_tokens`. The
+//! request's `prompt_cache_key` is part of the cache's key: the provider
+//! routes a request by that key with its prefix, so a request under another
+//! key (Codex names it after the thread: a forked thread has a new one) is
+//! taken to miss, the pessimistic reading of that routing.
 //!
 //! **Gemini.** Implicit caching, the same way as OpenAI's (blocks: the system
 //! instruction, every tool, then every part of every content), reported as
@@ -156,7 +160,11 @@ impl Prompt {
             _ => FIVE_MINUTES,
         };
         let model = body.get("model").and_then(Value::as_str).unwrap_or("");
-        Self::from_blocks(model, blocks.iter(), retention)
+        let key = match body.get("prompt_cache_key").and_then(Value::as_str) {
+            Some(key) => format!("{model}\0{key}"),
+            None => model.to_owned(),
+        };
+        Self::from_blocks(&key, blocks.iter(), retention)
     }
 
     /// A Gemini `generateContent` request (automatic caching, as OpenAI's).
@@ -399,5 +407,26 @@ mod tests {
         assert_eq!(two.fresh + two.cache_read, second.total_tokens());
         let late = cache.openai(&second, Duration::from_secs(10 + 301));
         assert_eq!(late.cache_read, 0);
+    }
+
+    #[test]
+    fn openai_caches_per_prompt_cache_key() {
+        let request = |key: &str| {
+            json!({"model": "gpt-test", "instructions": "z".repeat(8000),
+                   "input": [{"type": "message", "role": "user", "content": "hi"}],
+                   "prompt_cache_key": key})
+        };
+        let mut cache = PromptCache::default();
+        cache.openai(&Prompt::responses(&request("thread-1")), Duration::ZERO);
+        let same = cache.openai(
+            &Prompt::responses(&request("thread-1")),
+            Duration::from_secs(1),
+        );
+        assert!(same.cache_read >= MIN_CACHEABLE_TOKENS);
+        let other = cache.openai(
+            &Prompt::responses(&request("thread-2")),
+            Duration::from_secs(2),
+        );
+        assert_eq!(other.cache_read, 0, "another key is routed elsewhere");
     }
 }

@@ -118,7 +118,12 @@ fn usage(input: &InputUsage, output_tokens: u64) -> Value {
     })
 }
 
-/// A reply's parts: its text, then its function call.
+/// A reply's parts: its text, then its function call. The call carries a
+/// thought signature, as a Gemini 3 model's first call of a turn does (an
+/// opaque token the client must send back with the call): without one the
+/// CLI invents a placeholder for its live history that its saved session
+/// does not keep, and a resumed session's history then differs from the
+/// one the provider cached.
 fn parts(assistant: &Assistant<'_>) -> Vec<Value> {
     let mut parts = Vec::new();
     if let Some(text) = assistant.text {
@@ -129,7 +134,8 @@ fn parts(assistant: &Assistant<'_>) -> Vec<Value> {
             Value::String(input) => json!({ "input": input }),
             input => input.clone(),
         };
-        parts.push(json!({"functionCall": {"name": tool.name, "args": args}}));
+        parts.push(json!({"functionCall": {"name": tool.name, "args": args},
+                          "thoughtSignature": format!("sig-{}", assistant.id)}));
     }
     parts
 }
