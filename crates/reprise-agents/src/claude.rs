@@ -47,7 +47,8 @@ use crate::outcome::{
 use crate::park::{ParkSignal, bounded_question};
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
 use crate::request::{
-    Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, with_chosen_session_ids,
+    Adapter, AttemptRequest, CancelToken, ResumeCache, SessionMode, StatePaths,
+    with_chosen_session_ids,
 };
 
 const SPEC: CliSpec = CliSpec {
@@ -141,6 +142,35 @@ impl Adapter for ClaudeAdapter {
 
     fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
         CLAUDE_STATE.paths(config_home, &child_var(&self.options.env, home))
+    }
+
+    /// 2.1.197 resumes and forks with the session's prompt byte for byte
+    /// (with the session's model asked for and the git snapshot left out),
+    /// and a new session starts with the same system prompt and tools.
+    fn resume_cache(&self) -> Option<ResumeCache> {
+        Some(ResumeCache {
+            warm_keeps: true,
+            fork_keeps: true,
+            cold_keeps_prefix: true,
+            prefix_tokens: 17_000,
+            read_per_mille: 100,
+            write_per_mille: 1250,
+            lifetime: std::time::Duration::from_secs(5 * 60),
+        })
+    }
+
+    /// The last assistant message's `usage`: fresh, written and read input.
+    fn last_prompt_tokens(&self, transcript: &[u8]) -> Option<u64> {
+        let usage = crate::request::last_object_after(transcript, "usage")?;
+        let tokens = [
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        ]
+        .iter()
+        .filter_map(|key| usage.get(*key).and_then(Value::as_u64))
+        .sum::<u64>();
+        (tokens > 0).then_some(tokens)
     }
 
     fn keeps_transcripts(&self) -> bool {

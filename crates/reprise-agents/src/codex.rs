@@ -43,7 +43,7 @@ use crate::outcome::{
     stderr_summary,
 };
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
-use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths};
+use crate::request::{Adapter, AttemptRequest, CancelToken, ResumeCache, SessionMode, StatePaths};
 
 const SPEC: CliSpec = CliSpec {
     name: "codex",
@@ -103,6 +103,29 @@ impl Adapter for CodexAdapter {
 
     fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
         CODEX_STATE.paths(config_home, &child_var(&self.options.env, home))
+    }
+
+    /// 0.171 resumes a thread with its prompt byte for byte under the same
+    /// `prompt_cache_key` (the thread id); a fork or a new session is a new
+    /// thread with a new key, which the provider routes apart, so neither
+    /// shares the cache.
+    fn resume_cache(&self) -> Option<ResumeCache> {
+        Some(ResumeCache {
+            warm_keeps: true,
+            fork_keeps: false,
+            cold_keeps_prefix: false,
+            prefix_tokens: 9_000,
+            read_per_mille: 100,
+            write_per_mille: 1000,
+            lifetime: std::time::Duration::from_secs(5 * 60),
+        })
+    }
+
+    /// The rollout's last `token_count`: `last_token_usage.input_tokens`.
+    fn last_prompt_tokens(&self, transcript: &[u8]) -> Option<u64> {
+        crate::request::last_object_after(transcript, "last_token_usage")?
+            .get("input_tokens")?
+            .as_u64()
     }
 
     fn keeps_transcripts(&self) -> bool {

@@ -43,7 +43,8 @@ use crate::outcome::{
 };
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
 use crate::request::{
-    Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, with_chosen_session_ids,
+    Adapter, AttemptRequest, CancelToken, ResumeCache, SessionMode, StatePaths,
+    with_chosen_session_ids,
 };
 
 const SPEC: CliSpec = CliSpec {
@@ -132,6 +133,29 @@ impl Adapter for GeminiAdapter {
 
     fn state_paths(&self, config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
         GEMINI_STATE.paths(config_home, &child_var(&self.options.env, home))
+    }
+
+    /// 0.61 rebuilds a resumed session's history unlike the one it sent
+    /// (each call without its thought signature, each tool result twice), so
+    /// a resume shares only the system prompt and tools with the cache, as a
+    /// new session does. It cannot fork.
+    fn resume_cache(&self) -> Option<ResumeCache> {
+        Some(ResumeCache {
+            warm_keeps: false,
+            fork_keeps: false,
+            cold_keeps_prefix: true,
+            prefix_tokens: 11_000,
+            read_per_mille: 100,
+            write_per_mille: 1000,
+            lifetime: std::time::Duration::from_secs(5 * 60),
+        })
+    }
+
+    /// The chat's last message `tokens.input` (cached tokens included).
+    fn last_prompt_tokens(&self, transcript: &[u8]) -> Option<u64> {
+        crate::request::last_object_after(transcript, "tokens")?
+            .get("input")?
+            .as_u64()
     }
 
     fn keeps_transcripts(&self) -> bool {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use reprise_core::TaskId;
 use reprise_core::retry::ResumeStrategy;
+pub(crate) use reprise_core::retry_cost::ResumeCache;
 
 use crate::outcome::AttemptReport;
 use crate::supervise::Supervision;
@@ -202,6 +203,34 @@ pub trait Adapter: Send + Sync + fmt::Debug {
     fn keeps_transcripts(&self) -> bool {
         false
     }
+
+    /// How the CLI's resumed, forked and new sessions meet the provider's
+    /// prompt cache, as measured for the pinned version
+    /// (`scripts/bench-retry-cost`); `None` when nothing is known, and
+    /// `retry_policy: auto` then predicts no caching.
+    fn resume_cache(&self) -> Option<ResumeCache> {
+        None
+    }
+
+    /// The size in tokens of the last prompt the session sent (its whole
+    /// history with the CLI's prefix), as its transcript recorded the
+    /// provider's usage; `None` when the transcript does not say.
+    fn last_prompt_tokens(&self, transcript: &[u8]) -> Option<u64> {
+        let _ = transcript;
+        None
+    }
+}
+
+/// The last JSON object that follows `"key":` in `bytes` (a transcript's
+/// usage records), parsed on its own.
+pub(crate) fn last_object_after(bytes: &[u8], key: &str) -> Option<serde_json::Value> {
+    let needle = format!("\"{key}\":{{");
+    let at = memchr::memmem::rfind(bytes, needle.as_bytes())?;
+    let start = at + needle.len() - 1;
+    serde_json::Deserializer::from_slice(&bytes[start..])
+        .into_iter::<serde_json::Value>()
+        .next()?
+        .ok()
 }
 
 /// A CLI's own state outside the worktree: the directories and files it

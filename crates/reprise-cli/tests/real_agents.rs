@@ -721,6 +721,106 @@ fn claude_fork_keeps_the_prompt_cache() {
     claude_resume_keeps_the_prompt_cache("fork");
 }
 
+/// Under `retry_policy: auto` the retry runs in the mode predicted to cost
+/// least, from the size of the session's last prompt (read from its
+/// transcript) and how the CLI's resumes meet the prompt cache: Claude Code
+/// and Codex resume with the cache (warm), Gemini CLI's resume loses it, so a
+/// new session, which keeps at least the system prompt and tools, is cheaper.
+fn auto_picks_the_cheapest_mode(cli: Cli, cheapest: &str) {
+    let project = Project::new();
+    let ran = project.rehearse(
+        cli,
+        &plan(cli, "greet", "auto", 1, &[content_gate()]),
+        &two_attempt_scenario(cli, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", cheapest], "{}", ran.describe());
+    let auto = ran.metadata(&project, "greet")["retry_auto"].clone();
+    assert_eq!(auto["mode"], cheapest, "{auto}");
+    assert_eq!(auto["reason"], "cheapest", "{auto}");
+    assert_eq!(auto["cache_alive"], true, "{auto}");
+    let predicted = auto["predicted"].as_object().expect("every mode priced");
+    let chosen = predicted[cheapest].as_u64().unwrap();
+    for (mode, cost) in predicted {
+        if let Some(cost) = cost.as_u64() {
+            assert!(
+                chosen <= cost,
+                "{cheapest} {chosen} against {mode} {cost}: {auto}"
+            );
+        }
+    }
+    // The session's size came from its transcript: more than the CLI's own
+    // prefix, which every mode pays at least a tenth of.
+    assert!(predicted["cold"].as_u64().unwrap() > 1_000, "{auto}");
+}
+
+#[test]
+fn claude_auto_picks_the_cheapest_mode() {
+    auto_picks_the_cheapest_mode(Cli::Claude, "warm");
+}
+
+#[test]
+fn codex_auto_picks_the_cheapest_mode() {
+    auto_picks_the_cheapest_mode(Cli::Codex, "warm");
+}
+
+#[test]
+fn gemini_auto_picks_the_cheapest_mode() {
+    auto_picks_the_cheapest_mode(Cli::Gemini, "cold");
+}
+
+/// `run --check` says when a task's fixed retry policy is predicted to cost
+/// more than another mode its CLI could retry in, and stays quiet for the
+/// cheapest and for `auto`; it is a warning, not a refusal.
+#[test]
+fn run_check_warns_of_a_retry_policy_predicted_to_cost_more() {
+    let project = Project::new();
+    let plan = "version: 1\nname: costs\ntasks:\n\
+        \x20 - { id: gemini-warm, agent: gemini, prompt: p, retry_policy: warm }\n\
+        \x20 - { id: claude-warm, agent: claude, prompt: p, retry_policy: warm }\n\
+        \x20 - { id: claude-cold, agent: claude, prompt: p, retry_policy: cold }\n\
+        \x20 - { id: codex-fork, agent: codex, prompt: p, retry_policy: fork }\n\
+        \x20 - { id: codex-auto, agent: codex, prompt: p, retry_policy: auto }\n";
+    fs::write(project.root().join("plan.yaml"), plan).unwrap();
+    let output = Command::new(BIN)
+        .args(["run", "--check", "plan.yaml", "--json"])
+        .current_dir(project.root())
+        .env("HOME", project.temp.path().join("home"))
+        .env("REPRISE_CLAUDE_BIN", Cli::Claude.binary())
+        .env("REPRISE_CODEX_BIN", Cli::Codex.binary())
+        .env("REPRISE_GEMINI_BIN", Cli::Gemini.binary())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let checked: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let warnings: Vec<&str> = checked["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|warning| warning.as_str().unwrap())
+        .collect();
+    let warned: Vec<&str> = warnings
+        .iter()
+        .map(|warning| &warning[1..warning.find(']').unwrap()])
+        .collect();
+    assert_eq!(
+        warned,
+        ["gemini-warm", "claude-cold", "codex-fork"],
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("a cold retry"), "{}", warnings[0]);
+    assert!(warnings[1].contains("a warm retry"), "{}", warnings[1]);
+    assert!(
+        warnings[2].contains("retry_policy: auto"),
+        "{}",
+        warnings[2]
+    );
+}
+
 fn cold_retry_quotes_the_judged_reply_and_not_the_predicate(cli: Cli) {
     let project = Project::new();
     let scenario = "rules:\n\

@@ -21,6 +21,7 @@ pub mod record;
 pub mod recovery;
 pub mod reset;
 pub mod retry;
+pub mod retry_cost;
 mod scan;
 pub mod suspension;
 pub mod verify;

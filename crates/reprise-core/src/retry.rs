@@ -253,6 +253,11 @@ pub struct DecisionRecord {
     pub template_id: Option<String>,
     /// SHA-256 of the instruction sent, for warm and fork.
     pub instruction_hash: Option<Digest>,
+    /// Under `retry_policy: auto`: the mode it asked for (`requested_mode`),
+    /// why, and every mode's predicted cost. Absent under a fixed policy, so
+    /// those records hash as they always did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<crate::retry_cost::AutoChoice>,
 }
 
 impl DecisionRecord {
@@ -283,6 +288,7 @@ impl DecisionRecord {
                 .filter(|_| resumes)
                 .map(|(template, _)| template.to_owned()),
             instruction_hash: instruction.filter(|_| resumes).map(|(_, hash)| hash),
+            auto: None,
         }
     }
 
@@ -321,6 +327,7 @@ impl DecisionRecord {
             downgrade_reason: Some(DowngradeReason::DecisionFailed),
             template_id: None,
             instruction_hash: None,
+            auto: None,
         }
     }
 
@@ -366,6 +373,9 @@ impl DecisionRecord {
         out.insert("retry_decision_hash".into(), json!(self.hash()?));
         if let Some(reason) = self.downgrade_reason {
             out.insert("retry_downgrade_reason".into(), json!(reason));
+        }
+        if let Some(auto) = &self.auto {
+            out.insert("retry_auto".into(), json!(auto));
         }
         if self.retry_mode != RetryMode::Cold {
             out.insert(

@@ -21,6 +21,7 @@ use reprise_core::prompt::{
 use reprise_core::retry::{
     Decision, DecisionInput, DecisionRecord, RetryMode, decide, session_unavailable,
 };
+use reprise_core::retry_cost::{AutoChoice, CostInput, choose};
 use reprise_core::{PlanId, TaskKey};
 use reprise_store::audit::AuditLog;
 use reprise_store::journal::{Journal, Spine};
@@ -139,6 +140,10 @@ struct RetryBasis<'a> {
     modification: Option<&'a Value>,
     previous: &'a Previous,
     next_attempt: u32,
+    /// For `retry_policy: auto`: since the failed attempt ended, and how
+    /// many times in a row its judged failure has now been seen.
+    since_last_request: std::time::Duration,
+    same_failure_in_a_row: u32,
 }
 
 /// What the next attempt sends, and how.
@@ -774,6 +779,8 @@ impl TaskRun<'_> {
             modification,
             previous,
             next_attempt,
+            since_last_request,
+            same_failure_in_a_row,
         } = basis;
         let task = self.task;
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
@@ -796,8 +803,16 @@ impl TaskRun<'_> {
             }
             checkpoint
         });
+        let (requested, auto) = self.requested_mode(
+            checkpoint
+                .as_ref()
+                .filter(|_| chain_verified)
+                .and_then(|checkpoint| checkpoint.session_id.as_deref()),
+            since_last_request,
+            same_failure_in_a_row,
+        );
         let input = DecisionInput {
-            requested: task.retry_policy,
+            requested,
             capability: self.adapter.strategy().capability(),
             checkpoint: checkpoint.as_ref().filter(|_| chain_verified),
             live_workspace_hash: live,
@@ -821,6 +836,7 @@ impl TaskRun<'_> {
             decision,
             Some((CORRECTIVE_TEMPLATE_ID, instruction_hash)),
         );
+        record.auto = auto;
         record_decision(
             journal,
             spine,
@@ -888,6 +904,33 @@ impl TaskRun<'_> {
         let sent_instruction = (next.mode != "cold").then_some(instruction.as_str());
         let metadata = record.metadata(sent_instruction)?;
         Ok((next, metadata, record))
+    }
+
+    /// The mode a retry asks for: the plan's, or under `retry_policy: auto`
+    /// the one predicted to cost least (`reprise_core::retry_cost`), from the
+    /// size of `session`'s last prompt as its preserved transcript says.
+    fn requested_mode(
+        &self,
+        session: Option<&str>,
+        since_last_request: std::time::Duration,
+        same_failure_in_a_row: u32,
+    ) -> (RetryMode, Option<AutoChoice>) {
+        if let Some(mode) = self.task.retry_policy.fixed() {
+            return (mode, None);
+        }
+        let cache = self.adapter.resume_cache();
+        let history_tokens = session
+            .and_then(|id| fs::read(self.preserved_path(id)).ok())
+            .and_then(|transcript| self.adapter.last_prompt_tokens(&transcript))
+            .map(|whole| whole.saturating_sub(cache.map_or(0, |cache| cache.prefix_tokens)));
+        let choice = choose(&CostInput {
+            capability: self.adapter.strategy().capability(),
+            cache,
+            history_tokens,
+            since_last_request,
+            same_failure_in_a_row,
+        });
+        (choice.mode, Some(choice))
     }
 
     fn preserved_path(&self, session_id: &str) -> PathBuf {

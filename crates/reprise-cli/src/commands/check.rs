@@ -54,13 +54,61 @@ pub(crate) fn check(
     for line in &findings.lines {
         let _ = writeln!(text, "  {line}");
     }
+    let warnings = retry_cost_warnings(&plan);
+    for warning in &warnings {
+        let _ = writeln!(text, "  warning: {warning}");
+    }
     text.push_str("check: ok; nothing was run or written\n");
     Ok(Outcome {
         code: None,
-        json: json!({"plan": plan_path, "ok": true, "checks": findings.json}),
+        json: json!({"plan": plan_path, "ok": true, "checks": findings.json, "warnings": warnings}),
         text,
         ok: true,
     })
+}
+
+/// The session a retry is priced for in `run --check`: 40,000 tokens of
+/// history, retried within the cache's lifetime.
+const NOMINAL_HISTORY_TOKENS: u64 = 40_000;
+
+/// A warning for each task whose fixed `retry_policy` is predicted to cost
+/// more than another mode its agent could retry in (`reprise_core::retry_cost`).
+fn retry_cost_warnings(plan: &Plan) -> Vec<String> {
+    use reprise_agents::{Adapter, ClaudeAdapter, CodexAdapter, GeminiAdapter};
+    use reprise_core::retry_cost::{CostInput, predict};
+    let mut warnings = Vec::new();
+    for task in plan.tasks() {
+        let Some(policy) = task.retry_policy.fixed() else {
+            continue;
+        };
+        let adapter: Box<dyn Adapter> = match task.agent {
+            TaskAgent::Claude => Box::new(ClaudeAdapter::new()),
+            TaskAgent::Codex => Box::new(CodexAdapter::new()),
+            TaskAgent::Gemini => Box::new(GeminiAdapter::new()),
+            _ => continue,
+        };
+        let input = CostInput {
+            capability: adapter.strategy().capability(),
+            cache: adapter.resume_cache(),
+            history_tokens: Some(NOMINAL_HISTORY_TOKENS),
+            since_last_request: std::time::Duration::ZERO,
+            same_failure_in_a_row: 1,
+        };
+        let predicted = predict(&input, NOMINAL_HISTORY_TOKENS);
+        let (Some(mine), Some(&(best, least))) = (predicted.of(policy), predicted.ranked().first())
+        else {
+            continue;
+        };
+        if least < mine {
+            warnings.push(format!(
+                "[{}] retry_policy {policy} on {} is predicted to cost {:.1}x a {best} retry (a 40k-token session retried within the prompt cache's lifetime); `retry_policy: auto` chooses by predicted cost at each retry",
+                task.id,
+                adapter.name(),
+                mine as f64 / least as f64
+            ));
+        }
+    }
+    warnings
 }
 
 /// The one-line refusal for what `inspect` found.

@@ -265,8 +265,12 @@ impl EventSink for Progress {
                     .hash()
                     .map(|hash| short(&hash.to_hex())[..8].to_owned())
                     .unwrap_or_default();
+                let auto = record
+                    .auto
+                    .map(|choice| format!("; {}", choice.describe()))
+                    .unwrap_or_default();
                 self.line(&format!(
-                    "[{task}] retry decision: {} (requested {}{reason}), decision {hash}",
+                    "[{task}] retry decision: {} (requested {}{reason}{auto}), decision {hash}",
                     record.retry_mode, record.requested_mode,
                 ));
             }

@@ -337,7 +337,12 @@ fn task_section(
             .rfind(|row| row["kind"] == "retry.decision" && row["body"]["attempt"] == attempt.n)
             .map(|row| {
                 let decision = &row["body"]["decision"];
-                match decision["downgrade_reason"].as_str() {
+                let auto = serde_json::from_value::<reprise_core::retry_cost::AutoChoice>(
+                    decision["auto"].clone(),
+                )
+                .map(|choice| format!("; {}", choice.describe()))
+                .unwrap_or_default();
+                let mode = match decision["downgrade_reason"].as_str() {
                     Some(reason) => format!(
                         "{} (asked {}, downgraded: {})",
                         decision["retry_mode"].as_str().unwrap_or("?"),
@@ -345,7 +350,8 @@ fn task_section(
                         reason
                     ),
                     None => decision["retry_mode"].as_str().unwrap_or("?").to_owned(),
-                }
+                };
+                format!("{mode}{auto}")
             })
             .unwrap_or_default();
         let outcome = serde_json::to_value(&attempt.outcome)

@@ -317,9 +317,45 @@ pub struct SimStep {
     pub delay: Duration,
 }
 
-/// The retry mode a task asks for (DESIGN.md section 5): the same type the
-/// retry decision takes, so a policy can never name a mode the decision lacks.
-pub use crate::retry::RetryMode as RetryPolicy;
+/// The retry mode a task asks for (DESIGN.md section 5): one of the
+/// decision's modes, or `auto`, which asks for the mode predicted to cost
+/// least (see [`crate::retry_cost`]) at each retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryPolicy {
+    Warm,
+    Fork,
+    Cold,
+    Auto,
+}
+
+impl RetryPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Warm => "warm",
+            Self::Fork => "fork",
+            Self::Cold => "cold",
+            Self::Auto => "auto",
+        }
+    }
+
+    /// The mode asked for, unless it is chosen at each retry (`auto`).
+    pub fn fixed(self) -> Option<crate::retry::RetryMode> {
+        use crate::retry::RetryMode;
+        match self {
+            Self::Warm => Some(RetryMode::Warm),
+            Self::Fork => Some(RetryMode::Fork),
+            Self::Cold => Some(RetryMode::Cold),
+            Self::Auto => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RetryPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// When a retry starts from the file checkpoint taken before the failed
 /// attempt (DESIGN.md section 7).

@@ -109,8 +109,13 @@ const GATE_KEYS: &[&str] = &[
 
 // Names and values in the same order; a test checks them against `as_str`.
 const AGENT_NAMES: &[&str] = &["claude", "codex", "gemini", "command", "sim"];
-const RETRY_POLICY_NAMES: &[&str] = &["warm", "fork", "cold"];
-const RETRY_POLICIES: [RetryPolicy; 3] = [RetryPolicy::Warm, RetryPolicy::Fork, RetryPolicy::Cold];
+const RETRY_POLICY_NAMES: &[&str] = &["warm", "fork", "cold", "auto"];
+const RETRY_POLICIES: [RetryPolicy; 4] = [
+    RetryPolicy::Warm,
+    RetryPolicy::Fork,
+    RetryPolicy::Cold,
+    RetryPolicy::Auto,
+];
 const SANDBOX_NAMES: &[&str] = &["worktree", "none"];
 const SANDBOXES: [Sandbox; 2] = [Sandbox::Worktree, Sandbox::None];
 const ROLLBACK_NAMES: &[&str] = &["auto", "always", "never"];

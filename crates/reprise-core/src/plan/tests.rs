@@ -900,7 +900,7 @@ fn bad_plans() -> Vec<Bad> {
             &with_head("    retry_policy: hot\n"),
             7,
             "tasks[0].retry_policy",
-            "unknown retry policy \"hot\" (expected one of warm, fork, cold)",
+            "unknown retry policy \"hot\" (expected one of warm, fork, cold, auto)",
         ),
         bad(
             "unknown sandbox",

@@ -83,6 +83,8 @@ pub(super) struct Executor<'r, 'a> {
     /// a row have had it.
     last_evidence: Option<recovery::Evidence>,
     same_in_a_row: u32,
+    /// When the latest attempt's agent ended (its last request went out).
+    agent_ended_at: Option<Instant>,
     /// The journal's head after the latest attempt: a result commit names it.
     last_head: Option<Head>,
     /// How much of the journal this run has verified already.
@@ -159,6 +161,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             diagnosis: None,
             last_evidence: None,
             same_in_a_row: 0,
+            agent_ended_at: None,
             last_head: None,
             verified: None,
             last_decision: None,
@@ -357,7 +360,9 @@ impl<'r, 'a> Executor<'r, 'a> {
             event_hash: pause,
         };
         let mut decision = decide(DecisionInput {
-            requested: task.retry_policy,
+            requested: run
+                .requested_mode(session_id.as_deref(), std::time::Duration::MAX, 0)
+                .0,
             capability: run.adapter.strategy().capability(),
             checkpoint: Some(&checkpoint),
             live_workspace_hash: live,
@@ -955,6 +960,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             .journal
             .append(rows::AGENT_ENDED, &now_rfc3339(), &body)?;
         self.agent_ended = Some(head.digest);
+        self.agent_ended_at = Some(Instant::now());
         self.report = Some(report);
         Ok(TaskEvent::AgentEnded {
             session_gone: false,
@@ -1371,6 +1377,10 @@ impl<'r, 'a> Executor<'r, 'a> {
         });
         let mut verified = self.verified.take();
         let modification = self.modification.clone();
+        let since_last_request = self
+            .agent_ended_at
+            .map_or(std::time::Duration::MAX, |ended| ended.elapsed());
+        let same_failure_in_a_row = self.same_in_a_row;
         let decided = run.decide_retry(
             self.chains(),
             &mut verified,
@@ -1381,6 +1391,8 @@ impl<'r, 'a> Executor<'r, 'a> {
                 modification: modification.as_ref(),
                 previous: &previous,
                 next_attempt,
+                since_last_request,
+                same_failure_in_a_row,
             },
         );
         self.verified = verified;
@@ -1410,7 +1422,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             &task.id,
             run.adapter.name(),
             run.adapter.strategy().capability(),
-            task.retry_policy,
+            task.retry_policy.fixed().unwrap_or(RetryMode::Warm),
             run.workspace_hash(&self.cwd).unwrap_or_default(),
         );
         let modification = self.modification.clone();
