@@ -218,6 +218,39 @@ pub(crate) fn write_tree(
     Ok(Some(hex::encode(root)))
 }
 
+/// Writes to `to` a copy of the index at `index` (a stat cache of the
+/// tree `tree`) in which every entry whose file's stat data are not exactly
+/// the recorded ones, to the nanosecond, change time and inode included, is
+/// marked changed (size 0, as git smudges a racily clean entry); false,
+/// writing nothing, when the index is in a form not read here.
+///
+/// git built without nanosecond times reads again every entry written in
+/// the same second as its index: after a checkout, every file. The copy is
+/// written now, so git takes the entries left as they are on their stat
+/// data, which is sound because a change to a file after its entry was
+/// recorded sets its change time later than recorded (no process can set a
+/// change time back), and so smudges its entry here.
+pub(crate) fn settle_index(index: &Path, tree: &Path, to: &Path) -> io::Result<bool> {
+    let Some((mut entries, _)) = read_index(index)? else {
+        return Ok(false);
+    };
+    entries.par_iter_mut().for_each(|entry| {
+        let full = tree.join(Path::new(std::ffi::OsStr::from_bytes(&entry.path)));
+        let same =
+            fs::symlink_metadata(&full).is_ok_and(|meta| entry.stat.matches(&Stat::of(&meta)));
+        if !same {
+            entry.stat.size = 0;
+        }
+    });
+    let started = SystemTime::now()
+        .checked_sub(FILE_CLOCK_LAG)
+        .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+        .map_or((0, 0), |since| (since.as_secs(), since.subsec_nanos()));
+    let _ = fs::remove_file(to);
+    write_index(to, &entries, started)?;
+    Ok(true)
+}
+
 /// Whether `path` is `prefix` or lies under it.
 fn under(path: &[u8], prefix: &[u8]) -> bool {
     !prefix.is_empty()
@@ -388,7 +421,9 @@ fn write_index(path: &Path, entries: &[Entry], started: (u64, u32)) -> io::Resul
     }
     let checksum = Sha1::digest(&bytes);
     bytes.extend_from_slice(&checksum);
-    let lock = path.with_file_name("index.lock");
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    let lock = std::path::PathBuf::from(lock);
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)

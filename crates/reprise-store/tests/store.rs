@@ -1121,6 +1121,65 @@ fn a_same_second_same_size_edit_after_the_first_checkpoint_is_seen() {
     panic!("no round fitted in one second");
 }
 
+/// A result's tree is taken from reprise's copy of the checkout's index,
+/// settled so git need not read every file again: an edit made in the very
+/// second of the checkout, at the same size, is still in the tree when the
+/// tree is taken in a later second (when git would otherwise trust the
+/// entry's stat data).
+#[test]
+fn a_result_tree_sees_a_same_second_same_size_edit_made_after_the_checkout() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    sh(
+        &repo,
+        "git init -q && echo one > a.txt && echo keep > b.txt && git add -A && git commit -qm start",
+    );
+    let second = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let scratch = temp.path().join("scratch");
+    fs::create_dir(&scratch).unwrap();
+    let head = reprise_store::git::Git::new(&repo).tree_of("HEAD").unwrap();
+    for round in 0..50 {
+        let tree = temp.path().join(format!("tree{round}"));
+        let started = second();
+        sh(
+            &repo,
+            &format!(
+                "git worktree add -q --detach --no-checkout {0} HEAD && git -C {0} reset -q --hard",
+                tree.display()
+            ),
+        );
+        let seed = temp.path().join(format!("seed{round}"));
+        let own = reprise_store::git::Git::new(&tree).own_index().unwrap();
+        assert!(reprise_store::git::copy_with_mtime(&own, &seed));
+        fs::write(tree.join("a.txt"), "two\n").unwrap();
+        if second() != started {
+            continue;
+        }
+        while second() == started {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let git = reprise_store::git::Git::at(&repo.join(".git"), &tree);
+        let (taken, _index) = git
+            .snapshot_index_from("HEAD", &scratch, Some(&seed))
+            .unwrap();
+        assert_ne!(taken, head, "the edit was taken on stat data");
+        let listed = std::process::Command::new("git")
+            .args(["diff-tree", "-r", "--name-only", &head, &taken])
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&listed.stdout), "a.txt\n");
+        return;
+    }
+    panic!("no round fitted in one second");
+}
+
 /// The checkpoints listed from the store's own files are the ones git
 /// lists, in the same order, with the same trees and manifests.
 #[test]
