@@ -2,8 +2,9 @@
 //! a fresh shadow repository's skeleton, a loose object, a loose ref. Each
 //! is a documented on-disk format (gitrepository-layout(5)), written whole
 //! through a new file renamed into place, so a reader never sees half of
-//! one. A checkpoint pays for two git processes (`add`, `write-tree`)
-//! instead of nine: git's start-up is most of a small checkpoint's cost.
+//! one. A checkpoint starts no git process when `crate::shadow_tree` builds
+//! its tree, and two (`add`, `write-tree`) when git must: git's start-up is
+//! most of a small checkpoint's cost.
 
 use std::cell::RefCell;
 use std::fs::{self, File, OpenOptions};

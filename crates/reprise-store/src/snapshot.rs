@@ -12,7 +12,10 @@
 //! manifest of what git alone cannot give back: permission bits other than
 //! 0644/0755, directories (empty ones included, and their modes), and the
 //! files skipped for their size. Because the shadow index keeps git's stat
-//! cache, a checkpoint re-reads only files that changed since the last one;
+//! cache, a checkpoint re-reads only files that changed since the last one.
+//! The tree and the index are written by reprise (`crate::shadow_tree`)
+//! when git would take the tree as it is, and by `git add` and `git
+//! write-tree` otherwise (attributes, nested repositories, odd names);
 //! a fresh worktree lends its own index as the first stat cache
 //! (`adopt_checkout_index`), so the first checkpoint, and a park's restore
 //! into a fresh checkout, read and write only what differs from the base.
