@@ -257,7 +257,7 @@ impl Git {
     /// exactly the tree's entries, with stat data fresh from `add`.
     pub fn snapshot_index(&self, base: &str, scratch: &Path) -> Result<(String, ScratchIndex)> {
         let own = self.own_index();
-        self.snapshot_index_from(base, scratch, own.as_deref())
+        self.snapshot_index_seeded(base, scratch, own.as_deref(), false)
     }
 
     /// `snapshot_index` starting from the index file `seed` (copied with its
@@ -267,16 +267,37 @@ impl Git {
     /// of its index: the one in its admin directory is the agent's to write,
     /// and an entry there could name any blob for a file whose stat data it
     /// copied.
+    ///
+    /// The seed is settled first (`shadow_tree::settle_index`; this git's
+    /// directory is the tree's top): entries whose files are exactly as
+    /// recorded are taken on their stat data, not read again as racily
+    /// clean, which after a checkout of many files in one second is every
+    /// file.
     pub fn snapshot_index_from(
         &self,
         base: &str,
         scratch: &Path,
         seed: Option<&Path>,
     ) -> Result<(String, ScratchIndex)> {
+        self.snapshot_index_seeded(base, scratch, seed, true)
+    }
+
+    fn snapshot_index_seeded(
+        &self,
+        base: &str,
+        scratch: &Path,
+        seed: Option<&Path>,
+        settle: bool,
+    ) -> Result<(String, ScratchIndex)> {
         let index = ScratchIndex {
             path: scratch.join(format!("index-{}", ulid::Ulid::new())),
         };
-        if !seed.is_some_and(|seed| copy_with_mtime(seed, &index.path)) {
+        let seeded = seed.is_some_and(|seed| {
+            (settle
+                && crate::shadow_tree::settle_index(seed, &self.dir, &index.path).unwrap_or(false))
+                || copy_with_mtime(seed, &index.path)
+        });
+        if !seeded {
             let mut read = self.command();
             read.env("GIT_INDEX_FILE", &index.path)
                 .args(["read-tree", base]);

@@ -23,6 +23,7 @@ mod loose;
 pub mod parks;
 pub mod repair;
 pub mod replies;
+mod shadow_tree;
 pub mod snapshot;
 pub mod state;
 pub mod suspension;

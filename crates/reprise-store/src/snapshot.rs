@@ -12,7 +12,10 @@
 //! manifest of what git alone cannot give back: permission bits other than
 //! 0644/0755, directories (empty ones included, and their modes), and the
 //! files skipped for their size. Because the shadow index keeps git's stat
-//! cache, a checkpoint re-reads only files that changed since the last one;
+//! cache, a checkpoint re-reads only files that changed since the last one.
+//! The tree and the index are written by reprise (`crate::shadow_tree`)
+//! when git would take the tree as it is, and by `git add` and `git
+//! write-tree` otherwise (attributes, nested repositories, odd names);
 //! a fresh worktree lends its own index as the first stat cache
 //! (`adopt_checkout_index`), so the first checkpoint, and a park's restore
 //! into a fresh checkout, read and write only what differs from the base.
@@ -232,8 +235,9 @@ impl SnapshotStore {
 
     /// Takes a checkpoint of the tree as it is now.
     pub fn take(&self, label: &str) -> Result<Checkpoint> {
+        let started = std::time::SystemTime::now();
         let survey = survey(&self.tree, self.max_file_bytes)?;
-        let tree = self.write_tree(&survey.skipped);
+        let tree = self.write_tree(&survey, started);
         self.honest_index_time();
         let tree = tree?;
         let manifest = Manifest {
@@ -293,8 +297,26 @@ impl SnapshotStore {
     }
 
     /// Brings the shadow index to the tree as it is (every file but those
-    /// `skipped` for their size) and writes its git tree.
-    fn write_tree(&self, skipped: &[(String, u64)]) -> Result<String> {
+    /// skipped for their size) and writes its git tree: in-process when
+    /// `crate::shadow_tree` can say exactly what git would store, else by
+    /// git. `started` is when the checkpoint began.
+    fn write_tree(&self, survey: &Survey, started: std::time::SystemTime) -> Result<String> {
+        if survey.plain
+            && let Ok(Some(tree)) = crate::shadow_tree::write_tree(
+                &self.git_dir,
+                &self.tree,
+                &survey.found,
+                b".reprise",
+                started,
+            )
+        {
+            return Ok(tree);
+        }
+        self.write_tree_by_git(&survey.skipped)
+    }
+
+    /// `write_tree` by `git add --all --force` and `git write-tree`.
+    fn write_tree_by_git(&self, skipped: &[(String, u64)]) -> Result<String> {
         let mut add: Vec<String> = ["add", "--all", "--force", "--", "."]
             .iter()
             .map(|arg| (*arg).to_owned())
@@ -584,6 +606,12 @@ struct Survey {
     skipped: Vec<(String, u64)>,
     modes: BTreeMap<String, u32>,
     dirs: BTreeMap<String, u32>,
+    /// Every file and symlink that goes into a checkpoint, with its stat.
+    found: Vec<crate::shadow_tree::Found>,
+    /// Whether git would take the tree as it is, so its checkpoint tree
+    /// can be built without git: no nested repository, no attributes
+    /// file, no name git refuses, nothing but files, links and directories.
+    plain: bool,
 }
 
 /// Walks `tree` (not `.git`, not a top-level `.reprise`) without following
@@ -595,6 +623,8 @@ fn survey(tree: &Path, max_file_bytes: u64) -> Result<Survey> {
         skipped: Vec::new(),
         modes: BTreeMap::new(),
         dirs: BTreeMap::new(),
+        found: Vec::new(),
+        plain: true,
     };
     let mut stack = vec![PathBuf::new()];
     while let Some(relative) = stack.pop() {
@@ -603,9 +633,14 @@ fn survey(tree: &Path, max_file_bytes: u64) -> Result<Survey> {
         for entry in entries {
             let entry = entry.map_err(io_at(&dir))?;
             let name = entry.file_name();
-            if name == ".git" || (relative.as_os_str().is_empty() && name == ".reprise") {
+            let top = relative.as_os_str().is_empty();
+            if name == ".git" || (top && name == ".reprise") {
+                // A `.git` below the top is a nested repository, which git
+                // stores as a link to its commit.
+                survey.plain &= top;
                 continue;
             }
+            survey.plain &= crate::shadow_tree::plain_name(name.as_encoded_bytes());
             let path = relative.join(&name);
             let key = path.to_string_lossy().into_owned();
             let meta = entry.metadata().map_err(io_at(&entry.path()))?;
@@ -623,9 +658,18 @@ fn survey(tree: &Path, max_file_bytes: u64) -> Result<Survey> {
                 if mode != 0o644 && mode != 0o755 {
                     survey.modes.insert(key, mode);
                 }
+                survey.found.push(crate::shadow_tree::Found {
+                    path: crate::shadow_tree::index_path(&path),
+                    meta,
+                });
             } else {
                 survey.files += 1;
                 survey.bytes += meta.len();
+                survey.plain &= meta.file_type().is_symlink();
+                survey.found.push(crate::shadow_tree::Found {
+                    path: crate::shadow_tree::index_path(&path),
+                    meta,
+                });
             }
         }
     }

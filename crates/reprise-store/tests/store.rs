@@ -884,6 +884,102 @@ fn a_rollback_restores_every_byte_mode_link_and_directory_and_touches_no_user_fi
     assert_eq!(store.find(&checkpoint.id[..10]).unwrap().id, checkpoint.id);
 }
 
+/// A checkpoint's tree built without git is the one git builds from the
+/// same files (`add --all --force` into a fresh index, `write-tree`), over
+/// links, odd modes, ignored files, names that sort around `/` and a second
+/// checkpoint after edits; git reads the index written beside it as its
+/// own, and finds every entry clean. A tree with an attributes file is left
+/// to git.
+#[test]
+fn a_checkpoint_built_without_git_is_the_tree_git_builds() {
+    use reprise_store::snapshot::SnapshotStore;
+    let temp = tempfile::tempdir().unwrap();
+    let tree = temp.path().join("tree");
+    let shadow = temp.path().join("shadow");
+    fs::create_dir(&tree).unwrap();
+    sh(
+        &tree,
+        "printf 'ignored/\\n*.log\\n' > .gitignore && mkdir -p ignored a/b 'with space' empty && \
+         echo x > ignored/f && echo l > x.log && echo 1 > a-b && echo 2 > a/b/c && echo 3 > a.txt && \
+         echo 4 > a0 && echo 5 > 'with space/f g' && : > zero && printf '#!/bin/sh\\n' > run && \
+         chmod 755 run && echo s > secret && chmod 600 secret && ln -s a.txt link && ln -s a dirlink && \
+         ln -s missing dangling && mkdir -p .reprise/runs && echo own > .reprise/runs/r",
+    );
+    let git_tree = || {
+        let index = temp.path().join("git-index");
+        let _ = fs::remove_file(&index);
+        let output = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "git add --all --force -- . ':(exclude).git' ':(exclude,top).reprise' && git write-tree",
+            ])
+            .current_dir(&tree)
+            .env("GIT_DIR", &shadow)
+            .env("GIT_WORK_TREE", &tree)
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    let shadow_git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(&tree)
+            .env("GIT_DIR", &shadow)
+            .env("GIT_WORK_TREE", &tree)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap()
+    };
+    let built_here = || {
+        !fs::read(shadow.join("index"))
+            .unwrap()
+            .windows(4)
+            .any(|w| w == b"TREE")
+    };
+    let store = SnapshotStore::open(
+        &shadow,
+        &tree,
+        None,
+        reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
+    )
+    .unwrap();
+    // Past the few milliseconds in which a file written just before a
+    // checkpoint is recorded as changed (smudged), for git to find it clean.
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(50));
+    settle();
+    let first = store.take("first").unwrap();
+    assert!(built_here(), "git's write-tree leaves a TREE extension");
+    assert_eq!(first.tree, git_tree());
+    assert!(shadow_git(&["diff-files", "--quiet"]).status.success());
+    // Edits of every kind, some within the second the index was written.
+    sh(
+        &tree,
+        "echo 9 > a.txt && rm a-b && echo new > a/b/new && chmod 755 secret && \
+         rm link && ln -s a0 link && echo more >> ignored/f && mkdir -p deep/er && echo d > deep/er/f",
+    );
+    settle();
+    let second = store.take("second").unwrap();
+    assert!(built_here());
+    assert_ne!(second.tree, first.tree);
+    assert_eq!(second.tree, git_tree());
+    assert!(shadow_git(&["diff-files", "--quiet"]).status.success());
+    assert!(
+        shadow_git(&["fsck", "--strict", "--no-dangling"])
+            .status
+            .success()
+    );
+    // An attributes file could make git convert what it stores: git builds it.
+    fs::write(tree.join(".gitattributes"), "*.txt text\n").unwrap();
+    let third = store.take("third").unwrap();
+    assert!(!built_here());
+    assert_eq!(third.tree, git_tree());
+}
+
 /// A park's restore into a fresh checkout of the base writes only the files
 /// that differ from the base: the shadow takes the checkout's index as its
 /// stat cache. Attributes that could convert content keep it out.
@@ -1020,6 +1116,65 @@ fn a_same_second_same_size_edit_after_the_first_checkpoint_is_seen() {
             continue;
         }
         assert_ne!(after.tree, before.tree, "the edit was taken on stat data");
+        return;
+    }
+    panic!("no round fitted in one second");
+}
+
+/// A result's tree is taken from reprise's copy of the checkout's index,
+/// settled so git need not read every file again: an edit made in the very
+/// second of the checkout, at the same size, is still in the tree when the
+/// tree is taken in a later second (when git would otherwise trust the
+/// entry's stat data).
+#[test]
+fn a_result_tree_sees_a_same_second_same_size_edit_made_after_the_checkout() {
+    let temp = tempfile::tempdir().unwrap();
+    let repo = temp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    sh(
+        &repo,
+        "git init -q && echo one > a.txt && echo keep > b.txt && git add -A && git commit -qm start",
+    );
+    let second = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let scratch = temp.path().join("scratch");
+    fs::create_dir(&scratch).unwrap();
+    let head = reprise_store::git::Git::new(&repo).tree_of("HEAD").unwrap();
+    for round in 0..50 {
+        let tree = temp.path().join(format!("tree{round}"));
+        let started = second();
+        sh(
+            &repo,
+            &format!(
+                "git worktree add -q --detach --no-checkout {0} HEAD && git -C {0} reset -q --hard",
+                tree.display()
+            ),
+        );
+        let seed = temp.path().join(format!("seed{round}"));
+        let own = reprise_store::git::Git::new(&tree).own_index().unwrap();
+        assert!(reprise_store::git::copy_with_mtime(&own, &seed));
+        fs::write(tree.join("a.txt"), "two\n").unwrap();
+        if second() != started {
+            continue;
+        }
+        while second() == started {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let git = reprise_store::git::Git::at(&repo.join(".git"), &tree);
+        let (taken, _index) = git
+            .snapshot_index_from("HEAD", &scratch, Some(&seed))
+            .unwrap();
+        assert_ne!(taken, head, "the edit was taken on stat data");
+        let listed = std::process::Command::new("git")
+            .args(["diff-tree", "-r", "--name-only", &head, &taken])
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&listed.stdout), "a.txt\n");
         return;
     }
     panic!("no round fitted in one second");
