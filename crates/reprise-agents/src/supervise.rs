@@ -2,8 +2,9 @@
 //!
 //! The agent is the untrusted party: it runs commands a model chose, as the
 //! same user as reprise. So no child is started directly. The driver starts
-//! the reprise binary itself as a small per-attempt *supervisor*
-//! (`reprise __supervise`), which
+//! a small per-attempt *supervisor* (`reprise-supervisor __supervise`, a
+//! binary installed beside `reprise` that holds only this module's code),
+//! which
 //!
 //! - takes a parent-death signal (SIGTERM) from the driver's thread, so a
 //!   `kill -9` of reprise still ends the attempt (the signal fires when the
@@ -13,7 +14,7 @@
 //!   `setsid` daemon included, stays its descendant, and kills all of it when
 //!   the agent exits or when it is told to stop (SIGTERM, SIGINT, SIGHUP);
 //! - starts the program through a second hop of the same binary
-//!   (`reprise __contain`), which takes a parent-death signal (SIGKILL) from
+//!   (`reprise-supervisor __contain`), which takes a parent-death signal (SIGKILL) from
 //!   the supervisor, applies the Landlock ruleset to itself and execs the
 //!   program. The ruleset also scopes signals, so the contained agent cannot
 //!   signal its supervisor or reprise.
@@ -21,10 +22,9 @@
 //! Why a re-exec and not `pre_exec`: the workspace forbids unsafe code, and a
 //! `pre_exec` closure is unsafe for a good reason: between fork and exec in a
 //! multi-threaded process only async-signal-safe calls are allowed, and
-//! building a ruleset allocates and opens files. The two extra execs and the
-//! supervisor's work cost about 4.7 ms per process on an idle 2-core machine
-//! and the ruleset about 0.4 ms more (5.6 and 6.0 ms against 0.9 ms for
-//! `true` run directly; `scripts/bench-containment` measures both).
+//! building a ruleset allocates and opens files. The hops are a binary of
+//! their own so that these two execs load a small program, not the whole
+//! CLI; `scripts/bench-containment` measures what they cost.
 //!
 //! The driver records each supervisor's pid (its process group id) and start
 //! time under the state directory before it waits on it; the next reprise
@@ -55,7 +55,10 @@ use rustix::process::{
 };
 use serde::{Deserialize, Serialize};
 
-/// The hidden subcommand of the reprise binary that supervises one attempt.
+/// The binary, installed beside `reprise`, that runs the two hops.
+pub const SUPERVISOR_BINARY: &str = "reprise-supervisor";
+/// The subcommand of the supervisor binary that supervises one attempt
+/// (the lineage check recognises a supervisor by it).
 pub const SUPERVISE_COMMAND: &str = "__supervise";
 /// The hidden subcommand that contains itself and execs the program.
 pub const CONTAIN_COMMAND: &str = "__contain";
@@ -74,7 +77,7 @@ const LANDLOCK_ABI: ABI = ABI::V6;
 /// How the driver starts an attempt's process, decided by the engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Supervision {
-    /// The reprise binary: it runs the hidden supervisor subcommands.
+    /// The supervisor binary (`reprise-supervisor`): it runs both hops.
     pub supervisor: PathBuf,
     /// The filesystem sandbox; `None` when containment is off (or the kernel
     /// has no Landlock: the run warned once).
@@ -256,7 +259,7 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     };
     let hop = serde_json::to_string(&hop).map_err(|_| SuperviseError::Usage(SUPERVISE_COMMAND))?;
     let child = Command::new("/proc/self/exe")
-        .arg0("reprise")
+        .arg0(SUPERVISOR_BINARY)
         .arg(CONTAIN_COMMAND)
         .arg(hop)
         .arg("--")
