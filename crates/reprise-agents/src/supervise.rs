@@ -343,8 +343,59 @@ fn signal_tree(root: Pid, signal: Signal) {
     }
 }
 
-/// Every process below `root` in the process tree, from `/proc`.
+/// Every process below `root` in the process tree.
+///
+/// Read from each process's `/proc/<pid>/task/<tid>/children`, so the walk
+/// costs as much as the tree below `root` is large: the supervisor's final
+/// sweep, with the program gone and nothing left, reads two short files
+/// instead of every process's `stat` on the machine. Like the walk of all
+/// of `/proc` it falls back to (on a kernel without those files), it is a
+/// snapshot that a process forking or exiting meanwhile can outrun: the
+/// sweep repeats until the supervisor has no child left.
 pub fn descendants(root: Pid) -> Vec<i32> {
+    if !children_files() {
+        return descendants_from_every_stat(root);
+    }
+    let mut found = Vec::new();
+    let mut queue = vec![root.as_raw_nonzero().get()];
+    let mut seen = BTreeSet::new();
+    while let Some(next) = queue.pop() {
+        for child in children_of(next) {
+            if seen.insert(child) {
+                found.push(child);
+                queue.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Whether this kernel lists each thread's children in `/proc`.
+fn children_files() -> bool {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRESENT.get_or_init(|| Path::new("/proc/thread-self/children").exists())
+}
+
+/// The children of every thread of `pid`; none when it is gone.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut children = Vec::new();
+    let Ok(threads) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return children;
+    };
+    for thread in threads.flatten() {
+        if let Ok(list) = fs::read_to_string(thread.path().join("children")) {
+            children.extend(
+                list.split_ascii_whitespace()
+                    .filter_map(|child| child.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
+}
+
+/// Every process below `root`, from the parent named in the `stat` of
+/// every process in `/proc`.
+fn descendants_from_every_stat(root: Pid) -> Vec<i32> {
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -745,6 +796,34 @@ mod tests {
             Some(own.ppid),
             getppid().map(|pid| pid.as_raw_nonzero().get())
         );
+    }
+
+    /// The walk of the children files finds the same tree as the walk of
+    /// every process's `stat`: a shell, its two children, and a grandchild
+    /// below one of them.
+    #[test]
+    fn descendants_from_children_files_match_those_from_every_stat() {
+        assert!(children_files(), "this kernel lists no children in /proc");
+        let mut shell = Command::new("sh")
+            .args(["-c", "sleep 60 & sh -c 'sleep 60 & wait' & wait"])
+            .spawn()
+            .expect("sh");
+        let root = Pid::from_child(&shell);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while descendants_from_every_stat(root).len() < 3 && Instant::now() < give_up {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let sorted = |mut pids: Vec<i32>| {
+            pids.sort_unstable();
+            pids
+        };
+        let from_stat = sorted(descendants_from_every_stat(root));
+        let from_children = sorted(descendants(root));
+        signal_tree(root, Signal::KILL);
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert_eq!(from_stat.len(), 3, "{from_stat:?}");
+        assert_eq!(from_children, from_stat);
     }
 
     #[test]
