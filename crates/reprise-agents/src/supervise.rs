@@ -35,8 +35,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -230,27 +231,26 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     }
     let _ = become_subreaper();
     let me = getpid();
-    // A stop signal is handled on its own thread, so the main thread can
-    // block in waitpid and see the program's exit at once: SIGTERM to the
-    // whole tree, SIGKILL after the grace period; the program's death ends
-    // the wait below and the sweep does the rest.
+    // A stop signal and a child's exit both wake one poll below through a
+    // socket pair (the self-pipe trick), so the supervisor needs no thread
+    // of its own; the stop signal's number is kept in `stop`.
+    let (wake, waker) = UnixStream::pair().map_err(SuperviseError::Spawn)?;
+    wake.set_nonblocking(true).map_err(SuperviseError::Spawn)?;
     let stop = Arc::new(AtomicUsize::new(0));
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(SuperviseError::Spawn)?;
-    {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                stop.store(signal as usize, Ordering::SeqCst);
-                signal_tree(me, Signal::TERM);
-                thread::sleep(SUPERVISOR_GRACE);
-                signal_tree(me, Signal::KILL);
-            }
-        });
+    let register = |signal: i32, stops: bool| -> io::Result<()> {
+        if stops {
+            signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize)?;
+        }
+        signal_hook::low_level::pipe::register(signal, waker.try_clone()?)?;
+        Ok(())
+    };
+    for (signal, stops) in [
+        (signal_hook::consts::SIGCHLD, false),
+        (signal_hook::consts::SIGTERM, true),
+        (signal_hook::consts::SIGINT, true),
+        (signal_hook::consts::SIGHUP, true),
+    ] {
+        register(signal, stops).map_err(SuperviseError::Spawn)?;
     }
     let hop = Spec {
         v: 1,
@@ -270,19 +270,49 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     let child_pid = Pid::from_child(&child);
     drop(child);
 
+    // Reap what has exited until the program has; on a stop signal, SIGTERM
+    // to the whole tree and SIGKILL after the grace period. The program's
+    // death ends the loop and the sweep does the rest.
     let mut status: Option<i32> = None;
-    while status.is_none() {
-        match waitpid(None, WaitOptions::empty()) {
-            Ok(Some((pid, wait_status))) if pid == child_pid => {
-                status = Some(exit_code_of(wait_status));
-            }
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => break,
+    let mut stopped_by = 0;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        if let ReapResult::Gone = reap_ready(child_pid, &mut status) {
+            break;
         }
+        if status.is_some() {
+            break;
+        }
+        if stopped_by == 0 {
+            stopped_by = stop.load(Ordering::SeqCst);
+            if stopped_by != 0 {
+                signal_tree(me, Signal::TERM);
+                kill_at = Some(Instant::now() + SUPERVISOR_GRACE);
+            }
+        }
+        if let Some(at) = kill_at
+            && Instant::now() >= at
+        {
+            signal_tree(me, Signal::KILL);
+            kill_at = None;
+        }
+        let timeout = kill_at.and_then(|at| {
+            rustix::event::Timespec::try_from(at.saturating_duration_since(Instant::now())).ok()
+        });
+        let mut fds = [rustix::event::PollFd::new(
+            &wake,
+            rustix::event::PollFlags::IN,
+        )];
+        let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+        // Empty the socket: the wake-ups are noted, the loop looks afresh.
+        let mut buffer = [0u8; 64];
+        while (&wake).read(&mut buffer).is_ok_and(|read| read > 0) {}
     }
     sweep(me, child_pid, &mut status);
-    let signal = stop.load(Ordering::SeqCst);
+    let signal = match stopped_by {
+        0 => stop.load(Ordering::SeqCst),
+        first => first,
+    };
     // Stopped by a signal: the supervisor reports that signal, as the
     // program itself would have.
     Ok(match (status, signal) {
