@@ -2,8 +2,9 @@
 //!
 //! The agent is the untrusted party: it runs commands a model chose, as the
 //! same user as reprise. So no child is started directly. The driver starts
-//! the reprise binary itself as a small per-attempt *supervisor*
-//! (`reprise __supervise`), which
+//! a small per-attempt *supervisor* (`reprise-supervisor __supervise`, a
+//! binary installed beside `reprise` that holds only this module's code),
+//! which
 //!
 //! - takes a parent-death signal (SIGTERM) from the driver's thread, so a
 //!   `kill -9` of reprise still ends the attempt (the signal fires when the
@@ -13,7 +14,7 @@
 //!   `setsid` daemon included, stays its descendant, and kills all of it when
 //!   the agent exits or when it is told to stop (SIGTERM, SIGINT, SIGHUP);
 //! - starts the program through a second hop of the same binary
-//!   (`reprise __contain`), which takes a parent-death signal (SIGKILL) from
+//!   (`reprise-supervisor __contain`), which takes a parent-death signal (SIGKILL) from
 //!   the supervisor, applies the Landlock ruleset to itself and execs the
 //!   program. The ruleset also scopes signals, so the contained agent cannot
 //!   signal its supervisor or reprise.
@@ -21,10 +22,9 @@
 //! Why a re-exec and not `pre_exec`: the workspace forbids unsafe code, and a
 //! `pre_exec` closure is unsafe for a good reason: between fork and exec in a
 //! multi-threaded process only async-signal-safe calls are allowed, and
-//! building a ruleset allocates and opens files. The two extra execs and the
-//! supervisor's work cost about 4.7 ms per process on an idle 2-core machine
-//! and the ruleset about 0.4 ms more (5.6 and 6.0 ms against 0.9 ms for
-//! `true` run directly; `scripts/bench-containment` measures both).
+//! building a ruleset allocates and opens files. The hops are a binary of
+//! their own so that these two execs load a small program, not the whole
+//! CLI; `scripts/bench-containment` measures what they cost.
 //!
 //! The driver records each supervisor's pid (its process group id) and start
 //! time under the state directory before it waits on it; the next reprise
@@ -35,8 +35,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,7 +56,10 @@ use rustix::process::{
 };
 use serde::{Deserialize, Serialize};
 
-/// The hidden subcommand of the reprise binary that supervises one attempt.
+/// The binary, installed beside `reprise`, that runs the two hops.
+pub const SUPERVISOR_BINARY: &str = "reprise-supervisor";
+/// The subcommand of the supervisor binary that supervises one attempt
+/// (the lineage check recognises a supervisor by it).
 pub const SUPERVISE_COMMAND: &str = "__supervise";
 /// The hidden subcommand that contains itself and execs the program.
 pub const CONTAIN_COMMAND: &str = "__contain";
@@ -74,7 +78,7 @@ const LANDLOCK_ABI: ABI = ABI::V6;
 /// How the driver starts an attempt's process, decided by the engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Supervision {
-    /// The reprise binary: it runs the hidden supervisor subcommands.
+    /// The supervisor binary (`reprise-supervisor`): it runs both hops.
     pub supervisor: PathBuf,
     /// The filesystem sandbox; `None` when containment is off (or the kernel
     /// has no Landlock: the run warned once).
@@ -227,27 +231,26 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     }
     let _ = become_subreaper();
     let me = getpid();
-    // A stop signal is handled on its own thread, so the main thread can
-    // block in waitpid and see the program's exit at once: SIGTERM to the
-    // whole tree, SIGKILL after the grace period; the program's death ends
-    // the wait below and the sweep does the rest.
+    // A stop signal and a child's exit both wake one poll below through a
+    // socket pair (the self-pipe trick), so the supervisor needs no thread
+    // of its own; the stop signal's number is kept in `stop`.
+    let (wake, waker) = UnixStream::pair().map_err(SuperviseError::Spawn)?;
+    wake.set_nonblocking(true).map_err(SuperviseError::Spawn)?;
     let stop = Arc::new(AtomicUsize::new(0));
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(SuperviseError::Spawn)?;
-    {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                stop.store(signal as usize, Ordering::SeqCst);
-                signal_tree(me, Signal::TERM);
-                thread::sleep(SUPERVISOR_GRACE);
-                signal_tree(me, Signal::KILL);
-            }
-        });
+    let register = |signal: i32, stops: bool| -> io::Result<()> {
+        if stops {
+            signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize)?;
+        }
+        signal_hook::low_level::pipe::register(signal, waker.try_clone()?)?;
+        Ok(())
+    };
+    for (signal, stops) in [
+        (signal_hook::consts::SIGCHLD, false),
+        (signal_hook::consts::SIGTERM, true),
+        (signal_hook::consts::SIGINT, true),
+        (signal_hook::consts::SIGHUP, true),
+    ] {
+        register(signal, stops).map_err(SuperviseError::Spawn)?;
     }
     let hop = Spec {
         v: 1,
@@ -256,7 +259,7 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     };
     let hop = serde_json::to_string(&hop).map_err(|_| SuperviseError::Usage(SUPERVISE_COMMAND))?;
     let child = Command::new("/proc/self/exe")
-        .arg0("reprise")
+        .arg0(SUPERVISOR_BINARY)
         .arg(CONTAIN_COMMAND)
         .arg(hop)
         .arg("--")
@@ -267,19 +270,49 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     let child_pid = Pid::from_child(&child);
     drop(child);
 
+    // Reap what has exited until the program has; on a stop signal, SIGTERM
+    // to the whole tree and SIGKILL after the grace period. The program's
+    // death ends the loop and the sweep does the rest.
     let mut status: Option<i32> = None;
-    while status.is_none() {
-        match waitpid(None, WaitOptions::empty()) {
-            Ok(Some((pid, wait_status))) if pid == child_pid => {
-                status = Some(exit_code_of(wait_status));
-            }
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
-            Err(_) => break,
+    let mut stopped_by = 0;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        if let ReapResult::Gone = reap_ready(child_pid, &mut status) {
+            break;
         }
+        if status.is_some() {
+            break;
+        }
+        if stopped_by == 0 {
+            stopped_by = stop.load(Ordering::SeqCst);
+            if stopped_by != 0 {
+                signal_tree(me, Signal::TERM);
+                kill_at = Some(Instant::now() + SUPERVISOR_GRACE);
+            }
+        }
+        if let Some(at) = kill_at
+            && Instant::now() >= at
+        {
+            signal_tree(me, Signal::KILL);
+            kill_at = None;
+        }
+        let timeout = kill_at.and_then(|at| {
+            rustix::event::Timespec::try_from(at.saturating_duration_since(Instant::now())).ok()
+        });
+        let mut fds = [rustix::event::PollFd::new(
+            &wake,
+            rustix::event::PollFlags::IN,
+        )];
+        let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+        // Empty the socket: the wake-ups are noted, the loop looks afresh.
+        let mut buffer = [0u8; 64];
+        while (&wake).read(&mut buffer).is_ok_and(|read| read > 0) {}
     }
     sweep(me, child_pid, &mut status);
-    let signal = stop.load(Ordering::SeqCst);
+    let signal = match stopped_by {
+        0 => stop.load(Ordering::SeqCst),
+        first => first,
+    };
     // Stopped by a signal: the supervisor reports that signal, as the
     // program itself would have.
     Ok(match (status, signal) {
@@ -340,8 +373,59 @@ fn signal_tree(root: Pid, signal: Signal) {
     }
 }
 
-/// Every process below `root` in the process tree, from `/proc`.
+/// Every process below `root` in the process tree.
+///
+/// Read from each process's `/proc/<pid>/task/<tid>/children`, so the walk
+/// costs as much as the tree below `root` is large: the supervisor's final
+/// sweep, with the program gone and nothing left, reads two short files
+/// instead of every process's `stat` on the machine. Like the walk of all
+/// of `/proc` it falls back to (on a kernel without those files), it is a
+/// snapshot that a process forking or exiting meanwhile can outrun: the
+/// sweep repeats until the supervisor has no child left.
 pub fn descendants(root: Pid) -> Vec<i32> {
+    if !children_files() {
+        return descendants_from_every_stat(root);
+    }
+    let mut found = Vec::new();
+    let mut queue = vec![root.as_raw_nonzero().get()];
+    let mut seen = BTreeSet::new();
+    while let Some(next) = queue.pop() {
+        for child in children_of(next) {
+            if seen.insert(child) {
+                found.push(child);
+                queue.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Whether this kernel lists each thread's children in `/proc`.
+fn children_files() -> bool {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRESENT.get_or_init(|| Path::new("/proc/thread-self/children").exists())
+}
+
+/// The children of every thread of `pid`; none when it is gone.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut children = Vec::new();
+    let Ok(threads) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return children;
+    };
+    for thread in threads.flatten() {
+        if let Ok(list) = fs::read_to_string(thread.path().join("children")) {
+            children.extend(
+                list.split_ascii_whitespace()
+                    .filter_map(|child| child.parse::<i32>().ok()),
+            );
+        }
+    }
+    children
+}
+
+/// Every process below `root`, from the parent named in the `stat` of
+/// every process in `/proc`.
+fn descendants_from_every_stat(root: Pid) -> Vec<i32> {
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -742,6 +826,34 @@ mod tests {
             Some(own.ppid),
             getppid().map(|pid| pid.as_raw_nonzero().get())
         );
+    }
+
+    /// The walk of the children files finds the same tree as the walk of
+    /// every process's `stat`: a shell, its two children, and a grandchild
+    /// below one of them.
+    #[test]
+    fn descendants_from_children_files_match_those_from_every_stat() {
+        assert!(children_files(), "this kernel lists no children in /proc");
+        let mut shell = Command::new("sh")
+            .args(["-c", "sleep 60 & sh -c 'sleep 60 & wait' & wait"])
+            .spawn()
+            .expect("sh");
+        let root = Pid::from_child(&shell);
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while descendants_from_every_stat(root).len() < 3 && Instant::now() < give_up {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let sorted = |mut pids: Vec<i32>| {
+            pids.sort_unstable();
+            pids
+        };
+        let from_stat = sorted(descendants_from_every_stat(root));
+        let from_children = sorted(descendants(root));
+        signal_tree(root, Signal::KILL);
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert_eq!(from_stat.len(), 3, "{from_stat:?}");
+        assert_eq!(from_children, from_stat);
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! of 100 spawns of `true`, run directly (the reference), through the
 //! supervisor without a sandbox (`containment: off`), and through the
 //! supervisor with the Landlock sandbox (`containment: strict`). Run by
-//! `scripts/bench-containment`.
+//! `scripts/bench-containment`, which may name other supervisor binaries
+//! (another build's `reprise-supervisor`, or an older `reprise`, which ran
+//! the same `__supervise` itself): each is measured too, in the same rounds,
+//! one spawn of each in turn.
 
 #![allow(clippy::print_stdout)]
 
@@ -10,31 +13,40 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_reprise");
+const BIN: &str = env!("CARGO_BIN_EXE_reprise-supervisor");
 const SPAWNS: usize = 100;
 
-fn median(mut command: impl FnMut() -> Command) -> Duration {
-    let mut times: Vec<Duration> = (0..SPAWNS)
-        .map(|_| {
+/// The median of each command's wall time over `SPAWNS` rounds, each round
+/// one spawn of every command in turn (so a burst of load on the machine
+/// falls on all of them alike).
+fn medians(commands: &mut [Box<dyn FnMut() -> Command + '_>]) -> Vec<Duration> {
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(SPAWNS); commands.len()];
+    for _ in 0..SPAWNS {
+        for (command, times) in commands.iter_mut().zip(&mut times) {
             let started = Instant::now();
             let status = command().status().expect("spawn");
             let elapsed = started.elapsed();
             assert!(status.success(), "{status}");
-            elapsed
+            times.push(elapsed);
+        }
+    }
+    times
+        .into_iter()
+        .map(|mut times| {
+            times.sort();
+            times[SPAWNS / 2]
         })
-        .collect();
-    times.sort();
-    times[SPAWNS / 2]
+        .collect()
 }
 
-fn supervised(sandbox: serde_json::Value) -> Command {
+fn supervised(supervisor: &str, sandbox: serde_json::Value) -> Command {
     let spec = serde_json::json!({
         "v": 1,
         "parent": std::process::id(),
         "parent_death": true,
         "sandbox": sandbox,
     });
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(supervisor);
     command
         .arg("__supervise")
         .arg(spec.to_string())
@@ -44,6 +56,11 @@ fn supervised(sandbox: serde_json::Value) -> Command {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; every other argument is a supervisor.
+    let others: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
     let temp = tempfile::tempdir().expect("tempdir");
     let worktree = temp.path().join("project/.reprise/worktrees/task");
     let tmp = temp.path().join("project/.reprise/tmp/run/task-1");
@@ -55,23 +72,37 @@ fn main() {
         "writable": [worktree, tmp],
         "hidden": [temp.path().join("project/.reprise"), key_dir],
     });
-    let direct = median(|| Command::new("true"));
-    let off = median(|| supervised(serde_json::Value::Null));
-    let strict = median(|| supervised(rules.clone()));
+    let supervisors: Vec<&str> = std::iter::once(BIN)
+        .chain(others.iter().map(String::as_str))
+        .collect();
+    let mut commands: Vec<Box<dyn FnMut() -> Command + '_>> =
+        vec![Box::new(|| Command::new("true"))];
+    for &supervisor in &supervisors {
+        commands.push(Box::new(move || {
+            supervised(supervisor, serde_json::Value::Null)
+        }));
+        let rules = &rules;
+        commands.push(Box::new(move || supervised(supervisor, rules.clone())));
+    }
+    let times = medians(&mut commands);
     let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
+    println!("median of {SPAWNS} spawns of `true`, interleaved");
     println!(
-        "median of {SPAWNS} spawns of `true` (reprise at {})",
-        Path::new(BIN).display()
+        "  direct (reference):                 {:.3} ms",
+        ms(times[0])
     );
-    println!("  direct (reference):                 {:.3} ms", ms(direct));
-    println!("  supervised, containment off:        {:.3} ms", ms(off));
-    println!("  supervised, containment strict:     {:.3} ms", ms(strict));
-    println!(
-        "  sandbox setup (strict - off):       {:.3} ms",
-        ms(strict.saturating_sub(off))
-    );
-    println!(
-        "  supervision and sandbox (strict - direct): {:.3} ms",
-        ms(strict.saturating_sub(direct))
-    );
+    for (index, supervisor) in supervisors.iter().enumerate() {
+        let (off, strict) = (times[1 + 2 * index], times[2 + 2 * index]);
+        println!("through {}", Path::new(supervisor).display());
+        println!("  supervised, containment off:        {:.3} ms", ms(off));
+        println!("  supervised, containment strict:     {:.3} ms", ms(strict));
+        println!(
+            "  sandbox setup (strict - off):       {:.3} ms",
+            ms(strict.saturating_sub(off))
+        );
+        println!(
+            "  supervision and sandbox (strict - direct): {:.3} ms",
+            ms(strict.saturating_sub(times[0]))
+        );
+    }
 }

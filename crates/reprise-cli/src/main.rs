@@ -12,28 +12,11 @@ mod settings;
 use std::io::Write;
 use std::process::ExitCode;
 
-use reprise_agents::supervise;
-
 use crate::cli::Cli;
 use crate::error::CliError;
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
-    // The hidden subcommands that supervise and contain each agent and gate
-    // process (reprise_agents::supervise): not for users, never in --help.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match args.get(1).and_then(|arg| arg.to_str()) {
-        Some(supervise::SUPERVISE_COMMAND) => {
-            return match supervise::supervise_main(&args[2..]) {
-                Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-                Err(err) => hop_failed(&err),
-            };
-        }
-        Some(supervise::CONTAIN_COMMAND) => {
-            return hop_failed(&supervise::contain_main(&args[2..]));
-        }
-        _ => {}
-    }
     let parsed = cli::command()
         .try_get_matches()
         .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
@@ -55,16 +38,6 @@ fn main() -> ExitCode {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         Err(err) => report(&err),
     }
-}
-
-/// A supervisor or containment hop that could not run the program: one
-/// line on the attempt's stderr and the shell's exit codes (127: not found,
-/// 126: could not run).
-fn hop_failed(err: &supervise::SuperviseError) -> ExitCode {
-    let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(stderr, "reprise: {err}");
-    let not_found = matches!(err, supervise::SuperviseError::Exec { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
-    ExitCode::from(if not_found { 127 } else { 126 })
 }
 
 /// Prints clap's help and version as clap does; reduces its errors to one

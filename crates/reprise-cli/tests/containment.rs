@@ -1736,3 +1736,49 @@ tasks:
     assert_success(&env.run(&["journal", "verify", "held"]));
     assert_success(&env.run(&["audit", "verify"]));
 }
+
+/// `reprise` without `reprise-supervisor` beside it (an install that
+/// copied only one binary) stops before any agent runs, with one line
+/// naming the missing path and how to install both.
+#[test]
+fn a_run_without_the_supervisor_binary_beside_reprise_stops_and_says_so() {
+    let env = Env::new();
+    assert_success(&env.run(&["init"]));
+    let alone = env.temp.path().join("bin");
+    fs::create_dir(&alone).unwrap();
+    let copy = alone.join("reprise");
+    fs::hard_link(BIN, &copy)
+        .or_else(|_| fs::copy(BIN, &copy).map(|_| ()))
+        .unwrap();
+    env.plan(
+        r#"
+version: 1
+name: lonely
+defaults: { agent: command, sandbox: none, timeout: 1m, max_retries: 0 }
+tasks:
+  - id: one
+    prompt: "p"
+    command: ["sh", "-c", "echo ran > ran.txt"]
+"#,
+    );
+    let output = Command::new(&copy)
+        .args(["run", "plan.yaml"])
+        .current_dir(env.project())
+        .env_clear()
+        .env("HOME", env.home())
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "stderr: {}", stderr(&output));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert_eq!(
+        message.trim_end(),
+        format!(
+            "error: cannot find {} beside {}: it starts every agent and gate; nothing was run: install both binaries with `cargo install --locked --path crates/reprise-cli`",
+            alone.join("reprise-supervisor").display(),
+            copy.display()
+        )
+    );
+    assert!(!env.project().join("ran.txt").exists());
+}

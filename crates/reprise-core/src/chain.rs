@@ -14,7 +14,7 @@ use crate::digest::{
     AUDIT_TAG, AuditKey, DECISION_TAG, Digest, JOURNAL_TAG, LEDGER_TAG, SPINE_TAG, tagged_hmac,
     tagged_sha256,
 };
-use crate::scan::{Member, ValueKind, scan_object};
+use crate::scan::{Member, ValueKind, same_text, scan_members};
 
 /// The current version of every chained format.
 pub const FORMAT_VERSION: u64 = 1;
@@ -242,14 +242,19 @@ pub fn check_line<'a>(
     key: Option<&AuditKey>,
     line: &'a [u8],
 ) -> LineCheck<'a> {
-    let Some(scanned) = scan_object(line) else {
+    let mut fields = SchemaMatch::new(format);
+    let Some(canonical) = scan_members(line, &mut |member| fields.place(member)) else {
         return LineCheck::NotObject;
     };
-    let Some(fields) = match_schema(format, &scanned.members) else {
+    let Some(fields) = fields.finish() else {
         return LineCheck::Fault(Reason::MalformedRow);
     };
     let slots = format.slots();
-    let member = |slot: usize| fields[slot].expect("the schema matched every slot");
+    let member = |slot: usize| {
+        fields[slot]
+            .as_ref()
+            .expect("the schema matched every slot")
+    };
     // The schema checked each digest's length; its digits are read here,
     // once, and a bad one makes the row malformed as a missing one does.
     let digest_member = member(slots.digest);
@@ -264,7 +269,7 @@ pub fn check_line<'a>(
     ) else {
         return LineCheck::Fault(Reason::MalformedRow);
     };
-    if !scanned.canonical {
+    if !canonical {
         return LineCheck::Fault(Reason::NotCanonical);
     }
     let version = unsigned(member(format.schema().len() - 1));
@@ -314,28 +319,50 @@ pub fn check_line<'a>(
     })
 }
 
-/// Orders the members by the schema, or `None` when one is missing, unknown,
-/// repeated or of the wrong type. Order in the line is not checked here: a
-/// misordered line is well-formed but not canonical.
-fn match_schema<'m, 'a>(
-    format: ChainFormat,
-    members: &'m [Member<'a>],
-) -> Option<[Option<&'m Member<'a>>; MAX_MEMBERS]> {
-    let schema = format.schema();
-    if members.len() != schema.len() {
-        return None;
-    }
-    let mut slots: [Option<&Member<'a>>; MAX_MEMBERS] = [None; MAX_MEMBERS];
-    for (position, member) in members.iter().enumerate() {
-        // A canonical line holds the members in schema order: try that first.
-        let index = if schema[position].0 == member.key {
-            position
-        } else {
-            schema.iter().position(|(name, _)| *name == member.key)?
-        };
-        if slots[index].is_some() {
-            return None;
+/// The members of a row placed by the schema as the scanner reads them.
+/// Order in the line is not checked here: a misordered line is well-formed
+/// but not canonical.
+struct SchemaMatch<'a> {
+    schema: &'static [(&'static str, FieldType)],
+    slots: [Option<Member<'a>>; MAX_MEMBERS],
+    /// Members read, placed or not.
+    count: usize,
+    /// A member was unknown, repeated or of the wrong type.
+    misfit: bool,
+}
+
+impl<'a> SchemaMatch<'a> {
+    fn new(format: ChainFormat) -> Self {
+        Self {
+            schema: format.schema(),
+            slots: [const { None }; MAX_MEMBERS],
+            count: 0,
+            misfit: false,
         }
+    }
+
+    fn place(&mut self, member: Member<'a>) {
+        let position = self.count;
+        self.count += 1;
+        if self.misfit {
+            return;
+        }
+        let schema = self.schema;
+        // A canonical line holds the members in schema order: try that first.
+        let index = if schema
+            .get(position)
+            .is_some_and(|(name, _)| same_text(name, &member.key))
+        {
+            position
+        } else if let Some(index) = schema
+            .iter()
+            .position(|(name, _)| same_text(name, &member.key))
+        {
+            index
+        } else {
+            self.misfit = true;
+            return;
+        };
         let fits = match (schema[index].1, &member.kind) {
             (FieldType::Any, _) => true,
             (FieldType::Text, ValueKind::Str(_)) => true,
@@ -343,14 +370,20 @@ fn match_schema<'m, 'a>(
             (FieldType::Unsigned, ValueKind::Unsigned(_)) => true,
             _ => false,
         };
-        if !fits {
-            return None;
+        if !fits || self.slots[index].is_some() {
+            self.misfit = true;
+            return;
         }
-        slots[index] = Some(member);
+        self.slots[index] = Some(member);
     }
-    // Every member was placed once and there are as many as the schema
-    // has: each of its slots is filled.
-    Some(slots)
+
+    /// The members by schema slot, or `None` when one is missing, unknown,
+    /// repeated or of the wrong type.
+    fn finish(self) -> Option<[Option<Member<'a>>; MAX_MEMBERS]> {
+        // Every member was placed once and there are as many as the schema
+        // has: each of its slots is filled.
+        (!self.misfit && self.count == self.schema.len()).then_some(self.slots)
+    }
 }
 
 fn unsigned(member: &Member<'_>) -> u64 {

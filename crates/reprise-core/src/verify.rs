@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::chain::{ChainFormat, CheckedRow, LineCheck, Reason, check_line};
 use crate::digest::{AuditKey, Digest};
 use crate::record::Head;
+use crate::scan::same_text;
 
 /// Below this many lines a chunk is checked on the calling thread.
 const PARALLEL_MIN_LINES: usize = 4096;
@@ -159,18 +160,21 @@ impl<'k> ChainVerifier<'k> {
             start = end + 1;
         }
         let (format, key) = (self.format, self.key);
-        let checks: Vec<LineCheck<'_>> = if slices.len() >= PARALLEL_MIN_LINES {
-            slices
-                .par_iter()
-                .with_min_len(1024)
-                .map(|line| check_line(format, key, line))
-                .collect()
-        } else {
-            slices
-                .iter()
-                .map(|line| check_line(format, key, line))
-                .collect()
-        };
+        // On one thread (a process pinned to one core) the rows are checked
+        // as they are linked: collecting the checks first would only copy
+        // each row's facts through memory once more.
+        if slices.len() < PARALLEL_MIN_LINES || rayon::current_num_threads() == 1 {
+            for line in slices {
+                let check = check_line(format, key, line);
+                self.push(line, check, &mut observe);
+            }
+            return;
+        }
+        let checks: Vec<LineCheck<'_>> = slices
+            .par_iter()
+            .with_min_len(1024)
+            .map(|line| check_line(format, key, line))
+            .collect();
         for (line, check) in slices.iter().zip(checks) {
             self.push(line, check, &mut observe);
         }
@@ -221,7 +225,7 @@ impl<'k> ChainVerifier<'k> {
         } else if !row.decision_ok {
             Some(Reason::DecisionHashMismatch)
         } else if let (Some(expected), Some(found)) = (&self.task_id, &row.task_id)
-            && expected != found
+            && !same_text(expected, found)
         {
             Some(Reason::ForeignTask)
         } else {

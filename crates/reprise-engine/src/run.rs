@@ -83,7 +83,7 @@ pub struct Resume {
 /// What the engine needs to supervise and contain each attempt's processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supervisor {
-    /// The reprise binary, which runs the hidden supervisor subcommands.
+    /// The supervisor binary (`reprise-supervisor`, beside `reprise`).
     pub program: PathBuf,
     /// The audit key: its directory is hidden from every contained process.
     pub key_path: Option<PathBuf>,

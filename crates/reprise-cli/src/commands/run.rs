@@ -596,6 +596,7 @@ pub(crate) fn execute(
         key,
         continuing,
     } = prepared;
+    let supervisor = supervisor(settings)?;
     let project = state
         .root()
         .parent()
@@ -618,7 +619,7 @@ pub(crate) fn execute(
         agent_setup,
         key,
         include_uncommitted: worktrees.include_uncommitted,
-        supervisor: Some(supervisor(settings)),
+        supervisor: Some(supervisor),
         continuing,
         keep_worktrees: worktrees.keep_worktrees,
     };
@@ -683,17 +684,37 @@ pub(crate) fn landlock_available() -> bool {
     reprise_agents::supervise::landlock_available()
 }
 
-/// How this run supervises its agents: through this very binary. Debug
-/// builds let tests turn the parent-death signal off
-/// (`REPRISE_TEST_NO_PARENT_DEATH=1`) to show the records alone clean up.
-fn supervisor(settings: &Settings) -> Supervisor {
-    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
-    Supervisor {
+/// How this run supervises its agents: through the small
+/// `reprise-supervisor` binary installed beside this one. Debug builds let
+/// tests turn the parent-death signal off (`REPRISE_TEST_NO_PARENT_DEATH=1`)
+/// to show the records alone clean up.
+fn supervisor(settings: &Settings) -> Result<Supervisor, CliError> {
+    let program = supervisor_program().map_err(|message| CliError {
+        message,
+        code: crate::error::EXIT_FAILED,
+    })?;
+    Ok(Supervisor {
         program,
         key_path: settings.key_path().ok().map(Path::to_path_buf),
         landlock: landlock_available(),
         parent_death: !(cfg!(debug_assertions)
             && std::env::var_os("REPRISE_TEST_NO_PARENT_DEATH").is_some()),
+    })
+}
+
+/// `reprise-supervisor` in this binary's directory, or why it is not there.
+fn supervisor_program() -> Result<PathBuf, String> {
+    let me = std::env::current_exe()
+        .map_err(|err| format!("cannot tell where the reprise binary is ({err}), so cannot find reprise-supervisor beside it; nothing was run"))?;
+    let program = me.with_file_name(reprise_agents::supervise::SUPERVISOR_BINARY);
+    if program.is_file() {
+        Ok(program)
+    } else {
+        Err(format!(
+            "cannot find {} beside {}: it starts every agent and gate; nothing was run: install both binaries with `cargo install --locked --path crates/reprise-cli`",
+            program.display(),
+            me.display()
+        ))
     }
 }
 
