@@ -724,8 +724,9 @@ fn claude_fork_keeps_the_prompt_cache() {
 /// Under `retry_policy: auto` the retry runs in the mode predicted to cost
 /// least, from the size of the session's last prompt (read from its
 /// transcript) and how the CLI's resumes meet the prompt cache: Claude Code
-/// and Codex resume with the cache (warm), Gemini CLI's resume loses it, so a
-/// new session, which keeps at least the system prompt and tools, is cheaper.
+/// and Codex resume with the cache (warm is far cheaper); Gemini CLI's resume
+/// loses it, so a resume costs what a new session does, and the tie keeps
+/// the session (`scripts/bench-retry-cost` measured warm at 0.98 of cold).
 fn auto_picks_the_cheapest_mode(cli: Cli, cheapest: &str) {
     let project = Project::new();
     let ran = project.rehearse(
@@ -766,7 +767,7 @@ fn codex_auto_picks_the_cheapest_mode() {
 
 #[test]
 fn gemini_auto_picks_the_cheapest_mode() {
-    auto_picks_the_cheapest_mode(Cli::Gemini, "cold");
+    auto_picks_the_cheapest_mode(Cli::Gemini, "warm");
 }
 
 /// `run --check` says when a task's fixed retry policy is predicted to cost

@@ -12,16 +12,17 @@
 //! With `P` the CLI's own prefix (system prompt and tools), `H` the
 //! session's history, `read` and `write` the factors above:
 //!
-//! | mode | the cache still holds the prompt | otherwise |
-//! |---|---|---|
-//! | warm | `(P + H) * read` | `(P + H) * write` |
-//! | fork | as warm, when the CLI's fork keeps the cache | `(P + H) * write` |
-//! | cold | `P * read + H * write` | `(P + H) * write` |
+//! | mode | the session's prompt is cached | only the CLI's prefix is | nothing is |
+//! |---|---|---|---|
+//! | warm, fork | `(P + H) * read` | `P * read + H * write` | `(P + H) * write` |
+//! | cold | — | `P * read + H * write` | `(P + H) * write` |
 //!
-//! "Holds" needs all three: the CLI sends a resumed session's prompt as the
-//! provider cached it (the mode's column of [`ResumeCache`]), the last
-//! request went out less than the cache's lifetime ago, and the size is
-//! known. A cold retry must learn again what the failed attempt had learned
+//! The session's prompt is cached for a resume (or a fork) when the CLI sends
+//! it as the provider cached it (the mode's column of [`ResumeCache`]) and the
+//! last request went out less than the cache's lifetime ago; the prefix is,
+//! within the lifetime, when a new session starts with the same system
+//! prompt and tools under the same cache key. So a resume never costs more
+//! than a cold retry, and costs the same when its CLI cannot keep the cache. A cold retry must learn again what the failed attempt had learned
 //! (re-read its files), so its `H` is the same history built afresh, which
 //! is the least it can cost: the real cold retry costs more, since it reads
 //! its growing conversation once per request.
@@ -210,18 +211,18 @@ pub fn predict(input: &CostInput, history: u64) -> Predicted {
     });
     let alive = input.cache.is_some() && input.since_last_request < cache.lifetime;
     let whole = cache.prefix_tokens.saturating_add(history);
-    let resumed = |keeps: bool| {
-        if keeps && alive {
-            times(whole, cache.read_per_mille)
-        } else {
-            times(whole, cache.write_per_mille)
-        }
-    };
     let cold = if cache.cold_keeps_prefix && alive {
         times(cache.prefix_tokens, cache.read_per_mille)
             .saturating_add(times(history, cache.write_per_mille))
     } else {
         times(whole, cache.write_per_mille)
+    };
+    let resumed = |keeps: bool| {
+        if keeps && alive {
+            times(whole, cache.read_per_mille)
+        } else {
+            cold
+        }
     };
     Predicted {
         warm: (input.capability != Capability::None).then(|| resumed(cache.warm_keeps)),
@@ -308,8 +309,12 @@ mod tests {
         let resume_only = input(Capability::Resume, Some(cache(false, false, true, 1000)));
         let predicted = predict(&resume_only, 40_000);
         assert_eq!(predicted.fork, None);
-        assert_eq!(predicted.warm, Some(50_000));
         assert_eq!(predicted.cold, 1_000 + 40_000);
+        assert_eq!(
+            predicted.warm,
+            Some(41_000),
+            "a resume that loses the session is a new one"
+        );
         let none = predict(&input(Capability::None, None), 40_000);
         assert_eq!((none.warm, none.fork, none.cold), (None, None, 40_000));
     }
@@ -368,6 +373,8 @@ mod tests {
                                     for (_, other) in predicted.ranked() {
                                         assert!(cost <= other, "{input:?}: {predicted:?}");
                                     }
+                                    let warm = predicted.warm.expect("it can resume");
+                                    assert!(warm <= predicted.cold, "{input:?}: {predicted:?}");
                                 }
                             }
                             assert_eq!(choice.predicted.is_some(), history.is_some(), "{input:?}");
@@ -390,7 +397,6 @@ mod tests {
             (RetryMode::Cold, AutoReason::FreshStart),
             (RetryMode::Warm, AutoReason::SizeUnknown),
             (RetryMode::Warm, AutoReason::Cheapest),
-            (RetryMode::Cold, AutoReason::Cheapest),
         ] {
             assert!(seen.contains(&row), "{row:?} never chosen");
         }
@@ -421,14 +427,16 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_that_outlived_its_lifetime_makes_warm_pay_the_whole_history_again() {
+    fn a_resume_that_loses_the_cache_costs_what_a_new_session_does() {
         let mut gemini = input(Capability::Resume, Some(cache(false, false, true, 1000)));
         let choice = choose(&gemini);
-        // The resume cannot keep the cache; cold keeps at least the prefix.
-        assert_eq!(choice.mode, RetryMode::Cold);
+        let predicted = choice.predicted.unwrap();
+        assert_eq!(predicted.warm, Some(predicted.cold));
+        assert_eq!(choice.mode, RetryMode::Warm, "a tie keeps the session");
         gemini.since_last_request = 10 * MINUTE;
         let choice = choose(&gemini);
         assert!(!choice.cache_alive);
-        assert_eq!(choice.mode, RetryMode::Warm, "a tie: nothing is cached");
+        assert_eq!(choice.predicted.unwrap().cold, 50_000, "nothing is cached");
+        assert_eq!(choice.mode, RetryMode::Warm);
     }
 }
