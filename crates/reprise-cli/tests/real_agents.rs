@@ -808,17 +808,15 @@ fn run_check_warns_of_a_retry_policy_predicted_to_cost_more() {
         .iter()
         .map(|warning| &warning[1..warning.find(']').unwrap()])
         .collect();
-    assert_eq!(
-        warned,
-        ["gemini-warm", "claude-cold", "codex-fork"],
-        "{warnings:?}"
-    );
-    assert!(warnings[0].contains("a cold retry"), "{}", warnings[0]);
+    assert_eq!(warned, ["claude-cold", "codex-fork"], "{warnings:?}");
+    // Gemini CLI's resume loses the cache: its warm retry costs what a cold
+    // one does, so `retry_policy: warm` there is not warned of.
+    assert!(warnings[0].contains("a warm retry"), "{}", warnings[0]);
     assert!(warnings[1].contains("a warm retry"), "{}", warnings[1]);
     assert!(
-        warnings[2].contains("retry_policy: auto"),
+        warnings[1].contains("retry_policy: auto"),
         "{}",
-        warnings[2]
+        warnings[1]
     );
 }
 

@@ -269,18 +269,21 @@ pub(crate) fn prepare(
         task: task.id.to_string(),
         detail: err.detail,
     };
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|err| EngineError::Sandbox {
-            task: task.id.to_string(),
-            detail: format!("cannot create {}: {err}", parent.display()),
-        })?;
-    }
     let git = Git::new(repo);
     {
         // Only git's admin directory needs the lock: registering the
         // worktree. Checking its files out runs outside it, so six seats
-        // populate six trees at once.
+        // populate six trees at once. The run's directory is made under it
+        // too: a reclaim removes that directory, under the lock, when its
+        // last worktree goes, and must not remove it between its making
+        // and git's `add`.
         let _lock = worktree_lock(state)?;
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(|err| EngineError::Sandbox {
+                task: task.id.to_string(),
+                detail: format!("cannot create {}: {err}", parent.display()),
+            })?;
+        }
         let mut add = git.command();
         add.args(["worktree", "add", "--quiet", "--detach", "--no-checkout"])
             .arg(&dir)
@@ -316,8 +319,10 @@ pub(crate) fn reclaim(
         return Ok(());
     }
     remove_worktree(state, repo, &dir)?;
-    // The run's directory goes with its last worktree.
+    // The run's directory goes with its last worktree, under the lock that
+    // a new worktree of the run is made under.
     if let Some(parent) = dir.parent() {
+        let _lock = worktree_lock(state)?;
         let _ = std::fs::remove_dir(parent);
     }
     Ok(())
