@@ -41,7 +41,26 @@ pub(crate) fn init_shadow(git_dir: &Path, alternate: Option<&Path>) -> io::Resul
         line.push(b'\n');
         replace(git_dir, Path::new("objects/info/alternates"), &line)?;
     }
+    neutral_attributes(git_dir)?;
     replace(git_dir, Path::new("HEAD"), b"ref: refs/heads/main\n")
+}
+
+/// Attributes that switch off every content conversion git would apply
+/// between the tree and the store (line endings, `$Id$`, filters,
+/// encodings), in `info/attributes`, which wins over any `.gitattributes`
+/// in the tree: a checkpoint holds the tree's bytes exactly, whatever an
+/// agent wrote into its `.gitattributes`.
+const NEUTRAL_ATTRIBUTES: &[u8] = b"* -text -crlf !eol -ident -filter -working-tree-encoding\n";
+
+/// Writes [`NEUTRAL_ATTRIBUTES`] into the shadow at `git_dir` unless they
+/// are there (a shadow laid out before they were).
+pub(crate) fn neutral_attributes(git_dir: &Path) -> io::Result<()> {
+    let path = git_dir.join("info/attributes");
+    if fs::read(&path).is_ok_and(|held| held == NEUTRAL_ATTRIBUTES) {
+        return Ok(());
+    }
+    fs::create_dir_all(git_dir.join("info"))?;
+    replace(git_dir, Path::new("info/attributes"), NEUTRAL_ATTRIBUTES)
 }
 
 /// Stores `body` as a loose object of `kind` (`commit`, `blob`, ...) and

@@ -135,6 +135,8 @@ impl SnapshotStore {
                 None => None,
             };
             crate::loose::init_shadow(git_dir, alternate.as_deref()).map_err(io_at(git_dir))?;
+        } else {
+            crate::loose::neutral_attributes(git_dir).map_err(io_at(git_dir))?;
         }
         Ok(store)
     }

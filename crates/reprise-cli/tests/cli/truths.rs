@@ -415,3 +415,54 @@ fn the_readme_status_names_nothing_built_as_next() {
     assert!(!next.contains("lifecycle"), "{next}");
     assert!(!next.contains("suspend"), "{next}");
 }
+
+/// An attack on the checkpoints' exactness: the agent writes a
+/// `.gitattributes` that asks git to convert line endings (`text`) and to
+/// expand `$Id$` (`ident`), then fails. The failed tree's checkpoint, and
+/// its restore, must hold the agent's bytes exactly as they were: git's
+/// attributes from the worktree do not apply to reprise's own store.
+#[test]
+fn a_checkpoint_ignores_the_attributes_an_agent_writes() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "attrs",
+        r#"
+version: 1
+name: attrs
+defaults: { agent: command, timeout: 30s, max_retries: 0 }
+tasks:
+  - id: attrs
+    prompt: a
+    command: [sh, -c, "printf '* text ident\n' > .gitattributes; printf 'one\r\ntwo $Id$\r\n' > crlf.txt; echo DONE"]
+    gates: [ { name: never, run: "false" } ]
+"#,
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+    let run = json_of(&output)["run_id"].as_str().unwrap().to_owned();
+    let listed = env.run(&["checkpoint", "list", "attrs", "--json"]);
+    assert_success(&listed);
+    let failed = json_of(&listed)["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|checkpoint| checkpoint["label"] == "failed tree")
+        .expect("a failed tree")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let restored = env.run(&["checkpoint", "restore", "attrs", &failed]);
+    assert_success(&restored);
+    let tree = env
+        .project()
+        .join(".reprise/worktrees")
+        .join(&run)
+        .join("attrs");
+    let bytes = std::fs::read(tree.join("crlf.txt")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        "one\r\ntwo $Id$\r\n",
+        "the restored file is the agent's, byte for byte"
+    );
+}
