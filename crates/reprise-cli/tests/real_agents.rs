@@ -700,6 +700,15 @@ fn claude_resume_keeps_the_prompt_cache(policy: &str) {
     for (n, (was, is)) in earlier.iter().zip(history).enumerate() {
         assert_eq!(plain(is), plain(was), "message {n} of the history");
     }
+    // A fixed policy's decision still carries every mode's predicted cost,
+    // shown with the retry (`task show`, the run's lines and summary).
+    let metadata = ran.metadata(&project, "greet");
+    let predicted = metadata["retry_predicted"].as_str().unwrap_or_default();
+    assert!(
+        predicted.contains(&format!("{policy} ")) && predicted.contains("cold "),
+        "{metadata}"
+    );
+    assert!(metadata.get("retry_auto").is_none(), "{metadata}");
     // So the server's cache reads everything the first attempt sent: the
     // retry writes only the reply and the instruction.
     let usage = &opener["usage"];

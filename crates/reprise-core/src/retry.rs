@@ -258,6 +258,10 @@ pub struct DecisionRecord {
     /// those records hash as they always did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<crate::retry_cost::AutoChoice>,
+    /// Every mode's predicted cost under any policy, when the session's size
+    /// and its CLI's caching are known (absent otherwise, as in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<crate::retry_cost::Predicted>,
 }
 
 impl DecisionRecord {
@@ -289,6 +293,7 @@ impl DecisionRecord {
                 .map(|(template, _)| template.to_owned()),
             instruction_hash: instruction.filter(|_| resumes).map(|(_, hash)| hash),
             auto: None,
+            predicted: None,
         }
     }
 
@@ -328,6 +333,7 @@ impl DecisionRecord {
             template_id: None,
             instruction_hash: None,
             auto: None,
+            predicted: None,
         }
     }
 
@@ -376,6 +382,9 @@ impl DecisionRecord {
         }
         if let Some(auto) = &self.auto {
             out.insert("retry_auto".into(), json!(auto));
+        }
+        if let Some(predicted) = &self.predicted {
+            out.insert("retry_predicted".into(), json!(predicted.describe()));
         }
         if self.retry_mode != RetryMode::Cold {
             out.insert(

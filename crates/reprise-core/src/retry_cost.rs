@@ -108,6 +108,16 @@ impl Predicted {
         ranked
     }
 
+    /// `warm 5.0k, fork 5.0k, cold 51.0k input-token equivalents`.
+    pub fn describe(&self) -> String {
+        let listed: Vec<String> = self
+            .ranked()
+            .into_iter()
+            .map(|(mode, cost)| format!("{mode} {}", thousands(cost)))
+            .collect();
+        format!("{} input-token equivalents", listed.join(", "))
+    }
+
     /// As a map from mode name to cost, for records.
     pub fn to_map(&self) -> BTreeMap<String, u64> {
         self.ranked()
@@ -162,14 +172,9 @@ impl AutoChoice {
         let costs = self
             .predicted
             .map(|predicted| {
-                let listed: Vec<String> = predicted
-                    .ranked()
-                    .into_iter()
-                    .map(|(mode, cost)| format!("{mode} {}", thousands(cost)))
-                    .collect();
                 format!(
-                    ": {} input-token equivalents; {}",
-                    listed.join(", "),
+                    ": {}; {}",
+                    predicted.describe(),
                     if self.cache_alive {
                         "the cache holds the session"
                     } else {

@@ -836,7 +836,8 @@ impl TaskRun<'_> {
             decision,
             Some((CORRECTIVE_TEMPLATE_ID, instruction_hash)),
         );
-        record.auto = auto;
+        record.predicted = auto.predicted;
+        record.auto = self.task.retry_policy.fixed().is_none().then_some(auto);
         record_decision(
             journal,
             spine,
@@ -908,16 +909,15 @@ impl TaskRun<'_> {
 
     /// The mode a retry asks for: the plan's, or under `retry_policy: auto`
     /// the one predicted to cost least (`reprise_core::retry_cost`), from the
-    /// size of `session`'s last prompt as its preserved transcript says.
+    /// size of `session`'s last prompt as its preserved transcript says; and
+    /// what `auto` would choose, with every mode's predicted cost, under any
+    /// policy.
     fn requested_mode(
         &self,
         session: Option<&str>,
         since_last_request: std::time::Duration,
         same_failure_in_a_row: u32,
-    ) -> (RetryMode, Option<AutoChoice>) {
-        if let Some(mode) = self.task.retry_policy.fixed() {
-            return (mode, None);
-        }
+    ) -> (RetryMode, AutoChoice) {
         let cache = self.adapter.resume_cache();
         let history_tokens = session
             .and_then(|id| fs::read(self.preserved_path(id)).ok())
@@ -930,7 +930,10 @@ impl TaskRun<'_> {
             since_last_request,
             same_failure_in_a_row,
         });
-        (choice.mode, Some(choice))
+        (
+            self.task.retry_policy.fixed().unwrap_or(choice.mode),
+            choice,
+        )
     }
 
     fn preserved_path(&self, session_id: &str) -> PathBuf {

@@ -265,10 +265,11 @@ impl EventSink for Progress {
                     .hash()
                     .map(|hash| short(&hash.to_hex())[..8].to_owned())
                     .unwrap_or_default();
-                let auto = record
-                    .auto
-                    .map(|choice| format!("; {}", choice.describe()))
-                    .unwrap_or_default();
+                let auto = match (record.auto, record.predicted) {
+                    (Some(choice), _) => format!("; {}", choice.describe()),
+                    (None, Some(predicted)) => format!("; predicted {}", predicted.describe()),
+                    (None, None) => String::new(),
+                };
                 self.line(&format!(
                     "[{task}] retry decision: {} (requested {}{reason}{auto}), decision {hash}",
                     record.retry_mode, record.requested_mode,

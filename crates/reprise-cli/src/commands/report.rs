@@ -341,6 +341,12 @@ fn task_section(
                     decision["auto"].clone(),
                 )
                 .map(|choice| format!("; {}", choice.describe()))
+                .or_else(|_| {
+                    serde_json::from_value::<reprise_core::retry_cost::Predicted>(
+                        decision["predicted"].clone(),
+                    )
+                    .map(|predicted| format!("; predicted {}", predicted.describe()))
+                })
                 .unwrap_or_default();
                 let mode = match decision["downgrade_reason"].as_str() {
                     Some(reason) => format!(

@@ -894,6 +894,20 @@ pub(crate) fn summary_priced(
             }
         );
     }
+    // What each task's last retry was predicted to cost in every mode, when
+    // its agent's session and caching were known.
+    for task in &run.tasks {
+        if let (Some(mode), Some(predicted)) = (
+            task.metadata.get("retry_mode").and_then(Value::as_str),
+            task.metadata.get("retry_predicted").and_then(Value::as_str),
+        ) {
+            let _ = writeln!(
+                text,
+                "  {:<20} retried {mode}; predicted {predicted}",
+                task.task_id.as_str()
+            );
+        }
+    }
     let mut results = 0;
     for task in &run.tasks {
         match (&task.output, task.state) {
