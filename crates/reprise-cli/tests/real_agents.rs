@@ -709,6 +709,12 @@ fn claude_resume_keeps_the_prompt_cache(policy: &str) {
         "{metadata}"
     );
     assert!(metadata.get("retry_auto").is_none(), "{metadata}");
+    let status = project.reprise(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains(&format!("retried {policy}; predicted {predicted}")),
+        "{status}"
+    );
     // So the server's cache reads everything the first attempt sent: the
     // retry writes only the reply and the instruction.
     let usage = &opener["usage"];

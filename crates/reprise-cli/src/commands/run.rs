@@ -806,6 +806,17 @@ pub(crate) fn summary_text(run: &RunState, continue_with: &str) -> String {
 
 /// The summary; for a rehearsal (`priced`), what it would have cost in
 /// place of what was spent: nothing was.
+/// `retried warm; predicted warm 5.0k, cold 51.0k input-token equivalents`:
+/// a task's last retry and what every mode was predicted to cost, when its
+/// decision recorded the prediction.
+pub(crate) fn retry_prediction(
+    metadata: &std::collections::BTreeMap<String, Value>,
+) -> Option<String> {
+    let mode = metadata.get("retry_mode").and_then(Value::as_str)?;
+    let predicted = metadata.get("retry_predicted").and_then(Value::as_str)?;
+    Some(format!("retried {mode}; predicted {predicted}"))
+}
+
 pub(crate) fn summary_priced(
     run: &RunState,
     continue_with: &str,
@@ -897,15 +908,8 @@ pub(crate) fn summary_priced(
     // What each task's last retry was predicted to cost in every mode, when
     // its agent's session and caching were known.
     for task in &run.tasks {
-        if let (Some(mode), Some(predicted)) = (
-            task.metadata.get("retry_mode").and_then(Value::as_str),
-            task.metadata.get("retry_predicted").and_then(Value::as_str),
-        ) {
-            let _ = writeln!(
-                text,
-                "  {:<20} retried {mode}; predicted {predicted}",
-                task.task_id.as_str()
-            );
+        if let Some(line) = retry_prediction(&task.metadata) {
+            let _ = writeln!(text, "  {:<20} {line}", task.task_id.as_str());
         }
     }
     let mut results = 0;

@@ -376,6 +376,9 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
             };
             let _ = writeln!(text, "    {line}");
         }
+        if let Some(line) = crate::commands::run::retry_prediction(&task.metadata) {
+            let _ = writeln!(text, "    {line}");
+        }
         if run.ok.is_none()
             && waiting.is_none()
             && !task.state.is_terminal()
