@@ -1029,8 +1029,10 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
 fn a_hanging_server_is_a_timeout_and_the_child_is_reaped(cli: Cli) {
     let project = Project::new();
     let scenario = "rules:\n  - match: { task: stall }\n    reply: { hang: true }\n";
+    // Long enough for a CLI on a loaded machine to send its first request
+    // (4 s was not, once): the request must be the thing that hangs.
     let plan = format!(
-        "version: 1\nname: hang\ndefaults: {{ agent: {}, max_retries: 0, timeout: 4s }}\n\
+        "version: 1\nname: hang\ndefaults: {{ agent: {}, max_retries: 0, timeout: 10s }}\n\
          tasks:\n  - id: stall\n    prompt: {PROMPT:?}\n    gates:\n      - {}\n",
         cli.name(),
         content_gate()
