@@ -920,8 +920,8 @@ impl TaskRun<'_> {
     ) -> (RetryMode, AutoChoice) {
         let cache = self.adapter.resume_cache();
         let history_tokens = session
-            .and_then(|id| fs::read(self.preserved_path(id)).ok())
-            .and_then(|transcript| self.adapter.last_prompt_tokens(&transcript))
+            .and_then(|id| transcript_tail(&self.preserved_path(id)))
+            .and_then(|tail| self.adapter.last_prompt_tokens(&tail))
             .map(|whole| whole.saturating_sub(cache.map_or(0, |cache| cache.prefix_tokens)));
         let choice = choose(&CostInput {
             capability: self.adapter.strategy().capability(),
@@ -934,6 +934,16 @@ impl TaskRun<'_> {
             self.task.retry_policy.fixed().unwrap_or(choice.mode),
             choice,
         )
+    }
+
+    /// `requested_mode`'s mode alone, which reads nothing under a fixed
+    /// policy (a resume after a park, where no prediction is recorded).
+    fn requested_mode_only(&self, session: Option<&str>) -> RetryMode {
+        match self.task.retry_policy.fixed() {
+            Some(mode) => mode,
+            // A park outlives any prompt cache: `auto` weighs that.
+            None => self.requested_mode(session, std::time::Duration::MAX, 0).0,
+        }
     }
 
     fn preserved_path(&self, session_id: &str) -> PathBuf {
@@ -1227,3 +1237,22 @@ fn attempt_body(
         "gates_us": summary.gates_us,
     })
 }
+
+/// The last [`TRANSCRIPT_TAIL_BYTES`] of a transcript: the CLIs write the
+/// usage of a session's last request at its end, and a retry should not read
+/// a whole session to find it.
+fn transcript_tail(path: &Path) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = fs::File::open(path).ok()?;
+    let length = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(
+        length.saturating_sub(TRANSCRIPT_TAIL_BYTES),
+    ))
+    .ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    Some(tail)
+}
+
+/// How much of a transcript's end `transcript_tail` reads.
+const TRANSCRIPT_TAIL_BYTES: u64 = 256 * 1024;

@@ -348,15 +348,8 @@ impl TaskRun<'_> {
                     Some((_, restored)) => restored.workspace_hash,
                     None => self.workspace_hash(&cwd)?,
                 };
-                // A park outlives any prompt cache: `auto` weighs that.
-                let requested = mode.unwrap_or_else(|| {
-                    self.requested_mode(
-                        point.body.session_id.as_deref(),
-                        std::time::Duration::MAX,
-                        0,
-                    )
-                    .0
-                });
+                let requested = mode
+                    .unwrap_or_else(|| self.requested_mode_only(point.body.session_id.as_deref()));
                 let park_checkpoint = DecisionCheckpoint {
                     session_id: point.body.session_id.clone(),
                     // A park's session is checked on the way back (below).

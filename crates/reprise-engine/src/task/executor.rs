@@ -360,9 +360,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             event_hash: pause,
         };
         let mut decision = decide(DecisionInput {
-            requested: run
-                .requested_mode(session_id.as_deref(), std::time::Duration::MAX, 0)
-                .0,
+            requested: run.requested_mode_only(session_id.as_deref()),
             capability: run.adapter.strategy().capability(),
             checkpoint: Some(&checkpoint),
             live_workspace_hash: live,
