@@ -126,18 +126,36 @@ impl Env {
 }
 
 fn snapshot_into(dir: &Path, entries: &mut Vec<(PathBuf, Vec<u8>)>) {
-    for entry in fs::read_dir(dir).unwrap() {
+    // A live run may rename or remove its own temporary files while this
+    // walks: what vanishes between the listing and the read is left out.
+    let gone = |error: &std::io::Error| error.kind() == std::io::ErrorKind::NotFound;
+    let listing = match fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(error) if gone(&error) => return,
+        Err(error) => panic!("{}: {error}", dir.display()),
+    };
+    for entry in listing {
         let path = entry.unwrap().path();
-        if path.is_dir() {
+        let kind = match fs::symlink_metadata(&path) {
+            Ok(metadata) => metadata.file_type(),
+            Err(error) if gone(&error) => continue,
+            Err(error) => panic!("{}: {error}", path.display()),
+        };
+        if kind.is_dir() {
             entries.push((path.clone(), Vec::new()));
             snapshot_into(&path, entries);
-        } else if std::os::unix::fs::FileTypeExt::is_socket(
-            &fs::symlink_metadata(&path).unwrap().file_type(),
-        ) {
+        } else if kind.is_symlink() {
+            let target = fs::read_link(&path).unwrap_or_default();
+            entries.push((path.clone(), target.into_os_string().into_encoded_bytes()));
+        } else if std::os::unix::fs::FileTypeExt::is_socket(&kind) {
             // A live run's control socket: there, with nothing to read.
             entries.push((path.clone(), b"socket".to_vec()));
         } else {
-            entries.push((path.clone(), fs::read(&path).unwrap()));
+            match fs::read(&path) {
+                Ok(bytes) => entries.push((path.clone(), bytes)),
+                Err(error) if gone(&error) => {}
+                Err(error) => panic!("{}: {error}", path.display()),
+            }
         }
     }
 }
