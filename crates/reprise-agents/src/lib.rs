@@ -9,7 +9,7 @@
 //! reaped); see DESIGN.md section 11 and each module's table of arguments.
 //! Nothing here prints: the engine records, the CLI renders.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod check;
 mod claude;

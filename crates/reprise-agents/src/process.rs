@@ -31,7 +31,7 @@ use crate::outcome::{
 };
 use crate::park::{Clock, ParkSignal, last_words, settle_usage_limit};
 use crate::request::{AttemptRequest, CancelToken, Watch};
-use crate::supervise::{Supervision, record_finished, record_started, supervisor_args};
+use crate::supervise::{Supervision, record_finished, supervisor_args};
 
 /// How much of each output stream is kept; the rest is counted, not stored.
 pub(crate) const OUTPUT_CAP_BYTES: usize = 16 << 20;
@@ -183,15 +183,9 @@ pub(crate) fn run_process(
         .process_group(0);
     let mut child = command.spawn()?;
     let pid = Pid::from_child(&child);
+    // The supervisor records itself before it starts the program (one
+    // that cannot does not start it); the record goes once it is reaped.
     let records = supervision.and_then(|supervision| supervision.records.as_deref());
-    if let Some(records) = records
-        && let Err(error) = record_started(records, pid)
-    {
-        // Unrecorded, a dead reprise could leave it running: not started.
-        let _ = kill_process_group(pid, Signal::KILL);
-        let _ = child.wait();
-        return Err(error);
-    }
 
     // Written on its own thread: a child that does not read stdin must not
     // block the driver. The thread ends when the pipe's reader is gone.

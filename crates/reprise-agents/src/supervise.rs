@@ -13,18 +13,17 @@
 //! - makes itself a child subreaper, so everything the agent starts, a
 //!   `setsid` daemon included, stays its descendant, and kills all of it when
 //!   the agent exits or when it is told to stop (SIGTERM, SIGINT, SIGHUP);
-//! - starts the program through a second hop of the same binary
-//!   (`reprise-supervisor __contain`), which takes a parent-death signal (SIGKILL) from
-//!   the supervisor, applies the Landlock ruleset to itself and execs the
-//!   program. The ruleset also scopes signals, so the contained agent cannot
-//!   signal its supervisor or reprise.
+//! - builds the Landlock ruleset and starts the program, whose child side
+//!   (between fork and exec) takes a parent-death signal (SIGKILL) from the
+//!   supervisor and enforces the ruleset on itself. The ruleset also scopes
+//!   signals, so the contained agent cannot signal its supervisor or
+//!   reprise.
 //!
-//! Why a re-exec and not `pre_exec`: the workspace forbids unsafe code, and a
-//! `pre_exec` closure is unsafe for a good reason: between fork and exec in a
-//! multi-threaded process only async-signal-safe calls are allowed, and
-//! building a ruleset allocates and opens files. The hops are a binary of
-//! their own so that these two execs load a small program, not the whole
-//! CLI; `scripts/bench-containment` measures what they cost.
+//! The one unsafe block of the crate is that fork-to-exec step
+//! ([`contain_child`]): a `pre_exec` closure, sound here because the
+//! supervisor is single-threaded and the closure makes system calls only.
+//! It replaced a second exec of this binary that did the same from a fresh
+//! process, for a cheaper spawn (`scripts/bench-containment` measures it).
 //!
 //! The driver records each supervisor's pid (its process group id) and start
 //! time under the state directory before it waits on it; the next reprise
@@ -50,6 +49,7 @@ use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope,
 };
+use rustix::io::Errno;
 use rustix::process::{
     Pid, Signal, WaitOptions, getpid, getppid, kill_process, kill_process_group,
     set_child_subreaper, set_parent_process_death_signal, waitpid,
@@ -61,8 +61,6 @@ pub const SUPERVISOR_BINARY: &str = "reprise-supervisor";
 /// The subcommand of the supervisor binary that supervises one attempt
 /// (the lineage check recognises a supervisor by it).
 pub const SUPERVISE_COMMAND: &str = "__supervise";
-/// The hidden subcommand that contains itself and execs the program.
-pub const CONTAIN_COMMAND: &str = "__contain";
 /// The record format under the state directory's supervision directory.
 const RECORD_VERSION: u64 = 1;
 /// How long the supervisor lets its descendants end on SIGTERM before
@@ -140,6 +138,8 @@ pub enum SuperviseError {
     ParentGone,
     #[error("cannot start the contained program: {0}")]
     Spawn(io::Error),
+    #[error("cannot record the supervisor under the state directory: {0}")]
+    Record(io::Error),
     #[error("cannot apply the Landlock sandbox: {0}")]
     Landlock(String),
     #[error("cannot run '{program}': {source}")]
@@ -170,6 +170,10 @@ struct Spec {
     parent: i32,
     parent_death: bool,
     sandbox: Option<SandboxRules>,
+    /// Where the supervisor records itself before it starts the program,
+    /// so a dead reprise never leaves an unrecorded program behind.
+    #[serde(default)]
+    records: Option<PathBuf>,
 }
 
 /// The argv (after the program) that runs `program args` under `supervision`.
@@ -183,6 +187,7 @@ pub(crate) fn supervisor_args(
         parent: getpid().as_raw_nonzero().get(),
         parent_death: supervision.parent_death,
         sandbox: supervision.sandbox.clone(),
+        records: supervision.records.clone(),
     };
     let mut argv: Vec<OsString> = vec![
         SUPERVISE_COMMAND.into(),
@@ -231,6 +236,11 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     }
     let _ = become_subreaper();
     let me = getpid();
+    if let Some(records) = &spec.records {
+        // Recorded before anything runs: a reprise killed from here on
+        // leaves a record the next command reaps by.
+        record_started(records, me, spec.parent).map_err(SuperviseError::Record)?;
+    }
     // A stop signal and a child's exit both wake one poll below through a
     // socket pair (the self-pipe trick), so the supervisor needs no thread
     // of its own; the stop signal's number is kept in `stop`.
@@ -252,21 +262,27 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     ] {
         register(signal, stops).map_err(SuperviseError::Spawn)?;
     }
-    let hop = Spec {
-        v: 1,
-        parent: me.as_raw_nonzero().get(),
-        ..spec
+    // The ruleset is built here, before the fork (it allocates and opens
+    // files); the child only enforces it on itself before its exec.
+    let sandbox = match &spec.sandbox {
+        Some(rules) => Some(build_sandbox(rules).map_err(SuperviseError::Landlock)?),
+        None => None,
     };
-    let hop = serde_json::to_string(&hop).map_err(|_| SuperviseError::Usage(SUPERVISE_COMMAND))?;
-    let child = Command::new("/proc/self/exe")
-        .arg0(SUPERVISOR_BINARY)
-        .arg(CONTAIN_COMMAND)
-        .arg(hop)
-        .arg("--")
-        .arg(&program)
-        .args(&rest)
+    let mut command = Command::new(&program);
+    command.args(&rest);
+    contain_child(&mut command, me, spec.parent_death, sandbox);
+    let child = command
         .spawn()
-        .map_err(SuperviseError::Spawn)?;
+        .map_err(|source| match Errno::from_io_error(&source) {
+            Some(Errno::NOTRECOVERABLE) => SuperviseError::Landlock(
+                "the kernel refused to enforce the ruleset on the program".to_owned(),
+            ),
+            Some(Errno::SRCH) => SuperviseError::ParentGone,
+            _ => SuperviseError::Exec {
+                program: program.to_string_lossy().into_owned(),
+                source,
+            },
+        })?;
     let child_pid = Pid::from_child(&child);
     drop(child);
 
@@ -484,40 +500,52 @@ fn parse_stat(text: &str) -> Option<Stat> {
 /// `reprise __contain SPEC -- PROGRAM ARGS...`: takes the parent-death
 /// signal, applies the sandbox to itself and execs the program. Returns only
 /// on failure.
-pub fn contain_main(args: &[OsString]) -> SuperviseError {
-    match contain(args) {
-        Ok(never) => match never {},
-        Err(err) => err,
+/// Has the child `command` starts take a parent-death signal (SIGKILL)
+/// from the supervisor, check the supervisor is still its parent, and
+/// enforce `sandbox` on itself, all between its fork and its exec. A spawn
+/// that fails in this step reports `NOTRECOVERABLE` (the ruleset was
+/// refused) or `SRCH` (the supervisor is gone): errors `execve` never gives.
+#[allow(unsafe_code)]
+fn contain_child(
+    command: &mut Command,
+    supervisor: Pid,
+    parent_death: bool,
+    sandbox: Option<landlock::RulesetCreated>,
+) {
+    let mut sandbox = sandbox;
+    let step = move || -> io::Result<()> {
+        if parent_death {
+            set_parent_process_death_signal(Some(Signal::KILL))?;
+        }
+        if getppid() != Some(supervisor) {
+            return Err(Errno::SRCH.into());
+        }
+        if let Some(ruleset) = sandbox.take()
+            && ruleset.restrict_self().is_err()
+        {
+            return Err(Errno::NOTRECOVERABLE.into());
+        }
+        Ok(())
+    };
+    // SAFETY: `pre_exec` runs `step` in the forked child, where only
+    // async-signal-safe work is sound if the parent had other threads. The
+    // supervisor has none (it waits through a socket pair and signal
+    // handlers, see `supervise_main`), and `step` makes system calls only:
+    // prctl(PR_SET_PDEATHSIG), getppid, prctl(PR_SET_NO_NEW_PRIVS) and
+    // landlock_restrict_self on the ruleset built before the fork; on
+    // success it neither allocates nor takes a lock. Its errors are plain
+    // errnos. This replaced a second exec of the supervisor binary (a
+    // `__contain` hop) that did the same from a fresh process: the measured
+    // need is the spawn's cost (`scripts/bench-containment`).
+    unsafe {
+        command.pre_exec(step);
     }
 }
 
-enum Never {}
-
-fn contain(args: &[OsString]) -> Result<Never, SuperviseError> {
-    let (spec, program, rest) = split_args(args, CONTAIN_COMMAND)?;
-    let spec: Spec =
-        serde_json::from_str(&spec).map_err(|_| SuperviseError::Usage(CONTAIN_COMMAND))?;
-    if spec.parent_death {
-        let _ = set_parent_process_death_signal(Some(Signal::KILL));
-    }
-    if getppid().map(|pid| pid.as_raw_nonzero().get()) != Some(spec.parent) {
-        return Err(SuperviseError::ParentGone);
-    }
-    if let Some(rules) = &spec.sandbox {
-        // Special files left out (`refused`) stay unreachable by path; the
-        // program's stderr is its own, so nothing is printed about them.
-        let _refused = apply_sandbox(rules).map_err(SuperviseError::Landlock)?;
-    }
-    let source = Command::new(&program).args(&rest).exec();
-    Err(SuperviseError::Exec {
-        program: program.to_string_lossy().into_owned(),
-        source,
-    })
-}
-
-/// Restricts the calling process (and what it execs) to `rules`. Returns
-/// the special files left out because the kernel holds no rule for them.
-fn apply_sandbox(rules: &SandboxRules) -> Result<Vec<PathBuf>, String> {
+/// Builds the Landlock ruleset for `rules`, ready to be enforced: every
+/// tree not hidden is readable, the writable ones writable. Nothing is
+/// enforced yet.
+fn build_sandbox(rules: &SandboxRules) -> Result<landlock::RulesetCreated, String> {
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let mut ruleset = Ruleset::default()
@@ -554,8 +582,9 @@ fn apply_sandbox(rules: &SandboxRules) -> Result<Vec<PathBuf>, String> {
     for path in &rules.granted {
         ruleset = add_granted_rule(ruleset, path, &hidden, all, &mut refused)?;
     }
-    ruleset.restrict_self().map_err(|err| err.to_string())?;
-    Ok(refused)
+    // Special files left out (`refused`) stay unreachable by path; the
+    // program's stderr is its own, so nothing is printed about them.
+    Ok(ruleset)
 }
 
 /// Grants `access` beneath what the plan's `path` opens to now, unless
@@ -701,12 +730,12 @@ fn record_path(dir: &Path, pid: i32) -> PathBuf {
 
 /// Records a started supervisor durably; the record is what lets a later
 /// command stop it if this process dies.
-pub(crate) fn record_started(dir: &Path, pid: Pid) -> io::Result<()> {
+/// Records the supervisor `pid`, started by the reprise `owner_pid`.
+pub(crate) fn record_started(dir: &Path, pid: Pid, owner_pid: i32) -> io::Result<()> {
     let pid = pid.as_raw_nonzero().get();
     let start_time = read_stat(pid)
         .map(|stat| stat.start_time)
         .ok_or_else(|| io::Error::other(format!("process {pid} has no readable stat")))?;
-    let owner_pid = getpid().as_raw_nonzero().get();
     let owner_start_time = read_stat(owner_pid).map_or(0, |stat| stat.start_time);
     let record = Record {
         v: RECORD_VERSION,
@@ -932,7 +961,7 @@ mod tests {
             .spawn()
             .expect("sleep");
         let pid = Pid::from_child(&alive);
-        record_started(dir.path(), pid).expect("record");
+        record_started(dir.path(), pid, getpid().as_raw_nonzero().get()).expect("record");
         // While this process (the owner) lives, nothing is touched.
         assert_eq!(reap_leftovers(dir.path()), Vec::<i32>::new());
         orphan_records(dir.path());

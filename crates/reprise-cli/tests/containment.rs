@@ -1782,3 +1782,38 @@ tasks:
     );
     assert!(!env.project().join("ran.txt").exists());
 }
+
+#[test]
+fn the_supervisor_records_itself_before_the_program_runs() {
+    // A reprise killed at any moment after the supervisor starts must leave
+    // a record the next command reaps by: so the program itself, the first
+    // thing it does, finds its supervisor's record already written.
+    let temp = tempfile::tempdir().unwrap();
+    let records = temp.path().join("supervised");
+    let spec = serde_json::json!({
+        "v": 1,
+        "parent": std::process::id(),
+        "parent_death": false,
+        "sandbox": null,
+        "records": records,
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_reprise-supervisor"))
+        .arg("__supervise")
+        .arg(spec.to_string())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cat \"$0\"/*.json",
+            records.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let record: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(record["owner_pid"], std::process::id());
+    let supervisor = record["pid"].as_i64().unwrap();
+    // The record names the supervisor, the program's parent.
+    assert_ne!(supervisor, i64::from(std::process::id()));
+    assert!(fs::exists(records.join(format!("{supervisor}.json"))).unwrap());
+}

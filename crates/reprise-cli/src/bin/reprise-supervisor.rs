@@ -1,8 +1,7 @@
 //! `reprise-supervisor`: the small binary every agent and gate process is
-//! started through (`__supervise`, then `__contain`; see
-//! `reprise_agents::supervise`). It is installed beside `reprise` and holds
-//! only the supervision code, so its two execs per process cost little
-//! next to two execs of the whole CLI.
+//! started through (`__supervise`; see `reprise_agents::supervise`). It is
+//! installed beside `reprise` and holds only the supervision code, so its
+//! exec per process costs little next to an exec of the whole CLI.
 
 #![forbid(unsafe_code)]
 
@@ -19,12 +18,11 @@ fn main() -> ExitCode {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(err) => hop_failed(&err),
         },
-        Some(supervise::CONTAIN_COMMAND) => hop_failed(&supervise::contain_main(&args[2..])),
         _ => hop_failed(&SuperviseError::Usage(supervise::SUPERVISE_COMMAND)),
     }
 }
 
-/// A supervisor or containment hop that could not run the program: one
+/// A supervisor that could not run the program: one
 /// line on the attempt's stderr and the shell's exit codes (127: not found,
 /// 126: could not run).
 fn hop_failed(err: &SuperviseError) -> ExitCode {
