@@ -1268,6 +1268,10 @@ mod escapes;
 #[path = "cli/truths.rs"]
 mod truths;
 
+// ---- The state directory as a whole (issue 27, items 4, 5, 12, 14) ----
+#[path = "cli/state_dir.rs"]
+mod state_dir;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -1,0 +1,249 @@
+//! The state directory and its evidence as a whole (issue 27): created once
+//! and whole by commands started together, finished after a crash at any
+//! step of its creation, a sealed journal that is missing seen everywhere,
+//! and a copy verified where it lies.
+
+use super::*;
+
+/// A plan named `name` whose one task passes at once, touching no file.
+fn quiet_plan(name: &str) -> String {
+    format!(
+        r#"
+version: 1
+name: {name}
+defaults: {{ agent: sim, timeout: 30s }}
+tasks:
+  - id: hello
+    prompt: "Say DONE"
+    sim: [ {{ reply: "DONE" }} ]
+    gates: [ {{ name: answer, result_matches: "^DONE" }} ]
+"#
+    )
+}
+
+fn witness_dir(env: &Env) -> PathBuf {
+    env.temp.path().join("home/.local/state/reprise/witness")
+}
+
+/// The names in `dir`, sorted (none when it does not exist).
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The state directory verifies, its witness dir holds one witness and
+/// nothing else, and no temporary state directory is left in the project.
+fn assert_one_whole_state_dir(env: &Env) {
+    let verify = env.run(&["audit", "verify", "--json"]);
+    assert_eq!(code(&verify), Some(0), "{}", stdout(&verify));
+    let witnesses = names_in(&witness_dir(env));
+    assert_eq!(witnesses.len(), 1, "{witnesses:?}");
+    assert!(witnesses[0].ends_with(".json"), "{witnesses:?}");
+    let leftovers: Vec<String> = names_in(&env.project())
+        .into_iter()
+        .filter(|name| name.starts_with(".reprise."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn commands_started_together_in_a_new_project_create_one_whole_state_directory() {
+    for round in 0..6 {
+        let env = Env::new();
+        // The key exists, as for a user's second project: only the state
+        // directory is raced for.
+        let other = env.temp.path().join("other");
+        fs::create_dir(&other).unwrap();
+        assert_success(&env.command(&["init"]).current_dir(&other).output().unwrap());
+        for name in ["one", "two", "three"] {
+            fs::write(env.project().join(format!("{name}.yaml")), quiet_plan(name)).unwrap();
+        }
+        let mut children: Vec<(String, std::process::Child)> = Vec::new();
+        for args in [
+            &["run", "one.yaml"][..],
+            &["init"],
+            &["run", "two.yaml"],
+            &["init"],
+            &["run", "three.yaml"],
+        ] {
+            let child = env
+                .command(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            children.push((args.join(" "), child));
+        }
+        for (what, child) in children {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "round {round}: `reprise {what}` failed: {}",
+                stderr(&output)
+            );
+        }
+        // The other project's witness beside this one's.
+        fs::remove_dir_all(&other).unwrap();
+        let witnesses = names_in(&witness_dir(&env));
+        assert_eq!(witnesses.len(), 2, "round {round}: {witnesses:?}");
+        let verify = env.run(&["audit", "verify", "--json"]);
+        assert_eq!(code(&verify), Some(0), "round {round}: {}", stdout(&verify));
+        assert_eq!(
+            json_of(&env.run(&["status", "--json"]))["ok"],
+            true,
+            "round {round}"
+        );
+    }
+}
+
+#[test]
+fn a_crash_at_each_step_of_creation_leaves_nothing_the_next_command_cannot_finish() {
+    for step in ["built", "first-row", "witnessed", "renamed"] {
+        let env = Env::new();
+        fs::write(env.project().join("plan.yaml"), quiet_plan("crashy")).unwrap();
+        let killed = env
+            .command(&["init"])
+            .env("REPRISE_TEST_KILL_AT", format!("creation:{step}"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&killed.status),
+            Some(9),
+            "{step}: init was not killed: {}",
+            stderr(&killed)
+        );
+        // Before the rename there is no state directory at all.
+        assert_eq!(
+            env.reprise_dir().exists(),
+            step == "renamed",
+            "{step}: a half-made state directory is visible"
+        );
+        let run = env.run(&["run", "plan.yaml"]);
+        assert_success(&run);
+        assert!(
+            !stderr(&run).contains("superseded"),
+            "{step}: {}",
+            stderr(&run)
+        );
+        assert_one_whole_state_dir(&env);
+        let repair = env.run(&["replay", "repair", "--all", "--json"]);
+        assert_success(&repair);
+        assert!(
+            !stdout(&repair).contains("\"finished_creation\":true"),
+            "{step}: {}",
+            stdout(&repair)
+        );
+    }
+}
+
+/// A state directory as an older reprise left it when a crash cut its
+/// creation after `layout.json`: the skeleton, no audit row.
+fn older_cut_creation(env: &Env) {
+    let root = env.reprise_dir();
+    for sub in ["plans", "audit", "runs"] {
+        fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    fs::write(root.join(".gitignore"), "*\n").unwrap();
+    fs::write(root.join("layout.json"), r#"{"v":2}"#).unwrap();
+    fs::write(root.join("audit/audit.jsonl"), "").unwrap();
+}
+
+#[test]
+fn what_an_older_reprise_left_when_a_crash_cut_its_creation_is_finished() {
+    // No row and no witness: a run names the fix, the fix finishes it.
+    let env = Env::new();
+    env.init();
+    fs::remove_dir_all(env.reprise_dir()).unwrap();
+    fs::remove_dir_all(witness_dir(&env)).unwrap();
+    older_cut_creation(&env);
+    fs::write(env.project().join("plan.yaml"), quiet_plan("later")).unwrap();
+    assert_run_refused(&env, "reprise replay repair audit");
+    let repair = env.run(&["replay", "repair", "--all", "--json"]);
+    assert_success(&repair);
+    assert_eq!(json_of(&repair)["repairs"][0]["finished_creation"], true);
+    assert_success(&env.run(&["run", "plan.yaml"]));
+    assert_one_whole_state_dir(&env);
+
+    // No row, and the witness of an earlier state directory at this path
+    // that recorded rows: `init` finishes it (it said "found existing"
+    // before) and keeps that witness aside.
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    fs::remove_dir_all(env.reprise_dir()).unwrap();
+    older_cut_creation(&env);
+    assert_eq!(audit_reason(&env), "audit_missing");
+    let init = env.run(&["init", "--json"]);
+    assert_success(&init);
+    assert_eq!(json_of(&init)["finished_creation"], true);
+    assert_eq!(
+        code(&env.run(&["audit", "verify"])),
+        Some(0),
+        "finished by init"
+    );
+    let witnesses = names_in(&witness_dir(&env));
+    assert_eq!(witnesses.len(), 2, "{witnesses:?}");
+    assert!(witnesses[1].ends_with(".superseded.1"), "{witnesses:?}");
+
+    // The first row alone, its witness never written.
+    let env = Env::new();
+    env.init();
+    fs::remove_dir_all(witness_dir(&env)).unwrap();
+    assert_eq!(audit_reason(&env), "witness_missing");
+    let repair = env.run(&["replay", "repair", "audit"]);
+    assert_success(&repair);
+    assert!(
+        stdout(&repair).contains("wrote the witness"),
+        "{}",
+        stdout(&repair)
+    );
+    assert_one_whole_state_dir(&env);
+
+    // An emptied chain beside records is no unfinished creation: nothing
+    // finishes it, and it stays a failed check.
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    fs::write(env.reprise_dir().join("audit/audit.jsonl"), "").unwrap();
+    let repair = env.run(&["replay", "repair", "--all", "--json"]);
+    assert_eq!(json_of(&repair)["repairs"][0]["finished_creation"], false);
+    assert_eq!(
+        code(&env.run(&["init"])),
+        Some(0),
+        "init still finds the directory"
+    );
+    assert_eq!(audit_reason(&env), "audit_missing");
+}
+
+#[test]
+fn a_state_directory_created_again_and_again_keeps_a_few_witnesses_aside() {
+    let env = Env::new();
+    let mut notes = Vec::new();
+    for _ in 0..6 {
+        let init = env.run(&["init"]);
+        assert_success(&init);
+        notes.push(stderr(&init));
+        fs::remove_dir_all(env.reprise_dir()).unwrap();
+    }
+    env.init();
+    let names = names_in(&witness_dir(&env));
+    let aside: Vec<&String> = names
+        .iter()
+        .filter(|name| name.contains(".superseded."))
+        .collect();
+    assert_eq!(aside.len(), 3, "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+    let last = stderr(&env.run(&["init"]));
+    assert!(last.is_empty(), "{last}");
+    assert!(
+        notes[4].contains("only the newest 3"),
+        "the note says older ones go: {notes:?}"
+    );
+}
