@@ -722,6 +722,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         for extra in [
             "ledger",
             "audit",
+            "missing_journals",
             "state_disagrees",
             "state_lags",
             "liveness",
@@ -754,6 +755,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     for extra in [
         "ledger",
         "audit",
+        "missing_journals",
         "state_disagrees",
         "state_lags",
         "liveness",

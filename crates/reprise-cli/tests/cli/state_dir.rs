@@ -223,6 +223,74 @@ fn what_an_older_reprise_left_when_a_crash_cut_its_creation_is_finished() {
 }
 
 #[test]
+fn a_sealed_journal_that_is_missing_is_a_failed_check_everywhere() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    assert_success(&env.run(&["journal", "verify", "greet"]));
+    fs::remove_file(
+        env.reprise_dir()
+            .join("plans/cli/tasks/greet/journal.jsonl"),
+    )
+    .unwrap();
+
+    let verify = env.run(&["journal", "verify", "greet", "--json"]);
+    assert_eq!(code(&verify), Some(1), "{}", stderr(&verify));
+    let report = json_of(&verify);
+    assert_eq!(report["missing"], true);
+    assert_eq!(report["reason"], "journal_missing");
+    let text = env.run(&["journal", "verify", "greet"]);
+    assert_eq!(code(&text), Some(1));
+    assert!(stdout(&text).contains("MISSING"), "{}", stdout(&text));
+
+    let status = env.run(&["status", "--json"]);
+    assert_eq!(code(&status), Some(1), "{}", stdout(&status));
+    assert_eq!(json_of(&status)["missing_journals"][0]["task_id"], "greet");
+    let status = env.run(&["status"]);
+    assert!(
+        stdout(&status).contains("journal cli/greet: MISSING"),
+        "{}",
+        stdout(&status)
+    );
+    let show = env.run(&["task", "show", "greet"]);
+    assert_eq!(code(&show), Some(1), "{}", stdout(&show));
+    assert!(stdout(&show).contains("MISSING"), "{}", stdout(&show));
+
+    let page = env.temp.path().join("report.html");
+    env.run(&["report", "-o", page.to_str().unwrap()]);
+    let html = fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("Nothing needs attention"), "{html}");
+    assert!(
+        html.contains("data-task=\"greet\" data-missing=\"journal\""),
+        "{html}"
+    );
+
+    // A task that never ran still has no journal: bad input, as before.
+    let never = env.run(&["journal", "verify", "cli/nobody"]);
+    assert_one_line_error(&never, 2, "no journal");
+}
+
+/// `audit verify-suspension TASK --json` in the state directory at `root`.
+fn verify_suspension_at(env: &Env, root: &Path, task: &str) -> (Option<i32>, Value, String) {
+    let json = env.run(&[
+        "--state-dir",
+        root.to_str().unwrap(),
+        "audit",
+        "verify-suspension",
+        task,
+        "--json",
+    ]);
+    let text = env.run(&[
+        "--state-dir",
+        root.to_str().unwrap(),
+        "audit",
+        "verify-suspension",
+        task,
+    ]);
+    (code(&json), json_of(&json), stdout(&text))
+}
+
+#[test]
 fn a_state_directory_created_again_and_again_keeps_a_few_witnesses_aside() {
     let env = Env::new();
     let mut notes = Vec::new();
