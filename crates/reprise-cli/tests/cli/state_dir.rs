@@ -291,6 +291,60 @@ fn verify_suspension_at(env: &Env, root: &Path, task: &str) -> (Option<i32>, Val
 }
 
 #[test]
+fn a_copied_state_directory_verifies_its_parks_as_the_original_does_and_writes_nothing() {
+    use reprise_testkit::parks::ParkWriter;
+    let env = Env::new();
+    env.init();
+    let key = reprise_store::key::load_key(&env.key_path()).unwrap();
+    let task = reprise_testkit::fixture_key("t").unwrap();
+    let writer = ParkWriter::new(&env.state(), &key, &task);
+    writer.row("attempt.started").unwrap();
+    let parked = writer.park().unwrap();
+
+    let copies = env.temp.path().join("copies");
+    fs::create_dir(&copies).unwrap();
+    let pending_copy = copies.join("pending");
+    copy_dir(&env.reprise_dir(), &pending_copy);
+    writer
+        .resume(&parked, "warm", parked.workspace_hash, None)
+        .unwrap();
+    let settled_copy = copies.join("settled");
+    copy_dir(&env.reprise_dir(), &settled_copy);
+
+    for (copy, status) in [(&pending_copy, "pending"), (&settled_copy, "verified")] {
+        let (original_code, original, _) =
+            verify_suspension_at(&env, &env.reprise_dir(), "fixture/t");
+        assert_eq!(original_code, Some(0), "{original}");
+        assert_eq!(original["witness"], "checked");
+        let before = env.snapshot();
+        let (code, report, text) = verify_suspension_at(&env, copy, "fixture/t");
+        assert_eq!(code, Some(0), "{report}");
+        assert_eq!(report["status"], status, "{report}");
+        assert_eq!(report["ok"], true);
+        assert_eq!(report["witness"], "absent");
+        assert!(text.contains("not this machine's"), "{text}");
+        assert_eq!(env.snapshot(), before, "verifying a copy wrote to it");
+    }
+    // The settled original, as the copy said.
+    let (_, original, _) = verify_suspension_at(&env, &env.reprise_dir(), "fixture/t");
+    assert_eq!(original["status"], "verified");
+
+    // A real break in a copy is still a failure.
+    let audit = settled_copy.join("audit/audit.jsonl");
+    let bytes = fs::read(&audit).unwrap();
+    let at = bytes
+        .windows(b"task.resume_receipt".len())
+        .position(|window| window == b"task.resume_receipt")
+        .unwrap();
+    let mut bytes = bytes;
+    bytes[at + 5] = b'R';
+    fs::write(&audit, &bytes).unwrap();
+    let (code, report, _) = verify_suspension_at(&env, &settled_copy, "fixture/t");
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["status"], "failed");
+}
+
+#[test]
 fn a_state_directory_created_again_and_again_keeps_a_few_witnesses_aside() {
     let env = Env::new();
     let mut notes = Vec::new();
