@@ -119,6 +119,13 @@ pub(crate) fn repair(
                             format_of(target).reason_name(reason)
                         ),
                     ),
+                    Refusal::DamagedLastLine { row, reason } => (
+                        "damaged_last_line",
+                        format!(
+                            "the last line (row {row}) is damaged ({}) but ends with its newline: a crash cuts a line before its newline, so this line was written or changed whole, not torn; inspect it with `reprise audit verify` or `reprise status`",
+                            format_of(target).reason_name(reason)
+                        ),
+                    ),
                     Refusal::CompleteRow { row } => (
                         "complete_row",
                         format!(

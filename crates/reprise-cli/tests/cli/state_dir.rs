@@ -345,6 +345,56 @@ fn a_copied_state_directory_verifies_its_parks_as_the_original_does_and_writes_n
 }
 
 #[test]
+fn a_nul_byte_in_a_judged_reply_does_not_stop_the_next_attempt() {
+    let env = Env::new();
+    // The retry's prompt quotes the reply, its NUL shown as a symbol: the
+    // agent answers DONE once it reads that quote.
+    let plan = r#"
+version: 1
+name: nul
+defaults: { agent: command, timeout: 30s }
+tasks:
+  - id: speak
+    prompt: "Say DONE"
+    max_retries: 1
+    command: [sh, -c, "case \"$REPRISE_PROMPT\" in *no␀way*) echo DONE;; *) printf 'no\\000way\\n';; esac"]
+    gates: [ { name: answer, result_matches: "^DONE" } ]
+"#;
+    fs::write(env.project().join("plan.yaml"), plan).unwrap();
+    let output = env.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let task = &json_of(&output)["tasks"][0];
+    assert_eq!(task["state"], "passed", "{task}");
+    assert_eq!(task["attempts"].as_array().unwrap().len(), 2, "{task}");
+}
+
+#[test]
+fn a_long_dependency_cycle_is_refused_in_one_short_line_naming_its_first_tasks() {
+    let env = Env::new();
+    let tasks = 37_000;
+    let mut plan = String::from("version: 1\nname: ring\ndefaults: { agent: sim }\ntasks:\n");
+    for n in 0..tasks {
+        let next = (n + 1) % tasks;
+        plan.push_str(&format!(
+            "  - {{ id: t{n}, prompt: p, depends_on: [t{next}] }}\n"
+        ));
+    }
+    fs::write(env.project().join("plan.yaml"), plan).unwrap();
+    let output = env.run(&["run", "plan.yaml"]);
+    assert_one_line_error(&output, 2, "is a cycle of 37,000 tasks");
+    let line = stderr(&output);
+    assert!(line.len() < 400, "{} bytes: {line}", line.len());
+    assert!(line.contains("\"t0\" -> \"t1\" -> \"t2\""), "{line}");
+    assert!(!env.reprise_dir().exists(), "a refused plan wrote state");
+}
+
+#[test]
 fn a_state_directory_created_again_and_again_keeps_a_few_witnesses_aside() {
     let env = Env::new();
     let mut notes = Vec::new();
@@ -367,5 +417,31 @@ fn a_state_directory_created_again_and_again_keeps_a_few_witnesses_aside() {
     assert!(
         notes[4].contains("only the newest 3"),
         "the note says older ones go: {notes:?}"
+    );
+}
+
+#[test]
+fn a_damaged_last_ledger_line_is_refused_as_the_last_line_it_is() {
+    let env = Env::new();
+    env.init();
+    env.run_plan(SIM_PLAN);
+    let ledger = env.reprise_dir().join("ledger.jsonl");
+    let text = fs::read_to_string(&ledger).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let last = lines.pop().unwrap();
+    let cut = format!("{}\n{}\n", lines.join("\n"), &last[..last.len() / 2]);
+    fs::write(&ledger, &cut).unwrap();
+    let output = env.run(&["replay", "repair", "ledger"]);
+    assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+    let said = stdout(&output);
+    assert!(!said.contains("is not the last line"), "{said}");
+    assert!(
+        said.contains(&format!("the last line (row {})", lines.len())),
+        "{said}"
+    );
+    assert_eq!(
+        fs::read_to_string(&ledger).unwrap(),
+        cut,
+        "the ledger was changed"
     );
 }
