@@ -1,8 +1,11 @@
 //! `reprise init`: the state directory, the audit key, and the audit chain's
 //! first row.
 
+use reprise_core::witness::Unfinished;
 use reprise_store::audit::{adopt_witness, check_key_binding_at, migrate_state_dir};
-use reprise_store::creation::{CreationStep, Finished, create_state_dir, finish_creation};
+use reprise_store::creation::{
+    CreationStep, Finished, create_state_dir, finish_creation, unfinished,
+};
 use reprise_store::key::{check_key, load_or_create_key};
 use reprise_store::state::now_rfc3339;
 use serde_json::json;
@@ -60,11 +63,19 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
     if let Some(aside) = &creation.superseded_witness {
         superseded_note(aside, creation.superseded_removed);
     }
-    // One an older reprise began in place and a crash cut is finished.
-    let finished = if created {
-        None
-    } else {
-        finish_creation(&state, &key, &now_rfc3339())?
+    // One an older reprise began in place and a crash cut before its first
+    // audit row is finished (a first row without its witness is adopted
+    // below, openly, as any chain without one is).
+    let finished = match created {
+        false
+            if matches!(
+                unfinished(&state, &key)?,
+                Some(Unfinished::NoFirstRow { .. })
+            ) =>
+        {
+            finish_creation(&state, &key, &now_rfc3339())?
+        }
+        _ => None,
     };
     // A directory whose chain has no witness (from before witnesses, or
     // moved) is adopted, openly: from here on, a cut is detected.
