@@ -59,6 +59,7 @@ impl From<StoreError> for CliError {
             | StoreError::NoJournal { .. }
             | StoreError::Symlink { .. }
             | StoreError::StateDirIsFile { .. }
+            | StoreError::UnknownContent { .. }
             | StoreError::KeyMismatch { .. }
             | StoreError::RunId(_) => EXIT_USAGE,
         };

@@ -722,6 +722,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
         for extra in [
             "ledger",
             "audit",
+            "missing_journals",
             "state_disagrees",
             "state_lags",
             "liveness",
@@ -754,6 +755,7 @@ fn run_json_reports_each_attempt_and_the_exit_code_says_whether_all_passed() {
     for extra in [
         "ledger",
         "audit",
+        "missing_journals",
         "state_disagrees",
         "state_lags",
         "liveness",
@@ -1267,6 +1269,10 @@ mod escapes;
 // ---- Smaller truths (issue 25, items 6 to 8) ----
 #[path = "cli/truths.rs"]
 mod truths;
+
+// ---- The state directory as a whole (issue 27, items 4, 5, 12, 14) ----
+#[path = "cli/state_dir.rs"]
+mod state_dir;
 
 // ---- Evidence nobody can quietly lose (issue 13) ----
 

@@ -220,6 +220,46 @@ pub fn may_append(witness: &Witness, previous: Option<Head>) -> Result<(), Witne
     }
 }
 
+/// What a crash cut from a state directory's creation, when its files show
+/// one: the steps after the layout that an older reprise took in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// The audit chain has no row: `state.init` and its witness are to be
+    /// written. `stale_witness`: a witness is there, an earlier state
+    /// directory's at the same path (nothing in this one can match it), to
+    /// be set aside first.
+    NoFirstRow { stale_witness: bool },
+    /// The chain holds its `state.init` row alone and there is no witness.
+    NoWitness,
+}
+
+/// Whether a state directory is one whose creation a crash cut, and what is
+/// left to do. Only a directory that holds no records (`holds_records`:
+/// ledger rows, journals, runs, worktrees, snapshots, approvals) and a chain
+/// that verifies in full (`chain_clean`) qualify: an emptied chain beside
+/// records is tampering or loss, never an unfinished creation, and stays a
+/// failed check. A witness that does not verify (`witness_invalid`) is
+/// never set aside here.
+#[must_use]
+pub fn unfinished_creation(
+    witness: Option<&Witness>,
+    witness_invalid: bool,
+    facts: &ChainFacts,
+    chain_clean: bool,
+    holds_records: bool,
+) -> Option<Unfinished> {
+    if holds_records || !chain_clean || witness_invalid {
+        return None;
+    }
+    match (facts.rows, witness) {
+        (0, witness) => Some(Unfinished::NoFirstRow {
+            stale_witness: witness.is_some(),
+        }),
+        (1, None) if facts.state_id.is_some() => Some(Unfinished::NoWitness),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,6 +337,48 @@ mod tests {
         };
         assert_eq!(compare(Some(&w), &empty), Some(WitnessReason::AuditMissing));
         assert_eq!(compare(None, &good), Some(WitnessReason::WitnessMissing));
+    }
+
+    #[test]
+    fn only_an_empty_directory_is_an_unfinished_creation() {
+        let empty = ChainFacts {
+            rows: 0,
+            head: None,
+            state_id: None,
+            at_witnessed_seq: None,
+        };
+        let first = facts(1, head(0, "init"), "S-1", None);
+        let w = witness();
+        assert_eq!(
+            unfinished_creation(None, false, &empty, true, false),
+            Some(Unfinished::NoFirstRow {
+                stale_witness: false
+            })
+        );
+        assert_eq!(
+            unfinished_creation(Some(&w), false, &empty, true, false),
+            Some(Unfinished::NoFirstRow {
+                stale_witness: true
+            })
+        );
+        assert_eq!(
+            unfinished_creation(None, false, &first, true, false),
+            Some(Unfinished::NoWitness)
+        );
+        // Records beside the chain, a torn chain, an invalid witness, a
+        // witnessed first row, a longer chain: not a creation's leftovers.
+        assert_eq!(
+            unfinished_creation(Some(&w), false, &empty, true, true),
+            None
+        );
+        assert_eq!(unfinished_creation(None, false, &empty, false, false), None);
+        assert_eq!(unfinished_creation(None, true, &empty, true, false), None);
+        assert_eq!(
+            unfinished_creation(Some(&w), false, &first, true, false),
+            None
+        );
+        let two = facts(2, head(1, "two"), "S-1", None);
+        assert_eq!(unfinished_creation(None, false, &two, true, false), None);
     }
 
     #[test]

@@ -172,25 +172,13 @@ pub struct Initialised {
 
 /// Writes the audit chain's first row, `state.init`, binding a newly minted
 /// state directory id, and the witness beside the key. Call it only for a
-/// state directory just created.
+/// state directory just created, by a process that no other creates beside
+/// (tests and fixtures); the CLI creates through `creation::create_state_dir`.
 pub fn init_audit(state: &StateDir, key: KeyFile, at: &str) -> Result<Initialised> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|err| StoreError::Random(err.to_string()))?;
-    let state_id = format!(
-        "S-{}",
-        bytes
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect::<String>()
-    );
+    let state_id = mint_state_id()?;
     let witness = crate::witness::witness_path(&key, state);
     let superseded_witness = if witness.exists() {
-        let aside = (1..)
-            .map(|n| witness.with_extension(format!("json.superseded.{n}")))
-            .find(|candidate| !candidate.exists())
-            .expect("some name is free");
-        std::fs::rename(&witness, &aside).at(&witness)?;
-        Some(aside)
+        Some(crate::witness::supersede_witness(&witness)?.0)
     } else {
         None
     };
@@ -200,6 +188,19 @@ pub fn init_audit(state: &StateDir, key: KeyFile, at: &str) -> Result<Initialise
         state_id,
         superseded_witness,
     })
+}
+
+/// A new state directory id: `S-` and 32 random hex digits.
+pub(crate) fn mint_state_id() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|err| StoreError::Random(err.to_string()))?;
+    Ok(format!(
+        "S-{}",
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
+    ))
 }
 
 /// What an adoption found and did.
@@ -232,17 +233,7 @@ pub fn adopt_witness(state: &StateDir, key: &KeyFile, at: &str) -> Result<Option
     };
     let state_id = match first_state_id(state, key)? {
         Some(id) => id,
-        None => {
-            let mut bytes = [0u8; 16];
-            getrandom::fill(&mut bytes).map_err(|err| StoreError::Random(err.to_string()))?;
-            format!(
-                "S-{}",
-                bytes
-                    .iter()
-                    .map(|byte| format!("{byte:02x}"))
-                    .collect::<String>()
-            )
-        }
+        None => mint_state_id()?,
     };
     AuditLog::open(state, key.clone())?.append(
         STATE_ADOPT_KIND,
@@ -256,8 +247,11 @@ pub fn adopt_witness(state: &StateDir, key: &KeyFile, at: &str) -> Result<Option
 }
 
 /// The state id the chain's first row (or an adoption) names, if any.
-fn first_state_id(state: &StateDir, key: &KeyFile) -> Result<Option<String>> {
+pub(crate) fn first_state_id(state: &StateDir, key: &KeyFile) -> Result<Option<String>> {
     let mut found = None;
+    if !state.audit_path().is_file() {
+        return Ok(None);
+    }
     read_chain(
         &state.audit_path(),
         ChainFormat::Audit,

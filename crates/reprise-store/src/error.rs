@@ -91,6 +91,10 @@ pub enum StoreError {
         "{path} is not a directory; point --state-dir or REPRISE_STATE_DIR at a state directory"
     )]
     StateDirIsFile { path: PathBuf },
+    #[error(
+        "{path} exists without a layout.json and holds files reprise did not write; nothing was written: move it aside, or pass --state-dir DIR"
+    )]
+    UnknownContent { path: PathBuf },
     #[error("{chain}: {}; nothing was appended: run `reprise audit verify`", reason.explain())]
     Witness {
         chain: PathBuf,

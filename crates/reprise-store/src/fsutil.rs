@@ -39,12 +39,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     replace(path, bytes, mode, true)
 }
 
-/// Replaces `path` with `bytes`: temp file, fsync, rename, but no directory
-/// fsync. After a crash the file is whole, either the new version or the one
-/// before; for the witness, where an older version is harmless (a chain
-/// longer than its witness agrees with it) and a torn one would not be.
-pub(crate) fn replace_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    replace_with(path, bytes, mode, true, false)
+/// Replaces `path` with `bytes` through the temporary file `temp`, which
+/// only one writer at a time may use (the caller holds a lock): written,
+/// fsynced, renamed; the directory is synced too when `sync_directory`.
+/// Without it, after a crash the file is whole, either the new version or
+/// the one before; for the witness, where an older version is harmless (a
+/// chain longer than its witness agrees with it) and a torn one would not be.
+pub(crate) fn replace_via(
+    path: &Path,
+    temp: &Path,
+    bytes: &[u8],
+    mode: u32,
+    sync_directory: bool,
+) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(temp)
+        .at(temp)?;
+    file.write_all(bytes).at(temp)?;
+    file.sync_all().at(temp)?;
+    drop(file);
+    fs::rename(temp, path).at(path)?;
+    if sync_directory {
+        let dir = path
+            .parent()
+            .expect("an atomic write targets a file in a directory");
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Replaces `path` with `bytes` atomically (temp file, rename) without

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::audit::{AuditSummary, read_audit};
 use crate::chainfile::{ChainFile, read_chain};
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::io::{IoSeam, RealIo};
 use crate::key::KeyFile;
 use crate::state::StateDir;
@@ -140,6 +140,9 @@ pub const DECISION_KIND: &str = "retry.decision";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalVerification {
     pub task: TaskKey,
+    /// The journal is not there, though the audit chain seals it: a failed
+    /// check, never "no journal" (the chain and identity are then empty).
+    pub missing: bool,
     pub chain: ChainReport,
     pub identity: Identity,
     /// The highest sealed row, if any seal exists.
@@ -162,7 +165,8 @@ impl JournalVerification {
     /// verifies and matches its bindings, and the audit chain verifies and
     /// agrees with its witness.
     pub fn ok(&self) -> bool {
-        self.chain.first_problem().is_none()
+        !self.missing
+            && self.chain.first_problem().is_none()
             && self.identity != Identity::Mismatched
             && self.decisions != Identity::Mismatched
             && self
@@ -199,9 +203,70 @@ pub fn verify_journal(
     task: &TaskKey,
     key: impl FnOnce() -> Result<KeyFile>,
 ) -> Result<JournalVerification> {
-    let path = state.existing_journal_path(task)?;
+    let path = match state.existing_journal_path(task) {
+        Ok(path) => path,
+        Err(err @ StoreError::NoJournal { .. }) => {
+            let audit = read_audit(state, &key()?)?;
+            return missing_or(err, task, audit);
+        }
+        Err(err) => return Err(err),
+    };
     let audit = read_audit(state, &key()?)?;
     verify_journal_against(state, task, &path, audit)
+}
+
+/// The verification of a journal that is not there: failed when the audit
+/// chain seals it (it existed, and was deleted or moved), else `err`, the
+/// "no journal" of a task that never started.
+fn missing_or(err: StoreError, task: &TaskKey, audit: AuditSummary) -> Result<JournalVerification> {
+    let seals = audit.seals_of(task);
+    let Some(sealed_through) = seals.iter().map(|seal| seal.seq).max() else {
+        return Err(err);
+    };
+    Ok(JournalVerification {
+        task: task.clone(),
+        missing: true,
+        chain: ChainReport::default(),
+        identity: Identity::Mismatched,
+        sealed_through: Some(sealed_through),
+        unsealed_rows: 0,
+        spine: None,
+        decisions: Identity::Unverifiable,
+        bound_decision_rows: Vec::new(),
+        audit,
+    })
+}
+
+/// The journals the audit chain seals that are not in the state directory
+/// (deleted or moved), each with the highest row sealed, in key order.
+pub fn missing_sealed_journals(
+    state: &StateDir,
+    audit: &AuditSummary,
+) -> Result<Vec<(TaskKey, u64)>> {
+    let mut sealed: std::collections::BTreeMap<TaskKey, u64> = std::collections::BTreeMap::new();
+    for seal in &audit.seals {
+        let plan = match &seal.plan {
+            Some(plan) => plan.clone(),
+            None => match audit.migrated.get(&seal.task_id) {
+                Some(plan) => plan.clone(),
+                None => continue,
+            },
+        };
+        let seq = sealed
+            .entry(TaskKey::new(plan, seal.task_id.clone()))
+            .or_insert(seal.seq);
+        *seq = (*seq).max(seal.seq);
+    }
+    let mut missing = Vec::new();
+    for (task, seq) in sealed {
+        let path = state.journal_path(&task);
+        match std::fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => missing.push((task, seq)),
+            Err(err) => return Err(StoreError::Io { path, source: err }),
+        }
+    }
+    Ok(missing)
 }
 
 /// As [`verify_journal`], against an audit chain already read (a caller
@@ -211,7 +276,11 @@ pub fn verify_journal_with(
     task: &TaskKey,
     audit: &AuditSummary,
 ) -> Result<JournalVerification> {
-    let path = state.existing_journal_path(task)?;
+    let path = match state.existing_journal_path(task) {
+        Ok(path) => path,
+        Err(err @ StoreError::NoJournal { .. }) => return missing_or(err, task, audit.clone()),
+        Err(err) => return Err(err),
+    };
     verify_journal_against(state, task, &path, audit.clone())
 }
 
@@ -266,6 +335,7 @@ fn verify_journal_against(
     };
     Ok(JournalVerification {
         task: task.clone(),
+        missing: false,
         identity: identity(&seals, &chain.watched),
         chain,
         sealed_through,

@@ -130,14 +130,31 @@ pub fn load_or_create_key(path: &Path) -> Result<KeyFile> {
     create_dir_all_durable(dir, 0o700)?;
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|err| StoreError::Random(err.to_string()))?;
+    // Written whole under a name of this process's, then linked into place:
+    // two commands creating the key together never see a short one, and the
+    // one that loses the link uses the winner's.
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(".{name}.new-{}", std::process::id()));
     let mut file = OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .mode(0o600)
-        .open(path)
-        .at(path)?;
-    file.write_all(&bytes).at(path)?;
-    file.sync_all().at(path)?;
+        .open(&temp)
+        .at(&temp)?;
+    file.write_all(&bytes).at(&temp)?;
+    file.sync_all().at(&temp)?;
+    drop(file);
+    let linked = fs::hard_link(&temp, path);
+    let _ = fs::remove_file(&temp);
+    match linked {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(err).at(path),
+    }
     sync_dir(dir)?;
     // The directory check applies to keys we create as much as to found ones.
     check_key(path)?;

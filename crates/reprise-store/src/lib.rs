@@ -10,6 +10,7 @@ pub mod agent_checkpoint;
 pub mod approvals;
 pub mod audit;
 mod chainfile;
+pub mod creation;
 pub mod error;
 mod fsutil;
 pub mod git;

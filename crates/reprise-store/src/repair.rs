@@ -87,6 +87,9 @@ impl Target {
 pub enum Refusal {
     /// The file is damaged before its final line.
     Corruption { row: u64, reason: Reason },
+    /// The final line is damaged but ends with its newline: a crash cuts a
+    /// line before its newline, so this one was written or changed whole.
+    DamagedLastLine { row: u64, reason: Reason },
     /// The final line is a whole row that verifies, with its newline changed:
     /// an acknowledged row, not a torn append.
     CompleteRow { row: u64 },
@@ -169,11 +172,21 @@ pub fn repair(state: &StateDir, target: &Target, key: &KeyFile) -> Result<Repair
     });
     let report = verifier.finish(tail);
     if let Some(fault) = report.fault {
-        return Ok(RepairOutcome::Refused {
-            refusal: Refusal::Corruption {
+        let last_line =
+            tail.is_empty() && memchr::memchr_iter(b'\n', lines).count() as u64 == fault.row + 1;
+        let refusal = if last_line {
+            Refusal::DamagedLastLine {
                 row: fault.row,
                 reason: fault.reason,
-            },
+            }
+        } else {
+            Refusal::Corruption {
+                row: fault.row,
+                reason: fault.reason,
+            }
+        };
+        return Ok(RepairOutcome::Refused {
+            refusal,
             rows: report.rows,
         });
     }

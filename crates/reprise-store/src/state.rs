@@ -22,7 +22,8 @@ pub const STATE_DIR_NAME: &str = ".reprise";
 pub const LAYOUT_VERSION: u64 = 2;
 /// What `.reprise/.gitignore` holds: the state directory is never committed,
 /// not even by an agent's `git add -A` in the project itself.
-const GITIGNORE: &[u8] = b"# written by reprise: the state directory is never committed\n*\n";
+pub(crate) const GITIGNORE: &[u8] =
+    b"# written by reprise: the state directory is never committed\n*\n";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Layout {
@@ -105,8 +106,10 @@ impl StateDir {
         })
     }
 
-    /// Creates the state directory at `root` (idempotent). Returns the
-    /// directory and whether it was newly created.
+    /// Creates the state directory at `root` (idempotent), in place and
+    /// without a lock or an audit chain: for tests and fixtures. The CLI
+    /// creates through `creation::create_state_dir`. Returns the directory
+    /// and whether it was newly created.
     /// A directory of an older layout is not opened here: migrate it first.
     pub fn create(root: &Path) -> Result<(Self, bool)> {
         if root.join("layout.json").exists() {
@@ -129,7 +132,7 @@ impl StateDir {
     }
 
     /// Writes `.gitignore` if an older reprise made the directory without it.
-    fn ensure_gitignore(&self) -> Result<()> {
+    pub(crate) fn ensure_gitignore(&self) -> Result<()> {
         let path = self.root.join(".gitignore");
         if !path.exists() {
             write_atomic(&path, GITIGNORE, 0o644)?;
@@ -338,7 +341,7 @@ impl StateDir {
     }
 }
 
-fn write_layout(root: &Path, version: u64) -> Result<()> {
+pub(crate) fn write_layout(root: &Path, version: u64) -> Result<()> {
     let layout = serde_json::to_vec(&Layout { v: version }).expect("layout serialises");
     write_atomic(&root.join("layout.json"), &layout, 0o644)
 }

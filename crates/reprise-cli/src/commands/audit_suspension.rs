@@ -1,11 +1,20 @@
 //! `reprise audit verify-suspension TASK`: whether the task's latest park
 //! is settled and its evidence holds, offline, from the journal and the
 //! audit chain alone.
+//!
+//! A copy of a state directory (another path, another machine) has no
+//! witness where it lies: the witness is named by the state directory's
+//! path and kept beside the key. So a missing witness does not fail the
+//! proof when the chain itself verifies with the key: the verdict is the one
+//! the original gives, said to rest on the chain alone (rows cut from its
+//! end cannot be seen without the witness). Nothing is written; a witness
+//! that is there and disagrees is still a failure.
 
 use std::fmt::Write;
 
 use reprise_core::suspension::{Status, SuspensionReport};
 use reprise_core::verify::Identity;
+use reprise_core::witness::WitnessReason;
 use reprise_store::audit::read_audit;
 use reprise_store::parks::read_parks;
 use serde_json::json;
@@ -18,7 +27,12 @@ use crate::settings::Settings;
 pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
-    let audit = read_audit(&state, &key)?;
+    let mut audit = read_audit(&state, &key)?;
+    let witness_absent = audit.witness_problem == Some(WitnessReason::WitnessMissing)
+        && audit.report.first_problem().is_none();
+    if witness_absent {
+        audit.witness_problem = None;
+    }
     let evidence = read_parks(&state, &task, &audit)?;
     let Some(report) = evidence.verify() else {
         return Err(CliError::usage(format!(
@@ -28,8 +42,17 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     let mut json = serde_json::to_value(&report).expect("a report serialises");
     json["plan"] = json!(task.plan.as_str());
     json["task_id"] = json!(task.task.as_str());
+    json["witness"] = json!(if witness_absent { "absent" } else { "checked" });
+    let mut text = text(&task.to_string(), &report);
+    if witness_absent {
+        let _ = writeln!(
+            text,
+            "  witness: none here for {}: the witness is not this machine's (or this path's), as for a copy; the verdict rests on the audit chain verified with the key, and rows cut from its end could not be seen (`reprise init` there adopts the copy under a new witness)",
+            state.root().display()
+        );
+    }
     Ok(Outcome {
-        text: text(&task.to_string(), &report),
+        text,
         ok: report.ok,
         code: None,
         json,

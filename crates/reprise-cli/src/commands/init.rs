@@ -1,9 +1,13 @@
 //! `reprise init`: the state directory, the audit key, and the audit chain's
 //! first row.
 
-use reprise_store::audit::{adopt_witness, check_key_binding_at, init_audit, migrate_state_dir};
+use reprise_core::witness::Unfinished;
+use reprise_store::audit::{adopt_witness, check_key_binding_at, migrate_state_dir};
+use reprise_store::creation::{
+    CreationStep, Finished, create_state_dir, finish_creation, unfinished,
+};
 use reprise_store::key::{check_key, load_or_create_key};
-use reprise_store::state::{StateDir, now_rfc3339};
+use reprise_store::state::now_rfc3339;
 use serde_json::json;
 
 use crate::error::CliError;
@@ -48,10 +52,30 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
         Some(key) => migrate_state_dir(&target, key, &now_rfc3339())?,
         None => None,
     };
-    let (state, created) = StateDir::create(&target)?;
     let key = match key {
         Some(key) => key,
         None => load_or_create_key(key_path)?,
+    };
+    // The state directory, its id bound into the chain's first row and into
+    // the witness beside the key, made whole or not at all.
+    let creation = create_state_dir(&target, &key, &now_rfc3339(), creation_hook)?;
+    let (state, created) = (creation.state, creation.created);
+    if let Some(aside) = &creation.superseded_witness {
+        superseded_note(aside, creation.superseded_removed);
+    }
+    // One an older reprise began in place and a crash cut before its first
+    // audit row is finished (a first row without its witness is adopted
+    // below, openly, as any chain without one is).
+    let finished = match created {
+        false
+            if matches!(
+                unfinished(&state, &key)?,
+                Some(Unfinished::NoFirstRow { .. })
+            ) =>
+        {
+            finish_creation(&state, &key, &now_rfc3339())?
+        }
+        _ => None,
     };
     // A directory whose chain has no witness (from before witnesses, or
     // moved) is adopted, openly: from here on, a cut is detected.
@@ -60,15 +84,11 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
     } else {
         adopt_witness(&state, &key, &now_rfc3339())?
     };
-    if created {
-        // The state directory's id, bound into the chain's first row and
-        // into the witness beside the key.
-        let initialised = init_audit(&state, key, &now_rfc3339())?;
-        if let Some(aside) = &initialised.superseded_witness {
-            superseded_note(aside);
-        }
-    }
     let mut text = String::new();
+    if let Some(finished) = &finished {
+        text.push_str(&finished_line(finished));
+        text.push('\n');
+    }
     if let Some(migration) = &migration {
         text.push_str(&migration_line(migration));
     }
@@ -110,6 +130,7 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
             "key_created": !key_existed,
             "plan": write_plan.then_some(&plan_path),
             "adopted_rows": adopted.as_ref().map(|adopted| adopted.rows),
+            "finished_creation": finished.is_some(),
             "migrated": migration.as_ref().map(|migration| migration
                 .tasks
                 .iter()
@@ -122,14 +143,51 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
 }
 
 /// Says, on stderr, that a new state directory replaced the witness of an
-/// earlier one at the same path (which was removed), and where that went.
-pub(crate) fn superseded_note(aside: &std::path::Path) {
+/// earlier one at the same path (which was removed), where that went, and
+/// how many older ones were removed to keep the newest few.
+pub(crate) fn superseded_note(aside: &std::path::Path, removed: usize) {
     use std::io::Write as _;
+    let pruned = if removed == 0 {
+        String::new()
+    } else {
+        format!(
+            " (only the newest {} such witnesses are kept: {removed} older one{} removed)",
+            reprise_store::witness::SUPERSEDED_KEPT,
+            if removed == 1 { " was" } else { "s were" }
+        )
+    };
     let _ = writeln!(
         std::io::stderr().lock(),
-        "note: a state directory here was removed; its witness is kept at {}",
+        "note: a state directory here was removed; its witness is kept at {}{pruned}",
         aside.display()
     );
+}
+
+/// One line saying how a creation a crash had cut was finished.
+pub(crate) fn finished_line(finished: &Finished) -> String {
+    match finished {
+        Finished::FirstRow {
+            superseded_witness: Some(aside),
+            ..
+        } => format!(
+            "finished the state directory's creation, which a crash had cut: wrote the audit chain's first row and its witness (the witness found there was an earlier state directory's; it is kept at {})",
+            aside.display()
+        ),
+        Finished::FirstRow { .. } => "finished the state directory's creation, which a crash had cut: wrote the audit chain's first row and its witness".to_owned(),
+        Finished::Witness { .. } => "finished the state directory's creation, which a crash had cut: wrote the witness of the audit chain's first row".to_owned(),
+    }
+}
+
+/// Called after each step of creating a state directory. In a debug build,
+/// `REPRISE_TEST_KILL_AT=creation:STEP` kills the process there as `kill -9`
+/// would, so tests can leave each state a crash leaves; otherwise nothing.
+pub(crate) fn creation_hook(step: CreationStep) {
+    if cfg!(debug_assertions)
+        && std::env::var("REPRISE_TEST_KILL_AT")
+            .is_ok_and(|at| at.strip_prefix("creation:") == Some(step.name()))
+    {
+        let _ = signal_hook::low_level::raise(signal_hook::consts::SIGKILL);
+    }
 }
 
 /// One line saying what a layout migration moved.

@@ -91,7 +91,10 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     let task = task_key(settings, &state, task)?;
     let verification = verify_journal(&state, &task, || Ok(key))?;
     let chain = &verification.chain;
-    let (first_bad_row, reason) = problem_json(ChainFormat::Journal, chain);
+    let (first_bad_row, reason) = match problem_json(ChainFormat::Journal, chain) {
+        (_, Value::Null) if verification.missing => (Value::Null, json!("journal_missing")),
+        found => found,
+    };
     // The task's file checkpoints, store by store, against the journal.
     let stores = reprise_engine::check_stores(&state, Some(&task))
         .map_err(|err| CliError::usage(err.to_string()))?;
@@ -107,6 +110,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         "head": head,
         "first_bad_row": first_bad_row,
         "reason": reason,
+        "missing": verification.missing,
         "discarded_lines": chain.discarded_lines,
         "coverage": chain.coverage(),
         "identity": verification.identity,
@@ -119,6 +123,23 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     });
 
     let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
+    if verification.missing {
+        let _ = writeln!(
+            text,
+            "  MISSING: the audit chain seals this journal through seq {}, but {} is not there (deleted or moved)",
+            verification.sealed_through.unwrap_or_default(),
+            state.journal_path(&task).display()
+        );
+        if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
+            let _ = writeln!(text, "  {line}");
+        }
+        return Ok(Outcome {
+            json,
+            text,
+            ok,
+            code: None,
+        });
+    }
     let _ = write!(text, "  rows: {}", chain.rows);
     if let Some(head) = chain.head {
         let _ = write!(

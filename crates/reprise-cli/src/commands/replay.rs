@@ -1,5 +1,6 @@
 //! `reprise replay repair TASK|ledger|audit` and `--all`: cut a torn final
-//! line off a chained file, and nothing else.
+//! line off a chained file, and nothing else; with `audit` (and `--all`),
+//! also finish a state directory whose creation a crash cut.
 
 use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
@@ -118,6 +119,13 @@ pub(crate) fn repair(
                             format_of(target).reason_name(reason)
                         ),
                     ),
+                    Refusal::DamagedLastLine { row, reason } => (
+                        "damaged_last_line",
+                        format!(
+                            "the last line (row {row}) is damaged ({}) but ends with its newline: a crash cuts a line before its newline, so this line was written or changed whole, not torn; inspect it with `reprise audit verify` or `reprise status`",
+                            format_of(target).reason_name(reason)
+                        ),
+                    ),
                     Refusal::CompleteRow { row } => (
                         "complete_row",
                         format!(
@@ -145,6 +153,22 @@ pub(crate) fn repair(
             }
         };
         text.push_str(&line);
+        let mut report = report;
+        if *target == Target::Audit && ok {
+            // What a crash during creation left: finished before the ledger
+            // and the journals, whose repairs the audit chain must record.
+            let finished = reprise_store::creation::finish_creation(
+                &state,
+                &key,
+                &reprise_store::state::now_rfc3339(),
+            )?;
+            if let Some(finished) = &finished {
+                text.push_str(&crate::commands::init::finished_line(finished));
+                text.push('\n');
+                report["repaired"] = json!(true);
+            }
+            report["finished_creation"] = json!(finished.is_some());
+        }
         reports.push(report);
     }
     let json = match (reports.as_slice(), target) {

@@ -157,7 +157,6 @@ fn render(
         escape(&run.started_at),
         money.run_text(run)
     );
-    attention(&mut html, run);
     // Every chain's verification; a broken one is said first and loudly.
     let audit = read_audit(state, key)?;
     let ledger = verify_ledger(state, &audit)?;
@@ -166,10 +165,12 @@ fn render(
     chains.push(("ledger".to_owned(), ledger.ok(), String::new()));
     let plan = run.plan_id();
     let mut broken_tasks = std::collections::BTreeSet::new();
+    let mut missing_journals = Vec::new();
     for task in &run.tasks {
         let Some(plan) = plan.clone() else { continue };
         let task_key = TaskKey::new(plan, task.task_id.clone());
-        // A task that never started has no journal.
+        // A task that never started has no journal (one the audit chain
+        // seals and that is gone is reported as missing).
         if let Ok(verification) = verify_journal_with(state, &task_key, &audit) {
             let at = verification.chain.fault.map(|fault| {
                 format!(
@@ -178,6 +179,12 @@ fn render(
                     ChainFormat::Journal.reason_name(fault.reason)
                 )
             });
+            let at = if verification.missing {
+                missing_journals.push(task.task_id.clone());
+                Some(": it is missing, though the audit chain seals it".to_owned())
+            } else {
+                at
+            };
             if !verification.ok() {
                 broken_tasks.insert(task.task_id.clone());
             }
@@ -188,6 +195,7 @@ fn render(
             ));
         }
     }
+    attention(&mut html, run, &missing_journals);
     for (name, _, at) in chains.iter().filter(|(_, ok, _)| !ok) {
         let _ = write!(
             html,
@@ -226,8 +234,9 @@ fn render(
     Ok(html)
 }
 
-/// Tasks that need a person: failed or blocked, with how long ago the run ended.
-fn attention(html: &mut String, run: &RunState) {
+/// Tasks that need a person: failed or blocked, with how long ago the run
+/// ended, and those whose sealed journal is missing.
+fn attention(html: &mut String, run: &RunState, missing_journals: &[TaskId]) {
     let needing: Vec<&TaskRecord> = run
         .tasks
         .iter()
@@ -238,7 +247,7 @@ fn attention(html: &mut String, run: &RunState) {
             )
         })
         .collect();
-    if needing.is_empty() {
+    if needing.is_empty() && missing_journals.is_empty() {
         html.push_str("<p id=\"attention\" class=\"ok\">Nothing needs attention.</p>");
         return;
     }
@@ -255,6 +264,13 @@ fn attention(html: &mut String, run: &RunState) {
         })
         .unwrap_or_default();
     html.push_str("<div id=\"attention\" class=\"attention\"><strong>Needs attention</strong><ul>");
+    for task in missing_journals {
+        let _ = write!(
+            html,
+            "<li data-task=\"{id}\" data-missing=\"journal\"><a href=\"#task-{id}\">{id}</a>: its journal is missing, though the audit chain seals it (deleted or moved); <code>reprise journal verify {id}</code> says more</li>",
+            id = escape(task.as_str())
+        );
+    }
     for task in needing {
         // A parked task waits for someone: the command that wakes it.
         let wake = if task.state == TaskStatus::Suspended {

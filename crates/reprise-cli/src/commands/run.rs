@@ -16,7 +16,8 @@ use reprise_engine::{
     AgentSetup, Event, EventSink, RunOptions, RunState, Supervisor, Workspace, load_plan,
     lock_tasks, new_run_id, resolve_budget, run_plan,
 };
-use reprise_store::audit::{check_key_binding_at, init_audit, migrate_state_dir, read_audit};
+use reprise_store::audit::{check_key_binding_at, migrate_state_dir, read_audit};
+use reprise_store::creation::create_state_dir;
 use reprise_store::key::{KeyFile, check_key, load_key, load_or_create_key};
 use reprise_store::ledger::verify_ledger;
 use reprise_store::state::{StateDir, now_rfc3339};
@@ -490,7 +491,6 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Key
         }
         Err(_) if settings.state_dir.is_none() => {
             let key_existed = check_key(key_path)?;
-            let (state, created) = StateDir::create(&settings.init_target())?;
             let key = load_or_create_key(key_path)?;
             if !key_existed {
                 // A secret now exists that the user must keep: said once, on
@@ -502,13 +502,22 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Key
                     crate::commands::init::key_created_line(key_path)
                 );
             }
-            if created {
-                let initialised = init_audit(&state, key.clone(), &now_rfc3339())?;
-                if let Some(aside) = &initialised.superseded_witness {
-                    crate::commands::init::superseded_note(aside);
-                }
+            let creation = create_state_dir(
+                &settings.init_target(),
+                &key,
+                &now_rfc3339(),
+                crate::commands::init::creation_hook,
+            )?;
+            if let Some(aside) = &creation.superseded_witness {
+                crate::commands::init::superseded_note(aside, creation.superseded_removed);
             }
-            Ok((state, key))
+            if !creation.created {
+                // Another command created it meanwhile: it is checked as
+                // any found one is.
+                settings.check_binding(&creation.state, &key)?;
+                preflight(&creation.state, &key)?;
+            }
+            Ok((creation.state, key))
         }
         Err(err) => Err(err),
     }
@@ -540,6 +549,13 @@ pub(crate) fn preflight(state: &StateDir, key: &KeyFile) -> Result<(), CliError>
         )));
     }
     if let Some(reason) = audit.witness_problem {
+        if reprise_store::creation::unfinished(state, key)?.is_some() {
+            return Err(CliError::usage(format!(
+                "the creation of the state directory {} was cut by a crash ({}: it holds no records yet); nothing was run: run `reprise replay repair audit` to finish it",
+                state.root().display(),
+                reason.as_str(),
+            )));
+        }
         return Err(CliError::usage(format!(
             "the audit chain {} does not match its witness ({}: {}); nothing was run: inspect it with `reprise audit verify`",
             state.audit_path().display(),

@@ -204,17 +204,51 @@ fn load(settings: &Settings, run: Option<&str>) -> Result<RunState, CliError> {
     .map_err(engine_error)
 }
 
-/// The ledger verified against its seals, with the audit chain that holds them.
+/// The ledger verified against its seals, with the audit chain that holds
+/// them, and the journals it seals that are gone.
 struct Checked {
     audit: AuditSummary,
     ledger: LedgerVerification,
+    missing_journals: Vec<(reprise_core::TaskKey, u64)>,
 }
 
 fn checked(settings: &Settings) -> Result<Checked, CliError> {
     let (state, key) = settings.keyed_state()?;
     let audit = read_audit(&state, &key)?;
     let ledger = verify_ledger(&state, &audit)?;
-    Ok(Checked { audit, ledger })
+    let missing_journals = reprise_store::journal::missing_sealed_journals(&state, &audit)?;
+    Ok(Checked {
+        audit,
+        ledger,
+        missing_journals,
+    })
+}
+
+impl Checked {
+    /// The ledger and the audit chain verify and no sealed journal is gone.
+    fn ok(&self) -> bool {
+        self.ledger.ok() && self.audit.ok() && self.missing_journals.is_empty()
+    }
+}
+
+/// One line per journal the audit chain seals that is not there.
+fn missing_journal_lines(checked: &Checked, text: &mut String) {
+    for (task, seq) in &checked.missing_journals {
+        let _ = writeln!(
+            text,
+            "journal {task}: MISSING: the audit chain seals it through seq {seq}, but it is not in the state directory (deleted or moved)"
+        );
+    }
+}
+
+fn missing_journals_json(checked: &Checked) -> Value {
+    json!(
+        checked
+            .missing_journals
+            .iter()
+            .map(|(task, seq)| json!({"plan": task.plan.as_str(), "task_id": task.task.as_str(), "sealed_through": seq}))
+            .collect::<Vec<_>>()
+    )
 }
 
 /// Where `state.json` and the ledger disagree about a task: the ledger's
@@ -285,6 +319,7 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
     if let Some(line) = crate::commands::audit::audit_problem_line(&checked.audit) {
         let _ = writeln!(text, "{line}");
     }
+    missing_journal_lines(checked, text);
 }
 
 pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
@@ -435,7 +470,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
     ledger_lines(&checked, &mut text);
     let ledger = &checked.ledger;
     let ledger_ok = ledger.ok();
-    let ok = ledger_ok && checked.audit.ok() && disagreements.is_empty();
+    let ok = checked.ok() && disagreements.is_empty();
     let mut json = run_json(&run);
     if let Some(object) = json.as_object_mut() {
         insert_spend(object, spend);
@@ -467,6 +502,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         None => json!({"ok": ledger_ok, "rows": 0, "identity": ledger.identity}),
     };
     json["audit"] = crate::commands::audit::audit_json(&checked.audit);
+    json["missing_journals"] = missing_journals_json(&checked);
     json["state_disagrees"] = json!(disagreements);
     json["state_lags"] = json!(lagging);
     // A run that has not finished has no verdict yet.
@@ -727,6 +763,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
                 "attempts": record.attempts,
                 "metadata": record.metadata,
                 "ledger_state": disagreement,
+                "missing_journals": missing_journals_json(&checked),
             }),
             spend,
         ),
@@ -737,6 +774,6 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
             text.push_str(&lines);
             text
         },
-        ok: disagreement.is_none() && checked.ledger.ok() && checked.audit.ok(),
+        ok: disagreement.is_none() && checked.ok(),
     })
 }

@@ -153,7 +153,7 @@ pub enum PlanErrorKind {
         .id.as_str()
     )]
     UnknownDependency { id: TaskId },
-    #[error("{} is a cycle; remove one of these dependencies", cycle_text(ids))]
+    #[error("{}; remove one of these dependencies", cycle_text(ids))]
     Cycle { ids: Vec<TaskId> },
     #[error(
         "agent command needs the command to run; add command: \"./agent.sh\" (run by sh -c) or command: [\"program\", \"arg\", ...]"
@@ -245,12 +245,32 @@ fn did_you_mean(suggestion: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
-/// `"a" -> "b" -> "a"`.
+/// Tasks of a cycle named in full; a longer one is cut after its first
+/// [`CYCLE_SHOWN`] and counted, so the error stays one readable line.
+const CYCLE_NAMED_IN_FULL: usize = 8;
+const CYCLE_SHOWN: usize = 5;
+
+/// `"a" -> "b" -> "a" is a cycle`, or for a long one
+/// `"t0" -> … -> "t4" -> … (36,995 more) -> "t0" is a cycle of 37,000 tasks`.
 fn cycle_text(ids: &[TaskId]) -> String {
-    ids.iter()
-        .map(|id| format!("{:?}", id.as_str()))
+    let quoted = |id: &TaskId| format!("{:?}", id.as_str());
+    // The walk ends where it began: the last id repeats the first.
+    let tasks = ids.len().saturating_sub(1);
+    if tasks <= CYCLE_NAMED_IN_FULL {
+        let path = ids.iter().map(quoted).collect::<Vec<_>>().join(" -> ");
+        return format!("{path} is a cycle");
+    }
+    let first = ids[..CYCLE_SHOWN]
+        .iter()
+        .map(quoted)
         .collect::<Vec<_>>()
-        .join(" -> ")
+        .join(" -> ");
+    format!(
+        "{first} -> … ({} more) -> {} is a cycle of {} tasks",
+        thousands(tasks - CYCLE_SHOWN),
+        quoted(&ids[0]),
+        thousands(tasks)
+    )
 }
 
 /// What to do about a value of the wrong type.

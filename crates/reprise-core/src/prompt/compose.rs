@@ -12,7 +12,7 @@ use crate::digest::{Digest, tagged_sha256};
 use crate::outcome::{AttemptOutcome, Verdict};
 use crate::plan::Disclose;
 
-use super::excerpt::excerpt;
+use super::excerpt::{excerpt, without_nul};
 use super::fence::{Fenced, Nonce, fence_or_notice};
 
 /// Template id of the corrective instruction, recorded with each decision.
@@ -72,7 +72,7 @@ fn push_context_request(
     built.text.push_str(opening);
     match fence_or_notice(
         REQUEST_LABEL,
-        &excerpt(request.what, REQUEST_QUOTE_MAX),
+        &excerpt(&without_nul(request.what), REQUEST_QUOTE_MAX),
         nonces(),
     ) {
         Fenced::Quoted(block) => built.text.push_str(&block),
@@ -232,7 +232,7 @@ pub fn cold_prompt(context: &RetryContext<'_>, nonces: &mut NonceSource<'_>) -> 
     if previous.reply.trim().is_empty() {
         built.text.push_str("\nIts reply was empty.\n");
     } else {
-        let quoted = excerpt(previous.reply, REPLY_QUOTE_MAX);
+        let quoted = excerpt(&without_nul(previous.reply), REPLY_QUOTE_MAX);
         let nonce = nonces();
         match fence_or_notice(REPLY_LABEL, &quoted, nonce) {
             Fenced::Quoted(block) => {
@@ -348,7 +348,7 @@ fn push_gate_outputs(
         .iter()
         .filter(|gate| gate.disclose == Disclose::Output && !gate.output.trim().is_empty());
     for gate in disclosed {
-        let quoted = excerpt(gate.output, GATE_OUTPUT_MAX);
+        let quoted = excerpt(&without_nul(gate.output), GATE_OUTPUT_MAX);
         let nonce = nonces();
         match fence_or_notice(&format!("output-of-{}", gate.name), &quoted, nonce) {
             Fenced::Quoted(block) => {

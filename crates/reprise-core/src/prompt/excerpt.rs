@@ -44,6 +44,17 @@ pub fn excerpt(text: &str, max_bytes: usize) -> String {
     text[..floor_char_boundary(text, max_bytes)].to_owned()
 }
 
+/// `text` with each NUL byte shown as `␀` (U+2400). A prompt is handed to
+/// an agent's CLI as a process argument, which cannot hold a NUL: one quoted
+/// from a reply or a gate's output would stop the next attempt from starting.
+pub(super) fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{2400}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 fn decimal_digits(mut value: usize) -> usize {
     let mut digits = 1;
     while value >= 10 {
