@@ -509,7 +509,14 @@ fn park_through_the_engine(env: &Env, plan: &str) {
         .project()
         .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
     let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+    // The sim agent opens its session just after `attempt.started`: a
+    // park before that has no session to resume warm (under load it came
+    // first), so the test waits for the session's file as well.
+    let sessions = env.project().join(".reprise/sim");
+    let has_session = || fs::read_dir(&sessions).is_ok_and(|mut entries| entries.next().is_some());
+    while !(fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
+        && has_session())
+    {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(60),
             "the attempt never started"
