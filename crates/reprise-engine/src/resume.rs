@@ -179,10 +179,19 @@ pub fn check_resume(
     }
     let verification =
         verify_journal_with(state, task, &audit).map_err(|err| Refusal(err.to_string()))?;
-    if verification.chain.first_problem().is_some() {
-        return refuse(format!(
-            "the journal of {task} does not verify; `reprise journal verify {task}` says where (nothing resumed)"
-        ));
+    match verification.chain.first_problem() {
+        None => {}
+        // A crash cut the last row: the repair removes exactly that.
+        Some(fault) if fault.reason == reprise_core::chain::Reason::TornTail => {
+            return refuse(format!(
+                "the journal of {task} ends in a torn row (a crash mid-write); `reprise replay repair {task}` cuts it, then resume again (nothing resumed)"
+            ));
+        }
+        Some(_) => {
+            return refuse(format!(
+                "the journal of {task} does not verify; `reprise journal verify {task}` says where (nothing resumed)"
+            ));
+        }
     }
     if let Some(given) = given_receipt {
         let found = audit.suspensions.iter().find(|row| row.digest == given);
