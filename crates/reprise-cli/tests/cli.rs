@@ -1268,6 +1268,10 @@ mod escapes;
 #[path = "cli/truths.rs"]
 mod truths;
 
+// ---- Crashes at every step, continued (issue 27) ----
+#[path = "cli/crashes.rs"]
+mod crashes;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -1452,7 +1452,16 @@ fn journal_output(
     key: &TaskKey,
     run_id: &str,
 ) -> Option<crate::sandbox::TaskOutput> {
-    let body = journal_row(state, key, run_id, reprise_core::lifecycle::rows::RESULT)?;
+    result_output(&journal_row(
+        state,
+        key,
+        run_id,
+        reprise_core::lifecycle::rows::RESULT,
+    )?)
+}
+
+/// The result a `task.result` row records, unless it records a failure.
+pub(crate) fn result_output(body: &serde_json::Value) -> Option<crate::sandbox::TaskOutput> {
     if body.get("error").is_some() {
         return None;
     }
