@@ -90,6 +90,21 @@ pub(crate) struct TaskRun<'a> {
     /// The task's permissions (agent, tools, paths, containment,
     /// envelope): what a park binds and a resume may not narrow.
     pub(crate) grant: reprise_core::grant::GrantSet,
+    /// What the run knows of the task's attempts that the task does not,
+    /// for its checkpoints.
+    pub(crate) context: HeldContext,
+}
+
+/// The plan's model and agent variables for the task's CLI, and the state
+/// of its dependencies when it started: what its checkpoints hold besides
+/// the files.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeldContext {
+    pub(crate) model: Option<String>,
+    /// Names only: a value may be a secret.
+    pub(crate) agent_env: Vec<String>,
+    /// `{task, state, commit}` of each dependency.
+    pub(crate) dependencies: Vec<Value>,
 }
 
 /// A park the task thread recorded; the coordinator finishes it.

@@ -243,3 +243,83 @@ tasks:
     assert!(audit.contains("\"kind\":\"journal.repair\""), "{audit}");
     assert_success(&env.run(&["audit", "verify"]));
 }
+
+/// Seed 004: a checkpoint holds the execution context and the dependency
+/// state: which dependencies had passed, at which result commit, and what
+/// the attempt ran with (agent, model, mode, grant, the names of the
+/// variables it was given, never their values). `task show --json` shows it.
+#[test]
+fn a_checkpoint_holds_what_the_attempt_ran_with_and_its_dependencies_results() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "held",
+        r#"
+version: 1
+name: held
+defaults: { agent: command, timeout: 30s }
+tasks:
+  - id: first
+    prompt: p
+    command: [sh, -c, "echo one > one.txt; echo DONE"]
+  - id: second
+    prompt: p
+    depends_on: [first]
+    pass_env: [HELD_TOKEN]
+    allowed_paths: ["*.txt"]
+    command: [sh, -c, "echo two > two.txt; echo DONE"]
+"#,
+    );
+    let output = env
+        .command(&["run", &plan, "--json"])
+        .env("HELD_TOKEN", "s3cret-value")
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let run = json_of(&output);
+    let first_commit = run["tasks"][0]["result"]["commit"].as_str().unwrap();
+    let shown = json_of(&env.run(&["task", "show", "second", "--json"]));
+    let checkpoints = shown["checkpoints"].as_array().unwrap();
+    assert_eq!(checkpoints.len(), 1, "{shown}");
+    let held = &checkpoints[0];
+    assert_eq!(held["attempt"], 1);
+    assert_eq!(
+        held["dependencies"],
+        json!([{"task": "first", "state": "passed", "commit": first_commit}]),
+        "{held}"
+    );
+    let context = &held["context"];
+    assert_eq!(context["agent"], "command", "{held}");
+    assert_eq!(context["mode"], "new", "{held}");
+    assert_eq!(
+        context["grant"]["allowed_paths"],
+        json!(["*.txt"]),
+        "{held}"
+    );
+    let names: Vec<&str> = context["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"HELD_TOKEN"), "{names:?}");
+    assert!(names.contains(&"REPRISE_RUN_ID"), "{names:?}");
+    // Names, never values: the secret is nowhere in the journal.
+    let journal = fs::read_to_string(
+        env.reprise_dir()
+            .join("plans/held/tasks/second/journal.jsonl"),
+    )
+    .unwrap();
+    assert!(!journal.contains("s3cret-value"));
+    let text = stdout(&env.run(&["task", "show", "second"]));
+    assert!(
+        text.contains("checkpoint before attempt 1: command (new, model default), dependencies: first passed at"),
+        "{text}"
+    );
+    let first = json_of(&env.run(&["task", "show", "first", "--json"]));
+    assert_eq!(
+        first["checkpoints"][0]["dependencies"],
+        json!([]),
+        "{first}"
+    );
+}

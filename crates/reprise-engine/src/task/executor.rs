@@ -451,6 +451,33 @@ impl<'r, 'a> Executor<'r, 'a> {
         Ok(())
     }
 
+    /// What a checkpoint before an attempt holds besides the files (seed
+    /// 004's execution context and dependency state): the agent, the model
+    /// asked for (`null`: the CLI's own default), the mode, the task's
+    /// grant, the names (never the values) of the variables reprise sets
+    /// for it, and each dependency's state and result commit.
+    fn held(&self) -> Value {
+        let run = self.run;
+        let attempt_env = self.attempt_env(std::path::Path::new(""));
+        let mut env: Vec<&str> = attempt_env
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .chain(run.context.agent_env.iter().map(String::as_str))
+            .collect();
+        env.sort_unstable();
+        env.dedup();
+        json!({
+            "context": {
+                "agent": run.adapter.name(),
+                "model": self.next_model.clone().or_else(|| self.resumed_model()).or_else(|| run.context.model.clone()),
+                "mode": self.next.mode,
+                "grant": run.grant,
+                "env": env,
+            },
+            "dependencies": run.context.dependencies,
+        })
+    }
+
     /// A journal whose last line was torn while the task ran (a write that
     /// was not the engine's, cut short) fails closed, then goes on: the
     /// torn line is cut off by the same repair `replay repair` does (kept
@@ -842,6 +869,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         if self.run.cancel.is_cancelled() {
             return Ok(Some(TaskEvent::CancelRequested));
         }
+        let held = self.held();
         if let Some(store) = &self.snapshots {
             let label = format!("before attempt {attempt}");
             let (checkpoint, hash) = match self.restored.take() {
@@ -853,18 +881,20 @@ impl<'r, 'a> Executor<'r, 'a> {
                         &label,
                         &checkpoint,
                         hash,
+                        Some(&held),
                     )?;
                     (checkpoint, hash)
                 }
                 None => {
                     let hash = self.run.workspace_hash(&self.cwd)?;
-                    let checkpoint = checkpoints::take(
+                    let checkpoint = checkpoints::take_with(
                         store,
                         &mut self.journal,
                         self.run.run_id,
                         attempt,
                         &label,
                         hash,
+                        Some(&held),
                     )?;
                     (checkpoint, hash)
                 }
