@@ -224,6 +224,11 @@ impl TaskRun<'_> {
             ..policy
         };
         let mut reused = None;
+        // A close the kill cut short (not a stop's: that goes on below).
+        let closing_as = match state_now {
+            TaskState::Closing(terminal) if terminal != Terminal::Cancelled => Some(terminal),
+            _ => None,
+        };
         let mut closing = None;
         // An attempt the stop cut short (its agent or gates killed, judged
         // as the infrastructure failure that was): it is diagnosed and
@@ -256,11 +261,8 @@ impl TaskRun<'_> {
             // Killed while it closed (committing its result, keeping its
             // failed tree, restoring its base): the close goes on from what
             // its rows show done.
-            Continuation::Interrupted | Continuation::Cancelled if matches!(state_now, TaskState::Closing(terminal) if terminal != Terminal::Cancelled) =>
-            {
-                let TaskState::Closing(terminal) = state_now else {
-                    unreachable!("matched as closing")
-                };
+            Continuation::Interrupted | Continuation::Cancelled if closing_as.is_some() => {
+                let terminal = closing_as.expect("the guard saw it");
                 let since = rows
                     .iter()
                     .rposition(|row| {
@@ -295,7 +297,7 @@ impl TaskRun<'_> {
                     &json!({"run_id": self.run_id, "from": state_now, "lifecycle": policy,
                             "interrupted_attempt": latest}),
                 )?;
-                closing = Some((effects, head));
+                closing = Some((terminal, effects, head));
                 (policy, None, vec![(state_now, latest)], None)
             }
             Continuation::Interrupted | Continuation::Cancelled => {
@@ -550,10 +552,7 @@ impl TaskRun<'_> {
         if let Some((checkpoint, hash)) = reused {
             executor.restored_to(checkpoint, hash);
         }
-        if let Some((effects, head)) = closing {
-            let TaskState::Closing(terminal) = first[0].0 else {
-                unreachable!("a close goes on from closing")
-            };
+        if let Some((terminal, effects, head)) = closing {
             if effects.contains(&Effect::CommitResult { attempt: latest })
                 && let Some(base) = self.base.as_deref().filter(|_| isolated)
             {
