@@ -156,6 +156,9 @@ tasks:
     let task = &run["tasks"][0];
     assert_eq!(task["state"], "passed", "{run}");
     assert_eq!(task["attempts"].as_array().unwrap().len(), 2, "{run}");
+    // Its gate passed, yet it is a verdict against the work.
+    assert_eq!(task["attempts"][0]["gates"][0]["passed"], true, "{run}");
+    assert_eq!(task["attempts"][0]["outcome"], "judged", "{run}");
     let rows = journal_kinds(&env, "fenced", "stay");
     let finished: Vec<&Value> = rows
         .iter()

@@ -1212,6 +1212,12 @@ impl<'r, 'a> Executor<'r, 'a> {
                 self.protected_changed = Some(anomaly);
             }
         }
+        if wrote_outside && summary.outcome == crate::state::Outcome::Passed {
+            // Its gates passed, but the work went where it may not: a
+            // verdict on the work, whatever they said.
+            summary.outcome = crate::state::Outcome::Judged;
+            summary.judged = true;
+        }
         self.remove_tmp();
         self.settle_git()?;
         self.keep_logs(attempt, &report, &summary);
