@@ -1278,6 +1278,10 @@ mod state_dir;
 #[path = "cli/seeds.rs"]
 mod seeds;
 
+// ---- Crashes at every step, continued (issue 27) ----
+#[path = "cli/crashes.rs"]
+mod crashes;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -580,6 +580,43 @@ pub fn transition(
     })
 }
 
+/// What is left to do of closing the task as `terminal` (after attempt
+/// `attempt`) when the process closing it died: `done` holds the kinds of
+/// the journal rows written since the task began to close. Every effect a
+/// row shows done is not done again: a recorded result is only finished, a
+/// partial recorded once is not recorded again, a failed tree kept or
+/// restored is not kept again (the tree may already be the base).
+pub fn closing_left(
+    policy: &Policy,
+    terminal: Terminal,
+    attempt: u32,
+    done: &[&str],
+) -> Vec<Effect> {
+    let has = |kind: &str| done.contains(&kind);
+    if has(rows::RESULT) {
+        return vec![Effect::Finish(terminal)];
+    }
+    match terminal {
+        Terminal::Passed => vec![Effect::CommitResult { attempt }],
+        Terminal::Partial if has(rows::PARTIAL) => vec![Effect::CommitResult { attempt }],
+        Terminal::Partial => vec![
+            Effect::RecordPartial { attempt },
+            Effect::CommitResult { attempt },
+        ],
+        // Only a recorded result that failed leaves a task here.
+        Terminal::Failed(Failure::NotDelivered) => vec![Effect::Finish(terminal)],
+        _ => close_undelivered(policy, terminal)
+            .effects
+            .into_iter()
+            .filter(|effect| match effect {
+                Effect::KeepFailedTree => !has(rows::CHECKPOINT_TAKEN) && !has(rows::RESTORED),
+                Effect::RollBack { .. } => !has(rows::RESTORED),
+                _ => true,
+            })
+            .collect(),
+    }
+}
+
 /// Journal row kinds the lifecycle reads back.
 pub mod rows {
     pub const TASK_STARTED: &str = "task.started";
@@ -593,6 +630,11 @@ pub mod rows {
     pub const RESTORED: &str = "checkpoint.restored";
     pub const DECISION: &str = "retry.decision";
     pub const RESULT: &str = "task.result";
+    /// An attempt kept as partial, with its gaps.
+    pub const PARTIAL: &str = "task.partial";
+    /// The journal's torn last line, cut off while the task ran: the
+    /// verification failure, logged.
+    pub const TAIL_REPAIRED: &str = "journal.tail_repaired";
     pub const TASK_FINISHED: &str = "task.finished";
     /// A park (the `task.suspend` journal row).
     pub const SUSPEND: &str = "task.suspend";
@@ -759,6 +801,45 @@ mod rollback_rule {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_close_cut_short_does_only_what_its_rows_do_not_show_done() {
+        let policy = Policy {
+            max_attempts: 2,
+            budgeted: false,
+            rollback: RollbackOnRetry::Auto,
+            snapshots: true,
+        };
+        let left = |terminal, done: &[&str]| closing_left(&policy, terminal, 2, done);
+        let commit = Effect::CommitResult { attempt: 2 };
+        assert_eq!(left(Terminal::Passed, &[]), [commit]);
+        assert_eq!(
+            left(Terminal::Passed, &[rows::RESULT]),
+            [Effect::Finish(Terminal::Passed)]
+        );
+        assert_eq!(
+            left(Terminal::Partial, &[]),
+            [Effect::RecordPartial { attempt: 2 }, commit]
+        );
+        assert_eq!(left(Terminal::Partial, &[rows::PARTIAL]), [commit]);
+        let exhausted = Terminal::Failed(Failure::AttemptsExhausted);
+        assert_eq!(
+            left(exhausted, &[]),
+            close_undelivered(&policy, exhausted).effects
+        );
+        let base = Effect::RollBack {
+            to: RollbackTarget::Base,
+            reason: RollbackReason::TaskEnded,
+        };
+        assert_eq!(
+            left(exhausted, &[rows::CHECKPOINT_TAKEN]),
+            [base, Effect::Close]
+        );
+        assert_eq!(
+            left(Terminal::Blocked, &[rows::CHECKPOINT_TAKEN, rows::RESTORED]),
+            [Effect::Close]
+        );
+    }
 
     const STRATEGIES: [Strategy; 5] = [
         Strategy::RetryByPolicy,

@@ -107,15 +107,28 @@ pub(crate) fn take(
     label: &str,
     workspace_hash: Digest,
 ) -> Result<Checkpoint> {
+    take_with(store, journal, run_id, attempt, label, workspace_hash, None)
+}
+
+/// As `take`, with `held` (an object) added to the row: what the attempt
+/// after it runs with and the state of its dependencies (see `Executor`).
+pub(crate) fn take_with(
+    store: &SnapshotStore,
+    journal: &mut Journal,
+    run_id: &str,
+    attempt: u32,
+    label: &str,
+    workspace_hash: Digest,
+    held: Option<&serde_json::Value>,
+) -> Result<Checkpoint> {
     let checkpoint = store.take(label)?;
     record(
         journal,
-        run_id,
-        attempt,
-        label,
+        (run_id, attempt, label),
         &checkpoint,
         workspace_hash,
         false,
+        held,
     )?;
     Ok(checkpoint)
 }
@@ -130,26 +143,25 @@ pub(crate) fn reuse(
     label: &str,
     checkpoint: &Checkpoint,
     workspace_hash: Digest,
+    held: Option<&serde_json::Value>,
 ) -> Result<()> {
     record(
         journal,
-        run_id,
-        attempt,
-        label,
+        (run_id, attempt, label),
         checkpoint,
         workspace_hash,
         true,
+        held,
     )
 }
 
 fn record(
     journal: &mut Journal,
-    run_id: &str,
-    attempt: u32,
-    label: &str,
+    (run_id, attempt, label): (&str, u32, &str),
     checkpoint: &Checkpoint,
     workspace_hash: Digest,
     reused: bool,
+    held: Option<&serde_json::Value>,
 ) -> Result<()> {
     let mut body = json!({
         "run_id": run_id,
@@ -164,6 +176,11 @@ fn record(
     });
     if reused {
         body["reused"] = json!(true);
+    }
+    if let Some(serde_json::Value::Object(held)) = held {
+        for (name, value) in held {
+            body[name] = value.clone();
+        }
     }
     journal.append(TAKEN_KIND, &now_rfc3339(), &body)?;
     Ok(())
@@ -229,4 +246,33 @@ pub fn restore(
         workspace_hash,
         matches,
     })
+}
+
+/// The checkpoints taken before the attempts of `key` in `run_id`, as its
+/// journal recorded them: each attempt's checkpoint and workspace hash,
+/// with what the attempt ran with and its dependencies' state (`context`,
+/// `dependencies`; absent from checkpoints recorded before they were).
+pub fn held_checkpoints(state: &StateDir, key: &TaskKey, run_id: &str) -> Vec<serde_json::Value> {
+    crate::resume::rows_of_run(state, key, run_id)
+        .into_iter()
+        .filter(|row| {
+            row.kind == TAKEN_KIND
+                && row
+                    .body
+                    .get("label")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|label| label.starts_with("before attempt"))
+        })
+        .map(|row| {
+            let field = |name: &str| row.body.get(name).cloned().unwrap_or_default();
+            json!({
+                "seq": row.seq,
+                "attempt": field("attempt"),
+                "checkpoint": field("checkpoint"),
+                "workspace_hash": field("workspace_hash"),
+                "context": field("context"),
+                "dependencies": field("dependencies"),
+            })
+        })
+        .collect()
 }

@@ -35,8 +35,8 @@ pub use checkpoint_binding::{
     object_intact, recorded_checkpoints,
 };
 pub use checkpoints::{
-    FAILED_TREE_LABEL, RESTORED_KIND, Restored, TAKEN_KIND, restore as restore_checkpoint,
-    task_snapshots,
+    FAILED_TREE_LABEL, RESTORED_KIND, Restored, TAKEN_KIND, held_checkpoints,
+    restore as restore_checkpoint, task_snapshots,
 };
 pub use control::{CONTROL_VERSION, ControlOp, ask as ask_run, requester_of, socket_path};
 pub use delivery::{

@@ -81,17 +81,15 @@ pub(crate) fn partial_gaps(task: &Task, summary: &AttemptSummary) -> Option<Vec<
     })
 }
 
-/// What was seen while the attempt ran: changes outside the task's
-/// `allowed_paths` (found by comparing the tree with the checkpoint taken
-/// before the attempt), gates stopped midway, and an agent stopped for its
-/// output (too much of it, or none for too long).
-pub(crate) fn anomalies(
+/// The changes outside the task's `allowed_paths`, found by comparing the
+/// tree with the checkpoint taken before the attempt: checked for every
+/// attempt, passing or not, before its gates run (what the gates leave is
+/// not the agent's).
+pub(crate) fn outside_writes(
     task: &Task,
-    summary: &AttemptSummary,
     checkpoint: Option<(&SnapshotStore, &Checkpoint)>,
     scratch: &Path,
-) -> Result<Vec<Anomaly>> {
-    let mut found = Vec::new();
+) -> Result<Option<Anomaly>> {
     // Absolute entries name places outside the worktree the sandbox lets the
     // task write (issue 12); only the relative globs restrict the tree.
     let globs: Vec<String> = task
@@ -100,27 +98,34 @@ pub(crate) fn anomalies(
         .filter(|path| !Path::new(path.as_str()).is_absolute())
         .cloned()
         .collect();
-    if !globs.is_empty()
-        && let Some((store, checkpoint)) = checkpoint
-    {
-        let changes = store.changes(checkpoint, scratch)?;
-        let outside: Vec<String> = changes
-            .files
-            .into_iter()
-            .map(|(_, path)| path)
-            .filter(|path| match path.strip_suffix('/') {
-                // A directory is inside when something under it may be.
-                Some(dir) => {
-                    !path_allowed(dir, &globs) && !path_allowed(&format!("{dir}/."), &globs)
-                }
-                None => !path_allowed(path, &globs),
-            })
-            .map(|path| path.trim_end_matches('/').to_owned())
-            .collect();
-        if !outside.is_empty() {
-            found.push(Anomaly::WriteOutsideAllowedPaths { paths: outside });
-        }
-    }
+    let (false, Some((store, checkpoint))) = (globs.is_empty(), checkpoint) else {
+        return Ok(None);
+    };
+    let changes = store.changes(checkpoint, scratch)?;
+    let outside: Vec<String> = changes
+        .files
+        .into_iter()
+        .map(|(_, path)| path)
+        .filter(|path| match path.strip_suffix('/') {
+            // A directory is inside when something under it may be.
+            Some(dir) => !path_allowed(dir, &globs) && !path_allowed(&format!("{dir}/."), &globs),
+            None => !path_allowed(path, &globs),
+        })
+        .map(|path| path.trim_end_matches('/').to_owned())
+        .collect();
+    Ok((!outside.is_empty()).then_some(Anomaly::WriteOutsideAllowedPaths { paths: outside }))
+}
+
+/// What was seen while the attempt ran: changes outside the task's
+/// `allowed_paths` (`outside`, see `outside_writes`), gates stopped midway,
+/// and an agent stopped for its output (too much of it, or none for too
+/// long).
+pub(crate) fn anomalies(
+    task: &Task,
+    summary: &AttemptSummary,
+    outside: Option<Anomaly>,
+) -> Vec<Anomaly> {
+    let mut found: Vec<Anomaly> = outside.into_iter().collect();
     for gate in summary.gates.iter().filter(|gate| gate.crashed) {
         found.push(match gate.timed_out_after_ms {
             Some(timeout_ms) => Anomaly::GateTimedOut {
@@ -144,7 +149,7 @@ pub(crate) fn anomalies(
         }),
         _ => {}
     }
-    Ok(found)
+    found
 }
 
 /// Waits before retrying a provider failure (rate limit, overload, network,

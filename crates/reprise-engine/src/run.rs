@@ -652,6 +652,23 @@ pub fn run_plan(
                 let pool = &pool;
                 let control = &controls[&task.id];
                 let keep_worktrees = options.keep_worktrees;
+                let options_of_cli = cli_options(plan, task.agent.kind());
+                let context = crate::task::HeldContext {
+                    model: options_of_cli.model,
+                    agent_env: options_of_cli.env.into_iter().map(|(name, _)| name).collect(),
+                    dependencies: task
+                        .depends_on
+                        .iter()
+                        .map(|dependency| {
+                            let record = &run.tasks[position[dependency]];
+                            serde_json::json!({
+                                "task": dependency,
+                                "state": record.state,
+                                "commit": record.output.as_ref().map(|output| output.tip().to_owned()),
+                            })
+                        })
+                        .collect(),
+                };
                 scope.spawn(move || {
                     let result = TaskRun {
                         state,
@@ -677,6 +694,7 @@ pub fn run_plan(
                         spent_before,
                         continuation,
                         grant: reprise_core::grant::grant_of(task, plan),
+                        context,
                     }
                     .execute();
                     // Reclaimed after the seat is given back: removing a
@@ -1452,7 +1470,16 @@ fn journal_output(
     key: &TaskKey,
     run_id: &str,
 ) -> Option<crate::sandbox::TaskOutput> {
-    let body = journal_row(state, key, run_id, reprise_core::lifecycle::rows::RESULT)?;
+    result_output(&journal_row(
+        state,
+        key,
+        run_id,
+        reprise_core::lifecycle::rows::RESULT,
+    )?)
+}
+
+/// The result a `task.result` row records, unless it records a failure.
+pub(crate) fn result_output(body: &serde_json::Value) -> Option<crate::sandbox::TaskOutput> {
     if body.get("error").is_some() {
         return None;
     }

@@ -290,9 +290,11 @@ pub(crate) fn prepare(
             .arg(base);
         git.output(add).map_err(sandbox_error)?;
     }
+    reprise_store::io::crash_point(task.id.as_str(), "worktree.added");
     // Its linkage recorded before any agent runs in it, and its files
     // checked out at the base.
     crate::linkage::Linkage::create(state, repo, &dir, base)?;
+    reprise_store::io::crash_point(task.id.as_str(), "worktree.linked");
     let cwd = dir.join(&subdir);
     std::fs::create_dir_all(&cwd).map_err(|err| EngineError::Sandbox {
         task: task.id.to_string(),
@@ -409,16 +411,63 @@ pub fn result_branch(run_id: &str, task: &TaskId) -> String {
     format!("reprise/{run_id}/{task}")
 }
 
+/// The commit a crash left on the task's result branch: a branch that
+/// exists although the task's journal recorded no result for the run
+/// (checked by the caller), whose commit reprise made for this run and task
+/// on `base` (its trailers and its one parent say so). `None` when there is
+/// no branch; an error when a branch of that name holds anything else.
+pub(crate) fn orphaned_result(
+    workspace: &Workspace,
+    run_id: &str,
+    task: &TaskId,
+    base: &str,
+) -> Result<Option<String>> {
+    let Some(repo) = workspace.repo() else {
+        return Ok(None);
+    };
+    let git = Git::new(repo);
+    let branch = result_branch(run_id, task);
+    let full = format!("refs/heads/{branch}");
+    if !git.ref_exists(&full) {
+        return Ok(None);
+    }
+    let commit = git.commit_of(&full)?;
+    let parents = git.run(["rev-list", "--parents", "-n", "1", &commit])?;
+    let message = git.run(["log", "-1", "--format=%B", &commit])?;
+    let trailer = |name: &str| {
+        message
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+    };
+    let ours = parents.split_whitespace().skip(1).eq([base])
+        && trailer("Reprise-Run:") == Some(run_id)
+        && trailer("Reprise-Task:") == Some(task.as_str());
+    if !ours {
+        return Err(EngineError::Sandbox {
+            task: task.to_string(),
+            detail: format!(
+                "branch {branch} exists and is not a result reprise left for this run; nothing was committed (rename or delete the branch, then continue the run)"
+            ),
+        });
+    }
+    Ok(Some(commit))
+}
+
 /// Commits everything in `worktree` (tracked and untracked files, honouring
 /// ignore rules) on top of `base`, on the task's branch. A tree equal to the
 /// base's is recorded as no change and commits nothing. The branch must not
-/// exist: it is created, never moved or reset.
+/// exist: it is created, never moved or reset, except when `orphan` names
+/// the commit a crash left on it before the result was recorded (see
+/// `orphaned_result`): that one, and only while the branch still holds it,
+/// is replaced.
 pub(crate) fn commit_result(
     state: &StateDir,
     workspace: &Workspace,
     worktree: &Path,
     base: &str,
     provenance: &Provenance<'_>,
+    orphan: Option<&str>,
 ) -> Result<TaskOutput> {
     let repo = workspace
         .repo()
@@ -469,19 +518,21 @@ pub(crate) fn commit_result(
     let commit = git.commit_tree(&tree, &[base], &message)?;
     let branch = result_branch(provenance.run_id, provenance.task);
     let full = format!("refs/heads/{branch}");
-    // The all-zero old value: create only, never move an existing branch.
+    // The all-zero old value: create only, never move an existing branch
+    // (but the crash's orphan, compared and swapped at once).
     git.run([
         "update-ref",
         "-m",
         "reprise: task result",
         &full,
         &commit,
-        "0000000000000000000000000000000000000000",
+        orphan.unwrap_or("0000000000000000000000000000000000000000"),
     ])
     .map_err(|err| EngineError::Sandbox {
         task: provenance.task.to_string(),
         detail: format!("cannot create branch {branch}: {err}"),
     })?;
+    reprise_store::io::crash_point(provenance.task.as_str(), "result.branch");
     // Leave the worktree at its result, detached, with its own index
     // matching it: the index the tree was just committed from.
     linkage.advance(state, &commit, index.path())?;

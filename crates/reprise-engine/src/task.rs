@@ -90,6 +90,21 @@ pub(crate) struct TaskRun<'a> {
     /// The task's permissions (agent, tools, paths, containment,
     /// envelope): what a park binds and a resume may not narrow.
     pub(crate) grant: reprise_core::grant::GrantSet,
+    /// What the run knows of the task's attempts that the task does not,
+    /// for its checkpoints.
+    pub(crate) context: HeldContext,
+}
+
+/// The plan's model and agent variables for the task's CLI, and the state
+/// of its dependencies when it started: what its checkpoints hold besides
+/// the files.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeldContext {
+    pub(crate) model: Option<String>,
+    /// Names only: a value may be a secret.
+    pub(crate) agent_env: Vec<String>,
+    /// `{task, state, commit}` of each dependency.
+    pub(crate) dependencies: Vec<Value>,
 }
 
 /// A park the task thread recorded; the coordinator finishes it.
@@ -144,6 +159,9 @@ struct RetryBasis<'a> {
     /// many times in a row its judged failure has now been seen.
     since_last_request: std::time::Duration,
     same_failure_in_a_row: u32,
+    /// The journal failed verification during the attempt (its torn tail
+    /// was cut): no checkpoint is trusted, and the retry goes cold.
+    chain_broken: bool,
 }
 
 /// What the next attempt sends, and how.
@@ -538,7 +556,10 @@ impl TaskRun<'_> {
     /// (`task.result`); a task that changed nothing records that and commits
     /// nothing. A commit that fails fails the task (recorded, with the
     /// error): work that cannot be delivered has not passed. Says whether
-    /// the result was delivered.
+    /// the result was delivered. `orphan` is the commit a crash left on the
+    /// result branch before its result was recorded: replaced, and named in
+    /// the row (`replaced`).
+    #[allow(clippy::too_many_arguments)]
     fn commit_output(
         &self,
         journal: &mut Journal,
@@ -547,6 +568,7 @@ impl TaskRun<'_> {
         head: reprise_core::record::Head,
         attempt: u32,
         result: &mut TaskResult,
+        orphan: Option<&str>,
     ) -> Result<bool> {
         let provenance = Provenance {
             run_id: self.run_id,
@@ -557,16 +579,16 @@ impl TaskRun<'_> {
             journal_hash: head.digest.to_hex(),
         };
         let started = Instant::now();
-        match sandbox::commit_result(self.state, self.workspace, cwd, base, &provenance) {
+        match sandbox::commit_result(self.state, self.workspace, cwd, base, &provenance, orphan) {
             Ok(output) => {
                 let commit_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                journal.append(
-                    rows::RESULT,
-                    &now_rfc3339(),
-                    &json!({"run_id": self.run_id, "base_commit": output.base, "commit": output.commit,
-                            "branch": output.branch, "files_changed": output.files_changed,
-                            "commit_us": commit_us}),
-                )?;
+                let mut body = json!({"run_id": self.run_id, "base_commit": output.base,
+                        "commit": output.commit, "branch": output.branch,
+                        "files_changed": output.files_changed, "commit_us": commit_us});
+                if let (Some(orphan), Some(_)) = (orphan, &output.commit) {
+                    body["replaced"] = json!(orphan);
+                }
+                journal.append(rows::RESULT, &now_rfc3339(), &body)?;
                 result.output = Some(output);
                 Ok(true)
             }
@@ -781,6 +803,7 @@ impl TaskRun<'_> {
             next_attempt,
             since_last_request,
             same_failure_in_a_row,
+            chain_broken,
         } = basis;
         let task = self.task;
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
@@ -789,7 +812,8 @@ impl TaskRun<'_> {
         // can append a checkpoint that verifies. The one to trust is the one
         // this attempt wrote; any other latest checkpoint means the journal
         // was written to behind the engine's back.
-        let chain_verified = trusted.chain_verified
+        let chain_verified = !chain_broken
+            && trusted.chain_verified
             && trusted
                 .checkpoint
                 .as_ref()

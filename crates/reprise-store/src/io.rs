@@ -116,3 +116,45 @@ impl IoSeam for FaultyIo {
         }
     }
 }
+
+/// The environment variable that names a crash point (debug builds only).
+pub const CRASH_ENV: &str = "REPRISE_TEST_CRASH_AT";
+
+/// A named step of a task's life where a test may have the process killed
+/// outright, as `kill -9` would at that moment: `TASK/STEP`, or
+/// `TASK/STEP#N` for its Nth time in the process (from 1). The steps are
+/// every journal row's kind (once the row is durable), `ledger.<to>` (once
+/// the ledger holds the task's move to `<to>`), and the engine's own:
+/// `worktree.added` (git registered the worktree, nothing checked out),
+/// `worktree.linked` (its linkage recorded and files checked out, before
+/// `task.started`), `result.branch` (the result branch made, before
+/// `task.result`) and `journal.sealed` (the audit chain sealed the journal,
+/// before the ledger hears the end). Read only in debug builds: a release
+/// build never looks at the variable.
+#[allow(clippy::print_stderr)]
+pub fn crash_point(task: &str, step: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(wanted) = WANTED.get_or_init(|| std::env::var(CRASH_ENV).ok()) else {
+        return;
+    };
+    let (point, nth) = match wanted.rsplit_once('#') {
+        Some((point, nth)) => (point, nth.parse::<u32>().unwrap_or(1)),
+        None => (wanted.as_str(), 1),
+    };
+    if point.split_once('/') != Some((task, step)) {
+        return;
+    }
+    static SEEN: Mutex<u32> = Mutex::new(0);
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *seen += 1;
+    if *seen == nth {
+        eprintln!("reprise: test crash at {task}/{step}");
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    }
+}

@@ -49,8 +49,11 @@ impl Journal {
     /// Appends one row durably and returns the new head.
     pub fn append(&mut self, kind: &str, at: &str, body: &Value) -> Result<Head> {
         let task = &self.task;
-        self.file
-            .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))
+        let head = self
+            .file
+            .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))?;
+        crate::io::crash_point(task.task.as_str(), kind);
+        Ok(head)
     }
 
     /// The journal's last row, if it has one.

@@ -51,8 +51,11 @@ impl Ledger {
         reason: Option<&str>,
     ) -> Result<Head> {
         let body = json!({"run_id": run_id, "task_id": task.as_str(), "from": from, "to": to, "reason": reason});
-        self.file
-            .append(|previous| Ok(encode_ledger_row(previous, TRANSITION_KIND, at, &body)?))
+        let head = self
+            .file
+            .append(|previous| Ok(encode_ledger_row(previous, TRANSITION_KIND, at, &body)?))?;
+        crate::io::crash_point(task.as_str(), &format!("ledger.{to}"));
+        Ok(head)
     }
 }
 

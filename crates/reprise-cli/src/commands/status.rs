@@ -750,6 +750,40 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         let value = value.replace('\n', "\\n");
         let _ = writeln!(text, "  {key}: {value}");
     }
+    let checkpoints = reprise_engine::held_checkpoints(&state, &key, &run.run_id);
+    for checkpoint in &checkpoints {
+        let dependencies: Vec<String> = checkpoint["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|dependency| {
+                let commit = dependency["commit"].as_str().unwrap_or("-");
+                format!(
+                    "{} {} at {}",
+                    dependency["task"].as_str().unwrap_or("?"),
+                    dependency["state"].as_str().unwrap_or("?"),
+                    commit.get(..12).unwrap_or(commit)
+                )
+            })
+            .collect();
+        let context = &checkpoint["context"];
+        if context.is_null() {
+            continue;
+        }
+        let _ = writeln!(
+            text,
+            "  checkpoint before attempt {}: {} ({}, model {}), dependencies: {}",
+            checkpoint["attempt"],
+            context["agent"].as_str().unwrap_or("?"),
+            context["mode"].as_str().unwrap_or("?"),
+            context["model"].as_str().unwrap_or("default"),
+            if dependencies.is_empty() {
+                "none".to_owned()
+            } else {
+                dependencies.join(", ")
+            }
+        );
+    }
     Ok(Outcome {
         code: None,
         json: with_spend(
@@ -762,6 +796,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
                 "reason": record.reason,
                 "attempts": record.attempts,
                 "metadata": record.metadata,
+                "checkpoints": checkpoints,
                 "ledger_state": disagreement,
                 "missing_journals": missing_journals_json(&checked),
             }),

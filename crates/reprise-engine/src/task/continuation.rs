@@ -171,12 +171,22 @@ impl TaskRun<'_> {
         let task = self.task;
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
         let rows = crate::resume::rows_of_run(self.state, &key, self.run_id);
-        let policy = policy_of(&rows).ok_or_else(|| {
-            EngineError::Lifecycle(format!(
+        let Some(policy) = policy_of(&rows) else {
+            // Killed after the ledger had it running but before its
+            // `task.started` (its worktree perhaps half made): nothing of
+            // it was recorded, and it starts as a first start does.
+            if matches!(
+                continuation,
+                Continuation::Interrupted | Continuation::Cancelled
+            ) {
+                self.discard_unstarted()?;
+                return self.attempts(result);
+            }
+            return Err(EngineError::Lifecycle(format!(
                 "task {key} has no task.started for run {} to continue from",
                 self.run_id
-            ))
-        })?;
+            )));
+        };
         let mut state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
         // A task the run's stop closed goes on from where the stop caught
         // it: the rows before its `task.finished` (cancelled) say where.
@@ -187,6 +197,11 @@ impl TaskRun<'_> {
                 .rposition(|row| row.kind == rows::TASK_FINISHED)
                 .unwrap_or(rows.len());
             state_now = replay(rows[..end].iter().map(|row| (row.kind.as_str(), &row.body)));
+        }
+        // Ended in its journal, killed before the ledger heard it: it ends
+        // as its journal says, with nothing run again.
+        if let TaskState::Finished(_) = state_now {
+            return self.ended(result, &key, &rows);
         }
         // The worktree comes back at its own path (the CLIs key sessions by
         // directory): as it was, or from the task's base when a park
@@ -209,6 +224,12 @@ impl TaskRun<'_> {
             ..policy
         };
         let mut reused = None;
+        // A close the kill cut short (not a stop's: that goes on below).
+        let closing_as = match state_now {
+            TaskState::Closing(terminal) if terminal != Terminal::Cancelled => Some(terminal),
+            _ => None,
+        };
+        let mut closing = None;
         // An attempt the stop cut short (its agent or gates killed, judged
         // as the infrastructure failure that was): it is diagnosed and
         // retried as an interrupted one is, and not counted.
@@ -236,6 +257,48 @@ impl TaskRun<'_> {
                             "interrupted_attempt": latest, "cancelled": true}),
                 )?;
                 (policy, None, Vec::new(), None)
+            }
+            // Killed while it closed (committing its result, keeping its
+            // failed tree, restoring its base): the close goes on from what
+            // its rows show done.
+            Continuation::Interrupted | Continuation::Cancelled if closing_as.is_some() => {
+                let terminal = closing_as.expect("the guard saw it");
+                let since = rows
+                    .iter()
+                    .rposition(|row| {
+                        matches!(
+                            row.kind.as_str(),
+                            rows::ATTEMPT_FINISHED | rows::DIAGNOSIS | rows::BUDGET
+                        )
+                    })
+                    .map_or(0, |at| at + 1);
+                let done: Vec<&str> = rows[since..].iter().map(|row| row.kind.as_str()).collect();
+                // A result recorded already is the task's, as recorded.
+                if let Some(row) = rows[since..].iter().rfind(|row| row.kind == rows::RESULT) {
+                    result.output = crate::run::result_output(&row.body);
+                    result.reason = row
+                        .body
+                        .get("error")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+                if let Some(gaps) = rows[since..]
+                    .iter()
+                    .rfind(|row| row.kind == rows::PARTIAL)
+                    .and_then(|row| serde_json::from_value(row.body["gaps"].clone()).ok())
+                {
+                    result.gaps = gaps;
+                }
+                let effects =
+                    reprise_core::lifecycle::closing_left(&policy, terminal, latest, &done);
+                let head = journal.append(
+                    rows::CONTINUED,
+                    &now_rfc3339(),
+                    &json!({"run_id": self.run_id, "from": state_now, "lifecycle": policy,
+                            "interrupted_attempt": latest}),
+                )?;
+                closing = Some((terminal, effects, head));
+                (policy, None, vec![(state_now, latest)], None)
             }
             Continuation::Interrupted | Continuation::Cancelled => {
                 let (from, agent_ended) = match state_now {
@@ -489,6 +552,16 @@ impl TaskRun<'_> {
         if let Some((checkpoint, hash)) = reused {
             executor.restored_to(checkpoint, hash);
         }
+        if let Some((terminal, effects, head)) = closing {
+            if effects.contains(&Effect::CommitResult { attempt: latest })
+                && let Some(base) = self.base.as_deref().filter(|_| isolated)
+            {
+                executor.orphan =
+                    crate::sandbox::orphaned_result(self.workspace, self.run_id, &task.id, base)?;
+            }
+            executor.closing(latest, head);
+            return executor.drive_with(&policy, TaskState::Closing(terminal), effects);
+        }
         if let Some((summary, kind)) = stopped_attempt {
             let attempt = summary.n;
             executor.stopped(summary, kind);
@@ -519,5 +592,83 @@ impl TaskRun<'_> {
             }
             _ => executor.drive_with(&policy, from, vec![Effect::TakeCheckpoint { attempt }]),
         }
+    }
+
+    /// Clears what a first start left before its `task.started`: a
+    /// worktree git registered (its files perhaps never checked out).
+    fn discard_unstarted(&self) -> Result<()> {
+        let Some(repo) = self.workspace.repo() else {
+            return Ok(());
+        };
+        if !self.workspace.isolates(self.task) {
+            return Ok(());
+        }
+        let dir = self.state.worktree_dir(self.run_id, &self.task.id);
+        if std::fs::symlink_metadata(&dir).is_err() {
+            return Ok(());
+        }
+        if crate::linkage::Linkage::recorded(self.state, &dir)?.is_some() {
+            crate::sandbox::remove_worktree(self.state, repo, &dir)?;
+        } else {
+            // Registered by git, never recorded by reprise: its directory
+            // goes, and git forgets it below.
+            std::fs::remove_dir_all(&dir).map_err(|err| EngineError::Sandbox {
+                task: self.task.id.to_string(),
+                detail: format!("cannot remove {}: {err}", dir.display()),
+            })?;
+        }
+        crate::sandbox::prune_stale(self.state, self.workspace)?;
+        Ok(())
+    }
+
+    /// A task whose journal recorded its end in this run: its result as the
+    /// rows say, and its journal sealed if the kill came before the seal.
+    fn ended(&self, result: &mut TaskResult, key: &TaskKey, rows: &[JournalRow]) -> Result<()> {
+        let last = |kind: &str| rows.iter().rev().find(|row| row.kind == kind);
+        let finished = last(rows::TASK_FINISHED).expect("a finished task has its row");
+        let taken = taken_up(rows);
+        result.status = finished
+            .body
+            .get("state")
+            .and_then(|state| serde_json::from_value(state.clone()).ok())
+            .unwrap_or(crate::state::TaskStatus::Failed);
+        result.reason = finished
+            .body
+            .get("reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        result.judged = taken.attempts.last().is_some_and(|attempt| attempt.judged);
+        result.spent_micro_usd = taken
+            .attempts
+            .iter()
+            .filter_map(|attempt| attempt.cost_micro_usd)
+            .sum();
+        result.attempts = taken.attempts;
+        result.output = last(rows::RESULT).and_then(|row| crate::run::result_output(&row.body));
+        result.gaps = last(rows::PARTIAL)
+            .and_then(|row| row.body.get("gaps"))
+            .and_then(|gaps| serde_json::from_value(gaps.clone()).ok())
+            .unwrap_or_default();
+        result.cwd = last(rows::TASK_STARTED)
+            .and_then(|row| row.body.get("cwd"))
+            .and_then(Value::as_str)
+            .map(std::path::PathBuf::from);
+        let head = reprise_store::journal::Journal::open(self.state, key)?.head()?;
+        let sealed = head.is_some_and(|head| {
+            self.prior_seals
+                .iter()
+                .any(|seal| seal.seq == head.seq && seal.digest == head.digest)
+        });
+        if !sealed {
+            let mut audit = reprise_store::audit::AuditLog::open(self.state, self.key.clone())?;
+            reprise_store::audit::seal_journal_after(
+                self.state,
+                &mut audit,
+                key,
+                &now_rfc3339(),
+                &self.prior_seals,
+            )?;
+        }
+        Ok(())
     }
 }

@@ -116,6 +116,15 @@ pub(super) struct Executor<'r, 'a> {
     pub(super) gate_files: Option<(crate::gate_files::GateFiles, PathBuf)>,
     /// What the latest attempt changed of them.
     protected_changed: Option<reprise_core::recovery::Anomaly>,
+    /// What the latest attempt's agent wrote outside `allowed_paths`, once
+    /// looked for (before its gates ran).
+    outside: Option<Option<reprise_core::recovery::Anomaly>>,
+    /// The journal failed verification (its torn tail was cut) since the
+    /// last retry decision: the next one trusts no checkpoint.
+    chain_broken: bool,
+    /// The commit a crash left on the result branch before the result was
+    /// recorded, which the commit replaces (a continued task's).
+    pub(super) orphan: Option<String>,
 }
 
 impl<'r, 'a> Executor<'r, 'a> {
@@ -176,6 +185,9 @@ impl<'r, 'a> Executor<'r, 'a> {
             extra_attempts: 0,
             gate_files: None,
             protected_changed: None,
+            outside: None,
+            chain_broken: false,
+            orphan: None,
         }
     }
 
@@ -220,6 +232,7 @@ impl<'r, 'a> Executor<'r, 'a> {
     }
 
     fn perform(&mut self, state: TaskState, effect: Effect) -> Result<Option<TaskEvent>> {
+        self.mend_journal()?;
         Ok(match effect {
             Effect::TakeCheckpoint { attempt } => self.take_checkpoint(attempt)?,
             Effect::SpawnAgent { attempt } => Some(self.spawn_agent(attempt)?),
@@ -436,6 +449,104 @@ impl<'r, 'a> Executor<'r, 'a> {
             self.attempt_checkpoint = find(taken.attempt_checkpoint)?;
         }
         Ok(())
+    }
+
+    /// What a checkpoint before an attempt holds besides the files (seed
+    /// 004's execution context and dependency state): the agent, the model
+    /// asked for (`null`: the CLI's own default), the mode, the task's
+    /// grant, the names (never the values) of the variables reprise sets
+    /// for it, and each dependency's state and result commit.
+    fn held(&self) -> Value {
+        let run = self.run;
+        let attempt_env = self.attempt_env(std::path::Path::new(""));
+        let mut env: Vec<&str> = attempt_env
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .chain(run.context.agent_env.iter().map(String::as_str))
+            .collect();
+        env.sort_unstable();
+        env.dedup();
+        json!({
+            "context": {
+                "agent": run.adapter.name(),
+                "model": self.next_model.clone().or_else(|| self.resumed_model()).or_else(|| run.context.model.clone()),
+                "mode": self.next.mode,
+                "grant": run.grant,
+                "env": env,
+            },
+            "dependencies": run.context.dependencies,
+        })
+    }
+
+    /// A journal whose last line was torn while the task ran (a write that
+    /// was not the engine's, cut short) fails closed, then goes on: the
+    /// torn line is cut off by the same repair `replay repair` does (kept
+    /// beside the journal, a `journal.repair` row in the audit chain), the
+    /// failed verification is logged (a `journal.tail_repaired` row and a
+    /// warning), and the next retry trusts no checkpoint: it goes cold.
+    /// Damage a repair may not cut stays the task's error.
+    fn mend_journal(&mut self) -> Result<()> {
+        use reprise_store::repair::{RepairOutcome, Target, repair};
+        let torn = match self.journal.head() {
+            Ok(_) => return Ok(()),
+            Err(err @ reprise_store::StoreError::TornTail { .. }) => err,
+            Err(err) => return Err(err.into()),
+        };
+        let run = self.run;
+        let RepairOutcome::Repaired {
+            removed_bytes,
+            head,
+            backup,
+            ..
+        } = repair(run.state, &Target::Journal(self.key.clone()), &run.key)?
+        else {
+            return Err(torn.into());
+        };
+        self.verified = None;
+        self.chain_broken = true;
+        self.journal.append(
+            rows::TAIL_REPAIRED,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": self.attempt,
+                    "verification": "torn_tail", "removed_bytes": removed_bytes,
+                    "head_seq": head.map(|head| head.seq), "kept_at": backup}),
+        )?;
+        run.emit(Event::Warning {
+            task: Some(run.task.id.clone()),
+            message: format!(
+                "its journal's last line was torn while it ran ({removed_bytes} bytes, kept at {}): cut off, and the next retry goes cold",
+                backup.display()
+            ),
+        });
+        Ok(())
+    }
+
+    /// The writes of the latest attempt outside the task's `allowed_paths`
+    /// (see `recovery::outside_writes`).
+    fn outside_writes(&self) -> Result<Option<reprise_core::recovery::Anomaly>> {
+        let checkpoint = self.snapshots.as_ref().zip(
+            self.attempt_checkpoint
+                .as_ref()
+                .map(|(checkpoint, _)| checkpoint),
+        );
+        if checkpoint.is_none() {
+            return Ok(None);
+        }
+        recovery::outside_writes(self.run.task, checkpoint, &self.run.state.scratch_dir()?)
+    }
+
+    /// A close the process died in goes on after attempt `attempt`, whose
+    /// summary the journal holds: a result commit names the journal's head
+    /// `head` (the continuation's row).
+    pub(super) fn closing(&mut self, attempt: u32, head: Head) {
+        self.attempt = attempt;
+        self.summary = self
+            .result
+            .attempts
+            .iter()
+            .rfind(|summary| summary.n == attempt)
+            .cloned();
+        self.last_head = Some(head);
     }
 
     /// The process that ran attempt `attempt` died with it: the agent's end
@@ -758,6 +869,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         if self.run.cancel.is_cancelled() {
             return Ok(Some(TaskEvent::CancelRequested));
         }
+        let held = self.held();
         if let Some(store) = &self.snapshots {
             let label = format!("before attempt {attempt}");
             let (checkpoint, hash) = match self.restored.take() {
@@ -769,18 +881,20 @@ impl<'r, 'a> Executor<'r, 'a> {
                         &label,
                         &checkpoint,
                         hash,
+                        Some(&held),
                     )?;
                     (checkpoint, hash)
                 }
                 None => {
                     let hash = self.run.workspace_hash(&self.cwd)?;
-                    let checkpoint = checkpoints::take(
+                    let checkpoint = checkpoints::take_with(
                         store,
                         &mut self.journal,
                         self.run.run_id,
                         attempt,
                         &label,
                         hash,
+                        Some(&held),
                     )?;
                     (checkpoint, hash)
                 }
@@ -954,6 +1068,8 @@ impl<'r, 'a> Executor<'r, 'a> {
             // The retry decision reads this: nothing to resume.
             body["session_saved"] = json!(false);
         }
+        // The journal may have been torn while the agent ran.
+        self.mend_journal()?;
         let head = self
             .journal
             .append(rows::AGENT_ENDED, &now_rfc3339(), &body)?;
@@ -1060,6 +1176,12 @@ impl<'r, 'a> Executor<'r, 'a> {
             supervision: supervision.as_ref(),
         };
         let started = self.started.unwrap_or_else(Instant::now);
+        // What the agent wrote outside `allowed_paths`, before any gate can
+        // add to the tree: whatever the gates say, such an attempt is not
+        // accepted, and its tree is rolled back.
+        let outside = self.outside_writes()?;
+        let wrote_outside = outside.is_some();
+        self.outside = Some(outside);
         // The gates run on the base's copy of their own files, whatever the
         // agent did to them; what it did is an anomaly.
         let changed = match &self.gate_files {
@@ -1090,6 +1212,12 @@ impl<'r, 'a> Executor<'r, 'a> {
                 self.protected_changed = Some(anomaly);
             }
         }
+        if wrote_outside && summary.outcome == crate::state::Outcome::Passed {
+            // Its gates passed, but the work went where it may not: a
+            // verdict on the work, whatever they said.
+            summary.outcome = crate::state::Outcome::Judged;
+            summary.judged = true;
+        }
         self.remove_tmp();
         self.settle_git()?;
         self.keep_logs(attempt, &report, &summary);
@@ -1101,7 +1229,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         // written (a journal whose last row was tampered with refuses
         // appends, and the task stops with that error).
         self.result.attempts.push(summary.clone());
-        let judgement = if self.protected_changed.is_some() {
+        let judgement = if self.protected_changed.is_some() || wrote_outside {
             Judgement::Failed
         } else if summary.outcome == crate::state::Outcome::Passed {
             Judgement::Passed
@@ -1117,6 +1245,8 @@ impl<'r, 'a> Executor<'r, 'a> {
             run.containment_body(&report, self.sandboxed),
         );
         body["accepted"] = json!(judgement.as_str());
+        // The journal may have been torn while the gates ran.
+        self.mend_journal()?;
         self.last_head = Some(self.journal.append(
             rows::ATTEMPT_FINISHED,
             &now_rfc3339(),
@@ -1185,7 +1315,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         // Enough of the work passed to keep: committed like a pass, with the
         // gates it did not pass as its gaps.
         self.journal.append(
-            "task.partial",
+            rows::PARTIAL,
             &now_rfc3339(),
             &json!({"run_id": self.run.run_id, "attempt": attempt, "gaps": gaps}),
         )?;
@@ -1209,14 +1339,12 @@ impl<'r, 'a> Executor<'r, 'a> {
         let report = self.report.as_ref().expect("an attempt that ran");
         let classified = self.classified.as_ref().expect("a classified attempt");
         let mut anomalies: Vec<_> = self.protected_changed.take().into_iter().collect();
-        anomalies.extend(recovery::anomalies(
-            run.task,
-            summary,
-            self.snapshots
-                .as_ref()
-                .zip(self.attempt_checkpoint.as_ref().map(|(c, _)| c)),
-            &run.state.scratch_dir()?,
-        )?);
+        // Found before the gates ran; an attempt a stop cut short had none run.
+        let outside = match self.outside.take() {
+            Some(outside) => outside,
+            None => self.outside_writes()?,
+        };
+        anomalies.extend(recovery::anomalies(run.task, summary, outside));
         for anomaly in &anomalies {
             self.journal.append(
                 "attempt.anomaly",
@@ -1379,6 +1507,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             .agent_ended_at
             .map_or(std::time::Duration::MAX, |ended| ended.elapsed());
         let same_failure_in_a_row = self.same_in_a_row;
+        let chain_broken = std::mem::take(&mut self.chain_broken);
         let decided = run.decide_retry(
             self.chains(),
             &mut verified,
@@ -1391,6 +1520,7 @@ impl<'r, 'a> Executor<'r, 'a> {
                 next_attempt,
                 since_last_request,
                 same_failure_in_a_row,
+                chain_broken,
             },
         );
         self.verified = verified;
@@ -1495,6 +1625,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             head,
             attempt,
             self.result,
+            self.orphan.as_deref(),
         )?;
         Ok(TaskEvent::Closed { delivered })
     }
@@ -1556,6 +1687,8 @@ impl<'r, 'a> Executor<'r, 'a> {
                 task: Some(task.id.clone()),
                 message: format!("journal not sealed: {err}"),
             });
+        } else {
+            reprise_store::io::crash_point(task.id.as_str(), "journal.sealed");
         }
         Ok(())
     }
