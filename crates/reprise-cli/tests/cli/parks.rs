@@ -1667,3 +1667,63 @@ fn a_resume_is_a_decision_sealed_bound_and_stamped_with_its_reason() {
     }
     assert_success(&env.run(&["audit", "verify"]));
 }
+
+#[test]
+fn a_resume_queued_in_a_live_run_is_checked_again_when_it_starts() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "queued",
+        r#"
+version: 1
+name: queued
+seats: 1
+defaults: { agent: sim }
+tasks:
+  - id: one
+    prompt: one
+    sim:
+      - { reply: "slow", write: { one.txt: x }, delay: 120s }
+      - { reply: "done", write: { one.txt: x } }
+  - id: two
+    prompt: two
+    sim:
+      - { reply: "slow", write: { two.txt: x }, delay: 120s }
+      - { reply: "done", write: { two.txt: x } }
+"#,
+    );
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    wait_for_an_attempt(&env, "queued", "one");
+    wait_for_sim_sessions(&env, 1);
+    assert_success(&env.run(&["task", "suspend", "one", "--until", "approval"]));
+    wait_for_an_attempt(&env, "queued", "two");
+    wait_for_sim_sessions(&env, 2);
+    assert_success(&env.run(&["approve", "one"]));
+    // The live run takes the resume (the checks pass now) and queues it:
+    // `two` holds the only seat.
+    assert_success(&env.run(&["task", "resume", "one"]));
+    // The approval is withdrawn while it waits for the seat.
+    let park = park_row(&env, "queued", "one");
+    let approval = env.reprise_dir().join(format!(
+        "approvals/queued/one/{}.json",
+        park["event_hash"].as_str().unwrap()
+    ));
+    fs::remove_file(&approval).unwrap();
+    // The seat comes free; the resume is checked again where it would
+    // write, refused, and the task stays parked.
+    assert_success(&env.run(&["task", "suspend", "two"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let rows = journal_kinds(&env, "queued", "one");
+    assert!(
+        !rows.iter().any(|row| row["kind"] == "task.resume"),
+        "a resume ran without its approval"
+    );
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verdict["status"], "pending", "{verdict}");
+    // Approved again, it resumes.
+    assert_success(&env.run(&["approve", "one"]));
+    let resumed = env.run(&["task", "resume", "one"]);
+    assert_eq!(code(&resumed), Some(3), "{}", stderr(&resumed));
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verdict["status"], "verified", "{verdict}");
+}

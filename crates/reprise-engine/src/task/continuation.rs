@@ -181,6 +181,18 @@ impl TaskRun<'_> {
                 self.run_id
             ))
         })?;
+        // A resume queued in a live run may start long after the command
+        // that asked was answered: what it relies on is checked again
+        // before anything is made or written, and a refusal leaves the
+        // task parked as it was.
+        if let Continuation::Resume { point, .. } = continuation
+            && let Err(refusal) =
+                crate::resume::recheck_before_resume(self.state, &self.key, &key, point)
+        {
+            result.status = crate::state::TaskStatus::Suspended;
+            result.reason = Some(refusal.to_string());
+            return Ok(());
+        }
         let mut state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
         // A task the run's stop closed goes on from where the stop caught
         // it: the rows before its `task.finished` (cancelled) say where.
