@@ -474,7 +474,15 @@ pub fn park_directly(
         wake: request.wake.clone(),
         cause: request.cause,
         reason: request.reason.clone(),
-        question: request.question.clone(),
+        // What the agent asked is kept beside the chain.
+        question: None,
+        question_hash: request
+            .question
+            .as_deref()
+            .map(|question| {
+                reprise_store::replies::keep_agent_text(state, run_id, &task.task, question)
+            })
+            .transpose()?,
         requested_by: request.requested_by.clone(),
         grant_hash: grant.as_ref().map_or_else(String::new, |grant| {
             bound_grant(grant, task, run_id, head.map(|head| head.digest))

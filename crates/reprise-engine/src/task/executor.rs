@@ -776,7 +776,21 @@ impl<'r, 'a> Executor<'r, 'a> {
             wake: request.wake.clone(),
             cause: request.cause,
             reason: request.reason.clone(),
-            question: request.question.clone(),
+            // What the agent asked is kept beside the chain: the row holds
+            // its hash.
+            question: None,
+            question_hash: request
+                .question
+                .as_deref()
+                .map(|question| {
+                    reprise_store::replies::keep_agent_text(
+                        run.state,
+                        run.run_id,
+                        &run.task.id,
+                        question,
+                    )
+                })
+                .transpose()?,
             requested_by: request.requested_by.clone(),
             grant_hash: crate::park::bound_grant(
                 &run.grant,
@@ -1540,8 +1554,19 @@ impl<'r, 'a> Executor<'r, 'a> {
         let changes = &run.task.on_needs_context;
         self.next_timeout = changes.timeout.filter(|_| asked);
         self.next_model = changes.model.clone().filter(|_| asked);
+        // What the agent asked is kept beside the chain; the row binds
+        // its hash.
+        let asked_hash = match previous.needs_context.as_ref().filter(|_| asked) {
+            Some((what, _)) => Some(reprise_store::replies::keep_agent_text(
+                run.state,
+                run.run_id,
+                &run.task.id,
+                what,
+            )?),
+            None => None,
+        };
         self.modification = asked.then(|| {
-            json!({"needs_context": previous.needs_context.as_ref().map(|(what, _)| what),
+            json!({"needs_context_hash": asked_hash,
                    "timeout_ms": changes.timeout.map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
                    "prompt_added": changes.prompt.is_some(), "model": changes.model})
         });
