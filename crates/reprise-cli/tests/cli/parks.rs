@@ -1551,7 +1551,7 @@ fn an_approval_file_the_audit_chain_does_not_bind_lets_no_resume_run() {
 }
 
 #[test]
-fn a_planted_resumed_marker_settles_nothing_and_a_tampered_snapshot_is_refused_before_writing() {
+fn a_tampered_park_snapshot_is_refused_before_anything_is_written() {
     let env = git_env();
     let plan = write_plan(&env, "parkable", PARKABLE);
     park_tasks(&env, &plan, &["one", "two"]);
@@ -1577,6 +1577,13 @@ fn a_planted_resumed_marker_settles_nothing_and_a_tampered_snapshot_is_refused_b
     let before = state_files(&env);
     assert_one_line_error(&env.run(&["task", "resume", "one"]), 2, "snapshot");
     assert!(state_files(&env) == before, "a refused resume wrote");
+}
+
+#[test]
+fn a_planted_resumed_marker_settles_nothing() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    park_tasks(&env, &plan, &["one", "two"]);
     // A `.resumed` marker planted for `two`'s park names a receipt the
     // audit chain does not hold: it settles nothing, the resume runs, and
     // the marker then names the real receipt.
