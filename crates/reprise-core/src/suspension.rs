@@ -228,6 +228,13 @@ pub enum Problem {
     GrantMissing {
         park_seq: u64,
     },
+    /// The park's `checkpoint.json` is not the one its chains bound: its
+    /// grant is not the one the `task.suspend` row hashed, or its own hash
+    /// is not the one the journal recorded (`why` says which).
+    CheckpointUnbound {
+        park_seq: u64,
+        why: String,
+    },
 }
 
 impl Problem {
@@ -256,6 +263,7 @@ impl Problem {
             Self::GrantOfUnknownResume { .. } => "grant_cites_unknown_resume",
             Self::GrantMismatch { .. } => "grant_mismatch",
             Self::GrantMissing { .. } => "grant_continuation_missing",
+            Self::CheckpointUnbound { .. } => "checkpoint_unbound",
         }
     }
 }
@@ -365,6 +373,10 @@ impl fmt::Display for Problem {
                 f,
                 "the park at journal row {park_seq} bound a grant, was resumed, and has no grant continuation"
             ),
+            Self::CheckpointUnbound { park_seq, why } => write!(
+                f,
+                "the checkpoint.json of the park at journal row {park_seq} is not the one its chains bound: {why}"
+            ),
         }
     }
 }
@@ -416,6 +428,16 @@ pub struct SuspensionReport {
     /// How many parks the journal holds.
     pub parks: usize,
     pub latest: Option<LatestPark>,
+}
+
+impl SuspensionReport {
+    /// A problem found beside the chains (in a file they bind): the
+    /// verdict is failed.
+    pub fn fail_with(&mut self, problem: Problem) {
+        self.errors.push(problem);
+        self.status = Status::Failed;
+        self.ok = false;
+    }
 }
 
 /// The facts of a `task.suspend` body this module reads.

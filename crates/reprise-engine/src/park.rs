@@ -81,8 +81,14 @@ pub(crate) enum PauseEnd {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// The running attempt's own stop token, while its agent runs.
+    /// The attempt's stop token, from before it waits for its budget until
+    /// its agent ends.
     agent: Option<CancelToken>,
+    /// Its agent was handed to the adapter: a stop no longer cancels the
+    /// token at once, the task thread does once the stop is recorded.
+    agent_running: bool,
+    /// The running attempt's agent returned (set by the thread that ran it).
+    agent_returned: bool,
     request: Option<(Stop, Option<ParkReply>)>,
     /// Set while the task is paused; an unpause leaves its reply and who
     /// asked here.
@@ -92,8 +98,9 @@ struct Inner {
 
 /// One running task's handle for parks and pauses: the coordinator (asked
 /// over the control socket, or by the agent's own stop) files a request;
-/// the task thread stops its agent, if one runs, and parks or pauses at the
-/// next step.
+/// the task thread records it (the `task.suspend` row and its receipt, or
+/// the `task.pause` row) and only then stops its agent, if one runs: the
+/// receipt comes before any effect.
 #[derive(Debug, Default)]
 pub(crate) struct TaskControl {
     inner: Mutex<Inner>,
@@ -115,7 +122,8 @@ impl TaskControl {
         self.stop(Stop::Park(request), reply)
     }
 
-    /// Files a park or a pause; a running agent is stopped at once.
+    /// Files a park or a pause; the task thread, waiting on its running
+    /// agent ([`TaskControl::wait_agent`]), records it and then stops the agent.
     pub(crate) fn stop(
         &self,
         stop: Stop,
@@ -128,7 +136,11 @@ impl TaskControl {
         if inner.paused && matches!(stop, Stop::Pause { .. }) {
             return Err("the task is already paused; `reprise task unpause` goes on".to_owned());
         }
-        if let Some(agent) = &inner.agent {
+        // Before its agent runs (waiting for its budget), nothing is halted:
+        // the wait ends at once.
+        if !inner.agent_running
+            && let Some(agent) = &inner.agent
+        {
             agent.cancel();
         }
         inner.request = Some((stop, reply));
@@ -153,7 +165,8 @@ impl TaskControl {
         Ok(())
     }
 
-    /// The token the attempt's agent watches: the run's, plus a stop's.
+    /// The token the attempt watches: the run's, plus a stop's (at once
+    /// while it waits for its budget; once recorded while its agent runs).
     pub(crate) fn begin_agent(&self, run: &CancelToken) -> CancelToken {
         let token = run.child();
         let mut inner = self.lock();
@@ -161,13 +174,47 @@ impl TaskControl {
             token.cancel();
         }
         inner.agent = Some(token.clone());
+        inner.agent_running = false;
+        inner.agent_returned = false;
         token
+    }
+
+    /// The agent is handed to its adapter: from now on a stop is recorded
+    /// before the token is cancelled.
+    pub(crate) fn agent_starts(&self) {
+        self.lock().agent_running = true;
+    }
+
+    /// The thread running the agent says it returned.
+    pub(crate) fn agent_returned(&self) {
+        self.lock().agent_returned = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits while the agent runs: `true` when a park or pause was asked
+    /// for first (the agent still runs, for the task thread to record the
+    /// request and then stop it), `false` when the agent returned.
+    pub(crate) fn wait_agent(&self) -> bool {
+        let mut inner = self.lock();
+        loop {
+            if inner.agent_returned {
+                return false;
+            }
+            if inner.request.is_some() {
+                return true;
+            }
+            inner = self
+                .changed
+                .wait(inner)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// The agent ended; what stopped it, if a request did (or is pending).
     pub(crate) fn end_agent(&self) -> Option<bool> {
         let mut inner = self.lock();
         inner.agent = None;
+        inner.agent_running = false;
         inner
             .request
             .as_ref()
@@ -427,17 +474,33 @@ pub fn park_directly(
         wake: request.wake.clone(),
         cause: request.cause,
         reason: request.reason.clone(),
-        question: request.question.clone(),
+        // What the agent asked is kept beside the chain.
+        question: None,
+        question_hash: request
+            .question
+            .as_deref()
+            .map(|question| {
+                reprise_store::replies::keep_agent_text(state, run_id, &task.task, question)
+            })
+            .transpose()?,
         requested_by: request.requested_by.clone(),
         grant_hash: grant.as_ref().map_or_else(String::new, |grant| {
             bound_grant(grant, task, run_id, head.map(|head| head.digest))
         }),
     };
     let suspend = journal.append(SUSPEND_KIND, &now_rfc3339(), &to_value(&body))?;
-    drop(journal);
-    if let Some(grant) = &grant {
-        write_agent_checkpoint(state, task, grant, run_id, suspend.digest)?;
+    if let Some(grant) = &grant
+        && !body.grant_hash.is_empty()
+    {
+        write_agent_checkpoint(
+            state,
+            &mut journal,
+            task,
+            grant,
+            (run_id, suspend.digest, &body.grant_hash),
+        )?;
     }
+    drop(journal);
     hold_at("suspend");
     let audit_summary = reprise_store::audit::read_audit(state, key_file)?;
     let point = crate::resume::latest_park(state, task, &audit_summary).ok_or_else(|| {
@@ -609,21 +672,28 @@ pub(crate) fn bound_grant(
 }
 
 /// Writes the park's agent checkpoint (`checkpoint.json`): the grant bound
-/// to the task, the run and the `task.suspend` row.
+/// to the task, the run and the `task.suspend` row; then binds the file's
+/// own hash into the journal (`task.agent_checkpoint`), so a file rewritten
+/// later, even with its grant hash recomputed, is seen.
 pub(crate) fn write_agent_checkpoint(
     state: &StateDir,
+    journal: &mut reprise_store::journal::Journal,
     task: &TaskKey,
     grant: &reprise_core::grant::GrantSet,
-    run_id: &str,
-    park: Digest,
+    (run_id, park, grant_hash): (&str, Digest, &str),
 ) -> Result<()> {
-    let checkpoint = reprise_store::agent_checkpoint::AgentCheckpoint::new(
-        grant.clone(),
-        task.task.clone(),
-        run_id.to_owned(),
-        park,
-    )
-    .map_err(|err| EngineError::Park(err.to_string()))?;
-    reprise_store::agent_checkpoint::write_checkpoint(state, task, &checkpoint)
-        .map_err(|err| EngineError::Park(err.to_string()))
+    use reprise_store::agent_checkpoint::{AgentCheckpoint, BOUND_KIND, write_checkpoint};
+    let checkpoint =
+        AgentCheckpoint::new(grant.clone(), task.task.clone(), run_id.to_owned(), park)
+            .map_err(|err| EngineError::Park(err.to_string()))?;
+    let own = checkpoint
+        .own_hash()
+        .map_err(|err| EngineError::Park(err.to_string()))?;
+    write_checkpoint(state, task, &checkpoint).map_err(|err| EngineError::Park(err.to_string()))?;
+    journal.append(
+        BOUND_KIND,
+        &now_rfc3339(),
+        &json!({"run_id": run_id, "park": park, "checkpoint": own, "grant_hash": grant_hash}),
+    )?;
+    Ok(())
 }

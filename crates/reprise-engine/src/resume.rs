@@ -34,6 +34,9 @@ pub struct ParkPoint {
     pub settled: bool,
     /// The approval a resume binds (its digest and note), once checked.
     pub approval: Option<(Digest, Option<String>)>,
+    /// The own hash of the park's `checkpoint.json`, once checked against
+    /// the chain (a park that bound a grant).
+    pub checkpoint: Option<Digest>,
 }
 
 impl ParkPoint {
@@ -141,6 +144,7 @@ pub fn latest_park(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Op
         released,
         settled,
         approval: None,
+        checkpoint: None,
     })
 }
 
@@ -253,17 +257,45 @@ pub fn check_resume(
             task.task
         ));
     }
-    // The permissions may not have narrowed while it was parked: the plan
-    // the run ran, now, against the grant its checkpoint bound.
+    // The checkpoint must be the one the chain bound: its grant the one the
+    // `task.suspend` row hashed, its own hash the one the journal recorded at
+    // the park (a file rewritten without the key, its grant hash
+    // recomputed, is refused here). Then the permissions may not have
+    // narrowed while it was parked: the plan the run ran, now, against it.
+    let mut checkpoint_hash = None;
     if !point.body.grant_hash.is_empty() {
         let checkpoint = reprise_store::agent_checkpoint::read_checkpoint(state, task)
-            .map_err(|err| Refusal(err.to_string()))?
+            .map_err(|err| Refusal(format!("{err}; nothing resumed")))?
             .filter(|checkpoint| checkpoint.park == point.park)
             .ok_or_else(|| {
                 Refusal(format!(
                     "the park of {task} bound a grant but its checkpoint.json is missing or names another park; nothing resumed"
                 ))
             })?;
+        let after = point.body.journal_head.as_ref().map(|head| head.event_hash);
+        let own = checkpoint
+            .own_hash()
+            .map_err(|err| Refusal(err.to_string()))?;
+        let bound_own = journal_rows(state, task)
+            .iter()
+            .filter(|row| row.kind == reprise_store::agent_checkpoint::BOUND_KIND)
+            .filter(|row| {
+                row.body.get("park").and_then(|park| park.as_str())
+                    == Some(point.park.to_hex().as_str())
+            })
+            .filter_map(|row| row.body.get("checkpoint").and_then(|hash| hash.as_str()))
+            .all(|hex| hex == own.to_hex());
+        if !checkpoint
+            .matches_suspend_row(&point.body.grant_hash, after)
+            .unwrap_or(false)
+            || !bound_own
+        {
+            return refuse(format!(
+                "the checkpoint.json of {task} is not the one its park bound (it was changed after the park; `reprise audit verify-suspension {}` says so); nothing resumed",
+                task.task
+            ));
+        }
+        checkpoint_hash = Some(own);
         let run =
             crate::state::load_run(state, &point.run_id).map_err(|err| Refusal(err.to_string()))?;
         let plan = crate::run::load_plan(std::path::Path::new(&run.plan))
@@ -291,7 +323,21 @@ pub fn check_resume(
     let waits = point.body.wake == reprise_store::suspension::Wake::Approval;
     let digest = reprise_store::approvals::approval_for_resume(state, key, task, point.park, waits)
         .map_err(|err| Refusal(err.to_string()))?;
+    // The approval file is beside the chain: the one the resume binds must
+    // be the one a `task.approval` row of the audit chain names for this
+    // park (a file copied from a backup, or from a copy of this state
+    // directory, is not).
+    if let Some(digest) = digest
+        && !approval_bound(&audit, task, point.park, digest)
+    {
+        return refuse(format!(
+            "the approval of {task}'s park is not bound by the audit chain (no task.approval row names it): it was copied here, not written by `reprise approve`; remove {} and approve again (nothing resumed)",
+            reprise_store::approvals::approval_path(state, task, point.park).display()
+        ));
+    }
+    check_snapshot(state, task, &point)?;
     let mut point = point;
+    point.checkpoint = checkpoint_hash;
     if let Some(digest) = digest {
         let note = reprise_store::approvals::read_approval(state, key, task, point.park)
             .ok()
@@ -300,4 +346,99 @@ pub fn check_resume(
         point.approval = Some((digest, note));
     }
     Ok(point)
+}
+
+/// Whether the audit chain holds a `task.approval` row binding `digest` to
+/// `task`'s park `park`.
+fn approval_bound(audit: &AuditSummary, task: &TaskKey, park: Digest, digest: Digest) -> bool {
+    audit.approvals.iter().any(|row| {
+        row.body.park == park
+            && row.body.approval == digest
+            && row.body.plan == task.plan
+            && row.body.task_id == task.task
+    })
+}
+
+/// The park's snapshot (of the worktree it removed), checked before
+/// anything is written: in its store, recorded by the journal in the park's
+/// run with the same tree and manifest, its commit intact. A snapshot that
+/// fails here would fail the restore after the resume had written.
+fn check_snapshot(state: &StateDir, task: &TaskKey, point: &ParkPoint) -> Result<(), Refusal> {
+    let Some(id) = point.snapshot() else {
+        return Ok(());
+    };
+    let refuse = |why: String| {
+        Err(Refusal(format!(
+            "the park's snapshot {} of {task} {why}; its files cannot be restored as parked (nothing resumed)",
+            &id[..id.len().min(12)]
+        )))
+    };
+    let dir = state.snapshot_dir(&point.run_id, &task.task);
+    if !dir.join("HEAD").is_file() {
+        return refuse(format!("is gone (no store at {})", dir.display()));
+    }
+    let store =
+        match reprise_store::snapshot::SnapshotStore::open(&dir, state.root(), None, u64::MAX) {
+            Ok(store) => store,
+            Err(err) => return refuse(format!("cannot be read ({err})")),
+        };
+    let checkpoint = match store.find(&id) {
+        Ok(checkpoint) => checkpoint,
+        Err(err) => return refuse(format!("cannot be read ({err})")),
+    };
+    let recorded = crate::checkpoint_binding::recorded_checkpoints(state, task)
+        .map_err(|err| Refusal(err.to_string()))?;
+    if let Err(why) = crate::checkpoint_binding::bind(&point.run_id, &checkpoint, &recorded) {
+        return refuse(format!(
+            "is not the one its journal recorded ({})",
+            why.explain()
+        ));
+    }
+    match crate::checkpoint_binding::object_intact(&store, &checkpoint) {
+        Ok(true) => Ok(()),
+        Ok(false) => refuse("has a commit object that does not hash to its id".to_owned()),
+        Err(err) => refuse(format!("cannot be read ({err})")),
+    }
+}
+
+/// The checks the `task.resume` append itself relies on, made again where
+/// it happens (the task's own thread, which may run long after the command
+/// that asked): the park is still the task's latest and unsettled (in the
+/// journal, and by no marker the chain binds), and the approval it binds is
+/// still there, signed and bound by the audit chain.
+pub(crate) fn recheck_before_resume(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    point: &ParkPoint,
+) -> Result<(), Refusal> {
+    let refuse = |why: String| {
+        Err(Refusal(format!(
+            "the resume of {task} was refused where it writes: {why} (nothing resumed)"
+        )))
+    };
+    let audit = read_audit(state, key).map_err(|err| Refusal(err.to_string()))?;
+    if !audit.ok() {
+        return refuse("the audit chain does not verify".to_owned());
+    }
+    match latest_park(state, task, &audit) {
+        Some(latest) if latest.park == point.park && !latest.settled => {}
+        Some(latest) if latest.park == point.park => {
+            return refuse("its park is already settled by a resume".to_owned());
+        }
+        _ => return refuse("its park is no longer the task's latest".to_owned()),
+    }
+    let waits = point.body.wake == reprise_store::suspension::Wake::Approval;
+    let digest = reprise_store::approvals::approval_for_resume(state, key, task, point.park, waits)
+        .map_err(|err| Refusal(format!("{err}")))?;
+    if let Some(digest) = digest
+        && !approval_bound(&audit, task, point.park, digest)
+    {
+        return refuse("its approval is not bound by the audit chain".to_owned());
+    }
+    let expected = point.approval.as_ref().map(|(digest, _)| *digest);
+    if digest != expected {
+        return refuse("its approval changed since the resume was asked for".to_owned());
+    }
+    Ok(())
 }

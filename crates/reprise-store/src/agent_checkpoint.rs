@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use reprise_core::canonical::{EncodeError, to_canonical_vec};
-use reprise_core::digest::Digest;
+use reprise_core::digest::{Digest, tagged_sha256};
 use reprise_core::grant::{GrantSet, grant_hash};
 use reprise_core::{TaskId, TaskKey};
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,19 @@ use crate::state::StateDir;
 
 /// Version of `checkpoint.json`.
 pub const CHECKPOINT_VERSION: u64 = 1;
+
+/// Domain tag of a checkpoint's own hash (over its JCS bytes), the hash the
+/// journal binds at the park and again at its resume.
+pub const CHECKPOINT_HASH_TAG: &[u8] = b"reprise/agent-checkpoint/v1\n";
+
+/// Journal row kind binding a park's `checkpoint.json`, written right after
+/// the file: `{run_id, park, checkpoint, grant_hash}` (`checkpoint` its own hash).
+pub const BOUND_KIND: &str = "task.agent_checkpoint";
+
+/// Journal row kind a resume that continues a bound grant writes:
+/// `{run_id, park, resume, checkpoint, grant_hash}`, the park's and the
+/// resume's rows being the two chain heads it ties together.
+pub const CONTINUATION_KIND: &str = "task.grant_continuation";
 
 /// Why an agent checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +91,30 @@ impl AgentCheckpoint {
             run_id,
             park,
         })
+    }
+
+    /// The checkpoint's own hash: SHA-256 over its tag and JCS bytes.
+    pub fn own_hash(&self) -> Result<Digest, EncodeError> {
+        Ok(tagged_sha256(
+            CHECKPOINT_HASH_TAG,
+            &[&to_canonical_vec(self)?],
+        ))
+    }
+
+    /// Whether its grant is the one a `task.suspend` row bound: the row's
+    /// `grant_hash`, taken over the grant and the row before it (`after`).
+    pub fn matches_suspend_row(
+        &self,
+        suspend_grant_hash: &str,
+        after: Option<Digest>,
+    ) -> Result<bool, EncodeError> {
+        let hash = grant_hash(
+            &self.grant,
+            self.task_id.as_str(),
+            &self.run_id,
+            after.unwrap_or_default(),
+        )?;
+        Ok(hash.to_hex() == suspend_grant_hash)
     }
 
     /// The grant hash recomputed from what the checkpoint holds.

@@ -238,7 +238,8 @@ pub fn approval_for_resume(
     park: Digest,
     waits_for_approval: bool,
 ) -> Result<Option<Digest>> {
-    if resumed_marker(state, task, park)?.is_some() {
+    let audit = read_audit(state, key)?;
+    if settled_marker(state, task, park, &audit)?.is_some() {
         return Err(ApprovalError::Settled {
             task: task.to_string(),
             park: park.to_hex(),
@@ -283,7 +284,7 @@ pub fn approve(
             None => ApprovalError::NoPark { task: name },
         });
     };
-    if resumed_marker(state, task, park.park)?.is_some() {
+    if settled_marker(state, task, park.park, &audit)?.is_some() {
         return Err(ApprovalError::Settled {
             task: name,
             park: park.park.to_hex(),
@@ -362,23 +363,29 @@ struct Resumed {
 
 /// Writes the marker that `park` was settled by the resume whose receipt is
 /// `resume_receipt`. Writing the same marker again is a no-op; a marker
-/// naming another receipt is an error.
+/// naming another receipt is an error, unless `replace_unbound` says the
+/// caller checked that the audit chain binds no marker of this park (a
+/// planted or unreadable one, which settled nothing, is then replaced).
 pub fn mark_resumed(
     state: &StateDir,
     task: &TaskKey,
     park: Digest,
     resume_receipt: Digest,
+    replace_unbound: bool,
 ) -> Result<()> {
     let path = resumed_path(state, task, park);
-    match resumed_marker(state, task, park)? {
-        Some(found) if found == resume_receipt => return Ok(()),
-        Some(found) => {
+    // A marker that does not parse, or names a receipt the chain does not
+    // hold, settled nothing: it is replaced.
+    match resumed_marker(state, task, park) {
+        Ok(Some(found)) if found == resume_receipt => return Ok(()),
+        Ok(Some(found)) if !replace_unbound => {
             return Err(ApprovalError::ResumedElsewhere {
                 path,
                 found: found.to_hex(),
             });
         }
-        None => {}
+        Err(err) if !replace_unbound => return Err(err),
+        _ => {}
     }
     let mut bytes = to_canonical_vec(&Resumed {
         v: APPROVAL_VERSION,
@@ -389,6 +396,34 @@ pub fn mark_resumed(
     create_dir_all_durable(&approvals_dir(state, task), 0o700)?;
     write_atomic(&path, &bytes, 0o600)?;
     Ok(())
+}
+
+/// The resume receipt the `.resumed` marker of `park` names, when the audit
+/// chain holds that receipt for that park: a marker the chain does not bind
+/// (planted, or copied from elsewhere) settles nothing.
+pub fn settled_marker(
+    state: &StateDir,
+    task: &TaskKey,
+    park: Digest,
+    audit: &crate::audit::AuditSummary,
+) -> Result<Option<Digest>> {
+    let Some(receipt) = resumed_marker(state, task, park)? else {
+        return Ok(None);
+    };
+    Ok(marker_bound(audit, task, park, receipt).then_some(receipt))
+}
+
+/// Whether `audit` holds `receipt` as a resume receipt of `task`'s `park`.
+fn marker_bound(
+    audit: &crate::audit::AuditSummary,
+    task: &TaskKey,
+    park: Digest,
+    receipt: Digest,
+) -> bool {
+    audit.suspensions_of(task).into_iter().any(|row| {
+        row.digest == receipt
+            && matches!(&row.row, crate::suspension::SuspensionAudit::ResumeReceipt(bound) if bound.park == park)
+    })
 }
 
 /// The resume receipt the `.resumed` marker of `park` names, if any.

@@ -9,11 +9,13 @@ use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
 use reprise_core::record::JournalRow;
 use reprise_core::suspension::{
-    AuditEntry, AuditFact, ChainFlags, JournalEntry, Park, RESUME_KIND, SUSPEND_KIND,
+    AuditEntry, AuditFact, ChainFlags, JournalEntry, Park, Problem, RESUME_KIND, SUSPEND_KIND,
     SuspensionReport, latest_unsettled, parks, verify_suspension,
 };
 use reprise_core::verify::Identity;
+use serde_json::Value;
 
+use crate::agent_checkpoint::{AgentCheckpoint, BOUND_KIND, CONTINUATION_KIND, read_checkpoint};
 use crate::approvals::ApprovalBinding;
 use crate::audit::AuditSummary;
 use crate::chainfile::read_chain;
@@ -40,6 +42,9 @@ pub struct ParkEvidence {
     /// The journal's own verification (chain, seals, spine, decisions) and
     /// the audit chain it was checked against.
     pub verification: JournalVerification,
+    /// The task's `checkpoint.json` (the latest park's), or why it cannot
+    /// be read; `None` when there is none.
+    pub checkpoint: Option<std::result::Result<AgentCheckpoint, String>>,
 }
 
 /// Reads `task`'s park evidence against the audit chain `audit` (read once
@@ -55,7 +60,8 @@ pub fn read_parks(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Res
         Some(task.task.as_str()),
         &[],
         |row, line| {
-            if (row.kind == SUSPEND_KIND || row.kind == RESUME_KIND)
+            if [SUSPEND_KIND, RESUME_KIND, BOUND_KIND, CONTINUATION_KIND]
+                .contains(&row.kind.as_ref())
                 && let Ok(parsed) = serde_json::from_slice::<JournalRow>(line)
             {
                 journal.push(JournalEntry {
@@ -68,10 +74,14 @@ pub fn read_parks(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Res
             }
         },
     )?;
+    let checkpoint = read_checkpoint(state, task)
+        .map_err(|err| err.to_string())
+        .transpose();
     Ok(ParkEvidence {
         task: task.clone(),
         journal,
         verification,
+        checkpoint,
     })
 }
 
@@ -188,14 +198,81 @@ impl ParkEvidence {
         }
     }
 
-    /// The verdict on the task's latest park; `None` when it was never parked.
+    /// The verdict on the task's latest park; `None` when it was never
+    /// parked. Its `checkpoint.json` must be the one the chains bound.
     pub fn verify(&self) -> Option<SuspensionReport> {
-        verify_suspension(
+        let mut report = verify_suspension(
             &self.task,
             &self.journal,
             &audit_entries(self.audit()),
             &self.flags(),
-        )
+        )?;
+        if let Some(problem) = self.checkpoint_problem() {
+            report.fail_with(problem);
+        }
+        Some(report)
+    }
+
+    /// What is wrong with the latest park's `checkpoint.json`, when it bound
+    /// a grant: its grant must be the one the `task.suspend` row hashed, and
+    /// its own hash the one the journal recorded at the park (and at the
+    /// resume). A park from before the journal recorded the hash is judged
+    /// by its grant alone.
+    pub fn checkpoint_problem(&self) -> Option<Problem> {
+        let park = self.latest_park()?;
+        let grant_hash = park
+            .body
+            .get("grant_hash")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if grant_hash.is_empty() {
+            return None;
+        }
+        let park_hex = park.park.to_hex();
+        let bound: Vec<Digest> = self
+            .journal
+            .iter()
+            .filter(|row| row.kind == BOUND_KIND || row.kind == CONTINUATION_KIND)
+            .filter(|row| row.body.get("park").and_then(Value::as_str) == Some(park_hex.as_str()))
+            .filter_map(|row| row.body.get("checkpoint").and_then(Value::as_str))
+            .filter_map(|hex| Digest::from_hex(hex.as_bytes()))
+            .collect();
+        let problem = |why: &str| {
+            Some(Problem::CheckpointUnbound {
+                park_seq: park.seq,
+                why: why.to_owned(),
+            })
+        };
+        match &self.checkpoint {
+            None if bound.is_empty() => None,
+            None => problem("the file is missing"),
+            Some(Err(why)) => problem(why),
+            Some(Ok(checkpoint)) if checkpoint.park != park.park => {
+                if bound.is_empty() {
+                    None
+                } else {
+                    problem("it names another park")
+                }
+            }
+            Some(Ok(checkpoint)) => {
+                let after = park
+                    .body
+                    .pointer("/journal_head/event_hash")
+                    .and_then(Value::as_str)
+                    .and_then(|hex| Digest::from_hex(hex.as_bytes()));
+                if !checkpoint
+                    .matches_suspend_row(grant_hash, after)
+                    .unwrap_or(false)
+                {
+                    return problem("its grant is not the one the task.suspend row hashed");
+                }
+                let own = checkpoint.own_hash().ok()?;
+                if bound.iter().any(|hash| *hash != own) {
+                    return problem("its own hash is not the one the journal recorded");
+                }
+                None
+            }
+        }
     }
 
     /// The latest park, settled or not.

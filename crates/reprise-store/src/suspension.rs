@@ -104,8 +104,13 @@ pub struct SuspendBody {
     pub wake: Wake,
     pub cause: ParkCause,
     pub reason: Option<String>,
-    /// What the agent asked, for a permission park.
+    /// What the agent asked, for a permission park, in parks recorded
+    /// before the text was kept beside the chain; now always `None`.
     pub question: Option<String>,
+    /// The hash of what the agent asked (`replies::agent_text_hash`); the
+    /// text itself is kept beside the chain (`replies::keep_agent_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_hash: Option<Digest>,
     /// The grant this park binds (hex), empty when none is bound.
     pub grant_hash: String,
     /// Who asked for the park, when a person's command did (absent from

@@ -100,6 +100,7 @@ impl ParkWriter {
             cause: ParkCause::Request,
             reason: Some("lunch".to_owned()),
             question: None,
+            question_hash: None,
             grant_hash: grant_hash.to_owned(),
             requested_by: None,
         };

@@ -52,6 +52,15 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
             );
             continue;
         };
+        // What the agent asked is kept beside the chain, which holds its
+        // hash (older parks held the text itself).
+        let question = match body.question_hash {
+            Some(hash) => {
+                reprise_store::replies::read_agent_text(&state, &body.run_id, &task.task, hash)?
+                    .or_else(|| Some("(kept text missing or changed)".to_owned()))
+            }
+            None => body.question.clone(),
+        };
         let name = display_name(&state, &task)?;
         let approved = evidence.approved(park.park);
         let commands = wake_commands(&name, &body.wake, approved);
@@ -80,7 +89,7 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
         if let Some(reason) = &body.reason {
             let _ = write!(why, "; reason: {reason}");
         }
-        if let Some(question) = &body.question {
+        if let Some(question) = &question {
             let _ = write!(why, "; asked: {question}");
         }
         let _ = writeln!(text, "{why}");
@@ -128,7 +137,8 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
             "approved": approved,
             "cause": body.cause.as_str(),
             "reason": body.reason,
-            "question": body.question,
+            "question": question,
+            "question_hash": body.question_hash,
             "workspace_hash": body.workspace_hash,
             "session_id": body.session_id,
             "envelope": body.envelope,

@@ -1267,3 +1267,470 @@ fn wait_for_the_new_session(env: &Env, plan: &str, task: &str) -> String {
     }
     session
 }
+
+/// A command agent that, when it is told to stop, copies the journal and
+/// the audit chain as they are at that moment, so a test sees what was
+/// recorded before the agent was halted.
+fn halt_witness_plan(env: &Env, dir: &Path) -> String {
+    let state = env.reprise_dir();
+    write_plan(
+        env,
+        "halted",
+        &format!(
+            r#"
+version: 1
+name: halted
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: command
+    sandbox: none
+    timeout: 5m
+    allowed_paths: ["{dir}"]
+    command: [sh, -c, "if [ -e {dir}/agent ]; then echo resumed; exit 0; fi; trap 'cat {state}/audit/audit.jsonl > {dir}/audit.at_halt; cat {state}/plans/halted/tasks/edit/journal.jsonl > {dir}/journal.at_halt; exit 1' TERM; echo $$ > {dir}/agent; sleep 300 & wait"]
+"#,
+            dir = dir.display(),
+            state = state.display()
+        ),
+    )
+}
+
+fn kinds_in(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_park_s_row_and_receipt_are_written_before_its_agent_is_halted() {
+    let env = git_env();
+    let dir = outside_dir(&env, "halt");
+    let plan = halt_witness_plan(&env, &dir);
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    wait_for_file(&dir.join("agent"));
+    assert_success(&env.run(&["task", "suspend", "edit"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    // When the agent was told to stop, the journal held the park's row and
+    // the audit chain its receipt; no release was recorded yet.
+    let journal = wait_for_file(&dir.join("journal.at_halt"));
+    let audit = wait_for_file(&dir.join("audit.at_halt"));
+    let journal = kinds_in(&journal);
+    assert!(
+        journal.iter().any(|kind| kind == "task.suspend"),
+        "{journal:?}"
+    );
+    assert!(
+        !journal.iter().any(|kind| kind == "attempt.finished"),
+        "{journal:?}"
+    );
+    let audit = kinds_in(&audit);
+    assert_eq!(audit.last().unwrap(), "task.suspend_receipt", "{audit:?}");
+    assert!(
+        !audit
+            .iter()
+            .any(|kind| kind == "task.suspend_resource_release")
+    );
+    // The journal: the park, then the attempt it stopped.
+    let rows: Vec<String> = journal_kinds(&env, "halted", "edit")
+        .iter()
+        .map(|row| row["kind"].as_str().unwrap().to_owned())
+        .collect();
+    let suspend = rows.iter().position(|kind| kind == "task.suspend").unwrap();
+    let finished = rows
+        .iter()
+        .rposition(|kind| kind == "attempt.finished")
+        .unwrap();
+    assert!(suspend < finished, "{rows:?}");
+    assert_every_release_has_its_receipt(&env);
+    assert_success(&env.run(&["journal", "verify", "edit"]));
+    assert_success(&env.run(&["audit", "verify-suspension", "edit"]));
+    // It resumes and finishes.
+    let resumed = json_of(&env.run(&["task", "resume", "edit", "--json"]));
+    assert_eq!(resumed["tasks"][0]["state"], "passed", "{resumed}");
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "edit", "--json"]));
+    assert_eq!(verdict["status"], "verified", "{verdict}");
+}
+
+#[test]
+fn a_pause_s_row_is_written_before_its_agent_is_halted() {
+    let env = git_env();
+    let dir = outside_dir(&env, "halt");
+    let plan = halt_witness_plan(&env, &dir);
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    wait_for_file(&dir.join("agent"));
+    assert_success(&env.run(&["task", "pause", "edit"]));
+    let journal = wait_for_file(&dir.join("journal.at_halt"));
+    assert_eq!(
+        kinds_in(&journal).last().unwrap(),
+        "task.pause",
+        "{journal}"
+    );
+    assert_success(&env.run(&["task", "unpause", "edit"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(0));
+    assert_success(&env.run(&["journal", "verify", "edit"]));
+}
+
+#[test]
+fn a_checkpoint_rewritten_to_match_narrowed_permissions_is_refused_and_seen() {
+    use reprise_store::agent_checkpoint::AgentCheckpoint;
+    let env = git_env();
+    let aside = outside_dir(&env, "aside");
+    let text = |paths: &str| {
+        format!(
+            r#"
+version: 1
+name: granted
+defaults: {{ agent: sim }}
+tasks:
+  - id: one
+    prompt: one
+    allowed_paths: [{paths}]
+    sim:
+      - {{ reply: "slow", write: {{ one.txt: x }}, delay: 120s }}
+      - {{ reply: "done", write: {{ one.txt: x }} }}
+"#
+        )
+    };
+    let wide = text(&format!("\"{}\", \"*.txt\"", aside.display()));
+    let plan = write_plan(&env, "granted", &wide);
+    park_tasks(&env, &plan, &["one"]);
+    let file = env
+        .reprise_dir()
+        .join("plans/granted/tasks/one/checkpoint.json");
+    let original = fs::read(&file).unwrap();
+    // The permissions narrowed while it waited, and checkpoint.json is
+    // rewritten to the narrowed grant, its grant hash recomputed (no key
+    // needed): the narrowing check alone would pass.
+    write_plan(&env, "granted", &text("\"*.txt\""));
+    let parked: AgentCheckpoint = serde_json::from_slice(&original).unwrap();
+    let mut grant = parked.grant.clone();
+    grant.allowed_paths.retain(|path| path == "*.txt");
+    let forged = AgentCheckpoint::new(
+        grant,
+        parked.task_id.clone(),
+        parked.run_id.clone(),
+        parked.park,
+    )
+    .unwrap();
+    let mut bytes = reprise_core::canonical::to_canonical_vec(&forged).unwrap();
+    bytes.push(b'\n');
+    fs::write(&file, &bytes).unwrap();
+    let journal = env
+        .project()
+        .join(".reprise/plans/granted/tasks/one/journal.jsonl");
+    let before = fs::read(&journal).unwrap();
+    assert_one_line_error(
+        &env.run(&["task", "resume", "one"]),
+        2,
+        "is not the one its park bound",
+    );
+    assert_eq!(
+        fs::read(&journal).unwrap(),
+        before,
+        "a refused resume wrote"
+    );
+    let verdict = env.run(&["audit", "verify-suspension", "one", "--json"]);
+    assert_eq!(verdict.status.code(), Some(1));
+    let verdict = json_of(&verdict);
+    assert_eq!(verdict["status"], "failed", "{verdict}");
+    assert_eq!(
+        verdict["errors"][0]["code"], "checkpoint_unbound",
+        "{verdict}"
+    );
+    // Put back as parked, the resume goes on, and the journal binds the
+    // checkpoint's own hash, its grant and both rows.
+    fs::write(&file, &original).unwrap();
+    write_plan(&env, "granted", &wide);
+    assert_success(&env.run(&["task", "resume", "one"]));
+    let rows = journal_kinds(&env, "granted", "one");
+    let find = |kind: &str| rows.iter().find(|row| row["kind"] == kind).unwrap().clone();
+    let (suspend, bound, resume, continued) = (
+        find("task.suspend"),
+        find("task.agent_checkpoint"),
+        find("task.resume"),
+        find("task.grant_continuation"),
+    );
+    let own = AgentCheckpoint::own_hash(&parked).unwrap().to_hex();
+    assert_eq!(bound["body"]["checkpoint"], own.as_str());
+    assert_eq!(continued["body"]["checkpoint"], own.as_str());
+    assert_eq!(continued["body"]["park"], suspend["event_hash"]);
+    assert_eq!(continued["body"]["resume"], resume["event_hash"]);
+    assert_eq!(
+        continued["body"]["grant_hash"],
+        suspend["body"]["grant_hash"]
+    );
+    let verified = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verified["status"], "verified", "{verified}");
+}
+
+/// Every file under the state directory but the snapshot stores, with its
+/// bytes: what a refused resume must leave as it was.
+fn state_files(env: &Env) -> Vec<(PathBuf, Vec<u8>)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+        for entry in fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if !path.ends_with("snapshots") && !path.ends_with("locks") {
+                    walk(&path, out);
+                }
+            } else if let Ok(bytes) = fs::read(&path) {
+                out.push((path, bytes));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&env.reprise_dir(), &mut out);
+    out.sort();
+    out
+}
+
+fn park_row(env: &Env, plan: &str, task: &str) -> Value {
+    journal_kinds(env, plan, task)
+        .into_iter()
+        .rfind(|row| row["kind"] == "task.suspend")
+        .unwrap()
+}
+
+#[test]
+fn an_approval_file_the_audit_chain_does_not_bind_lets_no_resume_run() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    wait_for_an_attempt(&env, "parkable", "one");
+    wait_for_sim_sessions(&env, 1);
+    assert_success(&env.run(&["task", "suspend", "one", "--until", "approval"]));
+    wait_for_an_attempt(&env, "parkable", "two");
+    wait_for_sim_sessions(&env, 2);
+    assert_success(&env.run(&["task", "suspend", "two"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    // A copy of the project (a backup), adopted and approved there: its
+    // approval file is signed with the same key, but this state
+    // directory's audit chain holds no task.approval row for it.
+    let copy = env.temp.path().join("copy");
+    let copied = std::process::Command::new("cp")
+        .args(["-a"])
+        .arg(env.project())
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let in_copy = |args: &[&str]| {
+        let mut command = env.command(args);
+        command.current_dir(&copy);
+        command.output().unwrap()
+    };
+    assert_success(&in_copy(&["init"]));
+    assert_success(&in_copy(&["approve", "one"]));
+    let park = park_row(&env, "parkable", "one")["event_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let relative = format!("approvals/parkable/one/{park}.json");
+    let target = env.reprise_dir().join(&relative);
+    fs::create_dir_all(target.parent().unwrap()).unwrap();
+    fs::copy(copy.join(".reprise").join(&relative), &target).unwrap();
+    let before = state_files(&env);
+    assert_one_line_error(
+        &env.run(&["task", "resume", "one"]),
+        2,
+        "not bound by the audit chain",
+    );
+    assert!(state_files(&env) == before, "a refused resume wrote");
+    // Approved here, it resumes.
+    fs::remove_file(&target).unwrap();
+    assert_success(&env.run(&["approve", "one"]));
+    let resumed = env.run(&["task", "resume", "one"]);
+    assert_eq!(code(&resumed), Some(3), "{}", stderr(&resumed));
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verdict["status"], "verified", "{verdict}");
+}
+
+#[test]
+fn a_tampered_park_snapshot_is_refused_before_anything_is_written() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    park_tasks(&env, &plan, &["one", "two"]);
+    // The park snapshot of `one` is changed: its commit object no longer
+    // holds the commit. The resume refuses and writes nothing at all.
+    let park = park_row(&env, "parkable", "one");
+    let releases = released(&env, &park["event_hash"]);
+    let sandbox = &releases
+        .iter()
+        .find(|(name, _)| name == "sandbox")
+        .unwrap()
+        .1;
+    let checkpoint = sandbox["checkpoint"].as_str().unwrap();
+    let run_id = park["body"]["run_id"].as_str().unwrap();
+    let object = env.reprise_dir().join(format!(
+        "snapshots/{run_id}/one/objects/{}/{}",
+        &checkpoint[..2],
+        &checkpoint[2..]
+    ));
+    assert!(object.is_file(), "{}", object.display());
+    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&object, b"not a commit").unwrap();
+    let before = state_files(&env);
+    assert_one_line_error(&env.run(&["task", "resume", "one"]), 2, "snapshot");
+    assert!(state_files(&env) == before, "a refused resume wrote");
+}
+
+#[test]
+fn a_planted_resumed_marker_settles_nothing() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    park_tasks(&env, &plan, &["one", "two"]);
+    // A `.resumed` marker planted for `two`'s park names a receipt the
+    // audit chain does not hold: it settles nothing, the resume runs, and
+    // the marker then names the real receipt.
+    let park = park_row(&env, "parkable", "two");
+    let hex = park["event_hash"].as_str().unwrap();
+    let marker = env
+        .reprise_dir()
+        .join(format!("approvals/parkable/two/{hex}.resumed"));
+    fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    fs::write(
+        &marker,
+        format!(
+            "{{\"park\":\"{hex}\",\"resume_receipt\":\"{}\",\"v\":1}}\n",
+            "ab".repeat(32)
+        ),
+    )
+    .unwrap();
+    let pending = json_of(&env.run(&["audit", "verify-suspension", "two", "--json"]));
+    assert_eq!(pending["status"], "pending", "{pending}");
+    let resumed = env.run(&["task", "resume", "two"]);
+    assert_eq!(code(&resumed), Some(3), "{}", stderr(&resumed));
+    let receipt = audit_rows(&env, "task.resume_receipt")
+        .into_iter()
+        .find(|row| row["body"]["park"] == hex)
+        .unwrap();
+    let written: Value = serde_json::from_slice(&fs::read(&marker).unwrap()).unwrap();
+    assert_eq!(written["resume_receipt"], receipt["mac"]);
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "two", "--json"]));
+    assert_eq!(verdict["status"], "verified", "{verdict}");
+}
+
+#[test]
+fn a_resume_is_a_decision_sealed_bound_and_stamped_with_its_reason() {
+    let env = git_env();
+    let plan = write_plan(&env, "parkable", PARKABLE);
+    park_tasks(&env, &plan, &["one", "two"]);
+    // `one` resumes warm (the policy's mode), `two` cold because asked.
+    assert_eq!(code(&env.run(&["task", "resume", "one"])), Some(3));
+    assert_success(&env.run(&["task", "resume", "two", "--mode", "cold"]));
+    let spine = |task: &str| -> Vec<Value> {
+        fs::read_to_string(
+            env.reprise_dir()
+                .join(format!("plans/parkable/tasks/{task}/spine.jsonl")),
+        )
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+    };
+    let bindings = audit_rows(&env, "retry.checkpoint_decision");
+    for (task, mode, reason) in [("one", "warm", None), ("two", "cold", Some("requested"))] {
+        let rows = journal_kinds(&env, "parkable", task);
+        let at = rows
+            .iter()
+            .position(|row| row["kind"] == "task.resume")
+            .unwrap();
+        let resume = &rows[at];
+        let decision = rows[..at]
+            .iter()
+            .rfind(|row| row["kind"] == "retry.decision")
+            .unwrap_or_else(|| panic!("{task}'s resume has no decision row"));
+        let hash = &resume["body"]["decision_hash"];
+        assert!(hash.is_string(), "{resume}");
+        assert_eq!(&decision["body"]["decision_hash"], hash);
+        assert_eq!(decision["body"]["decision"]["retry_mode"], mode);
+        assert_eq!(resume["body"]["mode"], mode);
+        assert_eq!(
+            resume["body"].get("mode_reason").and_then(Value::as_str),
+            reason,
+            "{resume}"
+        );
+        // Sealed in the spine, bound in the audit chain.
+        assert!(
+            spine(task).iter().any(|row| &row["decision_hash"] == hash),
+            "{task}"
+        );
+        assert!(
+            bindings
+                .iter()
+                .any(|row| &row["body"]["decision_hash"] == hash),
+            "{task}: no audit binding"
+        );
+        // Stamped on the task as a retry's decision is.
+        let shown = json_of(&env.run(&["task", "show", task, "--json"]));
+        assert_eq!(&shown["metadata"]["retry_decision_hash"], hash, "{shown}");
+        assert_eq!(shown["metadata"]["retry_mode"], mode, "{shown}");
+        assert_success(&env.run(&["journal", "verify", task]));
+    }
+    assert_success(&env.run(&["audit", "verify"]));
+}
+
+#[test]
+fn a_resume_queued_in_a_live_run_is_checked_again_when_it_starts() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "queued",
+        r#"
+version: 1
+name: queued
+seats: 1
+defaults: { agent: sim }
+tasks:
+  - id: one
+    prompt: one
+    sim:
+      - { reply: "slow", write: { one.txt: x }, delay: 120s }
+      - { reply: "done", write: { one.txt: x } }
+  - id: two
+    prompt: two
+    sim:
+      - { reply: "slow", write: { two.txt: x }, delay: 120s }
+      - { reply: "done", write: { two.txt: x } }
+"#,
+    );
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    wait_for_an_attempt(&env, "queued", "one");
+    wait_for_sim_sessions(&env, 1);
+    assert_success(&env.run(&["task", "suspend", "one", "--until", "approval"]));
+    wait_for_an_attempt(&env, "queued", "two");
+    wait_for_sim_sessions(&env, 2);
+    assert_success(&env.run(&["approve", "one"]));
+    // The live run takes the resume (the checks pass now) and queues it:
+    // `two` holds the only seat.
+    assert_success(&env.run(&["task", "resume", "one"]));
+    // The approval is withdrawn while it waits for the seat.
+    let park = park_row(&env, "queued", "one");
+    let approval = env.reprise_dir().join(format!(
+        "approvals/queued/one/{}.json",
+        park["event_hash"].as_str().unwrap()
+    ));
+    fs::remove_file(&approval).unwrap();
+    // The seat comes free; the resume is checked again where it would
+    // write, refused, and the task stays parked.
+    assert_success(&env.run(&["task", "suspend", "two"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let rows = journal_kinds(&env, "queued", "one");
+    assert!(
+        !rows.iter().any(|row| row["kind"] == "task.resume"),
+        "a resume ran without its approval"
+    );
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verdict["status"], "pending", "{verdict}");
+    // Approved again, it resumes.
+    assert_success(&env.run(&["approve", "one"]));
+    let resumed = env.run(&["task", "resume", "one"]);
+    assert_eq!(code(&resumed), Some(3), "{}", stderr(&resumed));
+    let verdict = json_of(&env.run(&["audit", "verify-suspension", "one", "--json"]));
+    assert_eq!(verdict["status"], "verified", "{verdict}");
+}

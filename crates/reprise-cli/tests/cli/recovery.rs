@@ -434,7 +434,31 @@ tasks:
     let suspend = rows_of(&rows, "task.suspend")[0].clone();
     assert_eq!(suspend["body"]["cause"], "permission");
     assert_eq!(suspend["body"]["wake"], json!({"on": "approval"}));
-    assert_eq!(suspend["body"]["question"], "May I run make deploy?");
+    // The question is kept beside the chain; the row holds its hash, and
+    // list-suspended reads the text from the kept file.
+    assert_eq!(suspend["body"]["question"], Value::Null);
+    let hash = suspend["body"]["question_hash"].as_str().unwrap();
+    let journal_text = fs::read_to_string(
+        env.project()
+            .join(".reprise/plans/ask/tasks/deploy/journal.jsonl"),
+    )
+    .unwrap();
+    let audit_text = fs::read_to_string(env.reprise_dir().join("audit/audit.jsonl")).unwrap();
+    assert!(!journal_text.contains("make deploy") && !audit_text.contains("make deploy"));
+    let run_id = suspend["body"]["run_id"].as_str().unwrap();
+    let kept = env
+        .reprise_dir()
+        .join(format!("runs/{run_id}/private/deploy/{hash}.txt"));
+    assert_eq!(fs::read_to_string(&kept).unwrap(), "May I run make deploy?");
+    assert_eq!(
+        fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let listed = json_of(&env.run(&["task", "list-suspended", "--json"]));
+    assert_eq!(
+        listed["suspended"][0]["question"], "May I run make deploy?",
+        "{listed}"
+    );
     assert!(diagnoses(&rows).is_empty(), "a park is not a failure");
     // No resume without the approval; nothing is written by the refusal.
     let journal = env
@@ -553,9 +577,34 @@ tasks:
         [("judged".into(), "needs_context".into())]
     );
     let decision = rows_of(&rows, "retry.decision")[0];
+    // The request is kept beside the chain; the decision binds its hash.
+    let hash = decision["body"]["modification"]["needs_context_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(
         decision["body"]["modification"],
-        json!({"needs_context": "the format of an API key", "timeout_ms": 120000, "prompt_added": true, "model": null})
+        json!({"needs_context_hash": hash, "timeout_ms": 120000, "prompt_added": true, "model": null})
+    );
+    for chain in [
+        ".reprise/plans/ask/tasks/keys/journal.jsonl",
+        ".reprise/plans/ask/tasks/keys/spine.jsonl",
+        ".reprise/audit/audit.jsonl",
+    ] {
+        let text = fs::read_to_string(env.project().join(chain)).unwrap();
+        assert!(
+            !text.contains("format of an API key"),
+            "{chain} holds the agent's text"
+        );
+    }
+    let run_id = decision["body"]["run_id"].as_str().unwrap();
+    assert_eq!(
+        fs::read_to_string(
+            env.reprise_dir()
+                .join(format!("runs/{run_id}/private/keys/{hash}.txt"))
+        )
+        .unwrap(),
+        "the format of an API key"
     );
     let retry_prompt = fs::read_to_string(counter.join("prompt.2")).unwrap();
     assert!(
@@ -891,9 +940,10 @@ tasks:
     let rows = journal_kinds(&env, "model", "schema");
     let decision = rows_of(&rows, "retry.decision")[0];
     assert_eq!(decision["body"]["modification"]["model"], "opus");
+    // The request itself is kept beside the chain, by its hash.
     assert_eq!(
-        decision["body"]["modification"]["needs_context"],
-        "the schema"
+        decision["body"]["modification"]["needs_context_hash"],
+        json!(reprise_store::replies::agent_text_hash("the schema"))
     );
 }
 

@@ -395,23 +395,43 @@ fn a_tampered_approval_is_an_error_and_the_marker_binds_one_resume() {
         resumed_marker(&state, &writer.task, parked.park).unwrap(),
         None
     );
-    mark_resumed(&state, &writer.task, parked.park, receipt).unwrap();
-    mark_resumed(&state, &writer.task, parked.park, receipt).unwrap();
+    mark_resumed(&state, &writer.task, parked.park, receipt, false).unwrap();
+    mark_resumed(&state, &writer.task, parked.park, receipt, false).unwrap();
     assert_eq!(
         resumed_marker(&state, &writer.task, parked.park).unwrap(),
         Some(receipt)
     );
     assert!(matches!(
-        mark_resumed(&state, &writer.task, parked.park, tree_hash("another")),
+        mark_resumed(
+            &state,
+            &writer.task,
+            parked.park,
+            tree_hash("another"),
+            false
+        ),
         Err(ApprovalError::ResumedElsewhere { .. })
     ));
-    assert!(matches!(
-        approval_for_resume(&state, &key, &writer.task, parked.park, true),
-        Err(ApprovalError::Settled { .. })
-    ));
-    // A marked park cannot be approved again, even with its file gone.
-    fs::remove_file(&path).unwrap();
-    assert_one_line_error(&approve(&env, &[TASK]), 2, "already settled");
+    // A marker whose receipt the audit chain does not hold for the park
+    // settles nothing: the approval (put back) still stands, and it is
+    // replaced.
+    fs::write(&path, &text).unwrap();
+    assert!(
+        approval_for_resume(&state, &key, &writer.task, parked.park, true)
+            .unwrap()
+            .is_some()
+    );
+    mark_resumed(
+        &state,
+        &writer.task,
+        parked.park,
+        tree_hash("another"),
+        true,
+    )
+    .unwrap();
+    assert_eq!(
+        resumed_marker(&state, &writer.task, parked.park).unwrap(),
+        Some(tree_hash("another"))
+    );
 }
 
 fn parked_listing(env: &Env) -> Vec<Value> {

@@ -23,6 +23,10 @@ use crate::error::{EngineError, Result};
 use crate::resume::ParkPoint;
 use crate::state::AttemptSummary;
 
+/// The template id a resume's decision records for the prompt a warm or
+/// fork resume sends (`reprise_core::prompt::resume_prompt`).
+const RESUME_TEMPLATE_ID: &str = "resume/v1";
+
 /// How a task is taken up again.
 #[derive(Debug, Clone)]
 pub(crate) enum Continuation {
@@ -187,6 +191,18 @@ impl TaskRun<'_> {
                 self.run_id
             )));
         };
+        // A resume queued in a live run may start long after the command
+        // that asked was answered: what it relies on is checked again
+        // before anything is made or written, and a refusal leaves the
+        // task parked as it was.
+        if let Continuation::Resume { point, .. } = continuation
+            && let Err(refusal) =
+                crate::resume::recheck_before_resume(self.state, &self.key, &key, point)
+        {
+            result.status = crate::state::TaskStatus::Suspended;
+            result.reason = Some(refusal.to_string());
+            return Ok(());
+        }
         let mut state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
         // A task the run's stop closed goes on from where the stop caught
         // it: the rows before its `task.finished` (cancelled) say where.
@@ -210,7 +226,7 @@ impl TaskRun<'_> {
             cwd,
             isolated,
             mut journal,
-            spine,
+            mut spine,
             mut audit,
             snapshots,
             budget,
@@ -411,31 +427,67 @@ impl TaskRun<'_> {
                     Some((_, restored)) => restored.workspace_hash,
                     None => self.workspace_hash(&cwd)?,
                 };
-                let requested = mode
-                    .unwrap_or_else(|| self.requested_mode_only(point.body.session_id.as_deref()));
+                // The park's session; one its row could not name yet (the
+                // CLI names a new session when it ends) is the one the
+                // stopped attempt's `attempt.finished`, after the park, names.
+                let parked_session = point.body.session_id.clone().or_else(|| {
+                    rows.iter()
+                        .skip_while(|row| row.event_hash != point.park)
+                        .find(|row| row.kind == rows::ATTEMPT_FINISHED)
+                        .and_then(|row| row.body.get("session_id"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                });
+                let requested =
+                    mode.unwrap_or_else(|| self.requested_mode_only(parked_session.as_deref()));
                 let park_checkpoint = DecisionCheckpoint {
-                    session_id: point.body.session_id.clone(),
+                    session_id: parked_session.clone(),
                     // A park's session is checked on the way back (below).
                     session_saved: true,
                     workspace_hash: point.body.workspace_hash,
                     event_hash: point.park,
                 };
-                let mut decision = decide(DecisionInput {
+                // The resume's mode is a retry's decision, made by the same
+                // pure function from the park's row and the adapter.
+                let input = DecisionInput {
                     requested,
                     capability: self.adapter.strategy().capability(),
                     checkpoint: Some(&park_checkpoint),
                     live_workspace_hash: live,
                     fresh_pinned: mode.is_none() && task.agent_restart_between_retries,
                     chain_verified: true,
-                });
-                let session_ok = point
-                    .body
-                    .session_id
+                };
+                let mut decision = decide(input);
+                let session_ok = parked_session
                     .as_deref()
                     .is_some_and(|id| self.ensure_session(id, &cwd));
                 if decision.mode != RetryMode::Cold && !session_ok {
                     decision = reprise_core::retry::session_unavailable(decision);
                 }
+                let resume_prompt = reprise_core::prompt::resume_prompt(
+                    point.body.reason.as_deref(),
+                    note.as_deref(),
+                );
+                let record = reprise_core::retry::DecisionRecord::new(
+                    &task.id,
+                    self.adapter.name(),
+                    &input,
+                    decision,
+                    Some((
+                        RESUME_TEMPLATE_ID,
+                        reprise_core::digest::tagged_sha256(
+                            reprise_core::prompt::INSTRUCTION_TAG,
+                            &[resume_prompt.as_bytes()],
+                        ),
+                    )),
+                );
+                // Why it is not warm, whether asked for or forced.
+                let mode_reason = match (decision.downgrade_reason, decision.mode) {
+                    (Some(reason), _) => Some(reason.as_str()),
+                    (None, RetryMode::Warm) => None,
+                    (None, _) if mode.is_some() => Some("requested"),
+                    (None, _) => Some("retry_policy"),
+                };
                 let parked_running = attempt > point.body.attempt;
                 let policy = extended(u32::from(parked_running));
                 let body = ResumeBody {
@@ -452,8 +504,32 @@ impl TaskRun<'_> {
                     approval_digest: approval,
                     grant_hash: point.body.grant_hash.clone(),
                 };
+                // The append checks again what it relies on: the park
+                // unsettled, its approval there and bound by the chain.
+                crate::resume::recheck_before_resume(self.state, &self.key, &key, point)
+                    .map_err(|refusal| EngineError::Park(refusal.to_string()))?;
+                // The decision is recorded as a retry's is: a
+                // `retry.decision` row, sealed in the spine, bound in the
+                // audit chain; the resume row and the task's metadata name
+                // its hash.
+                let decision_hash = crate::records::record_decision(
+                    &mut journal,
+                    &mut spine,
+                    &mut audit,
+                    self.run_id,
+                    attempt,
+                    &record,
+                    None,
+                )?;
+                result.metadata = record
+                    .metadata(None)
+                    .map_err(|err| EngineError::Park(err.to_string()))?;
                 let mut row = serde_json::to_value(&body).expect("a resume body serialises");
                 row["lifecycle"] = serde_json::to_value(policy).expect("a policy serialises");
+                row["decision_hash"] = json!(decision_hash);
+                if let Some(reason) = mode_reason {
+                    row["mode_reason"] = json!(reason);
+                }
                 let head = journal.append(RESUME_KIND, &now_rfc3339(), &row)?;
                 crate::park::hold_at("resume");
                 let receipt = audit.append(
@@ -487,24 +563,34 @@ impl TaskRun<'_> {
                         .expect("a grant continuation serialises"),
                     )?;
                 }
+                // The journal ties the two halves together itself: the
+                // checkpoint the resume checked, its grant, the park's row
+                // and the resume's.
+                if let Some(checkpoint) = point.checkpoint {
+                    journal.append(
+                        reprise_store::agent_checkpoint::CONTINUATION_KIND,
+                        &now_rfc3339(),
+                        &json!({"run_id": self.run_id, "park": point.park, "resume": head.digest,
+                                "checkpoint": checkpoint, "grant_hash": point.body.grant_hash}),
+                    )?;
+                }
                 // The `.resumed` marker binds the resume receipt: the park
                 // (and its approval) cannot be used again.
+                // Another marker there was checked against the chain before
+                // the resume and settled nothing: it is replaced.
                 reprise_store::approvals::mark_resumed(
                     self.state,
                     &key,
                     point.park,
                     receipt.digest,
+                    true,
                 )
                 .map_err(|err| EngineError::Park(err.to_string()))?;
-                let session_id = point.body.session_id.clone();
-                let next = match (decision.mode, session_id) {
+                let next = match (decision.mode, parked_session) {
                     (RetryMode::Warm, Some(session_id)) => NextAttempt {
                         mode: "warm",
                         session: SessionMode::Resume { session_id },
-                        prompt: reprise_core::prompt::resume_prompt(
-                            point.body.reason.as_deref(),
-                            note.as_deref(),
-                        ),
+                        prompt: resume_prompt,
                     },
                     (RetryMode::Fork, Some(from)) => NextAttempt {
                         mode: "fork",
@@ -512,10 +598,7 @@ impl TaskRun<'_> {
                             from,
                             new_session_id: None,
                         },
-                        prompt: reprise_core::prompt::resume_prompt(
-                            point.body.reason.as_deref(),
-                            note.as_deref(),
-                        ),
+                        prompt: resume_prompt,
                     },
                     _ => self.cold(attempt, None),
                 };

@@ -44,6 +44,31 @@ use crate::state::{AttemptSummary, TaskStatus, WaitReason, Waiting};
 /// Journal row kind of a retry the budget refused.
 pub(crate) const BUDGET_REFUSED_KIND: &str = "retry.budget_refused";
 
+/// A stop recorded before the running agent was halted.
+enum Halted {
+    /// The park's `task.suspend` row and its receipt.
+    Park(Box<RecordedPark>),
+    /// The pause's `task.pause` row, and the answer to whoever asked.
+    Pause(RecordedPause, Option<crate::park::ParkReply>),
+}
+
+/// A park's first steps, durable: its `task.suspend` row, its agent
+/// checkpoint and its receipt in the audit chain.
+struct RecordedPark {
+    body: reprise_store::suspension::SuspendBody,
+    head: Head,
+    receipt: Digest,
+    reply: Option<crate::park::ParkReply>,
+}
+
+/// A pause's row, durable.
+struct RecordedPause {
+    head: Head,
+    workspace_hash: Digest,
+    session_id: Option<String>,
+    upgrade_after: Option<std::time::Duration>,
+}
+
 /// What one task's effects work on, from its first attempt to its end.
 pub(super) struct Executor<'r, 'a> {
     pub(super) run: &'r TaskRun<'a>,
@@ -107,6 +132,9 @@ pub(super) struct Executor<'r, 'a> {
     /// A park stopped the running agent; its session, if it had one.
     agent_stopped: bool,
     parked_session: Option<String>,
+    /// The stop recorded while the agent still ran, before it was halted:
+    /// a park's row and receipt, or a pause's row.
+    halted: Option<Halted>,
     /// The policy the lifecycle is driven under, and the attempts unpauses
     /// added to it.
     policy: Option<Policy>,
@@ -181,6 +209,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             modification: None,
             agent_stopped: false,
             parked_session: None,
+            halted: None,
             policy: None,
             extra_attempts: 0,
             gate_files: None,
@@ -274,38 +303,49 @@ impl<'r, 'a> Executor<'r, 'a> {
         })
     }
 
-    /// Records the pause (the agent already stopped and reaped; sandbox,
-    /// seat and reservation kept) and waits for what ends it: an unpause
-    /// (the next attempt continues the session when nothing changed), a
-    /// park, the pause's upgrade to a park, or the run's cancel.
+    /// Records the pause, unless its row was written before the agent was
+    /// halted (the agent is stopped and reaped by now; sandbox, seat and
+    /// reservation kept), and waits for what ends it: an unpause (the next
+    /// attempt continues the session when nothing changed), a park, the
+    /// pause's upgrade to a park, or the run's cancel.
     fn pause(&mut self, next: u32) -> Result<TaskEvent> {
         use crate::park::{PauseEnd, Stop};
         use reprise_store::suspension::{ParkCause, Wake};
         let run = self.run;
-        let (upgrade_after, requested_by, reply) = match run.control.take_any() {
-            Some((
-                Stop::Pause {
-                    upgrade_after,
-                    requested_by,
-                },
-                reply,
-            )) => (upgrade_after, requested_by, reply),
-            Some((Stop::Park(request), reply)) => {
-                // A park came first: it is what happens.
-                let _ = run.control.request(request, reply);
-                return Ok(TaskEvent::ParkRequested);
+        let (recorded, reply) = match self.halted.take() {
+            Some(Halted::Pause(recorded, reply)) => (recorded, reply),
+            other => {
+                self.halted = other;
+                let (upgrade_after, requested_by, reply) = match run.control.take_any() {
+                    Some((
+                        Stop::Pause {
+                            upgrade_after,
+                            requested_by,
+                        },
+                        reply,
+                    )) => (upgrade_after, requested_by, reply),
+                    Some((Stop::Park(request), reply)) => {
+                        // A park came first: it is what happens.
+                        let _ = run.control.request(request, reply);
+                        return Ok(TaskEvent::ParkRequested);
+                    }
+                    None => (None, None, None),
+                };
+                let session_id = self.parked_session.clone().or_else(|| self.last_session());
+                let recorded =
+                    self.record_pause(next, session_id, upgrade_after, requested_by.as_ref())?;
+                (recorded, reply)
             }
-            None => (None, None, None),
         };
-        // The command's --upgrade-after first, then the plan's key.
-        let upgrade_after = upgrade_after.or(run.task.pause_upgrade_after);
-        let workspace_hash = run.workspace_hash(&self.cwd)?;
-        let session_id = self.parked_session.clone().or_else(|| self.last_session());
-        let mut body = json!({"run_id": run.run_id, "attempt": next.saturating_sub(1), "session_id": session_id,
-                "workspace_hash": workspace_hash,
-                "upgrade_after_ms": upgrade_after.map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))});
-        with_requester(&mut body, requested_by.as_ref());
-        let head = self.journal.append(rows::PAUSE, &now_rfc3339(), &body)?;
+        let RecordedPause {
+            head,
+            workspace_hash,
+            session_id,
+            upgrade_after,
+        } = recorded;
+        // A session the pause's row could not name yet (the CLI names it
+        // when it ends) is the stopped attempt's.
+        let session_id = session_id.or_else(|| self.parked_session.clone());
         if let Some(reply) = reply {
             let _ = reply.send(json!({"ok": true, "paused": true, "run_id": run.run_id,
                                       "task": run.task.id, "attempt": next.saturating_sub(1)}));
@@ -350,6 +390,31 @@ impl<'r, 'a> Executor<'r, 'a> {
                 TaskEvent::ParkRequested
             }
             PauseEnd::Cancelled => TaskEvent::CancelRequested,
+        })
+    }
+
+    /// Writes a pause's `task.pause` row (attempt `next - 1` paused).
+    fn record_pause(
+        &mut self,
+        next: u32,
+        session_id: Option<String>,
+        upgrade_after: Option<std::time::Duration>,
+        requested_by: Option<&reprise_store::suspension::Requester>,
+    ) -> Result<RecordedPause> {
+        let run = self.run;
+        // The command's --upgrade-after first, then the plan's key.
+        let upgrade_after = upgrade_after.or(run.task.pause_upgrade_after);
+        let workspace_hash = run.workspace_hash(&self.cwd)?;
+        let mut body = json!({"run_id": run.run_id, "attempt": next.saturating_sub(1), "session_id": session_id,
+                "workspace_hash": workspace_hash,
+                "upgrade_after_ms": upgrade_after.map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX))});
+        with_requester(&mut body, requested_by);
+        let head = self.journal.append(rows::PAUSE, &now_rfc3339(), &body)?;
+        Ok(RecordedPause {
+            head,
+            workspace_hash,
+            session_id,
+            upgrade_after,
         })
     }
 
@@ -712,68 +777,38 @@ impl<'r, 'a> Executor<'r, 'a> {
             .find_map(|attempt| attempt.session_id.clone())
     }
 
-    /// Records the park and gives back the process and the sandbox; the
-    /// coordinator gives back the seat and the budget and moves the ledger.
+    /// Records the park (unless its row and receipt were written before
+    /// the agent was halted) and gives back the process and the sandbox,
+    /// each release citing the receipt; the coordinator gives back the seat
+    /// and the budget and moves the ledger.
     fn park(&mut self, next: u32) -> Result<()> {
-        use reprise_store::suspension::{
-            EnvelopeBalance, JournalHead, ParkCause, Resource, SUSPEND_KIND, SuspendBody, Wake,
-        };
+        use reprise_store::suspension::{ParkCause, Resource, Wake};
         let run = self.run;
-        let (request, reply) = run.control.take().unwrap_or((
-            crate::park::ParkRequest {
-                wake: Wake::Resume,
-                cause: ParkCause::Request,
-                reason: None,
-                question: None,
-                requested_by: None,
-            },
-            None,
-        ));
-        let workspace_hash = run.workspace_hash(&self.cwd)?;
-        let spent = self.result.spent_micro_usd;
-        let reserved = run.envelope_micro_usd;
-        let head_before = self.journal.head()?;
-        let body = SuspendBody {
-            run_id: run.run_id.to_owned(),
-            attempt: next.saturating_sub(u32::from(self.agent_stopped)).max(1),
-            session_id: self.parked_session.clone().or_else(|| self.last_session()),
-            workspace_hash,
-            journal_head: head_before.map(|head| JournalHead {
-                seq: head.seq,
-                event_hash: head.digest,
-            }),
-            envelope: EnvelopeBalance {
-                reserved_micro_usd: reserved,
-                spent_micro_usd: spent,
-                headroom_micro_usd: reserved
-                    .map_or(0, |reserved| reserved.saturating_sub(self.spent_this_leg())),
-            },
-            wake: request.wake.clone(),
-            cause: request.cause,
-            reason: request.reason.clone(),
-            question: request.question.clone(),
-            requested_by: request.requested_by.clone(),
-            grant_hash: crate::park::bound_grant(
-                &run.grant,
-                &self.key,
-                run.run_id,
-                head_before.map(|head| head.digest),
-            ),
+        let recorded = match self.halted.take() {
+            Some(Halted::Park(recorded)) => *recorded,
+            other => {
+                self.halted = other;
+                let (request, reply) = run.control.take().unwrap_or((
+                    crate::park::ParkRequest {
+                        wake: Wake::Resume,
+                        cause: ParkCause::Request,
+                        reason: None,
+                        question: None,
+                        requested_by: None,
+                    },
+                    None,
+                ));
+                let attempt = next.saturating_sub(u32::from(self.agent_stopped)).max(1);
+                let session_id = self.parked_session.clone().or_else(|| self.last_session());
+                self.record_park(attempt, session_id, &request, reply)?
+            }
         };
-        let head = self.journal.append(
-            SUSPEND_KIND,
-            &now_rfc3339(),
-            &serde_json::to_value(&body).expect("a suspend body serialises"),
-        )?;
-        crate::park::write_agent_checkpoint(
-            run.state,
-            &self.key,
-            &run.grant,
-            run.run_id,
-            head.digest,
-        )?;
-        crate::park::hold_at("suspend");
-        let receipt = crate::park::write_receipt(&mut self.audit, &self.key, &body, head)?;
+        let RecordedPark {
+            body,
+            head,
+            receipt,
+            reply,
+        } = recorded;
         let mut released = Vec::new();
         // The agent's process group was killed and reaped by its driver
         // before the attempt returned.
@@ -801,15 +836,138 @@ impl<'r, 'a> Executor<'r, 'a> {
         )?;
         released.push((Resource::Sandbox, sandbox));
         self.result.status = TaskStatus::Suspended;
-        self.result.reason = Some(format!("parked until {}", request.wake.describe()));
+        self.result.reason = Some(format!("parked until {}", body.wake.describe()));
+        // What the stopped attempt spent after the row was written counts:
+        // the headroom returned is what is left now.
+        let headroom_micro_usd = run
+            .envelope_micro_usd
+            .map_or(0, |reserved| reserved.saturating_sub(self.spent_this_leg()));
         self.result.parked = Some(super::ParkedTask {
             park: head.digest,
             receipt,
-            wake: request.wake,
+            wake: body.wake,
             released,
             reply,
-            headroom_micro_usd: body.envelope.headroom_micro_usd,
+            headroom_micro_usd,
         });
+        Ok(())
+    }
+
+    /// A park's first steps, each durable before the next and all before
+    /// anything is released: the `task.suspend` row (attempt `attempt`,
+    /// session `session_id`), the agent checkpoint, the receipt.
+    fn record_park(
+        &mut self,
+        attempt: u32,
+        session_id: Option<String>,
+        request: &crate::park::ParkRequest,
+        reply: Option<crate::park::ParkReply>,
+    ) -> Result<RecordedPark> {
+        use reprise_store::suspension::{EnvelopeBalance, JournalHead, SUSPEND_KIND, SuspendBody};
+        let run = self.run;
+        let workspace_hash = run.workspace_hash(&self.cwd)?;
+        let spent = self.result.spent_micro_usd;
+        let reserved = run.envelope_micro_usd;
+        let head_before = self.journal.head()?;
+        let body = SuspendBody {
+            run_id: run.run_id.to_owned(),
+            attempt,
+            session_id,
+            workspace_hash,
+            journal_head: head_before.map(|head| JournalHead {
+                seq: head.seq,
+                event_hash: head.digest,
+            }),
+            envelope: EnvelopeBalance {
+                reserved_micro_usd: reserved,
+                spent_micro_usd: spent,
+                headroom_micro_usd: reserved
+                    .map_or(0, |reserved| reserved.saturating_sub(self.spent_this_leg())),
+            },
+            wake: request.wake.clone(),
+            cause: request.cause,
+            reason: request.reason.clone(),
+            // What the agent asked is kept beside the chain: the row holds
+            // its hash.
+            question: None,
+            question_hash: request
+                .question
+                .as_deref()
+                .map(|question| {
+                    reprise_store::replies::keep_agent_text(
+                        run.state,
+                        run.run_id,
+                        &run.task.id,
+                        question,
+                    )
+                })
+                .transpose()?,
+            requested_by: request.requested_by.clone(),
+            grant_hash: crate::park::bound_grant(
+                &run.grant,
+                &self.key,
+                run.run_id,
+                head_before.map(|head| head.digest),
+            ),
+        };
+        let head = self.journal.append(
+            SUSPEND_KIND,
+            &now_rfc3339(),
+            &serde_json::to_value(&body).expect("a suspend body serialises"),
+        )?;
+        if !body.grant_hash.is_empty() {
+            crate::park::write_agent_checkpoint(
+                run.state,
+                &mut self.journal,
+                &self.key,
+                &run.grant,
+                (run.run_id, head.digest, &body.grant_hash),
+            )?;
+        }
+        crate::park::hold_at("suspend");
+        let receipt = crate::park::write_receipt(&mut self.audit, &self.key, &body, head)?;
+        Ok(RecordedPark {
+            body,
+            head,
+            receipt,
+            reply,
+        })
+    }
+
+    /// A park or pause was asked for while attempt `attempt`'s agent runs:
+    /// its row (a park's receipt too) is written now, before the agent is
+    /// halted.
+    fn record_before_halt(&mut self, attempt: u32) -> Result<()> {
+        use crate::park::Stop;
+        // The session the running agent works in, when it is known before
+        // it ends.
+        let session_id = match &self.next.session {
+            SessionMode::Resume { session_id } => Some(session_id.clone()),
+            SessionMode::New { session_id } => session_id.clone(),
+            SessionMode::Fork { new_session_id, .. } => new_session_id.clone(),
+        };
+        match self.run.control.take_any() {
+            Some((Stop::Park(request), reply)) => {
+                let recorded = self.record_park(attempt, session_id, &request, reply)?;
+                self.halted = Some(Halted::Park(Box::new(recorded)));
+            }
+            Some((
+                Stop::Pause {
+                    upgrade_after,
+                    requested_by,
+                },
+                reply,
+            )) => {
+                let recorded = self.record_pause(
+                    attempt + 1,
+                    session_id,
+                    upgrade_after,
+                    requested_by.as_ref(),
+                )?;
+                self.halted = Some(Halted::Pause(recorded, reply));
+            }
+            None => {}
+        }
         Ok(())
     }
 
@@ -970,34 +1128,62 @@ impl<'r, 'a> Executor<'r, 'a> {
         if self.sandboxed {
             run.make_agent_state();
         }
-        let report = run.adapter.run(
-            &AttemptRequest {
-                task_id: task.id.clone(),
-                attempt,
-                prompt: self.next.prompt.clone(),
-                session: self.next.session.clone(),
-                cwd: self.cwd.clone(),
-                timeout: self.next_timeout.unwrap_or(task.timeout),
-                env,
-                bin: run.bin.clone(),
-                config_home: run.setup.config_home.clone(),
-                budget_micro_usd: remaining,
-                supervision,
-                watch: Watch {
-                    max_output_bytes: task.max_output_bytes,
-                    idle_timeout: task.idle_timeout,
-                    park_when_idle: task.park_when_idle,
-                    live_log: self.live_log_dir(attempt),
-                },
-                model: self.next_model.clone().or_else(|| self.resumed_model()),
+        let request = AttemptRequest {
+            task_id: task.id.clone(),
+            attempt,
+            prompt: self.next.prompt.clone(),
+            session: self.next.session.clone(),
+            cwd: self.cwd.clone(),
+            timeout: self.next_timeout.unwrap_or(task.timeout),
+            env,
+            bin: run.bin.clone(),
+            config_home: run.setup.config_home.clone(),
+            budget_micro_usd: remaining,
+            supervision,
+            watch: Watch {
+                max_output_bytes: task.max_output_bytes,
+                idle_timeout: task.idle_timeout,
+                park_when_idle: task.park_when_idle,
+                live_log: self.live_log_dir(attempt),
             },
-            &stop,
-        );
-        let mut stopped = run.control.end_agent();
+            model: self.next_model.clone().or_else(|| self.resumed_model()),
+        };
+        // The agent runs on a thread of its own while this one waits for
+        // it or for a park or pause: a stop is recorded (a park's row and
+        // receipt, a pause's row) before the agent is halted.
+        run.control.agent_starts();
+        let (report, recorded) = std::thread::scope(|scope| {
+            let agent = scope.spawn(|| {
+                let report = run.adapter.run(&request, &stop);
+                run.control.agent_returned();
+                report
+            });
+            let recorded = if run.control.wait_agent() {
+                let recorded = self.record_before_halt(attempt);
+                stop.cancel();
+                Some(recorded)
+            } else {
+                None
+            };
+            let report = agent
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (report, recorded)
+        });
+        let halted = match &self.halted {
+            Some(Halted::Park(_)) => Some(false),
+            Some(Halted::Pause(..)) => Some(true),
+            None => None,
+        };
+        let pending = run.control.end_agent();
+        let mut stopped = halted.or(pending);
         hold.spent(report.cost_micro_usd.unwrap_or(0));
         let mut report = report;
         let held = hold.budget().unwrap_or(0);
         let pool_has_more = hold.release();
+        if let Some(recorded) = recorded {
+            recorded?;
+        }
         // Stopped at its share, not at the pool's end: a retry may have more.
         self.share_ran_out = pool_has_more
             && matches!(
@@ -1496,8 +1682,19 @@ impl<'r, 'a> Executor<'r, 'a> {
         let changes = &run.task.on_needs_context;
         self.next_timeout = changes.timeout.filter(|_| asked);
         self.next_model = changes.model.clone().filter(|_| asked);
+        // What the agent asked is kept beside the chain; the row binds
+        // its hash.
+        let asked_hash = match previous.needs_context.as_ref().filter(|_| asked) {
+            Some((what, _)) => Some(reprise_store::replies::keep_agent_text(
+                run.state,
+                run.run_id,
+                &run.task.id,
+                what,
+            )?),
+            None => None,
+        };
         self.modification = asked.then(|| {
-            json!({"needs_context": previous.needs_context.as_ref().map(|(what, _)| what),
+            json!({"needs_context_hash": asked_hash,
                    "timeout_ms": changes.timeout.map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
                    "prompt_added": changes.prompt.is_some(), "model": changes.model})
         });
