@@ -8,7 +8,9 @@
 //! byte) are a whole row that verifies, because that row was acknowledged and
 //! only its newline changed; so is a cut that a seal, a decision binding or
 //! the witness would not match. The removed bytes are kept beside the file
-//! first, and each repair is an audit row. Nothing runs this automatically.
+//! first, and each repair is an audit row. `reprise replay repair` runs it,
+//! and so does a running task whose own journal tears mid-task (seed 000:
+//! the tail is cut, logged, and the retry that follows goes cold).
 
 use std::collections::HashSet;
 use std::fs::OpenOptions;

@@ -174,3 +174,141 @@ tasks:
     let resumed = env.run(&["task", "resume", "edit"]);
     assert_success(&resumed);
 }
+
+/// A plan whose `judged` task fails its gate with its leg's word in its
+/// reply (seed 001's legs): `DONE` passes. Each attempt's prompt is kept
+/// in `aside` as `judged-<run>-<n>`.
+fn legs_plan(aside: &Path, leg: &str, retries: u32) -> String {
+    format!(
+        r#"
+version: 1
+name: legs
+defaults: {{ agent: command, sandbox: none, max_retries: {retries}, timeout: 10s }}
+tasks:
+  - id: judged
+    prompt: "Say DONE"
+    command: ["sh", "-c", "n=$(ls '{aside}' | grep -c \"judged-$REPRISE_RUN_ID\"); cat > '{aside}/judged-'$REPRISE_RUN_ID-$n; echo {leg}-$n"]
+    allowed_paths: ["{aside}"]
+    gates: [ {{ name: answer, result_matches: "^DONE" }} ]
+"#,
+        aside = aside.display()
+    )
+}
+
+/// Seed 001: a kept reply that cannot be read is a warning, and the task
+/// runs again with its plain prompt, not a broken quote.
+#[test]
+fn an_unreadable_kept_reply_is_a_warning_and_the_task_reruns_without_a_quote() {
+    let env = Env::new();
+    env.init();
+    let project = env.project();
+    let aside = env.temp.path().join("aside");
+    fs::create_dir(&aside).unwrap();
+    fs::write(project.join("plan.yaml"), legs_plan(&aside, "LEG-ONE", 0)).unwrap();
+    let first = env.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(code(&first), Some(1), "{}", stderr(&first));
+    let run_one = json_of(&first)["run_id"].as_str().unwrap().to_owned();
+    let kept = project.join(format!(".reprise/runs/{run_one}/failed/judged.out"));
+    assert!(kept.is_file());
+    // Unreadable: a directory where the reply was.
+    fs::remove_file(&kept).unwrap();
+    fs::create_dir(&kept).unwrap();
+    fs::write(project.join("plan.yaml"), legs_plan(&aside, "DONE", 0)).unwrap();
+    let second = env.run(&["run", "--retry-failed", &run_one]);
+    assert_success(&second);
+    let text = format!("{}{}", stdout(&second), stderr(&second));
+    assert!(
+        text.contains("kept reply unreadable") && text.contains("without a quote"),
+        "{text}"
+    );
+    let prompts: Vec<String> = fs::read_dir(&aside)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.contains(&run_one))
+        .collect();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    let prompt = fs::read_to_string(aside.join(&prompts[0])).unwrap();
+    assert_eq!(prompt, "Say DONE", "re-run with the plain prompt");
+}
+
+/// Seed 001: across processes the kept reply goes to the new leg's first
+/// attempt only; a later retry in that leg hears its own attempt, not the
+/// earlier leg's reply again.
+#[test]
+fn a_kept_reply_reaches_the_new_legs_first_attempt_only() {
+    let env = Env::new();
+    env.init();
+    let project = env.project();
+    let aside = env.temp.path().join("aside");
+    fs::create_dir(&aside).unwrap();
+    fs::write(project.join("plan.yaml"), legs_plan(&aside, "LEG-ONE", 0)).unwrap();
+    let first = env.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(code(&first), Some(1), "{}", stderr(&first));
+    let run_one = json_of(&first)["run_id"].as_str().unwrap().to_owned();
+    // Leg two fails twice more (one retry), with another word.
+    fs::write(project.join("plan.yaml"), legs_plan(&aside, "LEG-TWO", 1)).unwrap();
+    let second = env.run(&["run", "--retry-failed", &run_one, "--json"]);
+    assert_eq!(code(&second), Some(1), "{}", stderr(&second));
+    let run_two = json_of(&second)["run_id"].as_str().unwrap().to_owned();
+    let prompt = |n: u32| fs::read_to_string(aside.join(format!("judged-{run_two}-{n}"))).unwrap();
+    let (first_attempt, retry) = (prompt(0), prompt(1));
+    assert!(first_attempt.contains("LEG-ONE-0"), "{first_attempt}");
+    assert!(
+        !retry.contains("LEG-ONE"),
+        "the earlier leg's reply again: {retry}"
+    );
+    assert!(retry.contains("LEG-TWO-0"), "{retry}");
+}
+
+/// Seed 002: a resume reads the park's rows fail-closed: a suspend row
+/// changed after the fact stops it, and nothing is written.
+#[test]
+fn a_resume_of_a_park_whose_row_was_changed_is_refused_and_writes_nothing() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "inplace",
+        r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: sim
+    sandbox: none
+    sim:
+      - { reply: "slow", delay: 120s }
+      - { reply: "done" }
+"#,
+    );
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    let journal = env
+        .project()
+        .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_success(&env.run(&["task", "suspend", "edit"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    // The park's row says another session: the JSON stays valid, its hash
+    // no longer matches.
+    let text = fs::read_to_string(&journal).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let at = lines
+        .iter()
+        .position(|line| line.contains("\"kind\":\"task.suspend\""))
+        .unwrap();
+    let mut row: Value = serde_json::from_str(&lines[at]).unwrap();
+    row["body"]["attempt"] = json!(99);
+    lines[at] = serde_json::to_string(&row).unwrap();
+    fs::write(&journal, lines.join("\n") + "\n").unwrap();
+    let before = env.snapshot();
+    let refused = env.run(&["task", "resume", "edit"]);
+    assert_ne!(code(&refused), Some(0), "{}", stdout(&refused));
+    let message = stderr(&refused);
+    assert_eq!(message.trim_end().lines().count(), 1, "{message}");
+    assert!(message.contains("does not verify"), "{message}");
+    assert_eq!(env.snapshot(), before, "the refused resume wrote something");
+}
