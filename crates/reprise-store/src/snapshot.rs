@@ -263,8 +263,11 @@ impl SnapshotStore {
         let id = crate::loose::write_object(&self.git_dir, "commit", commit.as_bytes())
             .map_err(io_at(&self.git_dir))?;
         // ULIDs sort by time: the refs list the checkpoints oldest first
-        // without counting (or reading) the ones before.
-        let name = format!("refs/checkpoints/{}", ulid::Ulid::new());
+        // without counting (or reading) the ones before. Two taken in the
+        // same millisecond must still sort in the order taken, so they come
+        // from one monotonic generator (a plain `Ulid::new` is random within
+        // its millisecond, and a list then put them out of order).
+        let name = format!("refs/checkpoints/{}", next_checkpoint_name());
         crate::loose::write_ref(&self.git_dir, &name, &id).map_err(io_at(&self.git_dir))?;
         Ok(Checkpoint { id, tree, manifest })
     }
@@ -677,4 +680,16 @@ fn survey(tree: &Path, max_file_bytes: u64) -> Result<Survey> {
     }
     survey.skipped.sort();
     Ok(survey)
+}
+
+/// The next checkpoint ref's name: a ULID later than every one this process
+/// made before (a fresh one when the generator is spent in its millisecond).
+fn next_checkpoint_name() -> ulid::Ulid {
+    static GENERATOR: std::sync::Mutex<ulid::Generator> =
+        std::sync::Mutex::new(ulid::Generator::new());
+    GENERATOR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .generate()
+        .unwrap_or_else(|_| ulid::Ulid::new())
 }

@@ -65,6 +65,21 @@ pub(super) enum CacheWrite {
     Failed,
 }
 
+/// Below this many entries last time, a tree is walked on one thread: the
+/// parallel walker's idle workers wait for each other in 1 ms sleeps, which
+/// costs a small tree more than its whole walk (measured per attempt by
+/// `scripts/bench-engine`).
+const SMALL_TREE_ENTRIES: usize = 2_000;
+
+/// The walker threads for a tree whose cache recorded `recorded` entries
+/// (`None`: no usable cache, so the tree's size is unknown).
+fn walker_threads(threads: usize, recorded: Option<usize>) -> usize {
+    match recorded {
+        Some(count) if threads == 0 && count < SMALL_TREE_ENTRIES => 1,
+        _ => threads,
+    }
+}
+
 /// The cached hash with the start time passed in: the seam tests use to
 /// place the start in the same tick as a file's last change.
 pub(super) fn hash_cached_at(
@@ -104,6 +119,7 @@ pub(super) fn hash_cached_at(
         recorded: &recorded,
         start,
     };
+    let threads = walker_threads(threads, rejected.is_none().then_some(recorded.len()));
     let entries = hash_entries(root, threads, Some(view))?;
     let hash = digest_entries(&entries);
 
