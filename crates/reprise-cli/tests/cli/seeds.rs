@@ -312,3 +312,80 @@ tasks:
     assert!(message.contains("does not verify"), "{message}");
     assert_eq!(env.snapshot(), before, "the refused resume wrote something");
 }
+
+/// Every production source file of the workspace, with its code (no
+/// comments) up to its first test module (unit tests may build nonces and
+/// markers freely).
+fn production_sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, found: &mut Vec<(PathBuf, String)>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "rs")
+                && path.file_name().is_some_and(|name| name != "tests.rs")
+            {
+                let text = fs::read_to_string(&path).unwrap();
+                // Code only: comments may show a marker, as the fence's own
+                // module documentation does.
+                let production = text
+                    .split("#[cfg(test)]")
+                    .next()
+                    .unwrap_or("")
+                    .lines()
+                    .filter(|line| !line.trim_start().starts_with("//"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                found.push((path, production));
+            }
+        }
+    }
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for entry in fs::read_dir(&crates).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if src.is_dir() {
+            walk(&src, &mut found);
+        }
+    }
+    assert!(
+        found.len() > 50,
+        "the walk found the sources: {}",
+        found.len()
+    );
+    found
+}
+
+/// Seed 001: one fence implementation and one nonce minter. A second place
+/// that builds quote markers, or makes a nonce from anything but the OS's
+/// random source, would escape the fence's rules; this guard fails when one
+/// appears.
+#[test]
+fn one_fence_and_one_nonce_minter_in_the_whole_workspace() {
+    let sources = production_sources();
+    let holding = |needle: &str| -> Vec<String> {
+        sources
+            .iter()
+            .filter(|(_, text)| text.contains(needle))
+            .map(|(path, text)| {
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                format!("{name} x{}", text.matches(needle).count())
+            })
+            .collect()
+    };
+    // The markers are written in one place: the fence.
+    assert_eq!(holding("<<<QUOTE "), ["fence.rs x1"]);
+    assert_eq!(holding("<<<END "), ["fence.rs x1"]);
+    // A nonce is made in one place, from the OS's random source.
+    assert_eq!(holding("Nonce::new("), ["task.rs x1"]);
+    let minter = &sources
+        .iter()
+        .find(|(path, text)| {
+            path.ends_with("reprise-engine/src/task.rs") && text.contains("Nonce::new(")
+        })
+        .expect("the engine's minter")
+        .1;
+    let at = minter.find("Nonce::new(").unwrap();
+    let body = &minter[minter[..at].rfind("fn ").unwrap()..at];
+    assert!(body.contains("getrandom::fill"), "{body}");
+}
