@@ -9,6 +9,44 @@ fn kinds(rows: &[Value]) -> Vec<&str> {
     rows.iter().filter_map(|row| row["kind"].as_str()).collect()
 }
 
+/// A project whose sim task `edit` (plan `inplace`, no sandbox) was parked
+/// by `task suspend` while its first attempt ran, once that attempt had
+/// opened its session; with the task's journal.
+fn parked_in_place() -> (Env, PathBuf) {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "inplace",
+        r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: sim
+    sandbox: none
+    sim:
+      - { reply: "slow", delay: 120s }
+      - { reply: "done" }
+"#,
+    );
+    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    let journal = env
+        .project()
+        .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
+    let sessions = env.project().join(".reprise/sim");
+    let started = std::time::Instant::now();
+    while !(fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
+        && fs::read_dir(&sessions).is_ok_and(|mut entries| entries.next().is_some()))
+    {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_success(&env.run(&["task", "suspend", "edit"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    (env, journal)
+}
+
 /// Seed 004: a task that only reads may skip the file checkpoint; one that
 /// writes takes it before its attempt.
 #[test]
@@ -86,37 +124,7 @@ tasks:
 /// row it follows, so the park is anchored where the journal stood.
 #[test]
 fn the_suspend_row_holds_the_journal_head_it_follows() {
-    let env = git_env();
-    let plan = write_plan(
-        &env,
-        "inplace",
-        r#"
-version: 1
-name: inplace
-tasks:
-  - id: edit
-    prompt: edit shop.py
-    agent: sim
-    sandbox: none
-    sim:
-      - { reply: "slow", delay: 120s }
-      - { reply: "done" }
-"#,
-    );
-    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
-    let journal = env
-        .project()
-        .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
-    let sessions = env.project().join(".reprise/sim");
-    let started = std::time::Instant::now();
-    while !(fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
-        && fs::read_dir(&sessions).is_ok_and(|mut entries| entries.next().is_some()))
-    {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert_success(&env.run(&["task", "suspend", "edit"]));
-    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let (env, _journal) = parked_in_place();
     let rows = journal_kinds(&env, "inplace", "edit");
     let at = rows
         .iter()
@@ -132,34 +140,7 @@ tasks:
 /// journal is repaired; the refusal names the repair and writes nothing.
 #[test]
 fn a_parked_task_with_a_torn_journal_is_resumed_only_after_its_repair() {
-    let env = git_env();
-    let plan = write_plan(
-        &env,
-        "inplace",
-        r#"
-version: 1
-name: inplace
-tasks:
-  - id: edit
-    prompt: edit shop.py
-    agent: sim
-    sandbox: none
-    sim:
-      - { reply: "slow", delay: 120s }
-      - { reply: "done" }
-"#,
-    );
-    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
-    let journal = env
-        .project()
-        .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert_success(&env.run(&["task", "suspend", "edit"]));
-    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let (env, journal) = parked_in_place();
     // A crash mid-append: the last row loses its end.
     let whole = fs::read(&journal).unwrap();
     fs::write(&journal, &whole[..whole.len() - 20]).unwrap();
@@ -264,34 +245,7 @@ fn a_kept_reply_reaches_the_new_legs_first_attempt_only() {
 /// changed after the fact stops it, and nothing is written.
 #[test]
 fn a_resume_of_a_park_whose_row_was_changed_is_refused_and_writes_nothing() {
-    let env = git_env();
-    let plan = write_plan(
-        &env,
-        "inplace",
-        r#"
-version: 1
-name: inplace
-tasks:
-  - id: edit
-    prompt: edit shop.py
-    agent: sim
-    sandbox: none
-    sim:
-      - { reply: "slow", delay: 120s }
-      - { reply: "done" }
-"#,
-    );
-    let child = env.spawn(&["run", &plan], std::process::Stdio::null());
-    let journal = env
-        .project()
-        .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert_success(&env.run(&["task", "suspend", "edit"]));
-    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let (env, journal) = parked_in_place();
     // The park's row says another session: the JSON stays valid, its hash
     // no longer matches.
     let text = fs::read_to_string(&journal).unwrap();
