@@ -343,3 +343,137 @@ fn one_fence_and_one_nonce_minter_in_the_whole_workspace() {
     let body = &minter[minter[..at].rfind("fn ").unwrap()..at];
     assert!(body.contains("getrandom::fill"), "{body}");
 }
+
+/// Seed 002: no cost is recorded while a task is parked, so its envelope's
+/// rollup gives the parked window nothing: the spend before the park, the
+/// park's own row and the resumed attempt's are all there is.
+#[test]
+fn the_parked_window_is_attributed_no_spend() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "spend",
+        r#"
+version: 1
+name: spend
+budget_usd: "1.00"
+tasks:
+  - id: long
+    prompt: do the long thing
+    agent: sim
+    budget_usd: "0.50"
+    sim:
+      - { reply: "first try", write: { long.txt: bad }, cost_usd: "0.10" }
+      - { reply: "slow second try", write: { long.txt: good }, delay: 120s, cost_usd: "0.20" }
+      - { reply: "resumed and finished", write: { long.txt: good }, cost_usd: "0.05" }
+    gates: [ { name: good, run: "test \"$(cat long.txt)\" = good" } ]
+"#,
+    );
+    let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::null());
+    let journal = env
+        .project()
+        .join(".reprise/plans/spend/tasks/long/journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains(r#""attempt":2,"mode""#)) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_success(&env.run(&["task", "suspend", "long"]));
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    // Time passes while it is parked; then it is resumed and passes.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let resumed = env.run(&["task", "resume", "long", "--json"]);
+    assert_success(&resumed);
+    let resumed = json_of(&resumed);
+    let rows = journal_kinds(&env, "spend", "long");
+    let suspend = rows
+        .iter()
+        .position(|row| row["kind"] == "task.suspend")
+        .unwrap();
+    let resume = rows
+        .iter()
+        .position(|row| row["kind"] == "task.resume")
+        .unwrap();
+    let costs = |rows: &[Value]| -> Vec<u64> {
+        rows.iter()
+            .filter(|row| row["kind"] == "attempt.finished")
+            .filter_map(|row| row["body"]["cost_micro_usd"].as_u64())
+            .collect()
+    };
+    // The park's envelope holds what was spent before it: the first try.
+    assert_eq!(
+        rows[suspend]["body"]["envelope"]["spent_micro_usd"], 100_000,
+        "{}",
+        rows[suspend]
+    );
+    // Nothing between the park and the resume costs anything: the cut
+    // second try reported no cost, and nothing ran while it was parked.
+    assert_eq!(
+        costs(&rows[suspend..resume]).iter().sum::<u64>(),
+        0,
+        "{:?}",
+        &rows[suspend..resume]
+    );
+    // Every cost on record is an attempt's own: $0.10 before, nothing for
+    // the attempt the park cut (the sim spends at the end of its step),
+    // $0.05 after; the task's total is their sum.
+    assert_eq!(costs(&rows), [100_000, 0, 50_000], "{rows:?}");
+    let finished = rows.last().unwrap();
+    assert_eq!(finished["kind"], "task.finished");
+    assert_eq!(finished["body"]["spent_micro_usd"], 150_000, "{finished}");
+    let long = &resumed["tasks"][0];
+    assert_eq!(long["state"], "passed", "{resumed}");
+}
+
+/// Seed 002: a park with no grant to bind records an empty grant hash and
+/// writes no agent checkpoint. A live run's park always has its plan; a
+/// direct park of a task whose run died, once the run's plan file is gone,
+/// does not.
+#[test]
+fn a_park_with_no_grant_to_bind_records_an_empty_grant_hash() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "inplace",
+        r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: sim
+    sandbox: none
+    sim:
+      - { reply: "slow", delay: 120s }
+      - { reply: "done" }
+"#,
+    );
+    let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
+    let task_dir = env.project().join(".reprise/plans/inplace/tasks/edit");
+    let journal = task_dir.join("journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    fs::remove_file(&plan).unwrap();
+    assert_success(&env.run(&["task", "suspend", "edit"]));
+    let rows = journal_kinds(&env, "inplace", "edit");
+    let suspend = rows
+        .iter()
+        .find(|row| row["kind"] == "task.suspend")
+        .unwrap_or_else(|| panic!("no task.suspend in {:?}", kinds(&rows)));
+    assert_eq!(suspend["body"]["grant_hash"], "", "{suspend}");
+    assert!(!task_dir.join("checkpoint.json").exists());
+    assert!(
+        !kinds(&rows).contains(&"task.agent_checkpoint"),
+        "{:?}",
+        kinds(&rows)
+    );
+    // Its park still verifies, as one not bound to a grant.
+    let verified = env.run(&["audit", "verify-suspension", "edit", "--json"]);
+    assert_eq!(code(&verified), Some(0), "{}", stdout(&verified));
+    assert_eq!(json_of(&verified)["status"], "pending");
+}
