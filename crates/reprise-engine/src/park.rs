@@ -541,6 +541,7 @@ pub fn complete_park(
     point: &crate::resume::ParkPoint,
 ) -> Result<Parked> {
     let task = &point.key;
+    bind_cut_agent_checkpoint(state, point)?;
     let mut audit = AuditLog::open(state, key_file.clone())?;
     let suspend = Head {
         seq: point.seq,
@@ -614,6 +615,51 @@ pub fn complete_park(
         released,
         wake: point.body.wake.clone(),
     })
+}
+
+/// Writes the agent checkpoint of a park a crash cut between its
+/// `task.suspend` row and its `checkpoint.json`: the grant is read again
+/// from the run's plan and written only when it binds to the hash the row
+/// already holds (a plan changed since cannot produce it, and the resume
+/// then refuses, as it must). Nothing for a park with no grant, or one
+/// whose checkpoint is already bound.
+fn bind_cut_agent_checkpoint(state: &StateDir, point: &crate::resume::ParkPoint) -> Result<()> {
+    let body = &point.body;
+    if body.grant_hash.is_empty() {
+        return Ok(());
+    }
+    let rows = crate::resume::rows_of_run(state, &point.key, &point.run_id);
+    let bound = rows.iter().any(|row| {
+        row.kind == reprise_store::agent_checkpoint::BOUND_KIND
+            && row.body.get("park").and_then(Value::as_str) == Some(point.park.to_hex().as_str())
+    });
+    if bound {
+        return Ok(());
+    }
+    let Some(grant) = crate::state::load_run(state, &point.run_id)
+        .ok()
+        .and_then(|run| crate::run::load_plan(Path::new(&run.plan)).ok())
+        .and_then(|plan| {
+            plan.tasks()
+                .iter()
+                .find(|candidate| candidate.id == point.key.task)
+                .map(|found| reprise_core::grant::grant_of(found, &plan))
+        })
+    else {
+        return Ok(());
+    };
+    let after = body.journal_head.as_ref().map(|head| head.event_hash);
+    if bound_grant(&grant, &point.key, &point.run_id, after) != body.grant_hash {
+        return Ok(());
+    }
+    let mut journal = reprise_store::journal::Journal::open(state, &point.key)?;
+    write_agent_checkpoint(
+        state,
+        &mut journal,
+        &point.key,
+        &grant,
+        (&point.run_id, point.park, &body.grant_hash),
+    )
 }
 
 /// Snapshots a parked task's worktree (if it is still there) and removes it.

@@ -326,3 +326,55 @@ tasks:
         "{first}"
     );
 }
+
+/// A park a crash cut between its `task.suspend` row and its
+/// `checkpoint.json` is completed by the next `task suspend`, agent
+/// checkpoint included, and then resumes (before, the resume refused it for
+/// good: "bound a grant but its checkpoint.json is missing").
+#[test]
+fn a_park_cut_before_its_agent_checkpoint_is_completed_and_resumes() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "inplace",
+        r#"
+version: 1
+name: inplace
+tasks:
+  - id: edit
+    prompt: edit shop.py
+    agent: sim
+    sim:
+      - { reply: "slow", delay: 120s }
+      - { reply: "done" }
+"#,
+    );
+    let mut run = env.command(&["run", &plan]);
+    run.env("REPRISE_TEST_CRASH_AT", "edit/task.suspend")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let child = run.spawn().unwrap();
+    let task_dir = env.project().join(".reprise/plans/inplace/tasks/edit");
+    let journal = task_dir.join("journal.jsonl");
+    let started = std::time::Instant::now();
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The live park dies right after its row: no checkpoint.json, no receipt.
+    let _ = env.run(&["task", "suspend", "edit"]);
+    assert_eq!(child.wait_with_output().unwrap().status.code(), None);
+    assert!(!task_dir.join("checkpoint.json").exists());
+    assert_success(&env.run(&["task", "suspend", "edit"]));
+    assert!(task_dir.join("checkpoint.json").is_file());
+    let resumed = env.run(&["task", "resume", "edit", "--json"]);
+    assert_success(&resumed);
+    assert_eq!(json_of(&resumed)["tasks"][0]["state"], "passed");
+    let verified = env.run(&["audit", "verify-suspension", "edit", "--json"]);
+    assert_eq!(
+        json_of(&verified)["status"],
+        "verified",
+        "{}",
+        stdout(&verified)
+    );
+}
