@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 
 use super::recovery::journal_kinds;
+use super::seeds::SLOW_IN_PLACE;
 use super::worktrees::{count_attempt, git, git_env, outside_dir, write_plan};
 use super::*;
 
@@ -334,20 +335,11 @@ tasks:
 #[test]
 fn a_park_cut_before_its_agent_checkpoint_is_completed_and_resumes() {
     let env = git_env();
+    // Without a sandbox flag: the task runs in its own worktree here.
     let plan = write_plan(
         &env,
         "inplace",
-        r#"
-version: 1
-name: inplace
-tasks:
-  - id: edit
-    prompt: edit shop.py
-    agent: sim
-    sim:
-      - { reply: "slow", delay: 120s }
-      - { reply: "done" }
-"#,
+        &SLOW_IN_PLACE.replace("    sandbox: none\n", ""),
     );
     let mut run = env.command(&["run", &plan]);
     run.env("REPRISE_TEST_CRASH_AT", "edit/task.suspend")
@@ -355,12 +347,7 @@ tasks:
         .stderr(std::process::Stdio::null());
     let child = run.spawn().unwrap();
     let task_dir = env.project().join(".reprise/plans/inplace/tasks/edit");
-    let journal = task_dir.join("journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    super::recovery::wait_for_an_attempt(&env, "inplace", "edit");
     // The live park dies right after its row: no checkpoint.json, no receipt.
     let _ = env.run(&["task", "suspend", "edit"]);
     assert_eq!(child.wait_with_output().unwrap().status.code(), None);

@@ -1,23 +1,13 @@
 //! Seed requirements the audit table (docs/seed-audit.md) found without a
 //! test of their own, each shown through the binary.
 
-use super::recovery::journal_kinds;
+use super::recovery::{journal_kinds, wait_for_an_attempt};
 use super::worktrees::{git_env, write_plan};
 use super::*;
 
-fn kinds(rows: &[Value]) -> Vec<&str> {
-    rows.iter().filter_map(|row| row["kind"].as_str()).collect()
-}
-
-/// A project whose sim task `edit` (plan `inplace`, no sandbox) was parked
-/// by `task suspend` while its first attempt ran, once that attempt had
-/// opened its session; with the task's journal.
-fn parked_in_place() -> (Env, PathBuf) {
-    let env = git_env();
-    let plan = write_plan(
-        &env,
-        "inplace",
-        r#"
+/// One sim task `edit`, run in place, whose first attempt takes two
+/// minutes (long enough to be parked) and whose second answers at once.
+pub(crate) const SLOW_IN_PLACE: &str = r#"
 version: 1
 name: inplace
 tasks:
@@ -28,8 +18,18 @@ tasks:
     sim:
       - { reply: "slow", delay: 120s }
       - { reply: "done" }
-"#,
-    );
+"#;
+
+fn kinds(rows: &[Value]) -> Vec<&str> {
+    rows.iter().filter_map(|row| row["kind"].as_str()).collect()
+}
+
+/// A project whose sim task `edit` (plan `inplace`, no sandbox) was parked
+/// by `task suspend` while its first attempt ran, once that attempt had
+/// opened its session; with the task's journal.
+fn parked_in_place() -> (Env, PathBuf) {
+    let env = git_env();
+    let plan = write_plan(&env, "inplace", SLOW_IN_PLACE);
     let child = env.spawn(&["run", &plan], std::process::Stdio::null());
     let journal = env
         .project()
@@ -432,30 +432,10 @@ tasks:
 #[test]
 fn a_park_with_no_grant_to_bind_records_an_empty_grant_hash() {
     let env = git_env();
-    let plan = write_plan(
-        &env,
-        "inplace",
-        r#"
-version: 1
-name: inplace
-tasks:
-  - id: edit
-    prompt: edit shop.py
-    agent: sim
-    sandbox: none
-    sim:
-      - { reply: "slow", delay: 120s }
-      - { reply: "done" }
-"#,
-    );
+    let plan = write_plan(&env, "inplace", SLOW_IN_PLACE);
     let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
     let task_dir = env.project().join(".reprise/plans/inplace/tasks/edit");
-    let journal = task_dir.join("journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_an_attempt(&env, "inplace", "edit");
     child.kill().unwrap();
     child.wait().unwrap();
     fs::remove_file(&plan).unwrap();
