@@ -141,24 +141,15 @@ pub fn create_state_dir(
         return found(false);
     }
     match fs::symlink_metadata(root) {
-        Ok(meta) if meta.file_type().is_symlink() => {
-            return Err(StoreError::Symlink {
-                path: root.to_path_buf(),
-            });
-        }
-        Ok(meta) if !meta.is_dir() => {
-            return Err(StoreError::StateDirIsFile {
-                path: root.to_path_buf(),
-            });
-        }
-        Ok(_) if holds_no_data(root)? => {
+        Ok(meta) => {
+            crate::state::check_root_entry(root, &meta)?;
+            if !holds_no_data(root)? {
+                return Err(StoreError::UnknownContent {
+                    path: root.to_path_buf(),
+                });
+            }
             // Empty, or the skeleton an older reprise's cut creation left.
             fs::remove_dir_all(root).at(root)?;
-        }
-        Ok(_) => {
-            return Err(StoreError::UnknownContent {
-                path: root.to_path_buf(),
-            });
         }
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => return Err(err).at(root),

@@ -54,20 +54,8 @@ impl StateDir {
 
     /// Opens the state directory at `root`, checking its layout version.
     pub fn open(root: &Path) -> Result<Self> {
-        match fs::symlink_metadata(root) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                // A linked state directory could be swapped for another
-                // behind the witness's back; use its real path instead.
-                return Err(StoreError::Symlink {
-                    path: root.to_path_buf(),
-                });
-            }
-            Ok(meta) if !meta.is_dir() => {
-                return Err(StoreError::StateDirIsFile {
-                    path: root.to_path_buf(),
-                });
-            }
-            _ => {}
+        if let Ok(meta) = fs::symlink_metadata(root) {
+            check_root_entry(root, &meta)?;
         }
         let layout_path = root.join("layout.json");
         let bytes = match fs::read(&layout_path) {
@@ -459,4 +447,21 @@ fn layout_1_owners(runs: &Path) -> std::collections::BTreeMap<TaskId, PlanId> {
 /// The current time as an RFC 3339 UTC string with milliseconds.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// Refuses a state directory whose own entry is a symlink (a linked state
+/// directory could be swapped for another behind the witness's back; use
+/// its real path instead) or is not a directory.
+pub(crate) fn check_root_entry(root: &Path, meta: &fs::Metadata) -> Result<()> {
+    if meta.file_type().is_symlink() {
+        return Err(StoreError::Symlink {
+            path: root.to_path_buf(),
+        });
+    }
+    if !meta.is_dir() {
+        return Err(StoreError::StateDirIsFile {
+            path: root.to_path_buf(),
+        });
+    }
+    Ok(())
 }

@@ -8,14 +8,19 @@ use super::*;
 
 /// Waits (a minute at most) until `task`'s first attempt has started.
 pub(crate) fn wait_for_an_attempt(env: &Env, plan: &str, task: &str) {
+    wait_for_journal_text(env, plan, task, "attempt.started");
+}
+
+/// Waits (a minute at most) until `task`'s journal holds `needle`.
+pub(crate) fn wait_for_journal_text(env: &Env, plan: &str, task: &str, needle: &str) {
     let journal = env
         .project()
         .join(format!(".reprise/plans/{plan}/tasks/{task}/journal.jsonl"));
     let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started")) {
+    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains(needle)) {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(60),
-            "the attempt of {task} never started"
+            "the journal of {task} never held {needle}"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }

@@ -1,7 +1,7 @@
 //! Seed requirements the audit table (docs/seed-audit.md) found without a
 //! test of their own, each shown through the binary.
 
-use super::recovery::{journal_kinds, wait_for_an_attempt};
+use super::recovery::{journal_kinds, wait_for_an_attempt, wait_for_journal_text};
 use super::worktrees::{git_env, write_plan};
 use super::*;
 
@@ -176,19 +176,30 @@ tasks:
     )
 }
 
+/// A project whose first leg (`plan.yaml`, `judged` replying LEG-ONE-0)
+/// failed its gate once: the env, the prompts' directory and the run id.
+fn first_leg() -> (Env, PathBuf, String) {
+    let env = Env::new();
+    env.init();
+    let aside = env.temp.path().join("aside");
+    fs::create_dir(&aside).unwrap();
+    fs::write(
+        env.project().join("plan.yaml"),
+        legs_plan(&aside, "LEG-ONE", 0),
+    )
+    .unwrap();
+    let first = env.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(code(&first), Some(1), "{}", stderr(&first));
+    let run_one = json_of(&first)["run_id"].as_str().unwrap().to_owned();
+    (env, aside, run_one)
+}
+
 /// Seed 001: a kept reply that cannot be read is a warning, and the task
 /// runs again with its plain prompt, not a broken quote.
 #[test]
 fn an_unreadable_kept_reply_is_a_warning_and_the_task_reruns_without_a_quote() {
-    let env = Env::new();
-    env.init();
+    let (env, aside, run_one) = first_leg();
     let project = env.project();
-    let aside = env.temp.path().join("aside");
-    fs::create_dir(&aside).unwrap();
-    fs::write(project.join("plan.yaml"), legs_plan(&aside, "LEG-ONE", 0)).unwrap();
-    let first = env.run(&["run", "plan.yaml", "--json"]);
-    assert_eq!(code(&first), Some(1), "{}", stderr(&first));
-    let run_one = json_of(&first)["run_id"].as_str().unwrap().to_owned();
     let kept = project.join(format!(".reprise/runs/{run_one}/failed/judged.out"));
     assert!(kept.is_file());
     // Unreadable: a directory where the reply was.
@@ -217,15 +228,8 @@ fn an_unreadable_kept_reply_is_a_warning_and_the_task_reruns_without_a_quote() {
 /// earlier leg's reply again.
 #[test]
 fn a_kept_reply_reaches_the_new_legs_first_attempt_only() {
-    let env = Env::new();
-    env.init();
+    let (env, aside, run_one) = first_leg();
     let project = env.project();
-    let aside = env.temp.path().join("aside");
-    fs::create_dir(&aside).unwrap();
-    fs::write(project.join("plan.yaml"), legs_plan(&aside, "LEG-ONE", 0)).unwrap();
-    let first = env.run(&["run", "plan.yaml", "--json"]);
-    assert_eq!(code(&first), Some(1), "{}", stderr(&first));
-    let run_one = json_of(&first)["run_id"].as_str().unwrap().to_owned();
     // Leg two fails twice more (one retry), with another word.
     fs::write(project.join("plan.yaml"), legs_plan(&aside, "LEG-TWO", 1)).unwrap();
     let second = env.run(&["run", "--retry-failed", &run_one, "--json"]);
@@ -370,14 +374,7 @@ tasks:
 "#,
     );
     let child = env.spawn(&["run", &plan, "--json"], std::process::Stdio::null());
-    let journal = env
-        .project()
-        .join(".reprise/plans/spend/tasks/long/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains(r#""attempt":2,"mode""#)) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_journal_text(&env, "spend", "long", r#""attempt":2,"mode""#);
     assert_success(&env.run(&["task", "suspend", "long"]));
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
     // Time passes while it is parked; then it is resumed and passes.
