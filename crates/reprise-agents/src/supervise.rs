@@ -264,13 +264,16 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     }
     // The ruleset is built here, before the fork (it allocates and opens
     // files); the child only enforces it on itself before its exec.
-    let sandbox = match &spec.sandbox {
-        Some(rules) => Some(build_sandbox(rules).map_err(SuperviseError::Landlock)?),
-        None => None,
+    let (ruleset, opened) = match &spec.sandbox {
+        Some(rules) => {
+            let sandbox = build_sandbox(rules).map_err(SuperviseError::Landlock)?;
+            (Some(sandbox.ruleset), sandbox.opened)
+        }
+        None => (None, Vec::new()),
     };
     let mut command = Command::new(&program);
     command.args(&rest);
-    contain_child(&mut command, me, spec.parent_death, sandbox);
+    contain_child(&mut command, me, spec.parent_death, ruleset);
     let child = command
         .spawn()
         .map_err(|source| match Errno::from_io_error(&source) {
@@ -285,6 +288,8 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
         })?;
     let child_pid = Pid::from_child(&child);
     drop(child);
+    // The program has started: the rules' descriptors have done their part.
+    drop(opened);
 
     // Reap what has exited until the program has; on a stop signal, SIGTERM
     // to the whole tree and SIGKILL after the grace period. The program's
@@ -542,25 +547,39 @@ fn contain_child(
     }
 }
 
+/// A Landlock ruleset ready to be enforced, and the descriptors its rules
+/// were added through.
+struct Sandbox {
+    ruleset: landlock::RulesetCreated,
+    /// One `O_PATH` descriptor per rule. The kernel holds what each rule
+    /// names by itself once the rule is added, so these only need closing;
+    /// they are closed after the program has started (`Sandbox::opened`),
+    /// off the path to its exec: a close per rule was a tenth of the spawn.
+    opened: Vec<PathFd>,
+}
+
 /// Builds the Landlock ruleset for `rules`, ready to be enforced: every
 /// tree not hidden is readable, the writable ones writable. Nothing is
 /// enforced yet.
-fn build_sandbox(rules: &SandboxRules) -> Result<landlock::RulesetCreated, String> {
+fn build_sandbox(rules: &SandboxRules) -> Result<Sandbox, String> {
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let all = AccessFs::from_all(LANDLOCK_ABI);
-    let mut ruleset = Ruleset::default()
+    let ruleset = Ruleset::default()
         .handle_access(all)
         .and_then(|ruleset| ruleset.scope(Scope::Signal))
         .and_then(Ruleset::create)
         .map_err(|err| err.to_string())?;
+    let mut sandbox = Sandbox {
+        ruleset,
+        opened: Vec::with_capacity(128),
+    };
     let hidden: Vec<PathBuf> = rules
         .hidden
         .iter()
         .filter_map(|path| path.canonicalize().ok())
         .collect();
-    let mut refused = Vec::new();
     for path in granted_roots(Path::new("/"), &hidden) {
-        ruleset = add_rule(ruleset, &path, read, &mut refused)?;
+        sandbox.grant(&path, read)?;
     }
     // The device files reprise grants for convenience, and `/dev/shm` when
     // the plan grants it: it may hold the project, the state or the key,
@@ -577,79 +596,74 @@ fn build_sandbox(rules: &SandboxRules) -> Result<landlock::RulesetCreated, Strin
             !hidden.iter().any(|secret| secret.starts_with(&real))
         });
     for path in rules.writable.iter().cloned().chain(devices) {
-        ruleset = add_rule(ruleset, &path, all, &mut refused)?;
+        sandbox.grant(&path, all)?;
     }
     for path in &rules.granted {
-        ruleset = add_granted_rule(ruleset, path, &hidden, all, &mut refused)?;
+        sandbox.grant_allowed(path, &hidden, all)?;
     }
-    // Special files left out (`refused`) stay unreachable by path; the
-    // program's stderr is its own, so nothing is printed about them.
-    Ok(ruleset)
+    Ok(sandbox)
 }
 
-/// Grants `access` beneath what the plan's `path` opens to now, unless
-/// that is, holds or lies inside a hidden tree: the rule is for the opened
-/// file itself, so a symlink swapped in afterwards changes nothing.
-fn add_granted_rule(
-    ruleset: landlock::RulesetCreated,
-    path: &Path,
-    hidden: &[PathBuf],
-    access: landlock::BitFlags<AccessFs>,
-    refused: &mut Vec<PathBuf>,
-) -> Result<landlock::RulesetCreated, String> {
-    let Ok(fd) = PathFd::new(path) else {
-        return Ok(ruleset);
-    };
-    let opened = fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
-        .map_err(|err| format!("{}: cannot tell what it opens to: {err}", path.display()))?;
-    if hidden
-        .iter()
-        .any(|secret| opened.starts_with(secret) || secret.starts_with(&opened))
-    {
-        return Err(format!(
-            "the allowed path {} leads to {}, which is or holds reprise's state or the audit key; nothing was run: take it out of the task's allowed_paths",
-            path.display(),
-            opened.display()
-        ));
+impl Sandbox {
+    /// Grants `access` beneath `path`. A rule the kernel refuses for a
+    /// special file (a pipe or socket behind `/dev/stdin`, say: Landlock
+    /// holds rules only for files of a real filesystem) is left out, and
+    /// stays unreachable by path: leaving out a grant can only take access
+    /// away, and the program's stderr is its own, so nothing is printed
+    /// about it. A refused directory or regular file fails the sandbox.
+    fn grant(&mut self, path: &Path, access: landlock::BitFlags<AccessFs>) -> Result<(), String> {
+        let Ok(fd) = PathFd::new(path) else {
+            return Ok(());
+        };
+        self.grant_opened(fd, path, access)
     }
-    add_rule_for(ruleset, fd, path, access, refused)
-}
 
-/// Grants `access` beneath `path`. A rule the kernel refuses for a special
-/// file (a pipe or socket behind `/dev/stdin`, say: Landlock holds rules
-/// only for files of a real filesystem) is left out and noted in `refused`:
-/// leaving out a grant can only take access away. A refused directory or
-/// regular file still fails the sandbox.
-fn add_rule(
-    ruleset: landlock::RulesetCreated,
-    path: &Path,
-    access: landlock::BitFlags<AccessFs>,
-    refused: &mut Vec<PathBuf>,
-) -> Result<landlock::RulesetCreated, String> {
-    let Ok(fd) = PathFd::new(path) else {
-        return Ok(ruleset);
-    };
-    add_rule_for(ruleset, fd, path, access, refused)
-}
+    /// Grants `access` beneath what the plan's `path` opens to now, unless
+    /// that is, holds or lies inside a hidden tree: the rule is for the
+    /// opened file itself, so a symlink swapped in afterwards changes
+    /// nothing.
+    fn grant_allowed(
+        &mut self,
+        path: &Path,
+        hidden: &[PathBuf],
+        access: landlock::BitFlags<AccessFs>,
+    ) -> Result<(), String> {
+        let Ok(fd) = PathFd::new(path) else {
+            return Ok(());
+        };
+        let opened = fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+            .map_err(|err| format!("{}: cannot tell what it opens to: {err}", path.display()))?;
+        if hidden
+            .iter()
+            .any(|secret| opened.starts_with(secret) || secret.starts_with(&opened))
+        {
+            return Err(format!(
+                "the allowed path {} leads to {}, which is or holds reprise's state or the audit key; nothing was run: take it out of the task's allowed_paths",
+                path.display(),
+                opened.display()
+            ));
+        }
+        self.grant_opened(fd, path, access)
+    }
 
-/// Grants `access` beneath `fd`, opened from `path`, as [`add_rule`] says.
-fn add_rule_for(
-    ruleset: landlock::RulesetCreated,
-    fd: PathFd,
-    path: &Path,
-    access: landlock::BitFlags<AccessFs>,
-    refused: &mut Vec<PathBuf>,
-) -> Result<landlock::RulesetCreated, String> {
-    let mut ruleset = ruleset;
-    match (&mut ruleset).add_rule(PathBeneath::new(fd, access)) {
-        Ok(_) => Ok(ruleset),
-        Err(err) => match fs::metadata(path) {
-            Ok(meta) if !meta.is_dir() && !meta.is_file() => {
-                refused.push(path.to_path_buf());
-                Ok(ruleset)
+    /// Grants `access` beneath `fd`, opened from `path`, as [`Sandbox::grant`]
+    /// says, and keeps `fd` open until the program has started.
+    fn grant_opened(
+        &mut self,
+        fd: PathFd,
+        path: &Path,
+        access: landlock::BitFlags<AccessFs>,
+    ) -> Result<(), String> {
+        match (&mut self.ruleset).add_rule(PathBeneath::new(&fd, access)) {
+            Ok(_) => {
+                self.opened.push(fd);
+                Ok(())
             }
-            _ => Err(format!("{}: {err}", path.display())),
-        },
+            Err(err) => match fs::metadata(path) {
+                Ok(meta) if !meta.is_dir() && !meta.is_file() => Ok(()),
+                _ => Err(format!("{}: {err}", path.display())),
+            },
+        }
     }
 }
 
