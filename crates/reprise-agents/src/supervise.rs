@@ -510,7 +510,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
 /// enforce `sandbox` on itself, all between its fork and its exec. A spawn
 /// that fails in this step reports `NOTRECOVERABLE` (the ruleset was
 /// refused) or `SRCH` (the supervisor is gone): errors `execve` never gives.
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn contain_child(
     command: &mut Command,
     supervisor: Pid,

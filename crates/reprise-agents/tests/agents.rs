@@ -15,6 +15,7 @@ use reprise_agents::{
 };
 use reprise_core::TaskId;
 use reprise_core::retry::{Capability, ResumeStrategy};
+use reprise_testkit::wait_until;
 
 struct World {
     dir: tempfile::TempDir,
@@ -131,14 +132,7 @@ fn is_live(pid: u32) -> bool {
 }
 
 fn eventually_dead(pid: u32) -> bool {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < give_up {
-        if !is_live(pid) {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    false
+    wait_until(Duration::from_secs(10), || !is_live(pid))
 }
 
 #[test]
@@ -326,13 +320,22 @@ fn a_command_past_its_timeout_is_killed_with_its_group() {
 #[test]
 fn cancel_stops_a_command() {
     let world = World::new();
-    let command = CommandAdapter::new(vec!["sleep".into(), "60".into()]);
+    let command = CommandAdapter::new(vec![
+        "sh".into(),
+        "-c".into(),
+        r#"echo $$ > "$FAKE_LOG/child"; exec sleep 60"#.into(),
+    ]);
     let cancel = CancelToken::new();
+    // Cancelled once the command runs (it has written its pid).
     let canceller = {
         let cancel = cancel.clone();
+        let child = world.log().join("child");
         thread::spawn(move || {
-            thread::sleep(Duration::from_millis(200));
+            let started = wait_until(Duration::from_secs(60), || {
+                fs::read_to_string(&child).is_ok_and(|pid| !pid.trim().is_empty())
+            });
             cancel.cancel();
+            assert!(started, "the command never started");
         })
     };
     let request = AttemptRequest {

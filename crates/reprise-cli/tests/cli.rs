@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 use reprise_store::journal::Journal;
 use reprise_store::state::StateDir;
+use reprise_testkit::wait_until;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reprise");
@@ -817,12 +818,12 @@ tasks:
         .spawn()
         .unwrap();
     let pid_file = project.join("agent.pid");
-    let mut waited = 0;
-    while !pid_file.is_file() || fs::read_to_string(&pid_file).unwrap().trim().is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        waited += 1;
-        assert!(waited < 1500, "the agent never started");
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
+        }),
+        "the agent never started"
+    );
     let agent_pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

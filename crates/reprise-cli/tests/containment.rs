@@ -5,9 +5,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use reprise_testkit::{holds_for, wait_until};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_reprise");
@@ -182,20 +182,6 @@ fn marked(marker: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits up to `limit` for `done`; whether it came true.
-fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let give_up = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= give_up {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The worktree `task` ran in (`.reprise/worktrees/<run>/<task>`), of the
 /// only run that ran it.
 fn worktree_of(env: &Env, task: &str) -> PathBuf {
@@ -212,7 +198,7 @@ fn worktree_of(env: &Env, task: &str) -> PathBuf {
 
 fn wait_for_file(path: &Path) -> String {
     assert!(
-        within(Duration::from_secs(60), || fs::read_to_string(path)
+        wait_until(Duration::from_secs(60), || fs::read_to_string(path)
             .is_ok_and(|text| !text.trim().is_empty())),
         "{} never appeared",
         path.display()
@@ -470,7 +456,7 @@ tasks:
         let pid = fs::read_to_string(env.project().join(format!("{name}.pid"))).unwrap();
         let pid = pid.trim();
         assert!(
-            within(Duration::from_secs(5), || !is_live(pid)),
+            wait_until(Duration::from_secs(5), || !is_live(pid)),
             "the {name} ({pid}) outlived its attempt"
         );
     }
@@ -498,14 +484,14 @@ fn kill_9_of_reprise_takes_its_agents_down_every_time() {
         let mut child = env.spawn(&["run", "plan.yaml", "--json"]);
         wait_for_file(&env.project().join("agent.pid"));
         assert!(
-            within(Duration::from_secs(10), || marked(&marker).len() >= 3),
+            wait_until(Duration::from_secs(10), || marked(&marker).len() >= 3),
             "round {round}: the agents never all started: {:?}",
             marked(&marker)
         );
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(
-            within(Duration::from_secs(2), || marked(&marker).is_empty()),
+            wait_until(Duration::from_secs(2), || marked(&marker).is_empty()),
             "round {round}: agents outlived kill -9: {:?}",
             marked(&marker)
         );
@@ -522,20 +508,21 @@ fn without_the_parent_death_signal_the_next_command_reaps_what_a_dead_run_left()
     env.plan(LONG);
     let mut child = env.spawn(&["run", "plan.yaml", "--json"]);
     wait_for_file(&env.project().join("agent.pid"));
-    assert!(within(Duration::from_secs(10), || marked(&marker).len() >= 3));
+    assert!(wait_until(Duration::from_secs(10), || marked(&marker)
+        .len()
+        >= 3));
     child.kill().unwrap();
     child.wait().unwrap();
-    thread::sleep(Duration::from_millis(500));
-    // Nothing took them down: the test build really has no death signal.
+    // Nothing takes them down: the test build really has no death signal.
     assert!(
-        marked(&marker).len() >= 3,
+        holds_for(Duration::from_millis(500), || marked(&marker).len() >= 3),
         "the agents died without the parent-death signal: {:?}",
         marked(&marker)
     );
     let status = env.run(&["status", "--json"]);
     assert_success(&status);
     assert!(
-        within(Duration::from_secs(2), || marked(&marker).is_empty()),
+        wait_until(Duration::from_secs(2), || marked(&marker).is_empty()),
         "reprise status left them running: {:?}",
         marked(&marker)
     );
@@ -554,7 +541,9 @@ fn stop_with(signal: &str, code: i32) {
     env.plan(LONG);
     let child = env.spawn(&["run", "plan.yaml", "--json"]);
     wait_for_file(&env.project().join("agent.pid"));
-    assert!(within(Duration::from_secs(10), || marked(&marker).len() >= 3));
+    assert!(wait_until(Duration::from_secs(10), || marked(&marker)
+        .len()
+        >= 3));
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
@@ -726,7 +715,7 @@ tasks:
     assert_eq!(finished["body"]["containment"]["sandboxed"], false);
     // Still supervised: its daemon died with the attempt.
     let pid = fs::read_to_string(&daemon_pid).unwrap();
-    assert!(within(Duration::from_secs(5), || !is_live(pid.trim())));
+    assert!(wait_until(Duration::from_secs(5), || !is_live(pid.trim())));
 }
 
 #[test]
@@ -1617,7 +1606,7 @@ tasks:
         |role: &str| fs::read_to_string(shared.join(format!("{role}.results"))).unwrap_or_default();
     for role in ["evil", "rogue"] {
         let done = shared.join(format!("{role}.done"));
-        within(Duration::from_secs(120), || {
+        wait_until(Duration::from_secs(120), || {
             done.exists() || run.exited() || other_run.exited()
         });
         assert!(
@@ -1634,7 +1623,7 @@ tasks:
 
     // The user's own commands, from outside, still steer the run.
     let started = shared.join("held.started");
-    within(Duration::from_secs(60), || started.exists() || run.exited());
+    wait_until(Duration::from_secs(60), || started.exists() || run.exited());
     assert!(
         started.exists(),
         "held never started: evil said {}; rogue said {}; the run: {:?}",

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use reprise_core::outcome::InfraKind;
+use reprise_testkit::wait_until;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_reprise");
@@ -1089,14 +1090,12 @@ fn claude_usage_limit_reset_is_read_from_the_real_cli_s_words() {
     let journal = project
         .root()
         .join(".reprise/plans/limit/tasks/limited/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains("\"task.suspend\"")) {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(120),
-            "no park"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(120), || {
+            fs::read_to_string(&journal).is_ok_and(|text| text.contains("\"task.suspend\""))
+        }),
+        "no park"
+    );
     let suspend: Value = fs::read_to_string(&journal)
         .unwrap()
         .lines()
@@ -1468,15 +1467,13 @@ fn hang_then_write(cli: Cli) -> String {
 fn kill_the_rehearsal(mut child: std::process::Child, runs: &Path) -> String {
     child.kill().unwrap();
     child.wait().unwrap();
-    let started = std::time::Instant::now();
-    while !processes_mentioning(&runs.to_string_lossy()).is_empty() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "the agent outlived its killed run: {:?}",
-            processes_mentioning(&runs.to_string_lossy())
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || {
+            processes_mentioning(&runs.to_string_lossy()).is_empty()
+        }),
+        "the agent outlived its killed run: {:?}",
+        processes_mentioning(&runs.to_string_lossy())
+    );
     fs::read_dir(runs)
         .unwrap()
         .flatten()
@@ -1491,7 +1488,9 @@ fn kill_the_rehearsal(mut child: std::process::Child, runs: &Path) -> String {
 /// session to resume and goes cold (`session_unavailable`). A user stopping
 /// a long task would find it written.
 fn wait_for_a_hung_request_and_its_transcript(runs: &Path, task: &str) {
-    let started = std::time::Instant::now();
+    // Both waits together have 90 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let left = || deadline.saturating_duration_since(std::time::Instant::now());
     let rehearsals = || {
         fs::read_dir(runs)
             .into_iter()
@@ -1506,13 +1505,7 @@ fn wait_for_a_hung_request_and_its_transcript(runs: &Path, task: &str) {
                 .is_ok_and(|log| !log.trim().is_empty())
         })
     };
-    while !hung() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(90),
-            "no request arrived"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(wait_until(left(), hung), "no request arrived");
     let transcript_written = || {
         rehearsals().iter().any(|rehearsal| {
             let projects = rehearsal.join(format!("homes/{task}/.claude/projects"));
@@ -1529,13 +1522,7 @@ fn wait_for_a_hung_request_and_its_transcript(runs: &Path, task: &str) {
                 })
         })
     };
-    while !transcript_written() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(90),
-            "no transcript"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(wait_until(left(), transcript_written), "no transcript");
 }
 
 /// `kill -9` of the rehearsal while Claude Code's request hangs, then
@@ -1627,18 +1614,15 @@ fn claude_killed_inside_a_tool_call_is_continued_cold() {
     );
     let runs = project.root().join(".reprise/runs");
     // The call is in the transcript once the tool runs.
-    let started = std::time::Instant::now();
-    while !project
-        .transcripts(cli, "nap")
-        .iter()
-        .any(|path| fs::read_to_string(path).is_ok_and(|text| text.contains("sleep 300")))
-    {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(90),
-            "the tool call never reached the transcript"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(90), || {
+            project
+                .transcripts(cli, "nap")
+                .iter()
+                .any(|path| fs::read_to_string(path).is_ok_and(|text| text.contains("sleep 300")))
+        }),
+        "the tool call never reached the transcript"
+    );
     let run_id = kill_the_rehearsal(child, &runs);
     let ran = project.rehearse_continue(cli, &run_id);
     ran.assert_ok();

@@ -428,7 +428,7 @@ mod tests {
     }
 
     /// The table of DESIGN.md section 5, written out row by row as data.
-    #[allow(clippy::too_many_arguments)] // one argument per condition of the table
+    #[expect(clippy::too_many_arguments)] // one argument per condition of the table
     fn expected(
         requested: RetryMode,
         capability: Capability,

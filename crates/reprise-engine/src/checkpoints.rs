@@ -197,7 +197,7 @@ pub struct Restored {
 /// Restores `checkpoint` and records it in the journal and the audit chain.
 /// `hash_now` hashes the workspace after the restore; `expected` is the hash
 /// recorded with the checkpoint.
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 pub fn restore(
     store: &SnapshotStore,
     checkpoint: &Checkpoint,

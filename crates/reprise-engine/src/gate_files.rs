@@ -141,7 +141,7 @@ impl GateFiles {
 
     /// Each gate's program file among `is_file`'s and its globs; `None`
     /// when no gate has either.
-    #[allow(clippy::type_complexity)]
+    #[expect(clippy::type_complexity)]
     fn choose(
         subdir: &str,
         gates: &[Gate],

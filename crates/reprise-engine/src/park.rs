@@ -286,7 +286,7 @@ impl TaskControl {
 /// test can cut a park at every step boundary.
 // The engine never prints, but this hook exists for tests alone, which
 // wait for this very line before they kill the process.
-#[allow(clippy::print_stderr)]
+#[expect(clippy::print_stderr)]
 pub(crate) fn hold_at(step: &str) {
     if cfg!(debug_assertions)
         && std::env::var("REPRISE_TEST_PARK_HOLD").is_ok_and(|held| held == step)
@@ -321,7 +321,6 @@ pub(crate) fn write_receipt(
 }
 
 /// Records one release (already done) against the park's receipt.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_release(
     audit: &mut AuditLog,
     key: &TaskKey,

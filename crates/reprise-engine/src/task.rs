@@ -514,7 +514,7 @@ impl TaskRun<'_> {
     /// Restores `checkpoint` (recorded in the journal and the audit chain)
     /// and warns when the tree did not come back to the checkpoint's hash.
     /// Returns what the restore left.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn roll_back(
         &self,
         store: &reprise_store::snapshot::SnapshotStore,
@@ -559,7 +559,7 @@ impl TaskRun<'_> {
     /// the result was delivered. `orphan` is the commit a crash left on the
     /// result branch before its result was recorded: replaced, and named in
     /// the row (`replaced`).
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn commit_output(
         &self,
         journal: &mut Journal,

@@ -131,7 +131,7 @@ pub const CRASH_ENV: &str = "REPRISE_TEST_CRASH_AT";
 /// `task.result`) and `journal.sealed` (the audit chain sealed the journal,
 /// before the ledger hears the end). Read only in debug builds: a release
 /// build never looks at the variable.
-#[allow(clippy::print_stderr)]
+#[expect(clippy::print_stderr)]
 pub fn crash_point(task: &str, step: &str) {
     if !cfg!(debug_assertions) {
         return;

@@ -17,6 +17,7 @@ use reprise_store::journal::{Journal, Spine, verify_journal};
 use reprise_store::key::{check_key, key_path, load_key, load_or_create_key};
 use reprise_store::repair::{Refusal, RepairOutcome, repair_journal};
 use reprise_store::state::StateDir;
+use reprise_testkit::{wait_for_the_file_clock_to_tick, wait_until};
 use serde_json::json;
 
 const AT: &str = "2026-01-01T00:00:00.000Z";
@@ -624,11 +625,19 @@ fn only_own_appends_keep_continuity() {
     journal.mark().unwrap();
     assert!(journal.only_own_appends_since_mark().unwrap());
 
-    // A rewrite in place of the same length breaks it too.
+    // A rewrite in place of the same length breaks it too. Its time is set
+    // a second past the old one, as a rewrite a second later would have it:
+    // two writes within one tick of the file clock share their times.
     let path = setup.state.journal_path(&id);
     let bytes = fs::read(&path).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    let modified = fs::metadata(&path).unwrap().modified().unwrap();
     fs::write(&path, &bytes).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(modified + std::time::Duration::from_secs(1))
+        .unwrap();
     assert!(!journal.only_own_appends_since_mark().unwrap());
 }
 
@@ -948,9 +957,22 @@ fn a_checkpoint_built_without_git_is_the_tree_git_builds() {
         reprise_store::snapshot::DEFAULT_MAX_FILE_BYTES,
     )
     .unwrap();
-    // Past the few milliseconds in which a file written just before a
-    // checkpoint is recorded as changed (smudged), for git to find it clean.
-    let settle = || std::thread::sleep(std::time::Duration::from_millis(50));
+    // A file written within a few milliseconds before a checkpoint (the
+    // store's allowance for the file clock's lag) is recorded as changed
+    // (smudged), and git would find it dirty: wait until what was written
+    // is 50 ms old by the clock the store compares it with.
+    let settle = || {
+        let marker = temp.path().join("written");
+        fs::write(&marker, "").unwrap();
+        let written = fs::metadata(&marker).unwrap().modified().unwrap();
+        let settled = written + std::time::Duration::from_millis(50);
+        assert!(
+            wait_until(std::time::Duration::from_secs(10), || {
+                std::time::SystemTime::now() > settled
+            }),
+            "the clock did not pass {settled:?}"
+        );
+    };
     settle();
     let first = store.take("first").unwrap();
     assert!(built_here(), "git's write-tree leaves a TREE extension");
@@ -1039,14 +1061,14 @@ fn a_restore_into_a_fresh_checkout_writes_only_what_differs_from_the_base() {
     checkout(&tree);
     let store = open();
     assert!(adopt(&store));
-    // A rewrite gives the file a new inode or a new change time (the pause
-    // lets the clock move past the checkout's).
+    // A rewrite gives the file a new inode or a new change time (the wait
+    // lets the file clock move past the checkout's).
     let written = |path: &str| {
         let meta = fs::metadata(tree.join(path)).unwrap();
         (meta.ino(), meta.ctime(), meta.ctime_nsec())
     };
     let untouched = written("d/b.txt");
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    wait_for_the_file_clock_to_tick(temp.path());
     store.restore(&parked).unwrap();
     assert_eq!(
         written("d/b.txt"),
@@ -1161,9 +1183,10 @@ fn a_result_tree_sees_a_same_second_same_size_edit_made_after_the_checkout() {
         if second() != started {
             continue;
         }
-        while second() == started {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        assert!(
+            wait_until(std::time::Duration::from_secs(5), || second() != started),
+            "the clock stayed in second {started}"
+        );
         let git = reprise_store::git::Git::at(&repo.join(".git"), &tree);
         let (taken, _index) = git
             .snapshot_index_from("HEAD", &scratch, Some(&seed))

@@ -1,5 +1,6 @@
 //! Test helpers for reprise: state directories with a private audit key,
-//! journals written in bulk, and helper binaries for multi-process tests.
+//! journals written in bulk, waits with a deadline, and helper binaries for
+//! multi-process tests.
 
 #![forbid(unsafe_code)]
 
@@ -7,6 +8,9 @@
 pub use reprise_rehearse::model_server;
 
 pub mod parks;
+pub mod wait;
+
+pub use wait::{holds_for, wait_for, wait_for_the_file_clock_to_tick, wait_until};
 
 use std::fs;
 use std::io::{BufWriter, Write};

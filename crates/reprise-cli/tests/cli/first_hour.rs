@@ -7,6 +7,7 @@ use std::os::unix::process::ExitStatusExt as _;
 
 use super::worktrees::{git_env, task_json};
 use super::*;
+use reprise_testkit::wait_until;
 
 /// The first line of stderr.
 fn first_err_line(output: &Output) -> String {
@@ -501,12 +502,12 @@ tasks:
         .spawn()
         .unwrap();
     let pid_file = env.project().join("agent.pid");
-    let mut waited = 0;
-    while !pid_file.is_file() || fs::read_to_string(&pid_file).unwrap().trim().is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        waited += 1;
-        assert!(waited < 1500, "the agent never started");
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            fs::read_to_string(&pid_file).is_ok_and(|pid| !pid.trim().is_empty())
+        }),
+        "the agent never started"
+    );
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

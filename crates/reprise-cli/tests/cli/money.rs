@@ -6,6 +6,7 @@
 use super::recovery::wait_for_an_attempt;
 use super::worktrees::{count_attempt, git_env, outside_dir, task_json, write_plan};
 use super::*;
+use reprise_testkit::wait_until;
 
 /// `reprise report` of the latest run, as HTML.
 fn report_html(env: &Env) -> String {
@@ -116,14 +117,12 @@ tasks:
     );
     let mut child = env.spawn(&["run", &plan], std::process::Stdio::null());
     wait_for_an_attempt(&env, "cut", "slow");
-    let started = std::time::Instant::now();
-    while fs::read_to_string(&counter).map_or(true, |n| n.trim() != "2") {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "attempt 2 never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&counter).is_ok_and(|n| n.trim() == "2")
+        }),
+        "attempt 2 never started"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 

@@ -10,6 +10,7 @@ use std::io::BufRead;
 use super::recovery::{journal_kinds, wait_for_an_attempt};
 use super::worktrees::{git_env, outside_dir, write_plan};
 use super::*;
+use reprise_testkit::{wait_for, wait_until};
 
 /// The audit chain's rows of `kind`, bodies only.
 fn audit_rows(env: &Env, kind: &str) -> Vec<Value> {
@@ -57,20 +58,12 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Waits (a minute at most) until `file` exists and holds something.
 fn wait_for_file(file: &Path) -> String {
-    let started = std::time::Instant::now();
-    loop {
-        if let Ok(text) = fs::read_to_string(file)
-            && !text.trim().is_empty()
-        {
-            return text;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "{} never appeared",
-            file.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for(std::time::Duration::from_secs(60), || {
+        fs::read_to_string(file)
+            .ok()
+            .filter(|text| !text.trim().is_empty())
+    })
+    .unwrap_or_else(|| panic!("{} never appeared", file.display()))
 }
 
 const TWO_ON_ONE_SEAT: &str = r#"
@@ -103,11 +96,12 @@ fn parking_the_running_task_lets_the_next_one_take_its_seat_and_returns_its_head
     let journal = env
         .project()
         .join(".reprise/plans/seats/tasks/long/journal.jsonl");
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains(r#""attempt":2,"mode""#)) {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&journal).is_ok_and(|text| text.contains(r#""attempt":2,"mode""#))
+        }),
+        "the second attempt never started"
+    );
     let worktree = env
         .project()
         .join(".reprise/worktrees")
@@ -388,7 +382,6 @@ fn park_tasks(env: &Env, plan: &str, tasks: &[&str]) {
 /// never had a session, which can only resume cold.
 fn wait_for_sim_sessions(env: &Env, count: usize) {
     let store = env.project().join(".reprise/sim");
-    let started = std::time::Instant::now();
     let opened = || {
         fs::read_dir(&store)
             .map(|entries| {
@@ -399,13 +392,10 @@ fn wait_for_sim_sessions(env: &Env, count: usize) {
             })
             .unwrap_or(0)
     };
-    while opened() < count {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the sim never opened {count} sessions"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || opened() >= count),
+        "the sim never opened {count} sessions"
+    );
 }
 
 /// Starts `args` (a run of plan `name`), parks `tasks` one after another as
@@ -507,13 +497,14 @@ tasks:
     let journal = env
         .project()
         .join(".reprise/plans/keep/tasks/long/journal.jsonl");
-    let started = std::time::Instant::now();
-    while fs::read_to_string(&journal).map_or(0, |text| text.matches("\"attempt.started\"").count())
-        < 2
-    {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&journal)
+                .map_or(0, |text| text.matches("\"attempt.started\"").count())
+                >= 2
+        }),
+        "the second attempt never started"
+    );
     assert_success(&env.run(&["task", "suspend", "long"]));
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
     let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
@@ -1257,14 +1248,10 @@ fn wait_for_the_new_session(env: &Env, plan: &str, task: &str) -> String {
         .and_then(|row| row["body"]["session"]["new"].as_str().map(str::to_owned))
         .expect("the engine chose the session id");
     let transcript = env.reprise_dir().join(format!("sim/{session}.jsonl"));
-    let started = std::time::Instant::now();
-    while !transcript.is_file() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the sim never opened its session"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || transcript.is_file()),
+        "the sim never opened its session"
+    );
     session
 }
 

@@ -5,6 +5,7 @@
 
 use super::worktrees::{count_attempt, git_env, outside_dir, task_json, write_plan};
 use super::*;
+use reprise_testkit::wait_until;
 
 /// Waits (a minute at most) until `task`'s first attempt has started.
 pub(crate) fn wait_for_an_attempt(env: &Env, plan: &str, task: &str) {
@@ -16,14 +17,12 @@ pub(crate) fn wait_for_journal_text(env: &Env, plan: &str, task: &str, needle: &
     let journal = env
         .project()
         .join(format!(".reprise/plans/{plan}/tasks/{task}/journal.jsonl"));
-    let started = std::time::Instant::now();
-    while !fs::read_to_string(&journal).is_ok_and(|text| text.contains(needle)) {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the journal of {task} never held {needle}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&journal).is_ok_and(|text| text.contains(needle))
+        }),
+        "the journal of {task} never held {needle}"
+    );
 }
 
 pub(crate) fn journal_kinds(env: &Env, plan: &str, task: &str) -> Vec<Value> {

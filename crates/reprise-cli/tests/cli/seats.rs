@@ -10,6 +10,7 @@ use std::io::BufRead;
 
 use super::worktrees::{git_env, task_json, write_plan};
 use super::*;
+use reprise_testkit::wait_for;
 
 /// A stand-in for Claude Code (an agent held to a budget, so it holds a
 /// share of the pool): it keeps the `--max-budget-usd` it was given, marks
@@ -165,19 +166,18 @@ fn spawn_events(env: &Env, plan: &str) -> (std::process::Child, std::sync::mpsc:
     (child, receiver)
 }
 
-/// `status --json` polled until `ready` holds of it (bounded: 60 s).
+/// `status --json` polled until `ready` holds of it (bounded: two minutes,
+/// each look being a run of `reprise status`).
 fn status_when(env: &Env, ready: impl Fn(&Value) -> bool) -> (Value, String) {
-    for _ in 0..600 {
+    let json = wait_for(std::time::Duration::from_secs(120), || {
         // Until the run has written its state, there is no run to show.
         let output = env.run(&["status", "--json"]);
         let json: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-        if !json.is_null() && ready(&json) {
-            let text = stdout(&env.run(&["status"]));
-            return (json, text);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("status never showed what was waited for");
+        (!json.is_null() && ready(&json)).then_some(json)
+    })
+    .expect("status never showed what was waited for");
+    let text = stdout(&env.run(&["status"]));
+    (json, text)
 }
 
 /// A command that runs until the test writes the file it names (bounded:

@@ -4,6 +4,7 @@
 use super::recovery::{journal_kinds, wait_for_an_attempt, wait_for_journal_text};
 use super::worktrees::{git_env, write_plan};
 use super::*;
+use reprise_testkit::{holds_for, wait_until};
 
 /// One sim task `edit`, run in place, whose first attempt takes two
 /// minutes (long enough to be parked) and whose second answers at once.
@@ -35,13 +36,13 @@ fn parked_in_place() -> (Env, PathBuf) {
         .project()
         .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
     let sessions = env.project().join(".reprise/sim");
-    let started = std::time::Instant::now();
-    while !(fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
-        && fs::read_dir(&sessions).is_ok_and(|mut entries| entries.next().is_some()))
-    {
-        assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
+                && fs::read_dir(&sessions).is_ok_and(|mut entries| entries.next().is_some())
+        }),
+        "the attempt never started with a session"
+    );
     assert_success(&env.run(&["task", "suspend", "edit"]));
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
     (env, journal)
@@ -377,8 +378,18 @@ tasks:
     wait_for_journal_text(&env, "spend", "long", r#""attempt":2,"mode""#);
     assert_success(&env.run(&["task", "suspend", "long"]));
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
-    // Time passes while it is parked; then it is resumed and passes.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Time passes while it is parked, and nothing writes to its journal
+    // meanwhile; then it is resumed and passes.
+    let journal = env
+        .project()
+        .join(".reprise/plans/spend/tasks/long/journal.jsonl");
+    let parked = fs::read(&journal).unwrap();
+    assert!(
+        holds_for(std::time::Duration::from_millis(300), || {
+            fs::read(&journal).is_ok_and(|now| now == parked)
+        }),
+        "the parked task's journal changed"
+    );
     let resumed = env.run(&["task", "resume", "long", "--json"]);
     assert_success(&resumed);
     let resumed = json_of(&resumed);

@@ -9,8 +9,8 @@ use reprise_store::approvals::{
 use reprise_store::audit::AuditLog;
 use reprise_store::key::{KeyFile, load_key};
 use reprise_store::suspension::{SUSPEND_RECEIPT_KIND, SuspendReceipt, Wake};
-use reprise_testkit::FIXED_AT;
 use reprise_testkit::parks::{ParkWriter, Parked, tree_hash};
+use reprise_testkit::{FIXED_AT, wait_until};
 
 use super::*;
 
@@ -528,21 +528,18 @@ fn park_through_the_engine(env: &Env, plan: &str) {
     let journal = env
         .project()
         .join(".reprise/plans/inplace/tasks/edit/journal.jsonl");
-    let started = std::time::Instant::now();
     // The sim agent opens its session just after `attempt.started`: a
     // park before that has no session to resume warm (under load it came
     // first), so the test waits for the session's file as well.
     let sessions = env.project().join(".reprise/sim");
     let has_session = || fs::read_dir(&sessions).is_ok_and(|mut entries| entries.next().is_some());
-    while !(fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
-        && has_session())
-    {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "the attempt never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fs::read_to_string(&journal).is_ok_and(|text| text.contains("attempt.started"))
+                && has_session()
+        }),
+        "the attempt never started"
+    );
     assert_success(&env.run(&["task", "suspend", "edit"]));
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
 }

@@ -3,6 +3,7 @@
 //! results delivered by `apply`, and git hygiene.
 
 use super::*;
+use reprise_testkit::wait_until;
 
 /// A project that is a git repository with one commit.
 pub(crate) fn git_env() -> Env {
@@ -462,9 +463,10 @@ tasks:
         .spawn()
         .unwrap();
     // Wait until the first run's agent is running (the run holds its task).
-    while !started.exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || started.exists()),
+        "the first run's agent never started"
+    );
     // The first run goes on writing its own directory meanwhile (its logs
     // as they open, its throttled state.json): not the refused run's doing.
     let first_run = env.runs();

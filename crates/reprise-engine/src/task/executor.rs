@@ -156,7 +156,7 @@ pub(super) struct Executor<'r, 'a> {
 }
 
 impl<'r, 'a> Executor<'r, 'a> {
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub(super) fn new(
         run: &'r TaskRun<'a>,
         key: TaskKey,

@@ -587,7 +587,7 @@ impl Shared {
 
     /// An API request's body kept (with `--keep-requests`) and its log line,
     /// with every input token of its prompt.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn keep_and_record(
         &self,
         seen: &Seen,
@@ -615,7 +615,7 @@ impl Shared {
     /// Appends the request's log line before any reply, so hung and failed
     /// requests are recorded too. `number` is an API request's count, which
     /// names its kept body.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn record(
         &self,
         seen: &Seen,
