@@ -51,7 +51,7 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     {
         let _ = err.print();
         return if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-            ExitCode::from(error::EXIT_USAGE)
+            ExitCode::from(error::ExitKind::Usage.code())
         } else {
             ExitCode::SUCCESS
         };
@@ -71,11 +71,12 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     } else {
         first.to_owned()
     };
-    report(&CliError::usage(format!(
-        "{first}{}; run `{} --help` for usage",
-        suggestion(err),
-        command_path(&std::env::args().skip(1).collect::<Vec<_>>())
-    )))
+    report(
+        &CliError::usage(format!("{first}{}", suggestion(err))).with_hint(format!(
+            "run `{} --help` for usage",
+            command_path(&std::env::args().skip(1).collect::<Vec<_>>())
+        )),
+    )
 }
 
 /// clap's "did you mean" for a misspelt subcommand, flag or value, as a
@@ -121,6 +122,6 @@ fn command_path(args: &[String]) -> String {
 
 fn report(err: &CliError) -> ExitCode {
     let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(stderr, "error: {}", err.message);
-    ExitCode::from(err.code)
+    let _ = writeln!(stderr, "error: {err}");
+    ExitCode::from(err.exit_code())
 }

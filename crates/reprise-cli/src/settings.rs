@@ -17,7 +17,7 @@ pub(crate) struct Settings {
     /// `run --events`: one JSON object a line on stdout as things happen.
     pub(crate) events: bool,
     /// How human output looks.
-    pub(crate) display: crate::commands::progress::Display,
+    pub(crate) display: crate::output::Display,
     /// An explicit state directory (flag, then REPRISE_STATE_DIR).
     pub(crate) state_dir: Option<PathBuf>,
     pub(crate) cwd: PathBuf,
@@ -68,7 +68,7 @@ impl Settings {
             key_origin,
             json: global.json,
             events: false,
-            display: crate::commands::progress::Display::resolve(global, &env),
+            display: crate::output::Display::resolve(global, &env),
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
             plan: None,
@@ -84,6 +84,12 @@ impl Settings {
     /// Opening it first stops what a dead run left running: supervisors
     /// recorded by a reprise that is gone (`reprise_agents::supervise`).
     pub(crate) fn state(&self) -> Result<StateDir, CliError> {
+        Ok(self.open_state()?)
+    }
+
+    /// As [`Settings::state`], with the store's own error, for a caller
+    /// that treats some of them (an older layout) as work to do.
+    pub(crate) fn open_state(&self) -> Result<StateDir, StoreError> {
         let state = match &self.state_dir {
             Some(dir) => StateDir::open(dir)?,
             None => StateDir::discover(&self.cwd)?,

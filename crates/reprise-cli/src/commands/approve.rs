@@ -6,7 +6,7 @@ use reprise_store::state::now_rfc3339;
 use serde_json::json;
 
 use crate::commands::resolve::task_key;
-use crate::error::{CliError, EXIT_FAILED};
+use crate::error::{CliError, ErrorKind};
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
@@ -19,10 +19,7 @@ pub(crate) fn cli_error(err: ApprovalError) -> CliError {
         | ApprovalError::Settled { .. }
         | ApprovalError::AlreadyApproved { .. }
         | ApprovalError::NotApproved { .. }) => CliError::usage(err.to_string()),
-        err => CliError {
-            message: err.to_string(),
-            code: EXIT_FAILED,
-        },
+        err => CliError::from_source(ErrorKind::Failed, err),
     }
 }
 
@@ -66,6 +63,6 @@ pub(crate) fn approve(
         }),
         text,
         ok: true,
-        code: None,
+        exit: None,
     })
 }

@@ -116,6 +116,6 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
         json,
         text,
         ok,
-        code: None,
+        exit: None,
     })
 }

@@ -78,7 +78,7 @@ pub(crate) fn check(
         );
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"spec": spec.to_string(), "retries": spec.retries, "steps": steps}),
         text,
         ok: true,

@@ -60,7 +60,7 @@ pub(crate) fn check(
     }
     text.push_str("check: ok; nothing was run or written\n");
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"plan": plan_path, "ok": true, "checks": findings.json, "warnings": warnings}),
         text,
         ok: true,

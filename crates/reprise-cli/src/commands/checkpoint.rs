@@ -100,7 +100,7 @@ pub(crate) fn list(
         );
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "plan": key.plan.as_str(),
             "task_id": key.task.as_str(),
@@ -143,15 +143,12 @@ pub(crate) fn restore(
         Ok(()) => None,
     };
     if let Some(why) = unbound {
-        return Err(CliError {
-            message: format!(
-                "checkpoint {} of {key} in run {} is not one its journal recorded ({}); nothing was restored: `reprise journal verify {key}` reports the store",
-                &checkpoint.id[..12.min(checkpoint.id.len())],
-                run.run_id,
-                why.explain()
-            ),
-            code: crate::error::EXIT_FAILED,
-        });
+        return Err(CliError::failed(format!(
+            "checkpoint {} of {key} in run {} is not one its journal recorded ({}); nothing was restored: `reprise journal verify {key}` reports the store",
+            &checkpoint.id[..12.min(checkpoint.id.len())],
+            run.run_id,
+            why.explain()
+        )));
     }
     if let Some(holder) = task_holder(&state, &key) {
         return Err(CliError::usage(format!(
@@ -179,7 +176,7 @@ pub(crate) fn restore(
             if changes.files.len() == 1 { "" } else { "s" }
         );
         return Ok(Outcome {
-            code: None,
+            exit: None,
             json: json!({"dry_run": true, "checkpoint": checkpoint.id, "changes": changes}),
             text,
             ok: true,
@@ -207,10 +204,7 @@ pub(crate) fn restore(
             Ok(hash_workspace_cached(&cwd, 0, &cache)?.hash)
         },
     )
-    .map_err(|err| CliError {
-        message: err.to_string(),
-        code: crate::error::EXIT_FAILED,
-    })?;
+    .map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))?;
     let _ = writeln!(
         text,
         "restored {} to checkpoint {}: {} change{}; workspace hash {}{}",
@@ -226,7 +220,7 @@ pub(crate) fn restore(
         }
     );
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "dry_run": false,
             "checkpoint": checkpoint.id,

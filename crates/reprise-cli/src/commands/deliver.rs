@@ -12,20 +12,17 @@ use reprise_store::state::StateDir;
 use serde_json::json;
 
 use crate::commands::run::short_commit;
-use crate::error::{CliError, EXIT_FAILED};
+use crate::error::{CliError, ErrorKind};
 use crate::output::Outcome;
 use crate::settings::Settings;
 
 fn delivery_error(err: DeliveryError) -> CliError {
-    let code = if err.is_bad_input() {
-        crate::error::EXIT_USAGE
+    let kind = if err.is_bad_input() {
+        ErrorKind::Usage
     } else {
-        EXIT_FAILED
+        ErrorKind::Failed
     };
-    CliError {
-        message: err.to_string(),
-        code,
-    }
+    CliError::from_source(kind, err)
 }
 
 fn load(state: &StateDir, run: Option<&str>) -> Result<RunState, CliError> {
@@ -55,10 +52,8 @@ pub(crate) fn apply(
     let task = task.map(TaskId::parse).transpose()?;
     let plan = reprise_engine::plan_apply(&run, task.as_ref(), branch).map_err(delivery_error)?;
     if !dry_run {
-        reprise_engine::apply(&plan).map_err(|err| CliError {
-            message: format!("apply failed, nothing was changed: {err}"),
-            code: EXIT_FAILED,
-        })?;
+        reprise_engine::apply(&plan)
+            .map_err(|err| CliError::failed(format!("apply failed, nothing was changed: {err}")))?;
     }
     let tasks: Vec<&str> = plan.tasks.iter().map(TaskId::as_str).collect();
     let mut text = String::new();
@@ -126,7 +121,7 @@ pub(crate) fn apply(
         }
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "run_id": run.run_id,
             "dry_run": dry_run,
@@ -185,7 +180,7 @@ pub(crate) fn diff(
         }
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "run_id": run.run_id,
             "task_id": task.as_ref().map(TaskId::as_str),
@@ -229,10 +224,8 @@ pub(crate) fn clean(
     let plan = reprise_engine::plan_clean(&state, &project, &scope, branches, force)
         .map_err(|err| CliError::usage(err.to_string()))?;
     if !dry_run {
-        reprise_engine::clean(&state, &project, &plan).map_err(|err| CliError {
-            message: format!("clean stopped: {err}"),
-            code: EXIT_FAILED,
-        })?;
+        reprise_engine::clean(&state, &project, &plan)
+            .map_err(|err| CliError::failed(format!("clean stopped: {err}")))?;
     }
     let worktrees = plan
         .items
@@ -294,7 +287,7 @@ pub(crate) fn clean(
         }
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "dry_run": dry_run,
             "items": plan.items,

@@ -122,7 +122,7 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
         ));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "state_dir": state.root(),
             "created": created,

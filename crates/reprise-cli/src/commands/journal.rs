@@ -53,7 +53,7 @@ pub(crate) fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcom
         text.push_str("(empty journal)\n");
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"plan": task.plan.as_str(), "task_id": task.task.as_str(), "rows": rows, "discarded_lines": discarded}),
         text,
         ok: true,
@@ -137,7 +137,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
             json,
             text,
             ok,
-            code: None,
+            exit: None,
         });
     }
     let _ = write!(text, "  rows: {}", chain.rows);
@@ -218,7 +218,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         json,
         text,
         ok,
-        code: None,
+        exit: None,
     })
 }
 

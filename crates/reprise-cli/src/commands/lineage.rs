@@ -104,7 +104,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         }));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"plan": id.plan.as_str(), "task_id": id.task.as_str(), "ok": all_shown, "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok,
                      "audit": crate::commands::audit::audit_json(&verification.audit)}),
         text,

@@ -118,7 +118,7 @@ pub(crate) fn logs(
         transcripts.push(json!({"session_id": session, "native": native, "copy": copy}));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run.run_id, "task": key.to_string(), "logs": entries, "transcripts": transcripts}),
         text,
         ok: true,
@@ -192,7 +192,7 @@ pub(crate) fn follow(
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run_id, "task": key.to_string(), "followed": true}),
         text: format!(
             "[{}] run {run_id}: the task is no longer running\n",

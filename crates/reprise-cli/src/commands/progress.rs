@@ -5,46 +5,16 @@
 //! `--color never` get plain lines only: no colour, no redraw.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write as _};
+use std::io::Write as _;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reprise_core::TaskId;
 use reprise_engine::{Event, EventSink, Outcome as AttemptOutcome, TaskStatus};
 
-use crate::cli::{ColorChoice, GlobalArgs};
 use crate::commands::run::workspace_line;
 use crate::commands::status::{attempt_line, attempt_line_uncosted};
-use crate::output::{count, short};
-
-/// How human output looks, settled once from the flags and the terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Display {
-    pub(crate) color: bool,
-    /// Status lines redrawn in place (an interactive terminal, colour allowed).
-    pub(crate) live: bool,
-    pub(crate) quiet: bool,
-    pub(crate) verbose: bool,
-}
-
-impl Display {
-    pub(crate) fn resolve(global: &GlobalArgs, env: &impl Fn(&str) -> Option<String>) -> Self {
-        let terminal =
-            std::io::stdout().is_terminal() && env("TERM").is_none_or(|term| term != "dumb");
-        let no_color = env("NO_COLOR").is_some_and(|value| !value.is_empty());
-        let color = match global.color {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => terminal && !no_color,
-        };
-        Self {
-            color,
-            live: terminal && color && !global.quiet,
-            quiet: global.quiet,
-            verbose: global.verbose,
-        }
-    }
-}
+use crate::output::{Display, count, short};
 
 /// `text` in an ANSI colour when colour is on (31 red, 32 green, 33 yellow).
 fn paint(display: Display, code: u8, text: &str) -> String {

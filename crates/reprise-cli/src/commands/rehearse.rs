@@ -31,7 +31,7 @@ use crate::commands::run::{
 };
 use crate::commands::spend::insert_spend;
 use crate::commands::status::money;
-use crate::error::{CliError, EXIT_FAILED};
+use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
@@ -143,10 +143,7 @@ fn prepare_continued(
 
 /// A step of the rehearsal that failed on the machine, not on its input.
 fn failed(what: &str, err: &dyn std::fmt::Display) -> CliError {
-    CliError {
-        message: format!("cannot {what}: {err}"),
-        code: EXIT_FAILED,
-    }
+    CliError::failed(format!("cannot {what}: {err}"))
 }
 
 pub(crate) fn rehearse(
@@ -238,7 +235,7 @@ pub(crate) fn rehearse(
         "would_cost_micro_usd": priced.would_cost_micro_usd(),
     });
     Ok(Outcome {
-        code: parked_code(&run),
+        exit: parked_code(&run),
         json: json!({
             "run": nothing_spent(run_json(&run)),
             "rehearsal": rehearsal,
@@ -691,14 +688,12 @@ pub(crate) fn serve(
         clock: None,
         take_up: false,
     };
-    let server =
-        ModelServer::start_with(scenario, log.clone(), options).map_err(|err| CliError {
-            message: format!(
-                "cannot serve on 127.0.0.1:{port} with log {}: {err}",
-                log.display()
-            ),
-            code: EXIT_FAILED,
-        })?;
+    let server = ModelServer::start_with(scenario, log.clone(), options).map_err(|err| {
+        CliError::failed(format!(
+            "cannot serve on 127.0.0.1:{port} with log {}: {err}",
+            log.display()
+        ))
+    })?;
     let url = server.base_url();
     {
         let mut stderr = std::io::stderr().lock();
@@ -717,10 +712,8 @@ pub(crate) fn serve(
     }
     server.stop();
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let traffic = summarise(&text, &PriceTable::default()).map_err(|err| CliError {
-        message: err.to_string(),
-        code: EXIT_FAILED,
-    })?;
+    let traffic = summarise(&text, &PriceTable::default())
+        .map_err(|err| CliError::failed(err.to_string()))?;
     let mut out = format!("served {url}; requests logged to {}\n", log.display());
     let mut tasks = Vec::new();
     for (task, traffic) in &traffic {
@@ -734,7 +727,7 @@ pub(crate) fn serve(
         tasks.push(json!({"task": task, "traffic": traffic}));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"server": url, "log": log, "tasks": tasks}),
         text: out,
         ok: true,

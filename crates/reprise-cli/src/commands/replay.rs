@@ -189,6 +189,6 @@ pub(crate) fn repair(
         json,
         text,
         ok,
-        code: None,
+        exit: None,
     })
 }

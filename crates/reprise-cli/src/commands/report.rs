@@ -88,7 +88,7 @@ pub(crate) fn report(
         let _ = std::process::Command::new("xdg-open").arg(&path).spawn();
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run.run_id, "report": path}),
         text: format!("report of run {}: {}\n", run.run_id, path.display()),
         ok: true,

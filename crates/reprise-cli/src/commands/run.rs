@@ -10,16 +10,15 @@ use std::path::{Path, PathBuf};
 use reprise_agents::CancelToken;
 use reprise_core::TaskId;
 use reprise_core::budget::BudgetSpec;
-use reprise_core::chain::ChainFormat;
-use reprise_core::plan::{Containment, Plan};
+use reprise_core::plan::Plan;
 use reprise_engine::{
     AgentSetup, Event, EventSink, RunOptions, RunState, Supervisor, Workspace, load_plan,
     lock_tasks, new_run_id, resolve_budget, run_plan,
 };
-use reprise_store::audit::{check_key_binding_at, migrate_state_dir, read_audit};
+use reprise_store::StoreError;
+use reprise_store::audit::{check_key_binding_at, migrate_state_dir};
 use reprise_store::creation::create_state_dir;
 use reprise_store::key::{KeyFile, check_key, load_key, load_or_create_key};
-use reprise_store::ledger::verify_ledger;
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -339,7 +338,7 @@ fn finished(settings: &Settings, run: &RunState) -> Outcome {
         emit_event("run.finished", &mut json!({"ok": ok, "run": run_json(run)}));
     }
     Outcome {
-        code: parked_code(run),
+        exit: parked_code(run),
         json: run_json(run),
         text: summary_text(run, &format!("reprise run --continue {}", run.run_id)),
         ok,
@@ -347,11 +346,11 @@ fn finished(settings: &Settings, run: &RunState) -> Outcome {
 }
 
 /// Exit 3 for a run that ended with tasks parked.
-pub(crate) fn parked_code(run: &RunState) -> Option<u8> {
+pub(crate) fn parked_code(run: &RunState) -> Option<crate::error::ExitKind> {
     run.tasks
         .iter()
         .any(|task| task.state == reprise_engine::TaskStatus::Suspended)
-        .then_some(crate::error::EXIT_PARKED)
+        .then_some(crate::error::ExitKind::Parked)
 }
 
 /// A run that can start: the plan and budget validated, the state directory
@@ -463,8 +462,8 @@ pub(crate) fn prepare_checked(
 /// naming the fix.
 pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, KeyFile), CliError> {
     let key_path = settings.key_path()?;
-    let found = match settings.state() {
-        Err(CliError { message, .. }) if message.contains("uses layout 1") => {
+    let found = match settings.open_state() {
+        Err(StoreError::OldLayout { .. }) => {
             let root = match &settings.state_dir {
                 Some(dir) => dir.clone(),
                 None => discover_root(&settings.cwd).unwrap_or_else(|| settings.init_target()),
@@ -481,7 +480,7 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Key
             }
             Ok(StateDir::open(&root)?)
         }
-        other => other,
+        other => other.map_err(CliError::from),
     };
     match found {
         Ok(_) => {
@@ -532,66 +531,18 @@ fn discover_root(start: &Path) -> Option<PathBuf> {
 }
 
 /// Refuses to run on an audit chain or ledger that is torn, broken, or does
-/// not match its witness and seals.
+/// not match its witness and seals (the engine's check; exit 2).
 pub(crate) fn preflight(state: &StateDir, key: &KeyFile) -> Result<(), CliError> {
-    let audit = read_audit(state, key)?;
-    if let Some(fault) = audit.report.first_problem() {
-        let fix = if audit.report.fault.is_none() {
-            "run `reprise replay repair audit`".to_owned()
-        } else {
-            "inspect it with `reprise audit verify`".to_owned()
-        };
-        return Err(CliError::usage(format!(
-            "the audit chain {} is {} at row {}; nothing was run: {fix}",
-            state.audit_path().display(),
-            ChainFormat::Audit.reason_name(fault.reason),
-            fault.row
-        )));
+    reprise_engine::preflight::check_chains(state, key).map_err(preflight_error)
+}
+
+/// A refusal before a run is bad input (exit 2); an error reading the
+/// chains keeps the store's own kind.
+fn preflight_error(err: reprise_engine::EngineError) -> CliError {
+    match err {
+        reprise_engine::EngineError::Store(err) => err.into(),
+        err => CliError::from_source(crate::error::ErrorKind::Usage, err),
     }
-    if let Some(reason) = audit.witness_problem {
-        if reprise_store::creation::unfinished(state, key)?.is_some() {
-            return Err(CliError::usage(format!(
-                "the creation of the state directory {} was cut by a crash ({}: it holds no records yet); nothing was run: run `reprise replay repair audit` to finish it",
-                state.root().display(),
-                reason.as_str(),
-            )));
-        }
-        return Err(CliError::usage(format!(
-            "the audit chain {} does not match its witness ({}: {}); nothing was run: inspect it with `reprise audit verify`",
-            state.audit_path().display(),
-            reason.as_str(),
-            reason.explain()
-        )));
-    }
-    let ledger = verify_ledger(state, &audit)?;
-    if let Some(fault) = ledger
-        .report
-        .as_ref()
-        .and_then(|report| report.first_problem())
-    {
-        let fix = if ledger
-            .report
-            .as_ref()
-            .is_some_and(|report| report.fault.is_none())
-        {
-            "run `reprise replay repair ledger`"
-        } else {
-            "inspect it with `reprise status`"
-        };
-        return Err(CliError::usage(format!(
-            "the ledger {} is {} at row {}; nothing was run: {fix}",
-            state.ledger_path().display(),
-            ChainFormat::Ledger.reason_name(fault.reason),
-            fault.row
-        )));
-    }
-    if !ledger.ok() {
-        return Err(CliError::usage(format!(
-            "the ledger {} does not match its seals in the audit chain (deleted, cut, rolled back or rewritten); nothing was run: inspect it with `reprise status`",
-            state.ledger_path().display()
-        )));
-    }
-    Ok(())
 }
 
 /// Runs a prepared plan to its end, printing events unless `--json`.
@@ -655,10 +606,7 @@ pub(crate) fn execute(
         )
     };
     reprise_agents::supervise::reap_adopted();
-    ran.map_err(|err| CliError {
-        message: err.to_string(),
-        code: crate::error::EXIT_FAILED,
-    })
+    ran.map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))
 }
 
 /// The signal that stopped the run (SIGINT, SIGTERM or SIGHUP), 0 if none.
@@ -705,10 +653,7 @@ pub(crate) fn landlock_available() -> bool {
 /// tests turn the parent-death signal off (`REPRISE_TEST_NO_PARENT_DEATH=1`)
 /// to show the records alone clean up.
 fn supervisor(settings: &Settings) -> Result<Supervisor, CliError> {
-    let program = supervisor_program().map_err(|message| CliError {
-        message,
-        code: crate::error::EXIT_FAILED,
-    })?;
+    let program = supervisor_program().map_err(CliError::failed)?;
     Ok(Supervisor {
         program,
         key_path: settings.key_path().ok().map(Path::to_path_buf),
@@ -737,20 +682,8 @@ fn supervisor_program() -> Result<PathBuf, String> {
 /// Refuses, before anything is written, a plan with a task that requires
 /// containment on a kernel without Landlock.
 fn check_containment(plan: &Plan) -> Result<(), CliError> {
-    let Some(task) = plan
-        .tasks()
-        .iter()
-        .find(|task| task.containment == Containment::Required)
-    else {
-        return Ok(());
-    };
-    if landlock_available() {
-        return Ok(());
-    }
-    Err(CliError::usage(format!(
-        "task {} has containment: required but this kernel has no Landlock; run it on a kernel with Landlock, or set containment: strict to run uncontained with a warning",
-        task.id
-    )))
+    reprise_engine::preflight::check_containment(plan, landlock_available())
+        .map_err(preflight_error)
 }
 
 /// `{"run_id","ok","tasks":[{"task_id","state","attempts":[{"n","mode","session_id","outcome","judged"}]}]}`

@@ -15,7 +15,7 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Outcome {
     clap_complete::generate(shell, &mut command, "reprise", &mut script);
     let script = String::from_utf8_lossy(&script).into_owned();
     Outcome {
-        code: None,
+        exit: None,
         json: json!({"shell": shell.to_string(), "script": script}),
         text: script,
         ok: true,
@@ -31,7 +31,7 @@ pub(crate) fn man() -> Result<Outcome, CliError> {
         .map_err(|err| CliError::usage(format!("cannot render the manual page: {err}")))?;
     let page = with_own_commands(&String::from_utf8_lossy(&page));
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"man": page}),
         text: page,
         ok: true,

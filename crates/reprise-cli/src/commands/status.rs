@@ -517,7 +517,7 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         json,
         text,
         ok,
-        code: None,
+        exit: None,
     })
 }
 
@@ -636,7 +636,7 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         text.push_str("no runs yet: start one with `reprise run PLAN`\n");
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"runs": rows}),
         text,
         ok: true,
@@ -684,7 +684,7 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
         })
         .collect();
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run.run_id, "tasks": tasks}),
         text,
         ok: true,
@@ -785,7 +785,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         );
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: with_spend(
             json!({
                 "plan": key.plan.as_str(),

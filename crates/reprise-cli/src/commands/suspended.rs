@@ -153,7 +153,7 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
         json: json!({"suspended": parks}),
         text,
         ok: true,
-        code: None,
+        exit: None,
     })
 }
 

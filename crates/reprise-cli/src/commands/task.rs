@@ -85,7 +85,7 @@ pub(crate) fn suspend(
         }
     };
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: parked_text(&task, &parked),
         json: parked,
         ok: true,
@@ -189,7 +189,7 @@ pub(crate) fn resume(
             },
         )?;
         return Ok(Outcome {
-            code: None,
+            exit: None,
             text: format!(
                 "resumed {task} in live run {}: it runs again when a seat is free\n",
                 holder.run_id
@@ -287,7 +287,7 @@ pub(crate) fn pause(
         "paused",
     )?;
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: format!(
             "paused {task} (its worktree, seat and budget kept); go on: reprise task unpause {}\n",
             task.task
@@ -309,7 +309,7 @@ pub(crate) fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliErr
         "unpaused",
     )?;
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: format!(
             "unpaused {task}: attempt continues {}\n",
             answer["mode"].as_str().unwrap_or("")

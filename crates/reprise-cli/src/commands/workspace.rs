@@ -33,7 +33,7 @@ pub(crate) fn hash(
     };
     let hash = hashed.hash.to_hex();
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: format!(
             "{hash}  ({}, {})\n",
             crate::output::count(hashed.files, "file"),
