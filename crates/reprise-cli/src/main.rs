@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod help;
 mod cli;
 mod commands;
 mod error;
@@ -25,7 +27,7 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let settings = Settings::from_env(&cli.global, |name| std::env::var(name).ok());
-    let result = commands::run(cli.command, &settings);
+    let result = commands::run(cli.command, &settings, cli::command);
     // A run stopped by SIGINT, SIGTERM or SIGHUP exits as the shell would
     // report the signal: 130, 143, 129.
     if let Some(signal) = commands::stopped_by() {

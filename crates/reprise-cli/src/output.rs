@@ -4,7 +4,6 @@ use std::io::{IsTerminal, Write};
 
 use serde_json::Value;
 
-use crate::cli::{ColorChoice, GlobalArgs};
 use crate::error::ExitKind;
 
 /// What a command produced: its JSON form, its text form, and whether it
@@ -42,6 +41,14 @@ impl Outcome {
     }
 }
 
+/// When output is coloured (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
 /// How human output looks, settled once from the flags and the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Display {
@@ -53,22 +60,42 @@ pub(crate) struct Display {
 }
 
 impl Display {
-    pub(crate) fn resolve(global: &GlobalArgs, env: &impl Fn(&str) -> Option<String>) -> Self {
+    pub(crate) fn resolve(
+        color: ColorChoice,
+        quiet: bool,
+        verbose: bool,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Self {
         let terminal =
             std::io::stdout().is_terminal() && env("TERM").is_none_or(|term| term != "dumb");
         let no_color = env("NO_COLOR").is_some_and(|value| !value.is_empty());
-        let color = match global.color {
+        let color = match color {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
             ColorChoice::Auto => terminal && !no_color,
         };
         Self {
             color,
-            live: terminal && color && !global.quiet,
-            quiet: global.quiet,
-            verbose: global.verbose,
+            live: terminal && color && !quiet,
+            quiet,
+            verbose,
         }
     }
+}
+
+/// Dollars, from micro-dollars: `$0.0523`.
+pub(crate) fn money(micro_usd: u64) -> String {
+    format!("${}", reprise_core::plan::format_micro_usd(micro_usd))
+}
+
+/// A duration as the result lines show it, right-aligned: `  1.2s`, ` 73.0s`.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{:>5.1}s", ms as f64 / 1000.0)
+}
+
+/// A commit id as text output shows it: its first seven digits.
+pub(crate) fn short_commit(commit: &str) -> &str {
+    &commit[..commit.len().min(7)]
 }
 
 /// Shortens a digest for text output.

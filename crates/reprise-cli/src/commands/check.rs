@@ -19,6 +19,29 @@ use crate::error::CliError;
 use crate::output::{Outcome, count};
 use crate::settings::Settings;
 
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum PlanCommand {
+    /// Check a plan as `run --check` does: the plan, every task's agent
+    /// binary (and version), each gate's command; nothing runs or is written.
+    #[command(after_help = help!("\
+  reprise plan check plan.yaml"))]
+    Check(PlanCheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PlanCheckArgs {
+    /// The plan file (YAML).
+    plan: PathBuf,
+}
+
+impl PlanCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Check(args) => check(settings, &args.plan, None),
+        }
+    }
+}
+
 /// What the checks found: a line per thing checked, and the problems.
 #[derive(Debug, Default)]
 pub(crate) struct Findings {

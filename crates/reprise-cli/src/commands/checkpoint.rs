@@ -15,10 +15,71 @@ use reprise_store::state::StateDir;
 use reprise_store::workspace::hash_workspace_cached;
 use serde_json::json;
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum CheckpointCommand {
+    /// List a task's file checkpoints in a run (default: the latest run of its plan).
+    #[command(after_help = help!("\
+  reprise checkpoint list add-greeting
+  reprise checkpoint list quickstart/add-greeting --run R-01J..."))]
+    List(CheckpointListArgs),
+    /// Restore a task's tree to one of its checkpoints exactly.
+    #[command(after_help = help!("\
+  reprise checkpoint restore add-greeting 1a2b3c4 --dry-run
+  reprise checkpoint restore add-greeting 1a2b3c4"))]
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckpointListArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// The run (default: the latest run of the task's plan).
+    #[arg(long, value_name = "RUN")]
+    run: Option<String>,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RestoreArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// A checkpoint id (at least 7 characters of it), as `checkpoint list` shows.
+    checkpoint: String,
+    /// The run (default: the latest run of the task's plan).
+    #[arg(long, value_name = "RUN")]
+    run: Option<String>,
+    /// List what would change, file by file, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl CheckpointCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::List(args) => list(
+                &settings.with_plan(args.plan.name),
+                &args.task,
+                args.run.as_deref(),
+            ),
+            Self::Restore(args) => restore(
+                &settings.with_plan(args.plan.name),
+                &args.task,
+                &args.checkpoint,
+                args.run.as_deref(),
+                args.dry_run,
+            ),
+        }
+    }
+}
 
 fn engine_error(err: reprise_engine::EngineError) -> CliError {
     CliError::usage(err.to_string())
@@ -47,11 +108,7 @@ fn open(
     Ok((state, run, key, store))
 }
 
-pub(crate) fn list(
-    settings: &Settings,
-    task: &str,
-    run: Option<&str>,
-) -> Result<Outcome, CliError> {
+fn list(settings: &Settings, task: &str, run: Option<&str>) -> Result<Outcome, CliError> {
     let (state, run, key, store) = open(settings, task, run)?;
     let checkpoints = store
         .list()
@@ -121,7 +178,7 @@ pub(crate) fn list(
     })
 }
 
-pub(crate) fn restore(
+fn restore(
     settings: &Settings,
     task: &str,
     id: &str,

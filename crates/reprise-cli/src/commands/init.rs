@@ -14,6 +14,19 @@ use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
+#[derive(Debug, clap::Args)]
+pub(crate) struct InitArgs {
+    /// Also write a commented starter plan.yaml here (refused if one exists).
+    #[arg(long)]
+    plan: bool,
+}
+
+impl InitArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        run(settings, self.plan)
+    }
+}
+
 /// The commented plan `reprise init --plan` writes: it runs as it is, on
 /// the built-in `sim` agent.
 pub(crate) const STARTER_PLAN: &str = include_str!("starter_plan.yaml");

@@ -9,12 +9,47 @@ use reprise_store::StoreError;
 use reprise_store::journal::verify_journal;
 use serde_json::{Value, json};
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::task_key;
+use crate::commands::task::TaskArgs;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-pub(crate) fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcome, CliError> {
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum JournalCommand {
+    /// Print a task's journal rows.
+    #[command(after_help = help!("\
+  reprise journal show add-greeting --json
+  reprise journal show add-greeting --full"))]
+    Show(JournalShowArgs),
+    /// Verify a task's journal chain, coverage and seals.
+    #[command(after_help = help!("\
+  reprise journal verify add-greeting"))]
+    Verify(TaskArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct JournalShowArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// Print every row's whole body, not a one-line cut.
+    #[arg(long)]
+    full: bool,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl JournalCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Show(args) => show(&settings.with_plan(args.plan.name), &args.task, args.full),
+            Self::Verify(args) => verify(&args.settings(settings), &args.task),
+        }
+    }
+}
+
+fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let task = task_key(settings, &state, task)?;
     let path = state.existing_journal_path(&task)?;
@@ -86,7 +121,7 @@ fn chain_json(format: ChainFormat, report: &ChainReport) -> Value {
     })
 }
 
-pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
     let verification = verify_journal(&state, &task, || Ok(key))?;

@@ -14,11 +14,28 @@ use reprise_store::journal::verify_journal;
 use serde_json::json;
 
 use crate::commands::resolve::task_key;
+use crate::commands::task::TaskArgs;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum LineageCommand {
+    /// Show a task's retry decisions, from its journal and spine.
+    #[command(after_help = help!("\
+  reprise lineage show add-greeting"))]
+    Show(TaskArgs),
+}
+
+impl LineageCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Show(args) => show(&args.settings(settings), &args.task),
+        }
+    }
+}
+
+fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let id = task_key(settings, &state, task)?;
     let verification = verify_journal(&state, &id, || Ok(key))?;

@@ -14,7 +14,7 @@ use reprise_engine::{Event, EventSink, Outcome as AttemptOutcome, TaskStatus};
 
 use crate::commands::run::workspace_line;
 use crate::commands::status::{attempt_line, attempt_line_uncosted};
-use crate::output::{Display, count, short};
+use crate::output::{Display, count, seconds, short};
 
 /// `text` in an ANSI colour when colour is on (31 red, 32 green, 33 yellow).
 fn paint(display: Display, code: u8, text: &str) -> String {
@@ -23,11 +23,6 @@ fn paint(display: Display, code: u8, text: &str) -> String {
     } else {
         text.to_owned()
     }
-}
-
-/// A duration as the result lines show it, right-aligned: `  1.2s`, ` 73.0s`.
-pub(crate) fn seconds(ms: u64) -> String {
-    format!("{:>5.1}s", ms as f64 / 1000.0)
 }
 
 /// Prints a run's events as they happen.

@@ -8,10 +8,46 @@ use reprise_core::record::Head;
 use reprise_store::repair::{Refusal, RepairOutcome, Target, repair as repair_chain};
 use serde_json::{Value, json};
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::task_key;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ReplayCommand {
+    /// Cut a torn final line (and nothing else) off a task's journal and
+    /// spine (TASK), the ledger (`ledger`) or the audit chain (`audit`).
+    #[command(after_help = help!("\
+  reprise replay repair audit
+  reprise replay repair add-greeting
+  reprise replay repair --all"))]
+    Repair(RepairArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RepairArgs {
+    /// A task id (or PLAN/TASK), `ledger` or `audit`.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    target: Option<String>,
+    /// Every chain: the audit chain, the ledger, then every plan's tasks.
+    #[arg(long)]
+    all: bool,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl ReplayCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Repair(args) => repair(
+                &settings.with_plan(args.plan.name),
+                args.target.as_deref(),
+                args.all,
+            ),
+        }
+    }
+}
 
 fn head_json(target: &Target, head: Option<Head>) -> Value {
     let mut value = json!({});
@@ -63,11 +99,7 @@ fn repair_targets(
     })
 }
 
-pub(crate) fn repair(
-    settings: &Settings,
-    target: Option<&str>,
-    all: bool,
-) -> Result<Outcome, CliError> {
+fn repair(settings: &Settings, target: Option<&str>, all: bool) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let targets = repair_targets(
         target,

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use reprise_core::chain::ChainFormat;
 use reprise_core::{TaskId, TaskKey};
@@ -21,13 +21,36 @@ use reprise_store::logs::attempt_logs;
 use reprise_store::state::StateDir;
 use serde_json::{Value, json};
 
-use crate::commands::progress::seconds;
 use crate::commands::rehearse::Priced;
 use crate::commands::spend::{cost_text, spend_text};
 use crate::commands::status::run_spend;
 use crate::error::CliError;
 use crate::output::Outcome;
+use crate::output::seconds;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReportArgs {
+    /// A run id (`R-...`; default: the latest run).
+    run: Option<String>,
+    /// Where to write it (default: `.reprise/runs/<run>/report.html`).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Open it with the desktop's opener (`xdg-open`) once written.
+    #[arg(long)]
+    open: bool,
+}
+
+impl ReportArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        report(
+            settings,
+            self.run.as_deref(),
+            self.output.as_deref(),
+            self.open,
+        )
+    }
+}
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}\
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}\
@@ -52,7 +75,7 @@ fn escape(text: &str) -> String {
     out
 }
 
-pub(crate) fn report(
+fn report(
     settings: &Settings,
     run: Option<&str>,
     out: Option<&Path>,

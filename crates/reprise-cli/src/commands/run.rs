@@ -26,8 +26,87 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use crate::commands::rehearse::Priced;
 use crate::commands::spend::{cost_text, insert_spend, spend_text};
 use crate::error::CliError;
-use crate::output::{Outcome, count};
+use crate::output::{Outcome, count, short_commit};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The plan file (YAML). Not needed with --retry-failed, which
+    /// re-reads the run's own plan.
+    #[arg(required_unless_present_any = ["retry_failed", "continue_run"])]
+    plan: Option<PathBuf>,
+    /// Take up run RUN, interrupted or parked, in this process: what
+    /// passed stays passed, what was queued runs, an attempt the dead
+    /// process was running is retried (warm when its session and files
+    /// allow), and parks whose wake time has passed are resumed.
+    #[arg(long = "continue", value_name = "RUN", conflicts_with_all = ["retry_failed", "check", "plan", "include_uncommitted", "retry_budget"])]
+    continue_run: Option<String>,
+    /// Start a new leg of finished run RUN: its failed tasks run again,
+    /// each judged one starting cold with its kept reply quoted once.
+    #[arg(long, value_name = "RUN")]
+    retry_failed: Option<String>,
+    /// Tasks running at once (overrides the plan's `seats`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    seats: Option<u32>,
+    /// A retry budget, e.g. "3 retries, degrade: coverage>tests"
+    /// (overrides the plan's `retry_budget`).
+    #[arg(long, value_name = "SPEC")]
+    retry_budget: Option<String>,
+    /// Start the tasks' worktrees from the project's working tree as it
+    /// is, uncommitted and untracked changes included (snapshotted into a
+    /// commit that your index, refs and stash never see).
+    #[arg(long)]
+    include_uncommitted: bool,
+    /// Keep every task's worktree when the task ends. By default a task
+    /// whose result is committed on its branch (or that changed nothing)
+    /// has its worktree removed and unregistered; failed tasks keep
+    /// theirs until `reprise clean`.
+    #[arg(long, conflicts_with = "check")]
+    keep_worktrees: bool,
+    /// Check only: validate the plan, resolve every task's agent binary
+    /// (and its version) and find each gate's command; run nothing,
+    /// write nothing.
+    #[arg(long, conflicts_with = "retry_failed")]
+    check: bool,
+    /// Write one JSON object a line to stdout as things happen (run,
+    /// attempts, gates, decisions, anomalies, tasks), the last one
+    /// `run.finished` with the whole run document.
+    #[arg(long, conflicts_with = "check")]
+    pub(crate) events: bool,
+}
+
+impl RunArgs {
+    /// `run PLAN --check` checks only; `run --continue RUN` takes a run
+    /// up; anything else starts a run (or a new leg of one).
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        if self.check
+            && let Some(plan) = &self.plan
+        {
+            return crate::commands::check::check(settings, plan, self.retry_budget.as_deref());
+        }
+        let settings = settings.with_events(self.events);
+        if let Some(run_id) = &self.continue_run {
+            return continue_run(
+                &settings,
+                run_id,
+                self.seats,
+                BTreeMap::new(),
+                self.keep_worktrees,
+            );
+        }
+        run(
+            &settings,
+            self.plan.as_deref(),
+            self.retry_failed.as_deref(),
+            self.seats,
+            self.retry_budget.as_deref(),
+            WorktreeOptions {
+                include_uncommitted: self.include_uncommitted,
+                keep_worktrees: self.keep_worktrees,
+            },
+        )
+    }
+}
 
 /// Where the run's tasks work, in one line.
 pub(crate) fn workspace_line(workspace: &Workspace) -> String {
@@ -58,10 +137,6 @@ pub(crate) fn workspace_line(workspace: &Workspace) -> String {
             format!("tasks run in place in the project directory ({reason})")
         }
     }
-}
-
-pub(crate) fn short_commit(commit: &str) -> &str {
-    &commit[..commit.len().min(7)]
 }
 
 fn plural(count: u64) -> &'static str {
@@ -847,7 +922,7 @@ pub(crate) fn summary_priced(
             } else {
                 modes.join(", ")
             },
-            crate::commands::progress::seconds(ms).trim_start(),
+            crate::output::seconds(ms).trim_start(),
             match priced {
                 Some(priced) => cost_text(priced.task_micro_usd(task.task_id.as_str())),
                 None => spend_text(task.spend()),

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::lifecycle::TaskState;
-use reprise_core::plan::{Spend, format_micro_usd};
+use reprise_core::plan::Spend;
 use reprise_core::verify::Identity;
 use reprise_engine::{AttemptSummary, RunState, TaskRecord, latest_run, load_run};
 use reprise_store::audit::{AuditSummary, read_audit};
@@ -18,15 +18,23 @@ use crate::commands::resolve::{latest_run_of, task_key};
 use crate::commands::run::run_json;
 use crate::commands::spend::{insert_spend, spend_text, with_spend};
 use crate::error::CliError;
-use crate::output::Outcome;
+use crate::output::{Outcome, money};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct StatusArgs {
+    /// A run id (`R-...`; default: the latest run).
+    run: Option<String>,
+}
+
+impl StatusArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        status(settings, self.run.as_deref())
+    }
+}
 
 fn engine_error(err: reprise_engine::EngineError) -> CliError {
     CliError::usage(err.to_string())
-}
-
-pub(crate) fn money(micro_usd: u64) -> String {
-    format!("${}", format_micro_usd(micro_usd))
 }
 
 /// One attempt, as the live output and `status` show it.
@@ -322,7 +330,7 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
     missing_journal_lines(checked, text);
 }
 
-pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
+fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
     let mut run = load(settings, run)?;
     let checked = checked(settings)?;
     let state = settings.state()?;

@@ -116,7 +116,7 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
             {
                 format!(
                     " ({} back in the pool)",
-                    crate::commands::status::money(body.envelope.headroom_micro_usd)
+                    crate::output::money(body.envelope.headroom_micro_usd)
                 )
             } else {
                 String::new()
