@@ -178,23 +178,22 @@ fn list(settings: &Settings, task: &str, run: Option<&str>) -> Result<Outcome, C
     })
 }
 
-fn restore(
-    settings: &Settings,
-    task: &str,
-    id: &str,
-    run: Option<&str>,
-    dry_run: bool,
-) -> Result<Outcome, CliError> {
-    let (state, run, key, store) = open(settings, task, run)?;
-    let checkpoint = store
-        .find(id)
-        .map_err(|err| CliError::usage(err.to_string()))?;
+/// Refuses a restore to a checkpoint its journal did not record in this
+/// run (or whose commit is no longer the recorded one), and a restore of a
+/// task a live run holds.
+fn refuse_unrestorable(
+    state: &StateDir,
+    run: &reprise_engine::RunState,
+    key: &reprise_core::TaskKey,
+    store: &SnapshotStore,
+    checkpoint: &reprise_store::snapshot::Checkpoint,
+) -> Result<(), CliError> {
     // Restored only when the journal recorded it in this run, and its
     // commit is still the one recorded.
-    let recorded = recorded_checkpoints(&state, &key).map_err(engine_error)?;
-    let unbound = match bind_checkpoint(&run.run_id, &checkpoint, &recorded) {
+    let recorded = recorded_checkpoints(state, key).map_err(engine_error)?;
+    let unbound = match bind_checkpoint(&run.run_id, checkpoint, &recorded) {
         Err(why) => Some(why),
-        Ok(()) if !object_intact(&store, &checkpoint).map_err(engine_error)? => {
+        Ok(()) if !object_intact(store, checkpoint).map_err(engine_error)? => {
             Some(reprise_engine::Unbound::ObjectReplaced)
         }
         Ok(()) => None,
@@ -207,12 +206,27 @@ fn restore(
             why.explain()
         )));
     }
-    if let Some(holder) = task_holder(&state, &key) {
+    if let Some(holder) = task_holder(state, key) {
         return Err(CliError::usage(format!(
             "task {key} is being run by {} (pid {}); restore it once that run ends",
             holder.run_id, holder.pid
         )));
     }
+    Ok(())
+}
+
+fn restore(
+    settings: &Settings,
+    task: &str,
+    id: &str,
+    run: Option<&str>,
+    dry_run: bool,
+) -> Result<Outcome, CliError> {
+    let (state, run, key, store) = open(settings, task, run)?;
+    let checkpoint = store
+        .find(id)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    refuse_unrestorable(&state, &run, &key, &store, &checkpoint)?;
     let changes = store
         .changes(&checkpoint, &state.scratch_dir()?)
         .map_err(|err| CliError::usage(err.to_string()))?;

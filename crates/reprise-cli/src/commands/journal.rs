@@ -2,11 +2,12 @@
 
 use std::fmt::Write;
 
+use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::JournalRow;
 use reprise_core::verify::{ChainReport, Coverage, Identity};
 use reprise_store::StoreError;
-use reprise_store::journal::verify_journal;
+use reprise_store::journal::{JournalVerification, verify_journal};
 use serde_json::{Value, json};
 
 use crate::commands::PlanArg;
@@ -134,29 +135,7 @@ fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let stores = reprise_engine::check_stores(&state, Some(&task))
         .map_err(|err| CliError::usage(err.to_string()))?;
     let ok = verification.ok() && stores.iter().all(reprise_engine::StoreCheck::ok);
-    let head = chain
-        .head
-        .map(|head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}));
-    let json = json!({
-        "plan": task.plan.as_str(),
-        "task_id": task.task.as_str(),
-        "ok": ok,
-        "rows": chain.rows,
-        "head": head,
-        "first_bad_row": first_bad_row,
-        "reason": reason,
-        "missing": verification.missing,
-        "discarded_lines": chain.discarded_lines,
-        "coverage": chain.coverage(),
-        "identity": verification.identity,
-        "sealed_through": verification.sealed_through,
-        "unsealed_rows": verification.unsealed_rows,
-        "spine": verification.spine.as_ref().map(|spine| chain_json(ChainFormat::Spine, spine)),
-        "decisions": verification.decisions,
-        "audit": crate::commands::audit::audit_json(&verification.audit),
-        "checkpoints": checkpoints_json(&stores),
-    });
-
+    let json = verify_json(&task, &verification, &stores, ok, first_bad_row, reason);
     let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
     if verification.missing {
         let _ = writeln!(
@@ -175,6 +154,59 @@ fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
             exit: None,
         });
     }
+    verification_lines(&task, &verification, &stores, &mut text);
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        exit: None,
+    })
+}
+
+/// `journal verify --json`.
+fn verify_json(
+    task: &TaskKey,
+    verification: &JournalVerification,
+    stores: &[reprise_engine::StoreCheck],
+    ok: bool,
+    first_bad_row: Value,
+    reason: Value,
+) -> Value {
+    let chain = &verification.chain;
+    let head = chain
+        .head
+        .map(|head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}));
+    json!({
+        "plan": task.plan.as_str(),
+        "task_id": task.task.as_str(),
+        "ok": ok,
+        "rows": chain.rows,
+        "head": head,
+        "first_bad_row": first_bad_row,
+        "reason": reason,
+        "missing": verification.missing,
+        "discarded_lines": chain.discarded_lines,
+        "coverage": chain.coverage(),
+        "identity": verification.identity,
+        "sealed_through": verification.sealed_through,
+        "unsealed_rows": verification.unsealed_rows,
+        "spine": verification.spine.as_ref().map(|spine| chain_json(ChainFormat::Spine, spine)),
+        "decisions": verification.decisions,
+        "audit": crate::commands::audit::audit_json(&verification.audit),
+        "checkpoints": checkpoints_json(stores),
+    })
+}
+
+/// The lines of `journal verify` for a journal that is there: rows and
+/// head, chain, coverage, identity, spine, decisions, checkpoints, and the
+/// fix for a torn last line.
+fn verification_lines(
+    task: &TaskKey,
+    verification: &JournalVerification,
+    stores: &[reprise_engine::StoreCheck],
+    text: &mut String,
+) {
+    let chain = &verification.chain;
     let _ = write!(text, "  rows: {}", chain.rows);
     if let Some(head) = chain.head {
         let _ = write!(
@@ -201,23 +233,7 @@ fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
         Coverage::Partial => format!("partial (discarded lines {:?})", chain.discarded_lines),
     };
     let _ = writeln!(text, "  coverage: {coverage}");
-    let identity = match (verification.identity, verification.sealed_through) {
-        (Identity::Verified, Some(sealed)) if verification.unsealed_rows > 0 => format!(
-            "verified through seq {sealed}; {} after it {} not sealed yet",
-            crate::output::count(verification.unsealed_rows, "row"),
-            if verification.unsealed_rows == 1 {
-                "is"
-            } else {
-                "are"
-            }
-        ),
-        (Identity::Verified, Some(sealed)) => format!("verified (sealed at seq {sealed})"),
-        (Identity::Mismatched, _) => {
-            "MISMATCHED: a seal names a row this journal does not hold".to_owned()
-        }
-        _ => "unverifiable (not sealed yet: the task has not finished)".to_owned(),
-    };
-    let _ = writeln!(text, "  identity: {identity}");
+    let _ = writeln!(text, "  identity: {}", identity_text(verification));
     if let Some(spine) = &verification.spine
         && let Some(fault) = spine.first_problem()
     {
@@ -238,7 +254,7 @@ fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
         let _ = writeln!(text, "  {line}");
     }
-    text.push_str(&checkpoints_text(&stores));
+    text.push_str(&checkpoints_text(stores));
     let spine_torn = verification
         .spine
         .as_ref()
@@ -249,12 +265,26 @@ fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
             "  the last line was torn by a crash: run `reprise replay repair {task}`"
         );
     }
-    Ok(Outcome {
-        json,
-        text,
-        ok,
-        exit: None,
-    })
+}
+
+/// Whether the journal is the one the audit chain sealed, in words.
+fn identity_text(verification: &JournalVerification) -> String {
+    match (verification.identity, verification.sealed_through) {
+        (Identity::Verified, Some(sealed)) if verification.unsealed_rows > 0 => format!(
+            "verified through seq {sealed}; {} after it {} not sealed yet",
+            crate::output::count(verification.unsealed_rows, "row"),
+            if verification.unsealed_rows == 1 {
+                "is"
+            } else {
+                "are"
+            }
+        ),
+        (Identity::Verified, Some(sealed)) => format!("verified (sealed at seq {sealed})"),
+        (Identity::Mismatched, _) => {
+            "MISMATCHED: a seal names a row this journal does not hold".to_owned()
+        }
+        _ => "unverifiable (not sealed yet: the task has not finished)".to_owned(),
+    }
 }
 
 /// Every checked store as JSON: its run, task, and what is not bound.

@@ -139,6 +139,76 @@ impl Progress {
     }
 
     /// The task waits no more.
+    fn attempt_started(&mut self, task: &TaskId, attempt: u32, mode: &str) {
+        self.not_waiting(task);
+        self.attempts
+            .insert(task.clone(), (attempt, mode.to_owned()));
+        if let Some(bar) = self.bars.get(task) {
+            bar.reset_elapsed();
+        }
+        if self.multi.is_some() {
+            self.status(task, "starting");
+        } else if !self.display.quiet {
+            self.line(&format!("[{task}] attempt {attempt} ({mode}) started"));
+        }
+    }
+
+    /// The result line of an attempt that ended.
+    fn attempt_finished(&self, task: &TaskId, summary: &reprise_engine::AttemptSummary) {
+        let mark = self.result_mark(&summary.outcome);
+        let text = if self.rehearsal {
+            format!(
+                "{}; nothing spent (a rehearsal)",
+                attempt_line_uncosted(summary)
+            )
+        } else {
+            attempt_line(summary)
+        };
+        self.line(&format!(
+            "{mark} [{}] [{task}] {text}",
+            seconds(summary.elapsed_ms),
+        ));
+    }
+
+    fn task_paused(&mut self, task: &TaskId, attempt: u32, upgrade_after: Option<Duration>) {
+        if self.multi.is_some() {
+            self.status(task, "paused");
+        }
+        if !self.display.quiet {
+            let upgrade = upgrade_after
+                .map(|after| {
+                    format!(
+                        "; a park after {}",
+                        reprise_core::plan::format_duration(after)
+                    )
+                })
+                .unwrap_or_default();
+            self.line(&format!(
+                "[{task}] attempt {attempt} paused: its worktree, seat and budget kept{upgrade}; go on: reprise task unpause {task}"
+            ));
+        }
+    }
+
+    fn task_finished(&mut self, task: &TaskId, status: TaskStatus, reason: Option<&str>) {
+        self.not_waiting(task);
+        if let Some(bar) = self.bars.remove(task) {
+            bar.finish_and_clear();
+        }
+        if self.display.quiet {
+            return;
+        }
+        let state = match status {
+            TaskStatus::Passed => paint(self.display, 32, status.as_str()),
+            TaskStatus::Partial => paint(self.display, 33, status.as_str()),
+            TaskStatus::Failed | TaskStatus::Blocked => paint(self.display, 31, status.as_str()),
+            _ => status.as_str().to_owned(),
+        };
+        match reason {
+            Some(reason) => self.line(&format!("[{task}] {state}: {reason}")),
+            None => self.line(&format!("[{task}] {state}")),
+        }
+    }
+
     fn not_waiting(&mut self, task: &TaskId) {
         if self.waiting.remove(task).is_some() {
             self.show_waiting();
@@ -154,6 +224,28 @@ impl Progress {
             AttemptOutcome::Parked => paint(self.display, 36, "PARK "),
         }
     }
+}
+
+/// A retry decision in one line: the mode, what was asked, why it was
+/// downgraded, what was predicted, and the decision's hash.
+fn decision_line(task: &TaskId, record: &reprise_core::retry::DecisionRecord) -> String {
+    let reason = record
+        .downgrade_reason
+        .map(|reason| format!(", downgraded: {}", reason.as_str()))
+        .unwrap_or_default();
+    let hash = record
+        .hash()
+        .map(|hash| short(&hash.to_hex())[..8].to_owned())
+        .unwrap_or_default();
+    let auto = match (record.auto, record.predicted) {
+        (Some(choice), _) => format!("; {}", choice.describe()),
+        (None, Some(predicted)) => format!("; predicted {}", predicted.describe()),
+        (None, None) => String::new(),
+    };
+    format!(
+        "[{task}] retry decision: {} (requested {}{reason}{auto}), decision {hash}",
+        record.retry_mode, record.requested_mode,
+    )
 }
 
 impl EventSink for Progress {
@@ -183,18 +275,7 @@ impl EventSink for Progress {
                 task,
                 attempt,
                 mode,
-            } => {
-                self.not_waiting(task);
-                self.attempts.insert(task.clone(), (*attempt, mode.clone()));
-                if let Some(bar) = self.bars.get(task) {
-                    bar.reset_elapsed();
-                }
-                if self.multi.is_some() {
-                    self.status(task, "starting");
-                } else if !quiet {
-                    self.line(&format!("[{task}] attempt {attempt} ({mode}) started"));
-                }
-            }
+            } => self.attempt_started(task, *attempt, mode),
             Event::Phase {
                 task,
                 attempt,
@@ -207,38 +288,10 @@ impl EventSink for Progress {
                 }
             }
             Event::AttemptFinished { task, summary } if !quiet => {
-                let mark = self.result_mark(&summary.outcome);
-                let text = if self.rehearsal {
-                    format!(
-                        "{}; nothing spent (a rehearsal)",
-                        attempt_line_uncosted(summary)
-                    )
-                } else {
-                    attempt_line(summary)
-                };
-                self.line(&format!(
-                    "{mark} [{}] [{task}] {text}",
-                    seconds(summary.elapsed_ms),
-                ));
+                self.attempt_finished(task, summary);
             }
             Event::Decision { task, record } if !quiet => {
-                let reason = record
-                    .downgrade_reason
-                    .map(|reason| format!(", downgraded: {}", reason.as_str()))
-                    .unwrap_or_default();
-                let hash = record
-                    .hash()
-                    .map(|hash| short(&hash.to_hex())[..8].to_owned())
-                    .unwrap_or_default();
-                let auto = match (record.auto, record.predicted) {
-                    (Some(choice), _) => format!("; {}", choice.describe()),
-                    (None, Some(predicted)) => format!("; predicted {}", predicted.describe()),
-                    (None, None) => String::new(),
-                };
-                self.line(&format!(
-                    "[{task}] retry decision: {} (requested {}{reason}{auto}), decision {hash}",
-                    record.retry_mode, record.requested_mode,
-                ));
+                self.line(&decision_line(task, record));
             }
             Event::Anomaly {
                 task,
@@ -252,49 +305,12 @@ impl EventSink for Progress {
                 task,
                 attempt,
                 upgrade_after,
-            } => {
-                if self.multi.is_some() {
-                    self.status(task, "paused");
-                }
-                if !quiet {
-                    let upgrade = upgrade_after
-                        .map(|after| {
-                            format!(
-                                "; a park after {}",
-                                reprise_core::plan::format_duration(after)
-                            )
-                        })
-                        .unwrap_or_default();
-                    self.line(&format!(
-                        "[{task}] attempt {attempt} paused: its worktree, seat and budget kept{upgrade}; go on: reprise task unpause {task}"
-                    ));
-                }
-            }
+            } => self.task_paused(task, *attempt, *upgrade_after),
             Event::TaskFinished {
                 task,
                 status,
                 reason,
-            } => {
-                self.not_waiting(task);
-                if let Some(bar) = self.bars.remove(task) {
-                    bar.finish_and_clear();
-                }
-                if quiet {
-                    return;
-                }
-                let state = match status {
-                    TaskStatus::Passed => paint(self.display, 32, status.as_str()),
-                    TaskStatus::Partial => paint(self.display, 33, status.as_str()),
-                    TaskStatus::Failed | TaskStatus::Blocked => {
-                        paint(self.display, 31, status.as_str())
-                    }
-                    _ => status.as_str().to_owned(),
-                };
-                match reason {
-                    Some(reason) => self.line(&format!("[{task}] {state}: {reason}")),
-                    None => self.line(&format!("[{task}] {state}")),
-                }
-            }
+            } => self.task_finished(task, *status, reason.as_deref()),
             Event::Warning {
                 task: Some(task),
                 message,

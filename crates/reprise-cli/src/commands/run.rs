@@ -861,7 +861,16 @@ pub(crate) fn summary_priced(
         run_verdict(run),
         count(run.tasks.len() as u64, "task"),
     );
-    // Parked tasks first, with what wakes each.
+    waiting_lines(run, &mut text);
+    task_table(run, priced, &mut text);
+    let results = result_lines(run, &mut text);
+    next_lines(run, continue_with, results, &mut text);
+    text
+}
+
+/// The tasks that wait: parked ones first, with what wakes each, then
+/// blocked ones, which need a person.
+fn waiting_lines(run: &RunState, text: &mut String) {
     for task in run
         .tasks
         .iter()
@@ -895,6 +904,11 @@ pub(crate) fn summary_priced(
             task.reason.as_deref().unwrap_or("")
         );
     }
+}
+
+/// One row per task: its result, its attempts' modes, time and spend; then
+/// what each task's last retry was predicted to cost in every mode.
+fn task_table(run: &RunState, priced: Option<&Priced<'_>>, text: &mut String) {
     // One row per task: its result, its attempts' modes, time and spend.
     let _ = writeln!(
         text,
@@ -936,6 +950,11 @@ pub(crate) fn summary_priced(
             let _ = writeln!(text, "  {:<20} {line}", task.task_id.as_str());
         }
     }
+}
+
+/// Each task's result: its branch and files changed, no changes, or its
+/// state. Returns how many tasks left a result branch.
+fn result_lines(run: &RunState, text: &mut String) -> usize {
     let mut results = 0;
     for task in &run.tasks {
         match (&task.output, task.state) {
@@ -970,6 +989,12 @@ pub(crate) fn summary_priced(
             }
         }
     }
+    results
+}
+
+/// What to do next: see and apply the results, and the commands for the
+/// task that needs looking at.
+fn next_lines(run: &RunState, continue_with: &str, results: usize, text: &mut String) {
     // The hint names the task that needs looking at: the first blocked or
     // failed one, else the first.
     let failed = run.tasks.iter().find(|task| {
@@ -1009,5 +1034,4 @@ pub(crate) fn summary_priced(
             "next: `reprise status`, `reprise journal verify {first}`, `reprise lineage show {first}`"
         );
     }
-    text
 }
