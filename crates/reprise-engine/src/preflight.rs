@@ -73,3 +73,26 @@ pub fn check_containment(plan: &Plan, landlock: bool) -> Result<()> {
         task: task.id.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_containment;
+    use crate::error::EngineError;
+
+    fn plan(containment: &str) -> reprise_core::plan::Plan {
+        let text = format!(
+            "version: 1\nname: c\ndefaults: {{ agent: sim }}\ntasks:\n  - id: a\n    prompt: p\n  - id: b\n    prompt: p\n    containment: {containment}\n"
+        );
+        reprise_core::plan::parse_plan(&text, "plan.yaml").expect("the plan parses")
+    }
+
+    #[test]
+    fn a_required_task_is_refused_only_without_landlock() {
+        assert!(check_containment(&plan("required"), true).is_ok());
+        match check_containment(&plan("required"), false) {
+            Err(EngineError::ContainmentUnavailable { task }) => assert_eq!(task, "b"),
+            other => panic!("expected the containment refusal, got {other:?}"),
+        }
+        assert!(check_containment(&plan("strict"), false).is_ok());
+    }
+}
