@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod help;
 mod cli;
 mod commands;
 mod error;
@@ -25,7 +27,7 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     let settings = Settings::from_env(&cli.global, |name| std::env::var(name).ok());
-    let result = commands::run(cli.command, &settings);
+    let result = commands::run(cli.command, &settings, cli::command);
     // A run stopped by SIGINT, SIGTERM or SIGHUP exits as the shell would
     // report the signal: 130, 143, 129.
     if let Some(signal) = commands::stopped_by() {
@@ -51,7 +53,7 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     {
         let _ = err.print();
         return if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-            ExitCode::from(error::EXIT_USAGE)
+            ExitCode::from(error::ExitKind::Usage.code())
         } else {
             ExitCode::SUCCESS
         };
@@ -71,11 +73,12 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     } else {
         first.to_owned()
     };
-    report(&CliError::usage(format!(
-        "{first}{}; run `{} --help` for usage",
-        suggestion(err),
-        command_path(&std::env::args().skip(1).collect::<Vec<_>>())
-    )))
+    report(
+        &CliError::usage(format!("{first}{}", suggestion(err))).with_hint(format!(
+            "run `{} --help` for usage",
+            command_path(&std::env::args().skip(1).collect::<Vec<_>>())
+        )),
+    )
 }
 
 /// clap's "did you mean" for a misspelt subcommand, flag or value, as a
@@ -121,6 +124,6 @@ fn command_path(args: &[String]) -> String {
 
 fn report(err: &CliError) -> ExitCode {
     let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(stderr, "error: {}", err.message);
-    ExitCode::from(err.code)
+    let _ = writeln!(stderr, "error: {err}");
+    ExitCode::from(err.exit_code())
 }

@@ -1,10 +1,10 @@
 //! Printing: every command returns what to show; this module shows it.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use serde_json::Value;
 
-use crate::error::{EXIT_FAILED, EXIT_OK};
+use crate::error::ExitKind;
 
 /// What a command produced: its JSON form, its text form, and whether it
 /// succeeded.
@@ -13,14 +13,18 @@ pub(crate) struct Outcome {
     pub(crate) json: Value,
     pub(crate) text: String,
     pub(crate) ok: bool,
-    /// An exit code other than the one `ok` gives (3: a run left tasks parked).
-    pub(crate) code: Option<u8>,
+    /// An exit other than the one `ok` gives (a run that left tasks parked).
+    pub(crate) exit: Option<ExitKind>,
 }
 
 impl Outcome {
     pub(crate) fn exit_code(&self) -> u8 {
-        self.code
-            .unwrap_or(if self.ok { EXIT_OK } else { EXIT_FAILED })
+        let kind = self.exit.unwrap_or(if self.ok {
+            ExitKind::Success
+        } else {
+            ExitKind::Failed
+        });
+        kind.code()
     }
 
     pub(crate) fn print(&self, json: bool) {
@@ -35,6 +39,63 @@ impl Outcome {
             write!(stdout, "{}", self.text)
         };
     }
+}
+
+/// When output is coloured (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// How human output looks, settled once from the flags and the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Display {
+    pub(crate) color: bool,
+    /// Status lines redrawn in place (an interactive terminal, colour allowed).
+    pub(crate) live: bool,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: bool,
+}
+
+impl Display {
+    pub(crate) fn resolve(
+        color: ColorChoice,
+        quiet: bool,
+        verbose: bool,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Self {
+        let terminal =
+            std::io::stdout().is_terminal() && env("TERM").is_none_or(|term| term != "dumb");
+        let no_color = env("NO_COLOR").is_some_and(|value| !value.is_empty());
+        let color = match color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => terminal && !no_color,
+        };
+        Self {
+            color,
+            live: terminal && color && !quiet,
+            quiet,
+            verbose,
+        }
+    }
+}
+
+/// Dollars, from micro-dollars: `$0.0523`.
+pub(crate) fn money(micro_usd: u64) -> String {
+    format!("${}", reprise_core::plan::format_micro_usd(micro_usd))
+}
+
+/// A duration as the result lines show it, right-aligned: `  1.2s`, ` 73.0s`.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{:>5.1}s", ms as f64 / 1000.0)
+}
+
+/// A commit id as text output shows it: its first seven digits.
+pub(crate) fn short_commit(commit: &str) -> &str {
+    &commit[..commit.len().min(7)]
 }
 
 /// Shortens a digest for text output.

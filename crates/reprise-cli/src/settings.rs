@@ -8,8 +8,29 @@ use reprise_store::audit::check_key_binding;
 use reprise_store::key::{KeyFile, key_path, load_key};
 use reprise_store::state::{STATE_DIR_NAME, StateDir};
 
-use crate::cli::GlobalArgs;
 use crate::error::CliError;
+use crate::output::{ColorChoice, Display};
+
+/// The flags every command takes, before they are resolved.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GlobalArgs {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    /// The state directory to use (default: `.reprise` here or in a parent;
+    /// also REPRISE_STATE_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) state_dir: Option<PathBuf>,
+    /// Colour: on a terminal unless NO_COLOR is set (auto), always, or never.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub(crate) color: ColorChoice,
+    /// Print less: a run shows only warnings and its summary.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+    /// Print more: a run also shows each attempt's phases as lines.
+    #[arg(short, long, global = true)]
+    pub(crate) verbose: bool,
+}
 
 #[derive(Debug)]
 pub(crate) struct Settings {
@@ -17,7 +38,7 @@ pub(crate) struct Settings {
     /// `run --events`: one JSON object a line on stdout as things happen.
     pub(crate) events: bool,
     /// How human output looks.
-    pub(crate) display: crate::commands::progress::Display,
+    pub(crate) display: Display,
     /// An explicit state directory (flag, then REPRISE_STATE_DIR).
     pub(crate) state_dir: Option<PathBuf>,
     pub(crate) cwd: PathBuf,
@@ -68,7 +89,7 @@ impl Settings {
             key_origin,
             json: global.json,
             events: false,
-            display: crate::commands::progress::Display::resolve(global, &env),
+            display: Display::resolve(global.color, global.quiet, global.verbose, &env),
             state_dir,
             key_path: key_path(&env).map_err(|err| err.to_string()),
             plan: None,
@@ -84,6 +105,12 @@ impl Settings {
     /// Opening it first stops what a dead run left running: supervisors
     /// recorded by a reprise that is gone (`reprise_agents::supervise`).
     pub(crate) fn state(&self) -> Result<StateDir, CliError> {
+        Ok(self.open_state()?)
+    }
+
+    /// As [`Settings::state`], with the store's own error, for a caller
+    /// that treats some of them (an older layout) as work to do.
+    pub(crate) fn open_state(&self) -> Result<StateDir, StoreError> {
         let state = match &self.state_dir {
             Some(dir) => StateDir::open(dir)?,
             None => StateDir::discover(&self.cwd)?,

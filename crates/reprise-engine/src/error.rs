@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use reprise_core::plan::PlanError;
+use reprise_core::witness::WitnessReason;
 use reprise_store::StoreError;
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -53,4 +54,62 @@ pub enum EngineError {
     NoRuns { dir: PathBuf },
     #[error("run state {path} is unreadable: {detail}")]
     BadRunState { path: PathBuf, detail: String },
+    /// Before a run: the audit chain is torn (`torn_tail`, which a repair
+    /// cuts) or broken at `row`.
+    #[error(
+        "the audit chain {} is {reason} at row {row}; nothing was run: {}",
+        .path.display(),
+        if *.torn_tail { "run `reprise replay repair audit`" } else { "inspect it with `reprise audit verify`" }
+    )]
+    AuditDamaged {
+        path: PathBuf,
+        reason: &'static str,
+        row: u64,
+        torn_tail: bool,
+    },
+    /// Before a run: the state directory's creation was cut by a crash
+    /// before its first record.
+    #[error(
+        "the creation of the state directory {} was cut by a crash ({}: it holds no records yet); nothing was run: run `reprise replay repair audit` to finish it",
+        .root.display(),
+        .reason.as_str()
+    )]
+    CreationCut {
+        root: PathBuf,
+        reason: WitnessReason,
+    },
+    /// Before a run: the audit chain does not match its witness.
+    #[error(
+        "the audit chain {} does not match its witness ({}: {}); nothing was run: inspect it with `reprise audit verify`",
+        .path.display(),
+        .reason.as_str(),
+        .reason.explain()
+    )]
+    WitnessMismatch {
+        path: PathBuf,
+        reason: WitnessReason,
+    },
+    /// Before a run: the ledger is torn (`torn_tail`) or broken at `row`.
+    #[error(
+        "the ledger {} is {reason} at row {row}; nothing was run: {}",
+        .path.display(),
+        if *.torn_tail { "run `reprise replay repair ledger`" } else { "inspect it with `reprise status`" }
+    )]
+    LedgerDamaged {
+        path: PathBuf,
+        reason: &'static str,
+        row: u64,
+        torn_tail: bool,
+    },
+    /// Before a run: the ledger does not match its seals in the audit chain.
+    #[error(
+        "the ledger {} does not match its seals in the audit chain (deleted, cut, rolled back or rewritten); nothing was run: inspect it with `reprise status`",
+        .path.display()
+    )]
+    LedgerUnsealed { path: PathBuf },
+    /// Before a run: a task must be contained and this kernel cannot.
+    #[error(
+        "task {task} has containment: required but this kernel has no Landlock; run it on a kernel with Landlock, or set containment: strict to run uncontained with a warning"
+    )]
+    ContainmentUnavailable { task: String },
 }

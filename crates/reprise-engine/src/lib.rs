@@ -20,6 +20,7 @@ mod linkage;
 mod liveness;
 mod park;
 mod pool;
+pub mod preflight;
 mod records;
 mod recovery;
 mod resume;

@@ -5,10 +5,28 @@ use reprise_store::approvals::{ApprovalError, approval_path, approve as write_ap
 use reprise_store::state::now_rfc3339;
 use serde_json::json;
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::task_key;
-use crate::error::{CliError, EXIT_FAILED};
+use crate::error::{CliError, ErrorKind};
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ApproveArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// Why, kept in the signed approval.
+    #[arg(long, value_name = "TEXT")]
+    note: Option<String>,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl ApproveArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        approve(&settings.with_plan(self.plan.name), &self.task, self.note)
+    }
+}
 
 /// Refusals of the request are bad input (2); evidence that does not verify
 /// and damage found on the way are failures (1).
@@ -19,18 +37,11 @@ pub(crate) fn cli_error(err: ApprovalError) -> CliError {
         | ApprovalError::Settled { .. }
         | ApprovalError::AlreadyApproved { .. }
         | ApprovalError::NotApproved { .. }) => CliError::usage(err.to_string()),
-        err => CliError {
-            message: err.to_string(),
-            code: EXIT_FAILED,
-        },
+        err => CliError::from_source(ErrorKind::Failed, err),
     }
 }
 
-pub(crate) fn approve(
-    settings: &Settings,
-    task: &str,
-    note: Option<String>,
-) -> Result<Outcome, CliError> {
+fn approve(settings: &Settings, task: &str, note: Option<String>) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
     let approval = write_approval(
@@ -66,6 +77,6 @@ pub(crate) fn approve(
         }),
         text,
         ok: true,
-        code: None,
+        exit: None,
     })
 }

@@ -7,9 +7,37 @@ use reprise_store::witness::witness_path;
 use serde_json::{Value, json};
 
 use crate::commands::journal::problem_json;
+use crate::commands::task::TaskArgs;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Verify the HMAC audit chain.
+    #[command(after_help = help!("\
+  reprise audit verify --json"))]
+    Verify,
+    /// Verify a task's latest park offline, from its journal and the audit
+    /// chain: verified (settled), pending (live) or failed.
+    #[command(after_help = help!("\
+  reprise audit verify-suspension add-greeting
+  reprise audit verify-suspension quickstart/add-greeting --json
+
+  Exit 0 for verified and pending, 1 for failed."))]
+    VerifySuspension(TaskArgs),
+}
+
+impl AuditCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Verify => verify(settings),
+            Self::VerifySuspension(args) => {
+                crate::commands::audit_suspension::verify(&args.settings(settings), &args.task)
+            }
+        }
+    }
+}
 
 /// `{ok, rows, first_bad_row, reason, witness}` of an audit summary: a chain
 /// fault wins; else the witness's reason; an empty chain is `audit_missing`.
@@ -58,7 +86,7 @@ pub(crate) fn audit_problem_line(summary: &AuditSummary) -> Option<String> {
     })
 }
 
-pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
+fn verify(settings: &Settings) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let summary = read_audit(&state, &key)?;
     let report = &summary.report;
@@ -116,6 +144,6 @@ pub(crate) fn verify(settings: &Settings) -> Result<Outcome, CliError> {
         json,
         text,
         ok,
-        code: None,
+        exit: None,
     })
 }

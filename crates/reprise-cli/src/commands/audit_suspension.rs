@@ -54,7 +54,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     Ok(Outcome {
         text,
         ok: report.ok,
-        code: None,
+        exit: None,
         json,
     })
 }

@@ -2,7 +2,7 @@
 //! would do, or the one-line reason it is refused.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use reprise_core::budget::{RetryBudget, parse_budget};
 use reprise_engine::{load_plan, plan_criteria, resolve_budget};
@@ -12,11 +12,33 @@ use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
-pub(crate) fn check(
-    settings: &Settings,
-    spec: &str,
-    plan: Option<&Path>,
-) -> Result<Outcome, CliError> {
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum BudgetCommand {
+    /// Show what each retry of SPEC would do, or why SPEC is refused.
+    #[command(after_help = help!("\
+  reprise budget check \"3 retries, degrade: coverage>tests>style\"
+  reprise budget check \"2 retries, degrade: coverage\" --plan plan.yaml"))]
+    Check(BudgetCheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BudgetCheckArgs {
+    /// The retry budget, e.g. \"3 retries, degrade: coverage>tests\".
+    spec: String,
+    /// Check the spec against this plan's gate criteria and their levels.
+    #[arg(long, value_name = "PLAN")]
+    plan: Option<PathBuf>,
+}
+
+impl BudgetCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Check(args) => check(settings, &args.spec, args.plan.as_deref()),
+        }
+    }
+}
+
+fn check(settings: &Settings, spec: &str, plan: Option<&Path>) -> Result<Outcome, CliError> {
     let usage = |err: &dyn std::fmt::Display| CliError::usage(err.to_string());
     let (spec, criteria) = match plan {
         Some(plan) => {
@@ -78,7 +100,7 @@ pub(crate) fn check(
         );
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"spec": spec.to_string(), "retries": spec.retries, "steps": steps}),
         text,
         ok: true,

@@ -19,6 +19,29 @@ use crate::error::CliError;
 use crate::output::{Outcome, count};
 use crate::settings::Settings;
 
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum PlanCommand {
+    /// Check a plan as `run --check` does: the plan, every task's agent
+    /// binary (and version), each gate's command; nothing runs or is written.
+    #[command(after_help = help!("\
+  reprise plan check plan.yaml"))]
+    Check(PlanCheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PlanCheckArgs {
+    /// The plan file (YAML).
+    plan: PathBuf,
+}
+
+impl PlanCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Check(args) => check(settings, &args.plan, None),
+        }
+    }
+}
+
 /// What the checks found: a line per thing checked, and the problems.
 #[derive(Debug, Default)]
 pub(crate) struct Findings {
@@ -60,7 +83,7 @@ pub(crate) fn check(
     }
     text.push_str("check: ok; nothing was run or written\n");
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"plan": plan_path, "ok": true, "checks": findings.json, "warnings": warnings}),
         text,
         ok: true,
@@ -257,10 +280,9 @@ fn project_dir(settings: &Settings) -> PathBuf {
 
 /// Checks every agent binary, agent setting and gate program of `plan`
 /// (read from `plan_path`); `probe` also asks each agent binary its version.
-pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe: bool) -> Findings {
-    let mut findings = Findings::default();
-    let project = project_dir(settings);
-    let path_var = settings.path_var.as_deref().map(OsStr::new);
+/// Each agent argument of the plan that sets a flag reprise controls, as a
+/// problem located in the plan file.
+fn clashing_args(plan_path: &Path, plan: &Plan, findings: &mut Findings) {
     for kind in [AgentKind::Claude, AgentKind::Codex, AgentKind::Gemini] {
         if let Some(agent) = plan.agent_settings(kind)
             && let Some((arg, flag)) = clashing_arg(kind.as_str(), &agent.args)
@@ -288,39 +310,65 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
             ));
         }
     }
+}
+
+/// Where `kind`'s binary is (and its version, when `probe`), or why it
+/// cannot be found: found once per agent CLI and kept in `probed`.
+fn agent_binary(
+    settings: &Settings,
+    plan: &Plan,
+    kind: AgentKind,
+    (project, path_var): (&Path, Option<&OsStr>),
+    probe: bool,
+    probed: &mut Vec<(AgentKind, Result<String, String>)>,
+) -> Result<String, String> {
+    match probed.iter().find(|(seen, _)| *seen == kind) {
+        Some((_, resolved)) => resolved.clone(),
+        None => {
+            let cli = kind.as_str();
+            let bin = plan
+                .agent_settings(kind)
+                .and_then(|agent| agent.bin.as_deref())
+                .map(Path::new);
+            let env_value = bin_env_var(cli)
+                .and_then(|name| settings.agent_bins.get(name))
+                .map(Into::into);
+            let resolved =
+                resolve_agent_binary(cli, bin, env_value, project, path_var, probe).map(|found| {
+                    // `dir/./bin` reads as `dir/bin`.
+                    let program: PathBuf = found.program.components().collect();
+                    match found.version {
+                        Some(version) => {
+                            format!("{} ({version})", program.display())
+                        }
+                        None => program.display().to_string(),
+                    }
+                });
+            probed.push((kind, resolved.clone()));
+            resolved
+        }
+    }
+}
+
+pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe: bool) -> Findings {
+    let mut findings = Findings::default();
+    let project = project_dir(settings);
+    let path_var = settings.path_var.as_deref().map(OsStr::new);
+    clashing_args(plan_path, plan, &mut findings);
     let mut probed: Vec<(AgentKind, Result<String, String>)> = Vec::new();
     for task in plan.tasks() {
         let id = task.id.as_str();
         let kind = task.agent.kind();
         match &task.agent {
             TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini => {
-                let resolved = match probed.iter().find(|(seen, _)| *seen == kind) {
-                    Some((_, resolved)) => resolved.clone(),
-                    None => {
-                        let cli = kind.as_str();
-                        let bin = plan
-                            .agent_settings(kind)
-                            .and_then(|agent| agent.bin.as_deref())
-                            .map(Path::new);
-                        let env_value = bin_env_var(cli)
-                            .and_then(|name| settings.agent_bins.get(name))
-                            .map(Into::into);
-                        let resolved =
-                            resolve_agent_binary(cli, bin, env_value, &project, path_var, probe)
-                                .map(|found| {
-                                    // `dir/./bin` reads as `dir/bin`.
-                                    let program: PathBuf = found.program.components().collect();
-                                    match found.version {
-                                        Some(version) => {
-                                            format!("{} ({version})", program.display())
-                                        }
-                                        None => program.display().to_string(),
-                                    }
-                                });
-                        probed.push((kind, resolved.clone()));
-                        resolved
-                    }
-                };
+                let resolved = agent_binary(
+                    settings,
+                    plan,
+                    kind,
+                    (&project, path_var),
+                    probe,
+                    &mut probed,
+                );
                 match resolved {
                     Ok(found) => {
                         findings.lines.push(format!("[{id}] agent {kind}: {found}"));

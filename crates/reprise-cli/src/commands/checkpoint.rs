@@ -15,10 +15,71 @@ use reprise_store::state::StateDir;
 use reprise_store::workspace::hash_workspace_cached;
 use serde_json::json;
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum CheckpointCommand {
+    /// List a task's file checkpoints in a run (default: the latest run of its plan).
+    #[command(after_help = help!("\
+  reprise checkpoint list add-greeting
+  reprise checkpoint list quickstart/add-greeting --run R-01J..."))]
+    List(CheckpointListArgs),
+    /// Restore a task's tree to one of its checkpoints exactly.
+    #[command(after_help = help!("\
+  reprise checkpoint restore add-greeting 1a2b3c4 --dry-run
+  reprise checkpoint restore add-greeting 1a2b3c4"))]
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckpointListArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// The run (default: the latest run of the task's plan).
+    #[arg(long, value_name = "RUN")]
+    run: Option<String>,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RestoreArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// A checkpoint id (at least 7 characters of it), as `checkpoint list` shows.
+    checkpoint: String,
+    /// The run (default: the latest run of the task's plan).
+    #[arg(long, value_name = "RUN")]
+    run: Option<String>,
+    /// List what would change, file by file, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl CheckpointCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::List(args) => list(
+                &settings.with_plan(args.plan.name),
+                &args.task,
+                args.run.as_deref(),
+            ),
+            Self::Restore(args) => restore(
+                &settings.with_plan(args.plan.name),
+                &args.task,
+                &args.checkpoint,
+                args.run.as_deref(),
+                args.dry_run,
+            ),
+        }
+    }
+}
 
 fn engine_error(err: reprise_engine::EngineError) -> CliError {
     CliError::usage(err.to_string())
@@ -47,11 +108,7 @@ fn open(
     Ok((state, run, key, store))
 }
 
-pub(crate) fn list(
-    settings: &Settings,
-    task: &str,
-    run: Option<&str>,
-) -> Result<Outcome, CliError> {
+fn list(settings: &Settings, task: &str, run: Option<&str>) -> Result<Outcome, CliError> {
     let (state, run, key, store) = open(settings, task, run)?;
     let checkpoints = store
         .list()
@@ -100,7 +157,7 @@ pub(crate) fn list(
         );
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "plan": key.plan.as_str(),
             "task_id": key.task.as_str(),
@@ -121,7 +178,44 @@ pub(crate) fn list(
     })
 }
 
-pub(crate) fn restore(
+/// Refuses a restore to a checkpoint its journal did not record in this
+/// run (or whose commit is no longer the recorded one), and a restore of a
+/// task a live run holds.
+fn refuse_unrestorable(
+    state: &StateDir,
+    run: &reprise_engine::RunState,
+    key: &reprise_core::TaskKey,
+    store: &SnapshotStore,
+    checkpoint: &reprise_store::snapshot::Checkpoint,
+) -> Result<(), CliError> {
+    // Restored only when the journal recorded it in this run, and its
+    // commit is still the one recorded.
+    let recorded = recorded_checkpoints(state, key).map_err(engine_error)?;
+    let unbound = match bind_checkpoint(&run.run_id, checkpoint, &recorded) {
+        Err(why) => Some(why),
+        Ok(()) if !object_intact(store, checkpoint).map_err(engine_error)? => {
+            Some(reprise_engine::Unbound::ObjectReplaced)
+        }
+        Ok(()) => None,
+    };
+    if let Some(why) = unbound {
+        return Err(CliError::failed(format!(
+            "checkpoint {} of {key} in run {} is not one its journal recorded ({}); nothing was restored: `reprise journal verify {key}` reports the store",
+            &checkpoint.id[..12.min(checkpoint.id.len())],
+            run.run_id,
+            why.explain()
+        )));
+    }
+    if let Some(holder) = task_holder(state, key) {
+        return Err(CliError::usage(format!(
+            "task {key} is being run by {} (pid {}); restore it once that run ends",
+            holder.run_id, holder.pid
+        )));
+    }
+    Ok(())
+}
+
+fn restore(
     settings: &Settings,
     task: &str,
     id: &str,
@@ -132,33 +226,7 @@ pub(crate) fn restore(
     let checkpoint = store
         .find(id)
         .map_err(|err| CliError::usage(err.to_string()))?;
-    // Restored only when the journal recorded it in this run, and its
-    // commit is still the one recorded.
-    let recorded = recorded_checkpoints(&state, &key).map_err(engine_error)?;
-    let unbound = match bind_checkpoint(&run.run_id, &checkpoint, &recorded) {
-        Err(why) => Some(why),
-        Ok(()) if !object_intact(&store, &checkpoint).map_err(engine_error)? => {
-            Some(reprise_engine::Unbound::ObjectReplaced)
-        }
-        Ok(()) => None,
-    };
-    if let Some(why) = unbound {
-        return Err(CliError {
-            message: format!(
-                "checkpoint {} of {key} in run {} is not one its journal recorded ({}); nothing was restored: `reprise journal verify {key}` reports the store",
-                &checkpoint.id[..12.min(checkpoint.id.len())],
-                run.run_id,
-                why.explain()
-            ),
-            code: crate::error::EXIT_FAILED,
-        });
-    }
-    if let Some(holder) = task_holder(&state, &key) {
-        return Err(CliError::usage(format!(
-            "task {key} is being run by {} (pid {}); restore it once that run ends",
-            holder.run_id, holder.pid
-        )));
-    }
+    refuse_unrestorable(&state, &run, &key, &store, &checkpoint)?;
     let changes = store
         .changes(&checkpoint, &state.scratch_dir()?)
         .map_err(|err| CliError::usage(err.to_string()))?;
@@ -179,7 +247,7 @@ pub(crate) fn restore(
             if changes.files.len() == 1 { "" } else { "s" }
         );
         return Ok(Outcome {
-            code: None,
+            exit: None,
             json: json!({"dry_run": true, "checkpoint": checkpoint.id, "changes": changes}),
             text,
             ok: true,
@@ -207,10 +275,7 @@ pub(crate) fn restore(
             Ok(hash_workspace_cached(&cwd, 0, &cache)?.hash)
         },
     )
-    .map_err(|err| CliError {
-        message: err.to_string(),
-        code: crate::error::EXIT_FAILED,
-    })?;
+    .map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))?;
     let _ = writeln!(
         text,
         "restored {} to checkpoint {}: {} change{}; workspace hash {}{}",
@@ -226,7 +291,7 @@ pub(crate) fn restore(
         }
     );
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "dry_run": false,
             "checkpoint": checkpoint.id,

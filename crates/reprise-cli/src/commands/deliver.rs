@@ -11,21 +11,98 @@ use reprise_engine::{
 use reprise_store::state::StateDir;
 use serde_json::json;
 
-use crate::commands::run::short_commit;
-use crate::error::{CliError, EXIT_FAILED};
+use crate::error::{CliError, ErrorKind};
 use crate::output::Outcome;
+use crate::output::short_commit;
 use crate::settings::Settings;
 
-fn delivery_error(err: DeliveryError) -> CliError {
-    let code = if err.is_bad_input() {
-        crate::error::EXIT_USAGE
-    } else {
-        EXIT_FAILED
-    };
-    CliError {
-        message: err.to_string(),
-        code,
+#[derive(Debug, clap::Args)]
+pub(crate) struct ApplyArgs {
+    /// A run id (default: the latest run).
+    run: Option<String>,
+    /// Only this task's result (it holds its dependencies' work).
+    #[arg(long, value_name = "TASK")]
+    task: Option<String>,
+    /// Create branch NAME at the result instead of moving the current one.
+    #[arg(long, value_name = "NAME")]
+    branch: Option<String>,
+    /// List the commits and files, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl ApplyArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        apply(
+            settings,
+            self.run.as_deref(),
+            self.task.as_deref(),
+            self.branch.as_deref(),
+            self.dry_run,
+        )
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DiffArgs {
+    /// A run id (default: the latest run).
+    run: Option<String>,
+    /// One task of the run (default: the run's combined leaf results).
+    task: Option<String>,
+}
+
+impl DiffArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        diff(settings, self.run.as_deref(), self.task.as_deref())
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CleanArgs {
+    /// One run to clean (default: every finished run).
+    run: Option<String>,
+    /// Every finished run (the default).
+    #[arg(long, conflicts_with_all = ["run", "all"])]
+    finished: bool,
+    /// Every run that is not running now, finished or not.
+    #[arg(long, conflicts_with = "run")]
+    all: bool,
+    /// Also delete the runs' result branches (`reprise/<run>/<task>`)
+    /// that another local branch holds (applied ones).
+    #[arg(long)]
+    branches: bool,
+    /// With --branches, delete result branches nothing else holds too
+    /// (never applied: their commits become unreachable).
+    #[arg(long, requires = "branches")]
+    force: bool,
+    /// List what would be removed, and remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl CleanArgs {
+    /// `--finished` is the default scope, so it changes nothing.
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        clean(
+            settings,
+            self.run.as_deref(),
+            self.all,
+            BranchCleaning {
+                branches: self.branches,
+                force: self.force,
+            },
+            self.dry_run,
+        )
+    }
+}
+
+fn delivery_error(err: DeliveryError) -> CliError {
+    let kind = if err.is_bad_input() {
+        ErrorKind::Usage
+    } else {
+        ErrorKind::Failed
+    };
+    CliError::from_source(kind, err)
 }
 
 fn load(state: &StateDir, run: Option<&str>) -> Result<RunState, CliError> {
@@ -43,7 +120,7 @@ fn project_of(state: &StateDir, settings: &Settings) -> PathBuf {
         .map_or_else(|| settings.cwd.clone(), Path::to_path_buf)
 }
 
-pub(crate) fn apply(
+fn apply(
     settings: &Settings,
     run: Option<&str>,
     task: Option<&str>,
@@ -55,10 +132,8 @@ pub(crate) fn apply(
     let task = task.map(TaskId::parse).transpose()?;
     let plan = reprise_engine::plan_apply(&run, task.as_ref(), branch).map_err(delivery_error)?;
     if !dry_run {
-        reprise_engine::apply(&plan).map_err(|err| CliError {
-            message: format!("apply failed, nothing was changed: {err}"),
-            code: EXIT_FAILED,
-        })?;
+        reprise_engine::apply(&plan)
+            .map_err(|err| CliError::failed(format!("apply failed, nothing was changed: {err}")))?;
     }
     let tasks: Vec<&str> = plan.tasks.iter().map(TaskId::as_str).collect();
     let mut text = String::new();
@@ -126,7 +201,7 @@ pub(crate) fn apply(
         }
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "run_id": run.run_id,
             "dry_run": dry_run,
@@ -143,11 +218,7 @@ pub(crate) fn apply(
     })
 }
 
-pub(crate) fn diff(
-    settings: &Settings,
-    run: Option<&str>,
-    task: Option<&str>,
-) -> Result<Outcome, CliError> {
+fn diff(settings: &Settings, run: Option<&str>, task: Option<&str>) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let run = load(&state, run)?;
     let task = task.map(TaskId::parse).transpose()?;
@@ -185,7 +256,7 @@ pub(crate) fn diff(
         }
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "run_id": run.run_id,
             "task_id": task.as_ref().map(TaskId::as_str),
@@ -203,12 +274,12 @@ pub(crate) fn diff(
 
 /// `--branches` and `--force`: which result branches `clean` deletes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct BranchCleaning {
-    pub(crate) branches: bool,
-    pub(crate) force: bool,
+struct BranchCleaning {
+    branches: bool,
+    force: bool,
 }
 
-pub(crate) fn clean(
+fn clean(
     settings: &Settings,
     run: Option<&str>,
     all: bool,
@@ -229,10 +300,8 @@ pub(crate) fn clean(
     let plan = reprise_engine::plan_clean(&state, &project, &scope, branches, force)
         .map_err(|err| CliError::usage(err.to_string()))?;
     if !dry_run {
-        reprise_engine::clean(&state, &project, &plan).map_err(|err| CliError {
-            message: format!("clean stopped: {err}"),
-            code: EXIT_FAILED,
-        })?;
+        reprise_engine::clean(&state, &project, &plan)
+            .map_err(|err| CliError::failed(format!("clean stopped: {err}")))?;
     }
     let worktrees = plan
         .items
@@ -294,7 +363,7 @@ pub(crate) fn clean(
         }
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "dry_run": dry_run,
             "items": plan.items,

@@ -14,6 +14,19 @@ use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
+#[derive(Debug, clap::Args)]
+pub(crate) struct InitArgs {
+    /// Also write a commented starter plan.yaml here (refused if one exists).
+    #[arg(long)]
+    plan: bool,
+}
+
+impl InitArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        run(settings, self.plan)
+    }
+}
+
 /// The commented plan `reprise init --plan` writes: it runs as it is, on
 /// the built-in `sim` agent.
 pub(crate) const STARTER_PLAN: &str = include_str!("starter_plan.yaml");
@@ -21,35 +34,42 @@ pub(crate) const STARTER_PLAN: &str = include_str!("starter_plan.yaml");
 /// The file `init --plan` writes, in the current directory.
 const STARTER_PLAN_FILE: &str = "plan.yaml";
 
-pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliError> {
-    let target = settings.init_target();
-    let plan_path = settings.cwd.join(STARTER_PLAN_FILE);
-    if write_plan && std::fs::symlink_metadata(&plan_path).is_ok() {
-        return Err(CliError::usage(format!(
-            "{} already exists; nothing was written: run `reprise init --plan` in another directory, or move it aside",
-            plan_path.display()
-        )));
-    }
-    let key_path = settings.key_path()?;
-    // Refuse a bad key before anything is written.
-    let key_existed = check_key(key_path)?;
+/// What `init` did to the state directory.
+struct Initialised {
+    state: reprise_store::state::StateDir,
+    created: bool,
+    migration: Option<reprise_store::state::Migration>,
+    finished: Option<Finished>,
+    adopted: Option<reprise_store::audit::Adopted>,
+}
+
+/// Brings the state directory at `target` to life, or to the present: the
+/// key checked against it, an older layout migrated, the directory created
+/// whole, a creation a crash cut finished, and a chain without a witness
+/// adopted.
+fn initialise(
+    settings: &Settings,
+    target: &std::path::Path,
+    key_path: &std::path::Path,
+    key_existed: bool,
+) -> Result<Initialised, CliError> {
     let audit_path = target.join("audit").join("audit.jsonl");
     if !key_existed && audit_path.metadata().is_ok_and(|meta| meta.len() > 0) {
         // A new key could not verify the chain that is already there.
-        return Err(settings.key_missing_error(&target));
+        return Err(settings.key_missing_error(target));
     }
     let key = if key_existed {
         let key = reprise_store::key::load_key(key_path)?;
         // An existing directory must be this key's: refuse another one
         // before anything (a migration included) is written.
-        check_key_binding_at(&target, &key).map_err(|err| settings.binding_error(err))?;
+        check_key_binding_at(target, &key).map_err(|err| settings.binding_error(err))?;
         Some(key)
     } else {
         None
     };
     // An older layout is migrated first (and the move recorded).
     let migration = match &key {
-        Some(key) => migrate_state_dir(&target, key, &now_rfc3339())?,
+        Some(key) => migrate_state_dir(target, key, &now_rfc3339())?,
         None => None,
     };
     let key = match key {
@@ -58,7 +78,7 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
     };
     // The state directory, its id bound into the chain's first row and into
     // the witness beside the key, made whole or not at all.
-    let creation = create_state_dir(&target, &key, &now_rfc3339(), creation_hook)?;
+    let creation = create_state_dir(target, &key, &now_rfc3339(), creation_hook)?;
     let (state, created) = (creation.state, creation.created);
     if let Some(aside) = &creation.superseded_witness {
         superseded_note(aside, creation.superseded_removed);
@@ -84,6 +104,34 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
     } else {
         adopt_witness(&state, &key, &now_rfc3339())?
     };
+    Ok(Initialised {
+        state,
+        created,
+        migration,
+        finished,
+        adopted,
+    })
+}
+
+pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliError> {
+    let target = settings.init_target();
+    let plan_path = settings.cwd.join(STARTER_PLAN_FILE);
+    if write_plan && std::fs::symlink_metadata(&plan_path).is_ok() {
+        return Err(CliError::usage(format!(
+            "{} already exists; nothing was written: run `reprise init --plan` in another directory, or move it aside",
+            plan_path.display()
+        )));
+    }
+    let key_path = settings.key_path()?;
+    // Refuse a bad key before anything is written.
+    let key_existed = check_key(key_path)?;
+    let Initialised {
+        state,
+        created,
+        migration,
+        finished,
+        adopted,
+    } = initialise(settings, &target, key_path, key_existed)?;
     let mut text = String::new();
     if let Some(finished) = &finished {
         text.push_str(&finished_line(finished));
@@ -122,7 +170,7 @@ pub(crate) fn run(settings: &Settings, write_plan: bool) -> Result<Outcome, CliE
         ));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({
             "state_dir": state.root(),
             "created": created,

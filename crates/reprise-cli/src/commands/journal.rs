@@ -2,19 +2,55 @@
 
 use std::fmt::Write;
 
+use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::JournalRow;
 use reprise_core::verify::{ChainReport, Coverage, Identity};
 use reprise_store::StoreError;
-use reprise_store::journal::verify_journal;
+use reprise_store::journal::{JournalVerification, verify_journal};
 use serde_json::{Value, json};
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::task_key;
+use crate::commands::task::TaskArgs;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-pub(crate) fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcome, CliError> {
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum JournalCommand {
+    /// Print a task's journal rows.
+    #[command(after_help = help!("\
+  reprise journal show add-greeting --json
+  reprise journal show add-greeting --full"))]
+    Show(JournalShowArgs),
+    /// Verify a task's journal chain, coverage and seals.
+    #[command(after_help = help!("\
+  reprise journal verify add-greeting"))]
+    Verify(TaskArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct JournalShowArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// Print every row's whole body, not a one-line cut.
+    #[arg(long)]
+    full: bool,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl JournalCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Show(args) => show(&settings.with_plan(args.plan.name), &args.task, args.full),
+            Self::Verify(args) => verify(&args.settings(settings), &args.task),
+        }
+    }
+}
+
+fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let task = task_key(settings, &state, task)?;
     let path = state.existing_journal_path(&task)?;
@@ -53,7 +89,7 @@ pub(crate) fn show(settings: &Settings, task: &str, full: bool) -> Result<Outcom
         text.push_str("(empty journal)\n");
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"plan": task.plan.as_str(), "task_id": task.task.as_str(), "rows": rows, "discarded_lines": discarded}),
         text,
         ok: true,
@@ -86,7 +122,7 @@ fn chain_json(format: ChainFormat, report: &ChainReport) -> Value {
     })
 }
 
-pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
     let verification = verify_journal(&state, &task, || Ok(key))?;
@@ -99,10 +135,48 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     let stores = reprise_engine::check_stores(&state, Some(&task))
         .map_err(|err| CliError::usage(err.to_string()))?;
     let ok = verification.ok() && stores.iter().all(reprise_engine::StoreCheck::ok);
+    let json = verify_json(&task, &verification, &stores, ok, first_bad_row, reason);
+    let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
+    if verification.missing {
+        let _ = writeln!(
+            text,
+            "  MISSING: the audit chain seals this journal through seq {}, but {} is not there (deleted or moved)",
+            verification.sealed_through.unwrap_or_default(),
+            state.journal_path(&task).display()
+        );
+        if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
+            let _ = writeln!(text, "  {line}");
+        }
+        return Ok(Outcome {
+            json,
+            text,
+            ok,
+            exit: None,
+        });
+    }
+    verification_lines(&task, &verification, &stores, &mut text);
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        exit: None,
+    })
+}
+
+/// `journal verify --json`.
+fn verify_json(
+    task: &TaskKey,
+    verification: &JournalVerification,
+    stores: &[reprise_engine::StoreCheck],
+    ok: bool,
+    first_bad_row: Value,
+    reason: Value,
+) -> Value {
+    let chain = &verification.chain;
     let head = chain
         .head
         .map(|head| json!({"seq": head.seq, "event_hash": head.digest.to_hex()}));
-    let json = json!({
+    json!({
         "plan": task.plan.as_str(),
         "task_id": task.task.as_str(),
         "ok": ok,
@@ -119,27 +193,20 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         "spine": verification.spine.as_ref().map(|spine| chain_json(ChainFormat::Spine, spine)),
         "decisions": verification.decisions,
         "audit": crate::commands::audit::audit_json(&verification.audit),
-        "checkpoints": checkpoints_json(&stores),
-    });
+        "checkpoints": checkpoints_json(stores),
+    })
+}
 
-    let mut text = format!("journal {task}: {}\n", if ok { "ok" } else { "FAILED" });
-    if verification.missing {
-        let _ = writeln!(
-            text,
-            "  MISSING: the audit chain seals this journal through seq {}, but {} is not there (deleted or moved)",
-            verification.sealed_through.unwrap_or_default(),
-            state.journal_path(&task).display()
-        );
-        if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
-            let _ = writeln!(text, "  {line}");
-        }
-        return Ok(Outcome {
-            json,
-            text,
-            ok,
-            code: None,
-        });
-    }
+/// The lines of `journal verify` for a journal that is there: rows and
+/// head, chain, coverage, identity, spine, decisions, checkpoints, and the
+/// fix for a torn last line.
+fn verification_lines(
+    task: &TaskKey,
+    verification: &JournalVerification,
+    stores: &[reprise_engine::StoreCheck],
+    text: &mut String,
+) {
+    let chain = &verification.chain;
     let _ = write!(text, "  rows: {}", chain.rows);
     if let Some(head) = chain.head {
         let _ = write!(
@@ -166,23 +233,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
         Coverage::Partial => format!("partial (discarded lines {:?})", chain.discarded_lines),
     };
     let _ = writeln!(text, "  coverage: {coverage}");
-    let identity = match (verification.identity, verification.sealed_through) {
-        (Identity::Verified, Some(sealed)) if verification.unsealed_rows > 0 => format!(
-            "verified through seq {sealed}; {} after it {} not sealed yet",
-            crate::output::count(verification.unsealed_rows, "row"),
-            if verification.unsealed_rows == 1 {
-                "is"
-            } else {
-                "are"
-            }
-        ),
-        (Identity::Verified, Some(sealed)) => format!("verified (sealed at seq {sealed})"),
-        (Identity::Mismatched, _) => {
-            "MISMATCHED: a seal names a row this journal does not hold".to_owned()
-        }
-        _ => "unverifiable (not sealed yet: the task has not finished)".to_owned(),
-    };
-    let _ = writeln!(text, "  identity: {identity}");
+    let _ = writeln!(text, "  identity: {}", identity_text(verification));
     if let Some(spine) = &verification.spine
         && let Some(fault) = spine.first_problem()
     {
@@ -203,7 +254,7 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
     if let Some(line) = crate::commands::audit::audit_problem_line(&verification.audit) {
         let _ = writeln!(text, "  {line}");
     }
-    text.push_str(&checkpoints_text(&stores));
+    text.push_str(&checkpoints_text(stores));
     let spine_torn = verification
         .spine
         .as_ref()
@@ -214,12 +265,26 @@ pub(crate) fn verify(settings: &Settings, task: &str) -> Result<Outcome, CliErro
             "  the last line was torn by a crash: run `reprise replay repair {task}`"
         );
     }
-    Ok(Outcome {
-        json,
-        text,
-        ok,
-        code: None,
-    })
+}
+
+/// Whether the journal is the one the audit chain sealed, in words.
+fn identity_text(verification: &JournalVerification) -> String {
+    match (verification.identity, verification.sealed_through) {
+        (Identity::Verified, Some(sealed)) if verification.unsealed_rows > 0 => format!(
+            "verified through seq {sealed}; {} after it {} not sealed yet",
+            crate::output::count(verification.unsealed_rows, "row"),
+            if verification.unsealed_rows == 1 {
+                "is"
+            } else {
+                "are"
+            }
+        ),
+        (Identity::Verified, Some(sealed)) => format!("verified (sealed at seq {sealed})"),
+        (Identity::Mismatched, _) => {
+            "MISMATCHED: a seal names a row this journal does not hold".to_owned()
+        }
+        _ => "unverifiable (not sealed yet: the task has not finished)".to_owned(),
+    }
 }
 
 /// Every checked store as JSON: its run, task, and what is not bound.

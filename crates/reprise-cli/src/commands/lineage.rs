@@ -14,11 +14,28 @@ use reprise_store::journal::verify_journal;
 use serde_json::json;
 
 use crate::commands::resolve::task_key;
+use crate::commands::task::TaskArgs;
 use crate::error::CliError;
 use crate::output::{Outcome, short};
 use crate::settings::Settings;
 
-pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum LineageCommand {
+    /// Show a task's retry decisions, from its journal and spine.
+    #[command(after_help = help!("\
+  reprise lineage show add-greeting"))]
+    Show(TaskArgs),
+}
+
+impl LineageCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Show(args) => show(&args.settings(settings), &args.task),
+        }
+    }
+}
+
+fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let id = task_key(settings, &state, task)?;
     let verification = verify_journal(&state, &id, || Ok(key))?;
@@ -104,7 +121,7 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         }));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"plan": id.plan.as_str(), "task_id": id.task.as_str(), "ok": all_shown, "decisions": rows, "spine_rows": sealed, "spine_ok": spine_ok,
                      "audit": crate::commands::audit::audit_json(&verification.audit)}),
         text,

@@ -10,10 +10,48 @@ use reprise_store::logs::attempt_logs;
 use reprise_store::state::StateDir;
 use serde_json::json;
 
+use crate::commands::PlanArg;
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LogsArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    /// The run (default: the latest run of the task's plan).
+    #[arg(long, value_name = "RUN")]
+    run: Option<String>,
+    /// Only this attempt.
+    #[arg(long, value_name = "N")]
+    attempt: Option<u32>,
+    /// Only this gate's output.
+    #[arg(long, value_name = "NAME")]
+    gate: Option<String>,
+    /// Follow a live run: print the running attempt's output as it
+    /// comes, until the task ends.
+    #[arg(long, short = 'f', conflicts_with_all = ["attempt", "gate"])]
+    follow: bool,
+    #[command(flatten)]
+    plan: PlanArg,
+}
+
+impl LogsArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        let settings = settings.with_plan(self.plan.name);
+        if self.follow {
+            return follow(&settings, &self.task, self.run.as_deref());
+        }
+        logs(
+            &settings,
+            &self.task,
+            self.run.as_deref(),
+            self.attempt,
+            self.gate.as_deref(),
+        )
+    }
+}
 
 /// The state directory, the task's key and the run asked for (default: the
 /// latest run of the task's plan).
@@ -31,7 +69,7 @@ fn resolve(
     Ok((state, key, run))
 }
 
-pub(crate) fn logs(
+fn logs(
     settings: &Settings,
     task: &str,
     run: Option<&str>,
@@ -118,7 +156,7 @@ pub(crate) fn logs(
         transcripts.push(json!({"session_id": session, "native": native, "copy": copy}));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run.run_id, "task": key.to_string(), "logs": entries, "transcripts": transcripts}),
         text,
         ok: true,
@@ -192,7 +230,7 @@ pub(crate) fn follow(
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run_id, "task": key.to_string(), "followed": true}),
         text: format!(
             "[{}] run {run_id}: the task is no longer running\n",

@@ -1,5 +1,6 @@
-//! One file per command. Each takes resolved settings and returns an
-//! `Outcome`; printing happens here, once.
+//! The commands: each module holds its commands' arguments (clap's derive)
+//! and a `run` taking them with the resolved settings and returning an
+//! `Outcome`. Dispatch is one line per command; printing happens here, once.
 
 mod approve;
 mod audit;
@@ -25,243 +26,166 @@ mod suspended;
 mod task;
 mod workspace;
 
-use crate::cli::{
-    AuditCommand, BudgetCommand, CheckpointCommand, Command, JournalCommand, LineageCommand,
-    PlanCommand, RehearseArgs, RehearseCommand, ReplayCommand, TaskCommand, WorkspaceCommand,
-};
+use clap::Subcommand;
+
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
 pub(crate) use run::stopped_by;
 
-pub(crate) fn run(command: Command, settings: &Settings) -> Result<Outcome, CliError> {
+/// Every command, in the order `--help` lists them. A command's doc comment
+/// and examples are here; its arguments are in its own module.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create the state directory (and the audit key if there is none).
+    #[command(after_help = help!("\
+  reprise init              .reprise/ here, and the audit key if there is none
+  reprise init --plan       the same, and a commented starter plan.yaml that runs on sim"))]
+    Init(init::InitArgs),
+    /// Run a plan: every task through its agent, gates, and checkpointed retries.
+    #[command(after_help = help!("\
+  reprise run plan.yaml
+  reprise run plan.yaml --check         check the plan, agent binaries and gate tools; run nothing
+  reprise run plan.yaml --seats 4 --retry-budget \"3 retries, degrade: coverage>tests\"
+  reprise run --retry-failed R-01J...   run a finished run's failed tasks again
+
+  Agent binaries: the plan's agents.<cli>.bin, else REPRISE_CLAUDE_BIN,
+  REPRISE_CODEX_BIN or REPRISE_GEMINI_BIN, else PATH."))]
+    Run(run::RunArgs),
+    /// Check a plan without running it.
+    #[command(subcommand)]
+    Plan(check::PlanCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = help!("\
+  reprise completions bash > ~/.local/share/bash-completion/completions/reprise
+  reprise completions zsh > ~/.zfunc/_reprise
+  reprise completions fish > ~/.config/fish/completions/reprise.fish"))]
+    Completions(shell::CompletionsArgs),
+    /// Print the manual page (roff), generated from this command's own help.
+    #[command(after_help = help!("\
+  reprise man > reprise.1 && man ./reprise.1"))]
+    Man,
+    /// Bring a finished run's results into your checkout: the results of its
+    /// leaf tasks merged into the current branch (fast-forward when possible).
+    #[command(after_help = help!("\
+  reprise apply --dry-run            the commits and files the latest run would bring in
+  reprise apply R-01J...             merge that run's results into your branch
+  reprise apply --branch results     put them on a new branch instead"))]
+    Apply(deliver::ApplyArgs),
+    /// Show what a run's results (or one task's) change against their base.
+    #[command(after_help = help!("\
+  reprise diff                      the latest run's combined results
+  reprise diff R-01J... add-greeting   one task's result"))]
+    Diff(deliver::DiffArgs),
+    /// Remove finished runs' worktrees (and, with --branches, their branches).
+    #[command(after_help = help!("\
+  reprise clean --dry-run           what cleaning every finished run would free
+  reprise clean R-01J... --branches one run's worktrees and result branches"))]
+    Clean(deliver::CleanArgs),
+    /// Rehearse a plan: the real agent CLIs against a scripted model server
+    /// on loopback, no tokens spent; or `rehearse serve`, the server alone.
+    #[command(after_help = help!("\
+  reprise rehearse plan.yaml --scenario scenario.yaml
+  reprise rehearse plan.yaml --scenario scenario.yaml --price 3/15 --keep-requests
+  reprise rehearse --continue R-01J... --scenario scenario.yaml"))]
+    Rehearse(rehearse::RehearseArgs),
+    /// Explain a retry budget spec.
+    #[command(subcommand)]
+    Budget(budget::BudgetCommand),
+    /// Print what a task's attempts printed: the agent's stdout, stderr and
+    /// reply, each gate's output, and where the CLI's own transcript is.
+    #[command(after_help = help!("\
+  reprise logs add-greeting
+  reprise logs add-greeting --attempt 2 --gate tests
+  reprise logs quickstart/add-greeting --run R-01J... --json"))]
+    Logs(logs::LogsArgs),
+    /// Write one self-contained HTML report of a run (default: the latest).
+    #[command(after_help = help!("\
+  reprise report
+  reprise report R-01J... -o run.html --open"))]
+    Report(report::ReportArgs),
+    /// List every run: plan, start, duration, state, tasks passed, cost.
+    #[command(after_help = help!("\
+  reprise runs
+  reprise runs --json"))]
+    Runs,
+    /// Show a run's tasks and attempts (default: the latest run).
+    #[command(after_help = help!("\
+  reprise status
+  reprise status R-01J... --json"))]
+    Status(status::StatusArgs),
+    /// List or show tasks of the latest run, and the parked ones.
+    #[command(subcommand)]
+    Task(task::TaskCommand),
+    /// Approve a task's park that waits for approval (`--until approval`):
+    /// a decision signed with the audit key, which its resume binds.
+    #[command(after_help = help!("\
+  reprise approve add-greeting
+  reprise approve quickstart/add-greeting --note \"the migration looks right\""))]
+    Approve(approve::ApproveArgs),
+    /// Show a task's retry lineage: every decision and how it was sealed.
+    #[command(subcommand)]
+    Lineage(lineage::LineageCommand),
+    /// Read or verify a task's journal.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
+    /// Verify the audit chain.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
+    /// Repair damage a crash left behind.
+    #[command(subcommand)]
+    Replay(replay::ReplayCommand),
+    /// Hash a working tree.
+    #[command(subcommand)]
+    Workspace(workspace::WorkspaceCommand),
+    /// List a task's file checkpoints, or roll its tree back to one.
+    #[command(subcommand)]
+    Checkpoint(checkpoint::CheckpointCommand),
+}
+
+/// Which plan a TASK argument belongs to: task ids are unique only within a
+/// plan.
+#[derive(Debug, clap::Args, Clone, Default)]
+pub(crate) struct PlanArg {
+    /// The plan TASK belongs to (default: the latest run's plan, or the one
+    /// plan that has the task; `PLAN/TASK` says the same).
+    #[arg(long = "plan", value_name = "NAME")]
+    pub(crate) name: Option<String>,
+}
+
+/// Runs `command` and prints its outcome. `app` gives the whole grammar, for
+/// the commands that print it (completions, the manual page).
+pub(crate) fn run(
+    command: Command,
+    settings: &Settings,
+    app: fn() -> clap::Command,
+) -> Result<Outcome, CliError> {
     // An event stream's last line carries the outcome: nothing more is printed.
-    let streamed = matches!(&command, Command::Run { events: true, .. });
+    let streamed = matches!(&command, Command::Run(args) if args.events);
     let outcome = match command {
-        Command::Init { plan } => init::run(settings, plan)?,
-        Command::Run {
-            plan: Some(plan),
-            check: true,
-            retry_budget,
-            ..
-        } => check::check(settings, &plan, retry_budget.as_deref())?,
-        Command::Plan(PlanCommand::Check { plan }) => check::check(settings, &plan, None)?,
-        Command::Completions { shell } => shell::completions(shell),
-        Command::Man => shell::man()?,
-        Command::Run {
-            continue_run: Some(run_id),
-            seats,
-            events,
-            keep_worktrees,
-            ..
-        } => run::continue_run(
-            &settings.with_events(events),
-            &run_id,
-            seats,
-            std::collections::BTreeMap::new(),
-            keep_worktrees,
-        )?,
-        Command::Run {
-            plan,
-            retry_failed,
-            seats,
-            retry_budget,
-            include_uncommitted,
-            keep_worktrees,
-            check: _,
-            events,
-            continue_run: None,
-        } => run::run(
-            &settings.with_events(events),
-            plan.as_deref(),
-            retry_failed.as_deref(),
-            seats,
-            retry_budget.as_deref(),
-            run::WorktreeOptions {
-                include_uncommitted,
-                keep_worktrees,
-            },
-        )?,
-        Command::Apply {
-            run,
-            task,
-            branch,
-            dry_run,
-        } => deliver::apply(
-            settings,
-            run.as_deref(),
-            task.as_deref(),
-            branch.as_deref(),
-            dry_run,
-        )?,
-        Command::Diff { run, task } => deliver::diff(settings, run.as_deref(), task.as_deref())?,
-        Command::Clean {
-            run,
-            finished: _,
-            all,
-            branches,
-            force,
-            dry_run,
-        } => deliver::clean(
-            settings,
-            run.as_deref(),
-            all,
-            deliver::BranchCleaning { branches, force },
-            dry_run,
-        )?,
-        Command::Rehearse(RehearseArgs {
-            command:
-                Some(RehearseCommand::Serve {
-                    scenario,
-                    log,
-                    port,
-                    keep_requests,
-                }),
-            ..
-        }) => rehearse::serve(settings, &scenario, log.as_deref(), port, keep_requests)?,
-        Command::Rehearse(RehearseArgs {
-            command: None,
-            plan,
-            scenario,
-            seats,
-            retry_budget,
-            price,
-            keep_requests,
-            continue_run,
-            resume,
-        }) => {
-            let what = match (plan, continue_run) {
-                // clap's `requires` is lifted with the subcommand's
-                // requirements: said here instead.
-                (Some(_), None) if !resume.is_empty() => {
-                    return Err(CliError::usage(
-                        "--resume TASK resumes a parked task of a rehearsal taken up with --continue RUN; give --continue RUN instead of a plan",
-                    ));
-                }
-                (Some(plan), None) => rehearse::What::Plan { plan, retry_budget },
-                (None, Some(run)) => rehearse::What::Continue { run, resume },
-                _ => {
-                    return Err(CliError::usage(
-                        "give a plan (or --continue RUN) and --scenario FILE, or `rehearse serve --scenario FILE`",
-                    ));
-                }
-            };
-            let Some(scenario) = scenario else {
-                return Err(CliError::usage(
-                    "give --scenario FILE: what the model server answers",
-                ));
-            };
-            rehearse::rehearse(settings, what, &scenario, seats, &price, keep_requests)?
-        }
-        Command::Budget(BudgetCommand::Check { spec, plan }) => {
-            budget::check(settings, &spec, plan.as_deref())?
-        }
-        Command::Status { run } => status::status(settings, run.as_deref())?,
+        Command::Init(args) => args.run(settings)?,
+        Command::Run(args) => args.run(settings)?,
+        Command::Plan(command) => command.run(settings)?,
+        Command::Completions(args) => args.run(app),
+        Command::Man => shell::man(app)?,
+        Command::Apply(args) => args.run(settings)?,
+        Command::Diff(args) => args.run(settings)?,
+        Command::Clean(args) => args.run(settings)?,
+        Command::Rehearse(args) => args.run(settings)?,
+        Command::Budget(command) => command.run(settings)?,
+        Command::Logs(args) => args.run(settings)?,
+        Command::Report(args) => args.run(settings)?,
         Command::Runs => status::runs(settings)?,
-        Command::Report { run, output, open } => {
-            report::report(settings, run.as_deref(), output.as_deref(), open)?
-        }
-        Command::Logs {
-            task,
-            run,
-            follow: true,
-            plan,
-            ..
-        } => logs::follow(&settings.with_plan(plan.name), &task, run.as_deref())?,
-        Command::Logs {
-            task,
-            run,
-            attempt,
-            gate,
-            plan,
-            ..
-        } => logs::logs(
-            &settings.with_plan(plan.name),
-            &task,
-            run.as_deref(),
-            attempt,
-            gate.as_deref(),
-        )?,
-        Command::Task(TaskCommand::List) => status::list(settings)?,
-        Command::Task(TaskCommand::ListSuspended) => suspended::list(settings)?,
-        Command::Approve { task, note, plan } => {
-            approve::approve(&settings.with_plan(plan.name), &task, note)?
-        }
-        Command::Task(TaskCommand::Show { task, plan }) => {
-            status::show(&settings.with_plan(plan.name), &task)?
-        }
-        Command::Task(TaskCommand::Suspend {
-            task,
-            plan,
-            until,
-            reason,
-        }) => task::suspend(
-            &settings.with_plan(plan.name),
-            &task,
-            until.as_deref(),
-            reason,
-        )?,
-        Command::Task(TaskCommand::Pause {
-            task,
-            plan,
-            upgrade_after,
-        }) => task::pause(
-            &settings.with_plan(plan.name),
-            &task,
-            upgrade_after.as_deref(),
-        )?,
-        Command::Task(TaskCommand::Unpause { task, plan }) => {
-            task::unpause(&settings.with_plan(plan.name), &task)?
-        }
-        Command::Task(TaskCommand::Resume {
-            task,
-            plan,
-            mode,
-            receipt,
-        }) => task::resume(
-            &settings.with_plan(plan.name),
-            &task,
-            mode,
-            receipt.as_deref(),
-        )?,
-        Command::Lineage(LineageCommand::Show { task, plan }) => {
-            lineage::show(&settings.with_plan(plan.name), &task)?
-        }
-        Command::Journal(JournalCommand::Show { task, plan, full }) => {
-            journal::show(&settings.with_plan(plan.name), &task, full)?
-        }
-        Command::Journal(JournalCommand::Verify { task, plan }) => {
-            journal::verify(&settings.with_plan(plan.name), &task)?
-        }
-        Command::Audit(AuditCommand::Verify) => audit::verify(settings)?,
-        Command::Audit(AuditCommand::VerifySuspension { task, plan }) => {
-            audit_suspension::verify(&settings.with_plan(plan.name), &task)?
-        }
-        Command::Replay(ReplayCommand::Repair { target, all, plan }) => {
-            replay::repair(&settings.with_plan(plan.name), target.as_deref(), all)?
-        }
-        Command::Checkpoint(CheckpointCommand::List { task, run, plan }) => {
-            checkpoint::list(&settings.with_plan(plan.name), &task, run.as_deref())?
-        }
-        Command::Checkpoint(CheckpointCommand::Restore {
-            task,
-            checkpoint: id,
-            run,
-            dry_run,
-            plan,
-        }) => checkpoint::restore(
-            &settings.with_plan(plan.name),
-            &task,
-            &id,
-            run.as_deref(),
-            dry_run,
-        )?,
-        Command::Workspace(WorkspaceCommand::Hash {
-            dir,
-            threads,
-            no_cache,
-        }) => workspace::hash(settings, dir.as_deref(), threads, no_cache)?,
+        Command::Status(args) => args.run(settings)?,
+        Command::Task(command) => command.run(settings)?,
+        Command::Approve(args) => args.run(settings)?,
+        Command::Lineage(command) => command.run(settings)?,
+        Command::Journal(command) => command.run(settings)?,
+        Command::Audit(command) => command.run(settings)?,
+        Command::Replay(command) => command.run(settings)?,
+        Command::Workspace(command) => command.run(settings)?,
+        Command::Checkpoint(command) => command.run(settings)?,
     };
     if !streamed {
         outcome.print(settings.json);

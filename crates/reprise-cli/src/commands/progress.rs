@@ -5,46 +5,16 @@
 //! `--color never` get plain lines only: no colour, no redraw.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write as _};
+use std::io::Write as _;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reprise_core::TaskId;
 use reprise_engine::{Event, EventSink, Outcome as AttemptOutcome, TaskStatus};
 
-use crate::cli::{ColorChoice, GlobalArgs};
 use crate::commands::run::workspace_line;
 use crate::commands::status::{attempt_line, attempt_line_uncosted};
-use crate::output::{count, short};
-
-/// How human output looks, settled once from the flags and the terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Display {
-    pub(crate) color: bool,
-    /// Status lines redrawn in place (an interactive terminal, colour allowed).
-    pub(crate) live: bool,
-    pub(crate) quiet: bool,
-    pub(crate) verbose: bool,
-}
-
-impl Display {
-    pub(crate) fn resolve(global: &GlobalArgs, env: &impl Fn(&str) -> Option<String>) -> Self {
-        let terminal =
-            std::io::stdout().is_terminal() && env("TERM").is_none_or(|term| term != "dumb");
-        let no_color = env("NO_COLOR").is_some_and(|value| !value.is_empty());
-        let color = match global.color {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => terminal && !no_color,
-        };
-        Self {
-            color,
-            live: terminal && color && !global.quiet,
-            quiet: global.quiet,
-            verbose: global.verbose,
-        }
-    }
-}
+use crate::output::{Display, count, seconds, short};
 
 /// `text` in an ANSI colour when colour is on (31 red, 32 green, 33 yellow).
 fn paint(display: Display, code: u8, text: &str) -> String {
@@ -53,11 +23,6 @@ fn paint(display: Display, code: u8, text: &str) -> String {
     } else {
         text.to_owned()
     }
-}
-
-/// A duration as the result lines show it, right-aligned: `  1.2s`, ` 73.0s`.
-pub(crate) fn seconds(ms: u64) -> String {
-    format!("{:>5.1}s", ms as f64 / 1000.0)
 }
 
 /// Prints a run's events as they happen.
@@ -174,6 +139,76 @@ impl Progress {
     }
 
     /// The task waits no more.
+    fn attempt_started(&mut self, task: &TaskId, attempt: u32, mode: &str) {
+        self.not_waiting(task);
+        self.attempts
+            .insert(task.clone(), (attempt, mode.to_owned()));
+        if let Some(bar) = self.bars.get(task) {
+            bar.reset_elapsed();
+        }
+        if self.multi.is_some() {
+            self.status(task, "starting");
+        } else if !self.display.quiet {
+            self.line(&format!("[{task}] attempt {attempt} ({mode}) started"));
+        }
+    }
+
+    /// The result line of an attempt that ended.
+    fn attempt_finished(&self, task: &TaskId, summary: &reprise_engine::AttemptSummary) {
+        let mark = self.result_mark(&summary.outcome);
+        let text = if self.rehearsal {
+            format!(
+                "{}; nothing spent (a rehearsal)",
+                attempt_line_uncosted(summary)
+            )
+        } else {
+            attempt_line(summary)
+        };
+        self.line(&format!(
+            "{mark} [{}] [{task}] {text}",
+            seconds(summary.elapsed_ms),
+        ));
+    }
+
+    fn task_paused(&mut self, task: &TaskId, attempt: u32, upgrade_after: Option<Duration>) {
+        if self.multi.is_some() {
+            self.status(task, "paused");
+        }
+        if !self.display.quiet {
+            let upgrade = upgrade_after
+                .map(|after| {
+                    format!(
+                        "; a park after {}",
+                        reprise_core::plan::format_duration(after)
+                    )
+                })
+                .unwrap_or_default();
+            self.line(&format!(
+                "[{task}] attempt {attempt} paused: its worktree, seat and budget kept{upgrade}; go on: reprise task unpause {task}"
+            ));
+        }
+    }
+
+    fn task_finished(&mut self, task: &TaskId, status: TaskStatus, reason: Option<&str>) {
+        self.not_waiting(task);
+        if let Some(bar) = self.bars.remove(task) {
+            bar.finish_and_clear();
+        }
+        if self.display.quiet {
+            return;
+        }
+        let state = match status {
+            TaskStatus::Passed => paint(self.display, 32, status.as_str()),
+            TaskStatus::Partial => paint(self.display, 33, status.as_str()),
+            TaskStatus::Failed | TaskStatus::Blocked => paint(self.display, 31, status.as_str()),
+            _ => status.as_str().to_owned(),
+        };
+        match reason {
+            Some(reason) => self.line(&format!("[{task}] {state}: {reason}")),
+            None => self.line(&format!("[{task}] {state}")),
+        }
+    }
+
     fn not_waiting(&mut self, task: &TaskId) {
         if self.waiting.remove(task).is_some() {
             self.show_waiting();
@@ -189,6 +224,28 @@ impl Progress {
             AttemptOutcome::Parked => paint(self.display, 36, "PARK "),
         }
     }
+}
+
+/// A retry decision in one line: the mode, what was asked, why it was
+/// downgraded, what was predicted, and the decision's hash.
+fn decision_line(task: &TaskId, record: &reprise_core::retry::DecisionRecord) -> String {
+    let reason = record
+        .downgrade_reason
+        .map(|reason| format!(", downgraded: {}", reason.as_str()))
+        .unwrap_or_default();
+    let hash = record
+        .hash()
+        .map(|hash| short(&hash.to_hex())[..8].to_owned())
+        .unwrap_or_default();
+    let auto = match (record.auto, record.predicted) {
+        (Some(choice), _) => format!("; {}", choice.describe()),
+        (None, Some(predicted)) => format!("; predicted {}", predicted.describe()),
+        (None, None) => String::new(),
+    };
+    format!(
+        "[{task}] retry decision: {} (requested {}{reason}{auto}), decision {hash}",
+        record.retry_mode, record.requested_mode,
+    )
 }
 
 impl EventSink for Progress {
@@ -218,18 +275,7 @@ impl EventSink for Progress {
                 task,
                 attempt,
                 mode,
-            } => {
-                self.not_waiting(task);
-                self.attempts.insert(task.clone(), (*attempt, mode.clone()));
-                if let Some(bar) = self.bars.get(task) {
-                    bar.reset_elapsed();
-                }
-                if self.multi.is_some() {
-                    self.status(task, "starting");
-                } else if !quiet {
-                    self.line(&format!("[{task}] attempt {attempt} ({mode}) started"));
-                }
-            }
+            } => self.attempt_started(task, *attempt, mode),
             Event::Phase {
                 task,
                 attempt,
@@ -242,38 +288,10 @@ impl EventSink for Progress {
                 }
             }
             Event::AttemptFinished { task, summary } if !quiet => {
-                let mark = self.result_mark(&summary.outcome);
-                let text = if self.rehearsal {
-                    format!(
-                        "{}; nothing spent (a rehearsal)",
-                        attempt_line_uncosted(summary)
-                    )
-                } else {
-                    attempt_line(summary)
-                };
-                self.line(&format!(
-                    "{mark} [{}] [{task}] {text}",
-                    seconds(summary.elapsed_ms),
-                ));
+                self.attempt_finished(task, summary);
             }
             Event::Decision { task, record } if !quiet => {
-                let reason = record
-                    .downgrade_reason
-                    .map(|reason| format!(", downgraded: {}", reason.as_str()))
-                    .unwrap_or_default();
-                let hash = record
-                    .hash()
-                    .map(|hash| short(&hash.to_hex())[..8].to_owned())
-                    .unwrap_or_default();
-                let auto = match (record.auto, record.predicted) {
-                    (Some(choice), _) => format!("; {}", choice.describe()),
-                    (None, Some(predicted)) => format!("; predicted {}", predicted.describe()),
-                    (None, None) => String::new(),
-                };
-                self.line(&format!(
-                    "[{task}] retry decision: {} (requested {}{reason}{auto}), decision {hash}",
-                    record.retry_mode, record.requested_mode,
-                ));
+                self.line(&decision_line(task, record));
             }
             Event::Anomaly {
                 task,
@@ -287,49 +305,12 @@ impl EventSink for Progress {
                 task,
                 attempt,
                 upgrade_after,
-            } => {
-                if self.multi.is_some() {
-                    self.status(task, "paused");
-                }
-                if !quiet {
-                    let upgrade = upgrade_after
-                        .map(|after| {
-                            format!(
-                                "; a park after {}",
-                                reprise_core::plan::format_duration(after)
-                            )
-                        })
-                        .unwrap_or_default();
-                    self.line(&format!(
-                        "[{task}] attempt {attempt} paused: its worktree, seat and budget kept{upgrade}; go on: reprise task unpause {task}"
-                    ));
-                }
-            }
+            } => self.task_paused(task, *attempt, *upgrade_after),
             Event::TaskFinished {
                 task,
                 status,
                 reason,
-            } => {
-                self.not_waiting(task);
-                if let Some(bar) = self.bars.remove(task) {
-                    bar.finish_and_clear();
-                }
-                if quiet {
-                    return;
-                }
-                let state = match status {
-                    TaskStatus::Passed => paint(self.display, 32, status.as_str()),
-                    TaskStatus::Partial => paint(self.display, 33, status.as_str()),
-                    TaskStatus::Failed | TaskStatus::Blocked => {
-                        paint(self.display, 31, status.as_str())
-                    }
-                    _ => status.as_str().to_owned(),
-                };
-                match reason {
-                    Some(reason) => self.line(&format!("[{task}] {state}: {reason}")),
-                    None => self.line(&format!("[{task}] {state}")),
-                }
-            }
+            } => self.task_finished(task, *status, reason.as_deref()),
             Event::Warning {
                 task: Some(task),
                 message,

@@ -30,10 +30,121 @@ use crate::commands::run::{
     Prepared, execute, parked_code, prepare_checked, prepare_continue, run_json, summary_priced,
 };
 use crate::commands::spend::insert_spend;
-use crate::commands::status::money;
-use crate::error::{CliError, EXIT_FAILED};
+use crate::error::CliError;
 use crate::output::Outcome;
+use crate::output::money;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct RehearseArgs {
+    #[command(subcommand)]
+    command: Option<RehearseCommand>,
+    /// The plan file (YAML). Not needed with --continue, which re-reads
+    /// the run's own plan.
+    #[arg(required_unless_present = "continue_run")]
+    plan: Option<PathBuf>,
+    /// What the server answers (YAML rules; see the README).
+    #[arg(long, value_name = "FILE", required = true)]
+    scenario: Option<PathBuf>,
+    /// Take up rehearsal RUN, interrupted or parked, in this process, as
+    /// `run --continue` does, with a new server that goes on from the
+    /// run's request log and the agents' homes (their sessions) kept.
+    #[arg(long = "continue", value_name = "RUN", conflicts_with_all = ["plan", "retry_budget"])]
+    continue_run: Option<String>,
+    /// With --continue: resume this parked task first, as `task resume`
+    /// would (repeatable).
+    #[arg(long, value_name = "TASK", requires = "continue_run")]
+    resume: Vec<String>,
+    /// Tasks running at once (overrides the plan's `seats`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    seats: Option<u32>,
+    /// A retry budget (overrides the plan's `retry_budget`).
+    #[arg(long, value_name = "SPEC")]
+    retry_budget: Option<String>,
+    /// Dollars per million tokens for the would-cost figures, over the
+    /// shipped list and the scenario's `prices:`: `IN/OUT[/WRITE/READ]` for
+    /// every model, or `MODEL=IN/OUT[/WRITE/READ]` for one (repeatable).
+    #[arg(long, value_name = "[MODEL=]IN/OUT")]
+    price: Vec<String>,
+    /// Keep every request body the agents sent, beside the request log.
+    #[arg(long)]
+    keep_requests: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum RehearseCommand {
+    /// Serve a scenario on loopback until Ctrl-C, logging every request.
+    #[command(after_help = help!("\
+  reprise rehearse serve --scenario scenario.yaml --port 8080"))]
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// What the server answers (YAML rules).
+    #[arg(long, value_name = "FILE")]
+    scenario: PathBuf,
+    /// The request log, one JSON line per request (default: ./requests.jsonl).
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// The port on 127.0.0.1 (default: any free port).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Keep every request body in DIR, one file per request.
+    #[arg(long, value_name = "DIR")]
+    keep_requests: Option<PathBuf>,
+}
+
+impl RehearseArgs {
+    /// `rehearse serve`, or a rehearsal of a plan or of a run taken up.
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        if let Some(RehearseCommand::Serve(serve_args)) = self.command {
+            return serve(
+                settings,
+                &serve_args.scenario,
+                serve_args.log.as_deref(),
+                serve_args.port,
+                serve_args.keep_requests,
+            );
+        }
+        let what = match (self.plan, self.continue_run) {
+            // clap's `requires` is lifted with the subcommand's
+            // requirements: said here instead.
+            (Some(_), None) if !self.resume.is_empty() => {
+                return Err(CliError::usage(
+                    "--resume TASK resumes a parked task of a rehearsal taken up with --continue RUN; give --continue RUN instead of a plan",
+                ));
+            }
+            (Some(plan), None) => What::Plan {
+                plan,
+                retry_budget: self.retry_budget,
+            },
+            (None, Some(run)) => What::Continue {
+                run,
+                resume: self.resume,
+            },
+            _ => {
+                return Err(CliError::usage(
+                    "give a plan (or --continue RUN) and --scenario FILE, or `rehearse serve --scenario FILE`",
+                ));
+            }
+        };
+        let Some(scenario) = self.scenario else {
+            return Err(CliError::usage(
+                "give --scenario FILE: what the model server answers",
+            ));
+        };
+        rehearse(
+            settings,
+            what,
+            &scenario,
+            self.seats,
+            &self.price,
+            self.keep_requests,
+        )
+    }
+}
 
 /// The price table: the shipped list, the scenario's `prices:` over it, and
 /// every `--price [MODEL=]IN/OUT[/WRITE/READ]` over both.
@@ -69,7 +180,7 @@ fn client_for(kind: AgentKind) -> Option<Client> {
 }
 
 /// What a rehearsal runs: a plan anew, or an earlier rehearsal taken up.
-pub(crate) enum What {
+enum What {
     Plan {
         plan: PathBuf,
         retry_budget: Option<String>,
@@ -143,13 +254,10 @@ fn prepare_continued(
 
 /// A step of the rehearsal that failed on the machine, not on its input.
 fn failed(what: &str, err: &dyn std::fmt::Display) -> CliError {
-    CliError {
-        message: format!("cannot {what}: {err}"),
-        code: EXIT_FAILED,
-    }
+    CliError::failed(format!("cannot {what}: {err}"))
 }
 
-pub(crate) fn rehearse(
+fn rehearse(
     settings: &Settings,
     what: What,
     scenario_path: &Path,
@@ -238,7 +346,7 @@ pub(crate) fn rehearse(
         "would_cost_micro_usd": priced.would_cost_micro_usd(),
     });
     Ok(Outcome {
-        code: parked_code(&run),
+        exit: parked_code(&run),
         json: json!({
             "run": nothing_spent(run_json(&run)),
             "rehearsal": rehearsal,
@@ -676,7 +784,7 @@ fn excerpt(text: &str) -> String {
 }
 
 /// `reprise rehearse serve`: the server alone, until Ctrl-C.
-pub(crate) fn serve(
+fn serve(
     settings: &Settings,
     scenario_path: &Path,
     log: Option<&Path>,
@@ -691,14 +799,12 @@ pub(crate) fn serve(
         clock: None,
         take_up: false,
     };
-    let server =
-        ModelServer::start_with(scenario, log.clone(), options).map_err(|err| CliError {
-            message: format!(
-                "cannot serve on 127.0.0.1:{port} with log {}: {err}",
-                log.display()
-            ),
-            code: EXIT_FAILED,
-        })?;
+    let server = ModelServer::start_with(scenario, log.clone(), options).map_err(|err| {
+        CliError::failed(format!(
+            "cannot serve on 127.0.0.1:{port} with log {}: {err}",
+            log.display()
+        ))
+    })?;
     let url = server.base_url();
     {
         let mut stderr = std::io::stderr().lock();
@@ -717,10 +823,8 @@ pub(crate) fn serve(
     }
     server.stop();
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let traffic = summarise(&text, &PriceTable::default()).map_err(|err| CliError {
-        message: err.to_string(),
-        code: EXIT_FAILED,
-    })?;
+    let traffic = summarise(&text, &PriceTable::default())
+        .map_err(|err| CliError::failed(err.to_string()))?;
     let mut out = format!("served {url}; requests logged to {}\n", log.display());
     let mut tasks = Vec::new();
     for (task, traffic) in &traffic {
@@ -734,7 +838,7 @@ pub(crate) fn serve(
         tasks.push(json!({"task": task, "traffic": traffic}));
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"server": url, "log": log, "tasks": tasks}),
         text: out,
         ok: true,

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use reprise_core::chain::ChainFormat;
 use reprise_core::{TaskId, TaskKey};
@@ -21,13 +21,36 @@ use reprise_store::logs::attempt_logs;
 use reprise_store::state::StateDir;
 use serde_json::{Value, json};
 
-use crate::commands::progress::seconds;
 use crate::commands::rehearse::Priced;
 use crate::commands::spend::{cost_text, spend_text};
 use crate::commands::status::run_spend;
 use crate::error::CliError;
 use crate::output::Outcome;
+use crate::output::seconds;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReportArgs {
+    /// A run id (`R-...`; default: the latest run).
+    run: Option<String>,
+    /// Where to write it (default: `.reprise/runs/<run>/report.html`).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Open it with the desktop's opener (`xdg-open`) once written.
+    #[arg(long)]
+    open: bool,
+}
+
+impl ReportArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        report(
+            settings,
+            self.run.as_deref(),
+            self.output.as_deref(),
+            self.open,
+        )
+    }
+}
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:70em;color:#222}\
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}\
@@ -52,7 +75,7 @@ fn escape(text: &str) -> String {
     out
 }
 
-pub(crate) fn report(
+fn report(
     settings: &Settings,
     run: Option<&str>,
     out: Option<&Path>,
@@ -88,7 +111,7 @@ pub(crate) fn report(
         let _ = std::process::Command::new("xdg-open").arg(&path).spawn();
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run.run_id, "report": path}),
         text: format!("report of run {}: {}\n", run.run_id, path.display()),
         ok: true,
@@ -127,37 +150,20 @@ impl Money<'_> {
     }
 }
 
-fn render(
+/// Every chain of a run verified: the audit chain, the ledger, and each
+/// task's journal and spine.
+struct ChainChecks {
+    /// Each chain's name, whether it verifies, and where it breaks.
+    chains: Vec<(String, bool, String)>,
+    broken_tasks: std::collections::BTreeSet<reprise_core::TaskId>,
+    missing_journals: Vec<reprise_core::TaskId>,
+}
+
+fn chain_checks(
     state: &StateDir,
     key: &reprise_store::key::KeyFile,
     run: &RunState,
-    money: &Money<'_>,
-) -> Result<String, CliError> {
-    let mut html = String::new();
-    let _ = write!(
-        html,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reprise run {id}</title>\
-         <style>{STYLE}</style></head><body><h1>Run <code>{id}</code> ({plan})</h1>",
-        id = escape(&run.run_id),
-        plan = escape(&run.plan_name)
-    );
-    let cancelled = reprise_engine::liveness(state, run) == reprise_engine::Liveness::Cancelled;
-    let verdict = match run.ok {
-        _ if cancelled => format!(
-            "<span class=\"bad\">cancelled</span> (a stop signal ended it; <code>{}</code> takes it up)",
-            escape(&crate::commands::run::continue_command(state, &run.run_id))
-        ),
-        Some(true) => "<span class=\"ok\">ok</span>".to_owned(),
-        Some(false) => "<span class=\"bad\">failed</span>".to_owned(),
-        None => "not finished".to_owned(),
-    };
-    let _ = write!(
-        html,
-        "<p id=\"verdict\">{verdict} · started {} · {}</p>",
-        escape(&run.started_at),
-        money.run_text(run)
-    );
-    // Every chain's verification; a broken one is said first and loudly.
+) -> Result<ChainChecks, CliError> {
     let audit = read_audit(state, key)?;
     let ledger = verify_ledger(state, &audit)?;
     let mut chains = Vec::new();
@@ -195,6 +201,49 @@ fn render(
             ));
         }
     }
+    Ok(ChainChecks {
+        chains,
+        broken_tasks,
+        missing_journals,
+    })
+}
+
+fn render(
+    state: &StateDir,
+    key: &reprise_store::key::KeyFile,
+    run: &RunState,
+    money: &Money<'_>,
+) -> Result<String, CliError> {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>reprise run {id}</title>\
+         <style>{STYLE}</style></head><body><h1>Run <code>{id}</code> ({plan})</h1>",
+        id = escape(&run.run_id),
+        plan = escape(&run.plan_name)
+    );
+    let cancelled = reprise_engine::liveness(state, run) == reprise_engine::Liveness::Cancelled;
+    let verdict = match run.ok {
+        _ if cancelled => format!(
+            "<span class=\"bad\">cancelled</span> (a stop signal ended it; <code>{}</code> takes it up)",
+            escape(&crate::commands::run::continue_command(state, &run.run_id))
+        ),
+        Some(true) => "<span class=\"ok\">ok</span>".to_owned(),
+        Some(false) => "<span class=\"bad\">failed</span>".to_owned(),
+        None => "not finished".to_owned(),
+    };
+    let _ = write!(
+        html,
+        "<p id=\"verdict\">{verdict} · started {} · {}</p>",
+        escape(&run.started_at),
+        money.run_text(run)
+    );
+    // Every chain's verification; a broken one is said first and loudly.
+    let ChainChecks {
+        chains,
+        broken_tasks,
+        missing_journals,
+    } = chain_checks(state, key, run)?;
     attention(&mut html, run, &missing_journals);
     for (name, _, at) in chains.iter().filter(|(_, ok, _)| !ok) {
         let _ = write!(
@@ -292,6 +341,72 @@ fn attention(html: &mut String, run: &RunState, missing_journals: &[TaskId]) {
     html.push_str("</ul></div>");
 }
 
+/// Each gate of an attempt in a few words: its name, level and verdict.
+fn gate_marks(attempt: &reprise_engine::AttemptSummary) -> Vec<String> {
+    attempt
+        .gates
+        .iter()
+        .map(|gate| {
+            let level = gate
+                .level
+                .map(|level| format!("@{level}"))
+                .unwrap_or_default();
+            let mark = if gate.passed {
+                "ok"
+            } else if gate.could_not_run {
+                "could not run"
+            } else {
+                "failed"
+            };
+            format!("{}{level} {mark}", escape(&gate.name))
+        })
+        .collect()
+}
+
+/// How many bytes of prompt an attempt sent, as its journal recorded.
+fn prompt_sent(journal: &[Value], attempt: &reprise_engine::AttemptSummary) -> String {
+    let started = journal
+        .iter()
+        .find(|row| row["kind"] == "attempt.started" && row["body"]["attempt"] == attempt.n);
+    started
+        .and_then(|row| row["body"]["prompt_bytes"].as_u64())
+        .map(|bytes| format!("{bytes} B"))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+/// The retry decision after an attempt: the mode, what was asked, why it
+/// was downgraded, and what was predicted.
+fn decision_text(journal: &[Value], attempt: &reprise_engine::AttemptSummary) -> String {
+    journal
+        .iter()
+        .rfind(|row| row["kind"] == "retry.decision" && row["body"]["attempt"] == attempt.n)
+        .map(|row| {
+            let decision = &row["body"]["decision"];
+            let auto = serde_json::from_value::<reprise_core::retry_cost::AutoChoice>(
+                decision["auto"].clone(),
+            )
+            .map(|choice| format!("; {}", choice.describe()))
+            .or_else(|_| {
+                serde_json::from_value::<reprise_core::retry_cost::Predicted>(
+                    decision["predicted"].clone(),
+                )
+                .map(|predicted| format!("; predicted {}", predicted.describe()))
+            })
+            .unwrap_or_default();
+            let mode = match decision["downgrade_reason"].as_str() {
+                Some(reason) => format!(
+                    "{} (asked {}, downgraded: {})",
+                    decision["retry_mode"].as_str().unwrap_or("?"),
+                    decision["requested_mode"].as_str().unwrap_or("?"),
+                    reason
+                ),
+                None => decision["retry_mode"].as_str().unwrap_or("?").to_owned(),
+            };
+            format!("{mode}{auto}")
+        })
+        .unwrap_or_default()
+}
+
 fn task_section(
     html: &mut String,
     state: &StateDir,
@@ -323,59 +438,9 @@ fn task_section(
         "<table class=\"attempts\"><tr><th>attempt</th><th>mode</th><th>outcome</th><th>gates</th><th>time</th><th>{cost}</th><th>sent</th><th>decision</th></tr>"
     );
     for attempt in &task.attempts {
-        let gates: Vec<String> = attempt
-            .gates
-            .iter()
-            .map(|gate| {
-                let level = gate
-                    .level
-                    .map(|level| format!("@{level}"))
-                    .unwrap_or_default();
-                let mark = if gate.passed {
-                    "ok"
-                } else if gate.could_not_run {
-                    "could not run"
-                } else {
-                    "failed"
-                };
-                format!("{}{level} {mark}", escape(&gate.name))
-            })
-            .collect();
-        let started = journal
-            .iter()
-            .find(|row| row["kind"] == "attempt.started" && row["body"]["attempt"] == attempt.n);
-        let sent = started
-            .and_then(|row| row["body"]["prompt_bytes"].as_u64())
-            .map(|bytes| format!("{bytes} B"))
-            .unwrap_or_else(|| "-".to_owned());
-        let decision = journal
-            .iter()
-            .rfind(|row| row["kind"] == "retry.decision" && row["body"]["attempt"] == attempt.n)
-            .map(|row| {
-                let decision = &row["body"]["decision"];
-                let auto = serde_json::from_value::<reprise_core::retry_cost::AutoChoice>(
-                    decision["auto"].clone(),
-                )
-                .map(|choice| format!("; {}", choice.describe()))
-                .or_else(|_| {
-                    serde_json::from_value::<reprise_core::retry_cost::Predicted>(
-                        decision["predicted"].clone(),
-                    )
-                    .map(|predicted| format!("; predicted {}", predicted.describe()))
-                })
-                .unwrap_or_default();
-                let mode = match decision["downgrade_reason"].as_str() {
-                    Some(reason) => format!(
-                        "{} (asked {}, downgraded: {})",
-                        decision["retry_mode"].as_str().unwrap_or("?"),
-                        decision["requested_mode"].as_str().unwrap_or("?"),
-                        reason
-                    ),
-                    None => decision["retry_mode"].as_str().unwrap_or("?").to_owned(),
-                };
-                format!("{mode}{auto}")
-            })
-            .unwrap_or_default();
+        let gates = gate_marks(attempt);
+        let sent = prompt_sent(&journal, attempt);
+        let decision = decision_text(&journal, attempt);
         let outcome = serde_json::to_value(&attempt.outcome)
             .ok()
             .and_then(|value| value.as_str().map(str::to_owned))

@@ -10,16 +10,15 @@ use std::path::{Path, PathBuf};
 use reprise_agents::CancelToken;
 use reprise_core::TaskId;
 use reprise_core::budget::BudgetSpec;
-use reprise_core::chain::ChainFormat;
-use reprise_core::plan::{Containment, Plan};
+use reprise_core::plan::Plan;
 use reprise_engine::{
     AgentSetup, Event, EventSink, RunOptions, RunState, Supervisor, Workspace, load_plan,
     lock_tasks, new_run_id, resolve_budget, run_plan,
 };
-use reprise_store::audit::{check_key_binding_at, migrate_state_dir, read_audit};
+use reprise_store::StoreError;
+use reprise_store::audit::{check_key_binding_at, migrate_state_dir};
 use reprise_store::creation::create_state_dir;
 use reprise_store::key::{KeyFile, check_key, load_key, load_or_create_key};
-use reprise_store::ledger::verify_ledger;
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -27,8 +26,87 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use crate::commands::rehearse::Priced;
 use crate::commands::spend::{cost_text, insert_spend, spend_text};
 use crate::error::CliError;
-use crate::output::{Outcome, count};
+use crate::output::{Outcome, count, short_commit};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The plan file (YAML). Not needed with --retry-failed, which
+    /// re-reads the run's own plan.
+    #[arg(required_unless_present_any = ["retry_failed", "continue_run"])]
+    plan: Option<PathBuf>,
+    /// Take up run RUN, interrupted or parked, in this process: what
+    /// passed stays passed, what was queued runs, an attempt the dead
+    /// process was running is retried (warm when its session and files
+    /// allow), and parks whose wake time has passed are resumed.
+    #[arg(long = "continue", value_name = "RUN", conflicts_with_all = ["retry_failed", "check", "plan", "include_uncommitted", "retry_budget"])]
+    continue_run: Option<String>,
+    /// Start a new leg of finished run RUN: its failed tasks run again,
+    /// each judged one starting cold with its kept reply quoted once.
+    #[arg(long, value_name = "RUN")]
+    retry_failed: Option<String>,
+    /// Tasks running at once (overrides the plan's `seats`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    seats: Option<u32>,
+    /// A retry budget, e.g. "3 retries, degrade: coverage>tests"
+    /// (overrides the plan's `retry_budget`).
+    #[arg(long, value_name = "SPEC")]
+    retry_budget: Option<String>,
+    /// Start the tasks' worktrees from the project's working tree as it
+    /// is, uncommitted and untracked changes included (snapshotted into a
+    /// commit that your index, refs and stash never see).
+    #[arg(long)]
+    include_uncommitted: bool,
+    /// Keep every task's worktree when the task ends. By default a task
+    /// whose result is committed on its branch (or that changed nothing)
+    /// has its worktree removed and unregistered; failed tasks keep
+    /// theirs until `reprise clean`.
+    #[arg(long, conflicts_with = "check")]
+    keep_worktrees: bool,
+    /// Check only: validate the plan, resolve every task's agent binary
+    /// (and its version) and find each gate's command; run nothing,
+    /// write nothing.
+    #[arg(long, conflicts_with = "retry_failed")]
+    check: bool,
+    /// Write one JSON object a line to stdout as things happen (run,
+    /// attempts, gates, decisions, anomalies, tasks), the last one
+    /// `run.finished` with the whole run document.
+    #[arg(long, conflicts_with = "check")]
+    pub(crate) events: bool,
+}
+
+impl RunArgs {
+    /// `run PLAN --check` checks only; `run --continue RUN` takes a run
+    /// up; anything else starts a run (or a new leg of one).
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        if self.check
+            && let Some(plan) = &self.plan
+        {
+            return crate::commands::check::check(settings, plan, self.retry_budget.as_deref());
+        }
+        let settings = settings.with_events(self.events);
+        if let Some(run_id) = &self.continue_run {
+            return continue_run(
+                &settings,
+                run_id,
+                self.seats,
+                BTreeMap::new(),
+                self.keep_worktrees,
+            );
+        }
+        run(
+            &settings,
+            self.plan.as_deref(),
+            self.retry_failed.as_deref(),
+            self.seats,
+            self.retry_budget.as_deref(),
+            WorktreeOptions {
+                include_uncommitted: self.include_uncommitted,
+                keep_worktrees: self.keep_worktrees,
+            },
+        )
+    }
+}
 
 /// Where the run's tasks work, in one line.
 pub(crate) fn workspace_line(workspace: &Workspace) -> String {
@@ -59,10 +137,6 @@ pub(crate) fn workspace_line(workspace: &Workspace) -> String {
             format!("tasks run in place in the project directory ({reason})")
         }
     }
-}
-
-pub(crate) fn short_commit(commit: &str) -> &str {
-    &commit[..commit.len().min(7)]
 }
 
 fn plural(count: u64) -> &'static str {
@@ -339,7 +413,7 @@ fn finished(settings: &Settings, run: &RunState) -> Outcome {
         emit_event("run.finished", &mut json!({"ok": ok, "run": run_json(run)}));
     }
     Outcome {
-        code: parked_code(run),
+        exit: parked_code(run),
         json: run_json(run),
         text: summary_text(run, &format!("reprise run --continue {}", run.run_id)),
         ok,
@@ -347,11 +421,11 @@ fn finished(settings: &Settings, run: &RunState) -> Outcome {
 }
 
 /// Exit 3 for a run that ended with tasks parked.
-pub(crate) fn parked_code(run: &RunState) -> Option<u8> {
+pub(crate) fn parked_code(run: &RunState) -> Option<crate::error::ExitKind> {
     run.tasks
         .iter()
         .any(|task| task.state == reprise_engine::TaskStatus::Suspended)
-        .then_some(crate::error::EXIT_PARKED)
+        .then_some(crate::error::ExitKind::Parked)
 }
 
 /// A run that can start: the plan and budget validated, the state directory
@@ -463,8 +537,8 @@ pub(crate) fn prepare_checked(
 /// naming the fix.
 pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, KeyFile), CliError> {
     let key_path = settings.key_path()?;
-    let found = match settings.state() {
-        Err(CliError { message, .. }) if message.contains("uses layout 1") => {
+    let found = match settings.open_state() {
+        Err(StoreError::OldLayout { .. }) => {
             let root = match &settings.state_dir {
                 Some(dir) => dir.clone(),
                 None => discover_root(&settings.cwd).unwrap_or_else(|| settings.init_target()),
@@ -481,7 +555,7 @@ pub(crate) fn open_or_create_state(settings: &Settings) -> Result<(StateDir, Key
             }
             Ok(StateDir::open(&root)?)
         }
-        other => other,
+        other => other.map_err(CliError::from),
     };
     match found {
         Ok(_) => {
@@ -532,66 +606,18 @@ fn discover_root(start: &Path) -> Option<PathBuf> {
 }
 
 /// Refuses to run on an audit chain or ledger that is torn, broken, or does
-/// not match its witness and seals.
+/// not match its witness and seals (the engine's check; exit 2).
 pub(crate) fn preflight(state: &StateDir, key: &KeyFile) -> Result<(), CliError> {
-    let audit = read_audit(state, key)?;
-    if let Some(fault) = audit.report.first_problem() {
-        let fix = if audit.report.fault.is_none() {
-            "run `reprise replay repair audit`".to_owned()
-        } else {
-            "inspect it with `reprise audit verify`".to_owned()
-        };
-        return Err(CliError::usage(format!(
-            "the audit chain {} is {} at row {}; nothing was run: {fix}",
-            state.audit_path().display(),
-            ChainFormat::Audit.reason_name(fault.reason),
-            fault.row
-        )));
+    reprise_engine::preflight::check_chains(state, key).map_err(preflight_error)
+}
+
+/// A refusal before a run is bad input (exit 2); an error reading the
+/// chains keeps the store's own kind.
+fn preflight_error(err: reprise_engine::EngineError) -> CliError {
+    match err {
+        reprise_engine::EngineError::Store(err) => err.into(),
+        err => CliError::from_source(crate::error::ErrorKind::Usage, err),
     }
-    if let Some(reason) = audit.witness_problem {
-        if reprise_store::creation::unfinished(state, key)?.is_some() {
-            return Err(CliError::usage(format!(
-                "the creation of the state directory {} was cut by a crash ({}: it holds no records yet); nothing was run: run `reprise replay repair audit` to finish it",
-                state.root().display(),
-                reason.as_str(),
-            )));
-        }
-        return Err(CliError::usage(format!(
-            "the audit chain {} does not match its witness ({}: {}); nothing was run: inspect it with `reprise audit verify`",
-            state.audit_path().display(),
-            reason.as_str(),
-            reason.explain()
-        )));
-    }
-    let ledger = verify_ledger(state, &audit)?;
-    if let Some(fault) = ledger
-        .report
-        .as_ref()
-        .and_then(|report| report.first_problem())
-    {
-        let fix = if ledger
-            .report
-            .as_ref()
-            .is_some_and(|report| report.fault.is_none())
-        {
-            "run `reprise replay repair ledger`"
-        } else {
-            "inspect it with `reprise status`"
-        };
-        return Err(CliError::usage(format!(
-            "the ledger {} is {} at row {}; nothing was run: {fix}",
-            state.ledger_path().display(),
-            ChainFormat::Ledger.reason_name(fault.reason),
-            fault.row
-        )));
-    }
-    if !ledger.ok() {
-        return Err(CliError::usage(format!(
-            "the ledger {} does not match its seals in the audit chain (deleted, cut, rolled back or rewritten); nothing was run: inspect it with `reprise status`",
-            state.ledger_path().display()
-        )));
-    }
-    Ok(())
 }
 
 /// Runs a prepared plan to its end, printing events unless `--json`.
@@ -655,10 +681,7 @@ pub(crate) fn execute(
         )
     };
     reprise_agents::supervise::reap_adopted();
-    ran.map_err(|err| CliError {
-        message: err.to_string(),
-        code: crate::error::EXIT_FAILED,
-    })
+    ran.map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))
 }
 
 /// The signal that stopped the run (SIGINT, SIGTERM or SIGHUP), 0 if none.
@@ -705,10 +728,7 @@ pub(crate) fn landlock_available() -> bool {
 /// tests turn the parent-death signal off (`REPRISE_TEST_NO_PARENT_DEATH=1`)
 /// to show the records alone clean up.
 fn supervisor(settings: &Settings) -> Result<Supervisor, CliError> {
-    let program = supervisor_program().map_err(|message| CliError {
-        message,
-        code: crate::error::EXIT_FAILED,
-    })?;
+    let program = supervisor_program().map_err(CliError::failed)?;
     Ok(Supervisor {
         program,
         key_path: settings.key_path().ok().map(Path::to_path_buf),
@@ -737,20 +757,8 @@ fn supervisor_program() -> Result<PathBuf, String> {
 /// Refuses, before anything is written, a plan with a task that requires
 /// containment on a kernel without Landlock.
 fn check_containment(plan: &Plan) -> Result<(), CliError> {
-    let Some(task) = plan
-        .tasks()
-        .iter()
-        .find(|task| task.containment == Containment::Required)
-    else {
-        return Ok(());
-    };
-    if landlock_available() {
-        return Ok(());
-    }
-    Err(CliError::usage(format!(
-        "task {} has containment: required but this kernel has no Landlock; run it on a kernel with Landlock, or set containment: strict to run uncontained with a warning",
-        task.id
-    )))
+    reprise_engine::preflight::check_containment(plan, landlock_available())
+        .map_err(preflight_error)
 }
 
 /// `{"run_id","ok","tasks":[{"task_id","state","attempts":[{"n","mode","session_id","outcome","judged"}]}]}`
@@ -853,7 +861,16 @@ pub(crate) fn summary_priced(
         run_verdict(run),
         count(run.tasks.len() as u64, "task"),
     );
-    // Parked tasks first, with what wakes each.
+    waiting_lines(run, &mut text);
+    task_table(run, priced, &mut text);
+    let results = result_lines(run, &mut text);
+    next_lines(run, continue_with, results, &mut text);
+    text
+}
+
+/// The tasks that wait: parked ones first, with what wakes each, then
+/// blocked ones, which need a person.
+fn waiting_lines(run: &RunState, text: &mut String) {
     for task in run
         .tasks
         .iter()
@@ -887,6 +904,11 @@ pub(crate) fn summary_priced(
             task.reason.as_deref().unwrap_or("")
         );
     }
+}
+
+/// One row per task: its result, its attempts' modes, time and spend; then
+/// what each task's last retry was predicted to cost in every mode.
+fn task_table(run: &RunState, priced: Option<&Priced<'_>>, text: &mut String) {
     // One row per task: its result, its attempts' modes, time and spend.
     let _ = writeln!(
         text,
@@ -914,7 +936,7 @@ pub(crate) fn summary_priced(
             } else {
                 modes.join(", ")
             },
-            crate::commands::progress::seconds(ms).trim_start(),
+            crate::output::seconds(ms).trim_start(),
             match priced {
                 Some(priced) => cost_text(priced.task_micro_usd(task.task_id.as_str())),
                 None => spend_text(task.spend()),
@@ -928,6 +950,11 @@ pub(crate) fn summary_priced(
             let _ = writeln!(text, "  {:<20} {line}", task.task_id.as_str());
         }
     }
+}
+
+/// Each task's result: its branch and files changed, no changes, or its
+/// state. Returns how many tasks left a result branch.
+fn result_lines(run: &RunState, text: &mut String) -> usize {
     let mut results = 0;
     for task in &run.tasks {
         match (&task.output, task.state) {
@@ -962,6 +989,12 @@ pub(crate) fn summary_priced(
             }
         }
     }
+    results
+}
+
+/// What to do next: see and apply the results, and the commands for the
+/// task that needs looking at.
+fn next_lines(run: &RunState, continue_with: &str, results: usize, text: &mut String) {
     // The hint names the task that needs looking at: the first blocked or
     // failed one, else the first.
     let failed = run.tasks.iter().find(|task| {
@@ -1001,5 +1034,4 @@ pub(crate) fn summary_priced(
             "next: `reprise status`, `reprise journal verify {first}`, `reprise lineage show {first}`"
         );
     }
-    text
 }

@@ -4,18 +4,29 @@
 
 use serde_json::json;
 
-use crate::cli;
 use crate::error::CliError;
 use crate::output::Outcome;
 
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for.
+    shell: clap_complete::Shell,
+}
+
+impl CompletionsArgs {
+    pub(crate) fn run(self, app: fn() -> clap::Command) -> Outcome {
+        completions(self.shell, app)
+    }
+}
+
 /// The completion script for `shell`, on stdout.
-pub(crate) fn completions(shell: clap_complete::Shell) -> Outcome {
-    let mut command = cli::command();
+fn completions(shell: clap_complete::Shell, app: fn() -> clap::Command) -> Outcome {
+    let mut command = app();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "reprise", &mut script);
     let script = String::from_utf8_lossy(&script).into_owned();
     Outcome {
-        code: None,
+        exit: None,
         json: json!({"shell": shell.to_string(), "script": script}),
         text: script,
         ok: true,
@@ -24,14 +35,14 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Outcome {
 
 /// The manual page `reprise.1` (roff): name, synopsis, options, the
 /// commands, and the help's examples, environment and exit codes.
-pub(crate) fn man() -> Result<Outcome, CliError> {
+pub(crate) fn man(app: fn() -> clap::Command) -> Result<Outcome, CliError> {
     let mut page = Vec::new();
-    clap_mangen::Man::new(cli::command())
+    clap_mangen::Man::new(app())
         .render(&mut page)
         .map_err(|err| CliError::usage(format!("cannot render the manual page: {err}")))?;
-    let page = with_own_commands(&String::from_utf8_lossy(&page));
+    let page = with_own_commands(&String::from_utf8_lossy(&page), &app());
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"man": page}),
         text: page,
         ok: true,
@@ -42,7 +53,7 @@ pub(crate) fn man() -> Result<Outcome, CliError> {
 /// subcommand (`reprise-init(1)`, ...) that nothing installs, replaced by a
 /// COMMANDS section that lists every command, nested ones too, by the words
 /// a user types, with what it does.
-fn with_own_commands(page: &str) -> String {
+fn with_own_commands(page: &str, app: &clap::Command) -> String {
     let Some(start) = page.find(".SH SUBCOMMANDS\n") else {
         return page.to_owned();
     };
@@ -51,7 +62,7 @@ fn with_own_commands(page: &str) -> String {
         .map_or(page.len(), |offset| start + 1 + offset + 1);
     let mut section = roff::Roff::new();
     section.control("SH", ["COMMANDS"]);
-    list_commands(&mut section, &cli::command(), "reprise");
+    list_commands(&mut section, app, "reprise");
     section.control("PP", []);
     section.text([roff::roman(
         "Run reprise COMMAND --help for a command's arguments, options and examples.",

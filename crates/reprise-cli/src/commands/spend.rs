@@ -8,7 +8,7 @@
 use reprise_core::plan::Spend;
 use serde_json::{Map, Value, json};
 
-use crate::commands::status::money;
+use crate::output::money;
 
 /// `$0.06`, `$0.06 + 2 unknown`, or `unknown` when no part is known.
 pub(crate) fn spend_text(spend: Spend) -> String {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::lifecycle::TaskState;
-use reprise_core::plan::{Spend, format_micro_usd};
+use reprise_core::plan::Spend;
 use reprise_core::verify::Identity;
 use reprise_engine::{AttemptSummary, RunState, TaskRecord, latest_run, load_run};
 use reprise_store::audit::{AuditSummary, read_audit};
@@ -18,15 +18,23 @@ use crate::commands::resolve::{latest_run_of, task_key};
 use crate::commands::run::run_json;
 use crate::commands::spend::{insert_spend, spend_text, with_spend};
 use crate::error::CliError;
-use crate::output::Outcome;
+use crate::output::{Outcome, money};
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct StatusArgs {
+    /// A run id (`R-...`; default: the latest run).
+    run: Option<String>,
+}
+
+impl StatusArgs {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        status(settings, self.run.as_deref())
+    }
+}
 
 fn engine_error(err: reprise_engine::EngineError) -> CliError {
     CliError::usage(err.to_string())
-}
-
-pub(crate) fn money(micro_usd: u64) -> String {
-    format!("${}", format_micro_usd(micro_usd))
 }
 
 /// One attempt, as the live output and `status` show it.
@@ -322,131 +330,25 @@ fn ledger_lines(checked: &Checked, text: &mut String) {
     missing_journal_lines(checked, text);
 }
 
-pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
+fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, CliError> {
     let mut run = load(settings, run)?;
     let checked = checked(settings)?;
     let state = settings.state()?;
     let liveness = reprise_engine::liveness(&state, &run);
     let unfinished = caught_up(&state, &mut run, liveness);
     let priced = crate::commands::rehearse::priced(&state, &run)?;
-    let take_up = crate::commands::run::continue_command(&state, &run.run_id);
-    let mut text = format!(
-        "run {} ({}): {}\n",
-        run.run_id,
-        run.plan_name,
-        match (run.ok, liveness) {
-            (_, reprise_engine::Liveness::Live { pid }) => format!("running (live, pid {pid})"),
-            (_, reprise_engine::Liveness::Parked) => format!(
-                "PARKED: tasks wait for a resume, an approval or a time; `reprise task list-suspended` lists them, `{take_up}` takes the run up"
-            ),
-            (_, reprise_engine::Liveness::Cancelled) => format!(
-                "cancelled: a stop signal ended it before its tasks did; `{take_up}` takes them up where they stopped"
-            ),
-            (Some(true), _) => "ok".to_owned(),
-            (Some(false), _) => "FAILED".to_owned(),
-            (None, _) => format!(
-                "INTERRUPTED: it stopped before it finished and no process drives it; \
-                 `{take_up}` takes it up where it stopped"
-            ),
-        }
-    );
-    // Where each unfinished task was, as its journal reads back.
-    let mut lifecycles = serde_json::Map::new();
-    let mut elapsed_of = serde_json::Map::new();
-    let mut disagreements = Vec::new();
-    let mut lagging = Vec::new();
-    let live = matches!(liveness, reprise_engine::Liveness::Live { .. });
-    let mut current_states = Vec::new();
+    let mut text = status_headline(&state, &run, liveness);
+    let mut shown = ShownTasks::default();
     for task in &run.tasks {
-        let ledger = ledger_state(&checked, &run, task);
-        // A live run's snapshot may lag its ledger by a moment: the ledger
-        // says where each task is, and the snapshot what a task waits for.
-        let waiting = task.waiting.as_ref().filter(|_| {
-            live && matches!(ledger.unwrap_or(task.state.as_str()), "queued" | "running")
-        });
-        current_states.push(match (waiting, ledger) {
-            (Some(waiting), _) => json!({"state": "waiting", "waiting": waiting}),
-            (None, Some(ledger)) => json!({"state": ledger, "waiting": null}),
-            (None, None) => json!({"state": task.state, "waiting": null}),
-        });
-        let shown = match ledger {
-            _ if waiting.is_some() => {
-                format!(
-                    "waiting for {}",
-                    waiting.map_or("", |waiting| &waiting.detail)
-                )
-            }
-            Some(ledger) if live && only_lagging(&run, task.state.as_str(), ledger) => {
-                ledger.to_owned()
-            }
-            Some(ledger) if only_lagging(&run, task.state.as_str(), ledger) => {
-                lagging.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
-                format!(
-                    "{ledger} (state.json still says {}: the run stopped before its last snapshot)",
-                    task.state.as_str()
-                )
-            }
-            Some(ledger) => {
-                disagreements.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
-                format!(
-                    "{ledger} (state.json says {}, which disagrees with the ledger; the ledger wins)",
-                    task.state.as_str()
-                )
-            }
-            None => task.state.as_str().to_owned(),
-        };
-        let _ = writeln!(
-            text,
-            "  {}: {shown}{}",
-            task.task_id,
-            task.reason
-                .as_ref()
-                .map(|reason| format!(" ({reason})"))
-                .unwrap_or_default()
+        shown.task(
+            &state,
+            &run,
+            &checked,
+            liveness,
+            priced.as_ref(),
+            task,
+            &mut text,
         );
-        for attempt in &task.attempts {
-            let line = match &priced {
-                Some(priced) => rehearsed_attempt_line(attempt, priced, task.task_id.as_str()),
-                None => attempt_line(attempt),
-            };
-            let _ = writeln!(text, "    {line}");
-        }
-        if let Some(line) = crate::commands::run::retry_prediction(&task.metadata) {
-            let _ = writeln!(text, "    {line}");
-        }
-        if run.ok.is_none()
-            && waiting.is_none()
-            && !task.state.is_terminal()
-            && let Some(plan) = run.plan_id()
-            && let Some(progress) = reprise_engine::task_lifecycle(
-                &state,
-                &reprise_core::TaskKey::new(plan, task.task_id.clone()),
-                &run.run_id,
-            )
-        {
-            // How long its attempt has been going, while the run is live.
-            let elapsed = progress
-                .attempt_started_at
-                .as_deref()
-                .filter(|_| matches!(liveness, reprise_engine::Liveness::Live { .. }))
-                .and_then(|at| humantime::parse_rfc3339(at).ok())
-                .and_then(|at| std::time::SystemTime::now().duration_since(at).ok());
-            let for_how_long = elapsed
-                .map(|since| format!(", for {}s", since.as_secs()))
-                .unwrap_or_default();
-            let _ = writeln!(
-                text,
-                "    journal: {}{for_how_long}",
-                lifecycle_line(progress.state, liveness)
-            );
-            lifecycles.insert(task.task_id.as_str().to_owned(), json!(progress.state));
-            if let Some(since) = elapsed {
-                elapsed_of.insert(
-                    task.task_id.as_str().to_owned(),
-                    json!(since.as_millis() as u64),
-                );
-            }
-        }
     }
     let spend = run_spend(&run, &unfinished);
     match &priced {
@@ -468,26 +370,228 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         }
     }
     ledger_lines(&checked, &mut text);
+    let ok = checked.ok() && shown.disagreements.is_empty();
+    let json = status_json(
+        &run,
+        &checked,
+        &unfinished,
+        priced.as_ref(),
+        liveness,
+        shown,
+        ok,
+    );
+    Ok(Outcome {
+        json,
+        text,
+        ok,
+        exit: None,
+    })
+}
+
+/// The first line of `status`: the run, its plan, and where it stands.
+fn status_headline(
+    state: &reprise_store::state::StateDir,
+    run: &RunState,
+    liveness: reprise_engine::Liveness,
+) -> String {
+    let take_up = crate::commands::run::continue_command(state, &run.run_id);
+    format!(
+        "run {} ({}): {}\n",
+        run.run_id,
+        run.plan_name,
+        match (run.ok, liveness) {
+            (_, reprise_engine::Liveness::Live { pid }) => format!("running (live, pid {pid})"),
+            (_, reprise_engine::Liveness::Parked) => format!(
+                "PARKED: tasks wait for a resume, an approval or a time; `reprise task list-suspended` lists them, `{take_up}` takes the run up"
+            ),
+            (_, reprise_engine::Liveness::Cancelled) => format!(
+                "cancelled: a stop signal ended it before its tasks did; `{take_up}` takes them up where they stopped"
+            ),
+            (Some(true), _) => "ok".to_owned(),
+            (Some(false), _) => "FAILED".to_owned(),
+            (None, _) => format!(
+                "INTERRUPTED: it stopped before it finished and no process drives it; \
+                 `{take_up}` takes it up where it stopped"
+            ),
+        }
+    )
+}
+
+/// What `status` found about the run's tasks beyond their text lines: where
+/// each unfinished task's journal leaves it, and where the snapshot and the
+/// ledger differ.
+#[derive(Default)]
+struct ShownTasks {
+    lifecycles: serde_json::Map<String, Value>,
+    elapsed_of: serde_json::Map<String, Value>,
+    disagreements: Vec<Value>,
+    lagging: Vec<Value>,
+    current_states: Vec<Value>,
+}
+
+impl ShownTasks {
+    /// One task's lines of `status`, its current state noted.
+    #[allow(clippy::too_many_arguments)]
+    fn task(
+        &mut self,
+        state: &reprise_store::state::StateDir,
+        run: &RunState,
+        checked: &Checked,
+        liveness: reprise_engine::Liveness,
+        priced: Option<&crate::commands::rehearse::Priced<'_>>,
+        task: &TaskRecord,
+        text: &mut String,
+    ) {
+        let ledger = ledger_state(checked, run, task);
+        let live = matches!(liveness, reprise_engine::Liveness::Live { .. });
+        // A live run's snapshot may lag its ledger by a moment: the ledger
+        // says where each task is, and the snapshot what a task waits for.
+        let waiting = task.waiting.as_ref().filter(|_| {
+            live && matches!(ledger.unwrap_or(task.state.as_str()), "queued" | "running")
+        });
+        self.current_states.push(match (waiting, ledger) {
+            (Some(waiting), _) => json!({"state": "waiting", "waiting": waiting}),
+            (None, Some(ledger)) => json!({"state": ledger, "waiting": null}),
+            (None, None) => json!({"state": task.state, "waiting": null}),
+        });
+        let shown = self.shown_state(run, task, ledger, waiting, live);
+        let _ = writeln!(
+            text,
+            "  {}: {shown}{}",
+            task.task_id,
+            task.reason
+                .as_ref()
+                .map(|reason| format!(" ({reason})"))
+                .unwrap_or_default()
+        );
+        for attempt in &task.attempts {
+            let line = match priced {
+                Some(priced) => rehearsed_attempt_line(attempt, priced, task.task_id.as_str()),
+                None => attempt_line(attempt),
+            };
+            let _ = writeln!(text, "    {line}");
+        }
+        if let Some(line) = crate::commands::run::retry_prediction(&task.metadata) {
+            let _ = writeln!(text, "    {line}");
+        }
+        if run.ok.is_none() && waiting.is_none() && !task.state.is_terminal() {
+            self.journal_line(state, run, liveness, task, text);
+        }
+    }
+
+    /// A task's state as `status` shows it: the ledger's word where the
+    /// snapshot lags or disagrees, noted for the JSON.
+    fn shown_state(
+        &mut self,
+        run: &RunState,
+        task: &TaskRecord,
+        ledger: Option<&str>,
+        waiting: Option<&reprise_engine::Waiting>,
+        live: bool,
+    ) -> String {
+        match ledger {
+            _ if waiting.is_some() => {
+                format!(
+                    "waiting for {}",
+                    waiting.map_or("", |waiting| &waiting.detail)
+                )
+            }
+            Some(ledger) if live && only_lagging(run, task.state.as_str(), ledger) => {
+                ledger.to_owned()
+            }
+            Some(ledger) if only_lagging(run, task.state.as_str(), ledger) => {
+                self.lagging.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
+                format!(
+                    "{ledger} (state.json still says {}: the run stopped before its last snapshot)",
+                    task.state.as_str()
+                )
+            }
+            Some(ledger) => {
+                self.disagreements.push(json!({"task_id": task.task_id.as_str(), "state_json": task.state, "ledger": ledger}));
+                format!(
+                    "{ledger} (state.json says {}, which disagrees with the ledger; the ledger wins)",
+                    task.state.as_str()
+                )
+            }
+            None => task.state.as_str().to_owned(),
+        }
+    }
+
+    /// Where an unfinished task's journal leaves it, and for how long its
+    /// attempt has been going while the run is live.
+    fn journal_line(
+        &mut self,
+        state: &reprise_store::state::StateDir,
+        run: &RunState,
+        liveness: reprise_engine::Liveness,
+        task: &TaskRecord,
+        text: &mut String,
+    ) {
+        let Some(plan) = run.plan_id() else {
+            return;
+        };
+        let Some(progress) = reprise_engine::task_lifecycle(
+            state,
+            &reprise_core::TaskKey::new(plan, task.task_id.clone()),
+            &run.run_id,
+        ) else {
+            return;
+        };
+        let elapsed = progress
+            .attempt_started_at
+            .as_deref()
+            .filter(|_| matches!(liveness, reprise_engine::Liveness::Live { .. }))
+            .and_then(|at| humantime::parse_rfc3339(at).ok())
+            .and_then(|at| std::time::SystemTime::now().duration_since(at).ok());
+        let for_how_long = elapsed
+            .map(|since| format!(", for {}s", since.as_secs()))
+            .unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "    journal: {}{for_how_long}",
+            lifecycle_line(progress.state, liveness)
+        );
+        self.lifecycles
+            .insert(task.task_id.as_str().to_owned(), json!(progress.state));
+        if let Some(since) = elapsed {
+            self.elapsed_of.insert(
+                task.task_id.as_str().to_owned(),
+                json!(since.as_millis() as u64),
+            );
+        }
+    }
+}
+
+/// `status --json`: the run document with its spend, each task's current
+/// state, and the checks of the ledger and the audit chain.
+fn status_json(
+    run: &RunState,
+    checked: &Checked,
+    unfinished: &BTreeMap<TaskId, u32>,
+    priced: Option<&crate::commands::rehearse::Priced<'_>>,
+    liveness: reprise_engine::Liveness,
+    shown: ShownTasks,
+    ok: bool,
+) -> Value {
     let ledger = &checked.ledger;
     let ledger_ok = ledger.ok();
-    let ok = checked.ok() && disagreements.is_empty();
-    let mut json = run_json(&run);
+    let mut json = run_json(run);
     if let Some(object) = json.as_object_mut() {
-        insert_spend(object, spend);
+        insert_spend(object, run_spend(run, unfinished));
     }
     if let Some(tasks) = json["tasks"].as_array_mut() {
         for (task, record) in tasks.iter_mut().zip(&run.tasks) {
             if let Some(task) = task.as_object_mut() {
-                insert_spend(task, task_spend(record, &unfinished));
+                insert_spend(task, task_spend(record, unfinished));
             }
         }
     }
-    if let Some(priced) = &priced {
+    if let Some(priced) = priced {
         json = crate::commands::rehearse::nothing_spent(json);
         priced.annotate(&mut json);
     }
     if let Some(tasks) = json["tasks"].as_array_mut() {
-        for (task, current) in tasks.iter_mut().zip(current_states) {
+        for (task, current) in tasks.iter_mut().zip(shown.current_states) {
             task["state"] = current["state"].clone();
             task["waiting"] = current["waiting"].clone();
         }
@@ -502,23 +606,18 @@ pub(crate) fn status(settings: &Settings, run: Option<&str>) -> Result<Outcome, 
         None => json!({"ok": ledger_ok, "rows": 0, "identity": ledger.identity}),
     };
     json["audit"] = crate::commands::audit::audit_json(&checked.audit);
-    json["missing_journals"] = missing_journals_json(&checked);
-    json["state_disagrees"] = json!(disagreements);
-    json["state_lags"] = json!(lagging);
+    json["missing_journals"] = missing_journals_json(checked);
+    json["state_disagrees"] = json!(shown.disagreements);
+    json["state_lags"] = json!(shown.lagging);
     // A run that has not finished has no verdict yet.
     json["ok"] = match run.ok {
         Some(finished) => json!(ok && finished),
         None => Value::Null,
     };
     json["liveness"] = json!(liveness);
-    json["lifecycle"] = Value::Object(lifecycles);
-    json["attempt_elapsed_ms"] = Value::Object(elapsed_of);
-    Ok(Outcome {
-        json,
-        text,
-        ok,
-        code: None,
-    })
+    json["lifecycle"] = Value::Object(shown.lifecycles);
+    json["attempt_elapsed_ms"] = Value::Object(shown.elapsed_of);
+    json
 }
 
 /// Where a task's journal leaves it, in words.
@@ -636,7 +735,7 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         text.push_str("no runs yet: start one with `reprise run PLAN`\n");
     }
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"runs": rows}),
         text,
         ok: true,
@@ -684,11 +783,49 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
         })
         .collect();
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: json!({"run_id": run.run_id, "tasks": tasks}),
         text,
         ok: true,
     })
+}
+
+/// One line per checkpoint taken before an attempt: the agent, mode and
+/// model it ran with, and each dependency's state and commit.
+fn checkpoint_lines(checkpoints: &[Value], text: &mut String) {
+    for checkpoint in checkpoints {
+        let dependencies: Vec<String> = checkpoint["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|dependency| {
+                let commit = dependency["commit"].as_str().unwrap_or("-");
+                format!(
+                    "{} {} at {}",
+                    dependency["task"].as_str().unwrap_or("?"),
+                    dependency["state"].as_str().unwrap_or("?"),
+                    commit.get(..12).unwrap_or(commit)
+                )
+            })
+            .collect();
+        let context = &checkpoint["context"];
+        if context.is_null() {
+            continue;
+        }
+        let _ = writeln!(
+            text,
+            "  checkpoint before attempt {}: {} ({}, model {}), dependencies: {}",
+            checkpoint["attempt"],
+            context["agent"].as_str().unwrap_or("?"),
+            context["mode"].as_str().unwrap_or("?"),
+            context["model"].as_str().unwrap_or("default"),
+            if dependencies.is_empty() {
+                "none".to_owned()
+            } else {
+                dependencies.join(", ")
+            }
+        );
+    }
 }
 
 pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
@@ -751,41 +888,9 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         let _ = writeln!(text, "  {key}: {value}");
     }
     let checkpoints = reprise_engine::held_checkpoints(&state, &key, &run.run_id);
-    for checkpoint in &checkpoints {
-        let dependencies: Vec<String> = checkpoint["dependencies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|dependency| {
-                let commit = dependency["commit"].as_str().unwrap_or("-");
-                format!(
-                    "{} {} at {}",
-                    dependency["task"].as_str().unwrap_or("?"),
-                    dependency["state"].as_str().unwrap_or("?"),
-                    commit.get(..12).unwrap_or(commit)
-                )
-            })
-            .collect();
-        let context = &checkpoint["context"];
-        if context.is_null() {
-            continue;
-        }
-        let _ = writeln!(
-            text,
-            "  checkpoint before attempt {}: {} ({}, model {}), dependencies: {}",
-            checkpoint["attempt"],
-            context["agent"].as_str().unwrap_or("?"),
-            context["mode"].as_str().unwrap_or("?"),
-            context["model"].as_str().unwrap_or("default"),
-            if dependencies.is_empty() {
-                "none".to_owned()
-            } else {
-                dependencies.join(", ")
-            }
-        );
-    }
+    checkpoint_lines(&checkpoints, &mut text);
     Ok(Outcome {
-        code: None,
+        exit: None,
         json: with_spend(
             json!({
                 "plan": key.plan.as_str(),

@@ -14,11 +14,172 @@ use reprise_store::locks::task_holder;
 use reprise_store::suspension::{ParkCause, Wake};
 use serde_json::{Value, json};
 
-use crate::cli::ResumeMode;
+use crate::commands::PlanArg;
 use crate::commands::resolve::{latest_run_of, task_key};
 use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum TaskCommand {
+    /// List the tasks of the latest run.
+    #[command(after_help = help!("\
+  reprise task list"))]
+    List,
+    /// Show one task: state, attempts and its retry metadata.
+    #[command(after_help = help!("\
+  reprise task show add-greeting
+  reprise task show quickstart/add-greeting --json"))]
+    Show(TaskArgs),
+    /// Park a running task: stop its agent, snapshot and remove its
+    /// worktree, give back its seat and unspent budget, until a resume.
+    #[command(after_help = help!("\
+  reprise task suspend add-greeting
+  reprise task suspend add-greeting --until approval --reason \"check the schema first\"
+  reprise task suspend add-greeting --until 2026-12-01T18:00:00Z
+  reprise task suspend add-greeting --until 30m --json"))]
+    Suspend(SuspendArgs),
+    /// Resume a parked task: its worktree comes back from the park's
+    /// snapshot, and its agent continues its own session when nothing
+    /// changed (warm), else starts over (cold, recorded).
+    #[command(after_help = help!("\
+  reprise task resume add-greeting
+  reprise task resume add-greeting --mode cold --json"))]
+    Resume(ResumeArgs),
+    /// Halt a running task's agent at once, keeping its worktree, seat and
+    /// budget (a moment's steering); past --upgrade-after it becomes a park.
+    #[command(after_help = help!("\
+  reprise task pause add-greeting
+  reprise task pause add-greeting --upgrade-after 10m"))]
+    Pause(PauseArgs),
+    /// Let a paused task go on: its agent continues its own session when
+    /// nothing changed, else starts over (cold, recorded).
+    #[command(after_help = help!("\
+  reprise task unpause add-greeting"))]
+    Unpause(TaskArgs),
+    /// List every task whose latest park is not settled: what wakes it,
+    /// how long it has waited, its parked workspace, what it freed.
+    #[command(after_help = help!("\
+  reprise task list-suspended
+  reprise task list-suspended --json"))]
+    ListSuspended,
+}
+
+impl TaskCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::List => crate::commands::status::list(settings),
+            Self::Show(args) => crate::commands::status::show(&args.settings(settings), &args.task),
+            Self::Suspend(args) => args.run(settings),
+            Self::Resume(args) => args.run(settings),
+            Self::Pause(args) => args.run(settings),
+            Self::Unpause(args) => unpause(&args.settings(settings), &args.task),
+            Self::ListSuspended => crate::commands::suspended::list(settings),
+        }
+    }
+}
+
+// A task, named alone or with its plan: the arguments of every command
+// about one task that takes nothing more. (A plain comment: a doc comment
+// here would be a candidate for those commands' own help.)
+#[derive(Debug, clap::Args)]
+pub(crate) struct TaskArgs {
+    /// The task (or PLAN/TASK).
+    pub(crate) task: String,
+    #[command(flatten)]
+    pub(crate) plan: PlanArg,
+}
+
+impl TaskArgs {
+    /// The settings with `--plan` as the task's plan.
+    pub(crate) fn settings(&self, settings: &Settings) -> Settings {
+        settings.with_plan(self.plan.name.clone())
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SuspendArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    #[command(flatten)]
+    plan: PlanArg,
+    /// What wakes it: `approval` (`reprise approve` first), a time
+    /// (RFC 3339) or a duration from now (`30m`); default: a resume.
+    #[arg(long, value_name = "approval|TIME")]
+    until: Option<String>,
+    /// Why, for the record and `reprise task list-suspended`.
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+}
+
+impl SuspendArgs {
+    fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        suspend(
+            &settings.with_plan(self.plan.name),
+            &self.task,
+            self.until.as_deref(),
+            self.reason,
+        )
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ResumeArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    #[command(flatten)]
+    plan: PlanArg,
+    /// The mode to ask for (default: the task's retry policy); a
+    /// drifted workspace still goes cold.
+    #[arg(long, value_enum)]
+    mode: Option<ResumeMode>,
+    /// The park's receipt (from `task suspend --json`): refused unless
+    /// it binds the task's latest park.
+    #[arg(long, value_name = "HEX")]
+    receipt: Option<String>,
+}
+
+impl ResumeArgs {
+    fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        resume(
+            &settings.with_plan(self.plan.name),
+            &self.task,
+            self.mode,
+            self.receipt.as_deref(),
+        )
+    }
+}
+
+/// A resume's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ResumeMode {
+    Warm,
+    Fork,
+    Cold,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PauseArgs {
+    /// The task (or PLAN/TASK).
+    task: String,
+    #[command(flatten)]
+    plan: PlanArg,
+    /// Park the task (releasing everything) if it is still paused after
+    /// this long (`30s`, `10m`); default: the task's
+    /// `pause_upgrade_after` plan key, else never.
+    #[arg(long, value_name = "DURATION")]
+    upgrade_after: Option<String>,
+}
+
+impl PauseArgs {
+    fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        pause(
+            &settings.with_plan(self.plan.name),
+            &self.task,
+            self.upgrade_after.as_deref(),
+        )
+    }
+}
 
 /// What `--until` says: `approval`, an RFC 3339 time, or a duration from now.
 pub(crate) fn parse_until(until: Option<&str>) -> Result<Wake, CliError> {
@@ -49,7 +210,7 @@ pub(crate) fn parse_until(until: Option<&str>) -> Result<Wake, CliError> {
     })
 }
 
-pub(crate) fn suspend(
+fn suspend(
     settings: &Settings,
     task: &str,
     until: Option<&str>,
@@ -85,7 +246,7 @@ pub(crate) fn suspend(
         }
     };
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: parked_text(&task, &parked),
         json: parked,
         ok: true,
@@ -127,7 +288,7 @@ fn parked_text(task: &TaskKey, parked: &Value) -> String {
             "seat" => "its seat is free".to_owned(),
             "budget" => format!(
                 "{} returned to the run's budget",
-                crate::commands::status::money(detail["returned_micro_usd"].as_u64().unwrap_or(0))
+                crate::output::money(detail["returned_micro_usd"].as_u64().unwrap_or(0))
             ),
             other => other.to_owned(),
         };
@@ -154,7 +315,7 @@ fn parked_text(task: &TaskKey, parked: &Value) -> String {
     text
 }
 
-pub(crate) fn resume(
+fn resume(
     settings: &Settings,
     task: &str,
     mode: Option<ResumeMode>,
@@ -189,7 +350,7 @@ pub(crate) fn resume(
             },
         )?;
         return Ok(Outcome {
-            code: None,
+            exit: None,
             text: format!(
                 "resumed {task} in live run {}: it runs again when a seat is free\n",
                 holder.run_id
@@ -259,7 +420,7 @@ fn ask_holder(
     Ok(answer)
 }
 
-pub(crate) fn pause(
+fn pause(
     settings: &Settings,
     task: &str,
     upgrade_after: Option<&str>,
@@ -287,7 +448,7 @@ pub(crate) fn pause(
         "paused",
     )?;
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: format!(
             "paused {task} (its worktree, seat and budget kept); go on: reprise task unpause {}\n",
             task.task
@@ -297,7 +458,7 @@ pub(crate) fn pause(
     })
 }
 
-pub(crate) fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let task = task_key(settings, &state, task)?;
     let answer = ask_live(
@@ -309,7 +470,7 @@ pub(crate) fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliErr
         "unpaused",
     )?;
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: format!(
             "unpaused {task}: attempt continues {}\n",
             answer["mode"].as_str().unwrap_or("")

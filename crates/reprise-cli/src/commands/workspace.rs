@@ -1,6 +1,6 @@
 //! `reprise workspace hash [DIR]`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use reprise_store::state::StateDir;
 use reprise_store::workspace::{hash_workspace, hash_workspace_cached};
@@ -10,7 +10,36 @@ use crate::error::CliError;
 use crate::output::Outcome;
 use crate::settings::Settings;
 
-pub(crate) fn hash(
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum WorkspaceCommand {
+    /// Hash every file not ignored by the tree's .gitignore rules.
+    #[command(after_help = help!("\
+  reprise workspace hash
+  reprise workspace hash path/to/tree --no-cache"))]
+    Hash(HashArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HashArgs {
+    /// The tree to hash (default: the current directory).
+    dir: Option<PathBuf>,
+    /// Walker threads (default: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Re-read every file instead of trusting the stat cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl WorkspaceCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Hash(args) => hash(settings, args.dir.as_deref(), args.threads, args.no_cache),
+        }
+    }
+}
+
+fn hash(
     settings: &Settings,
     dir: Option<&Path>,
     threads: usize,
@@ -33,7 +62,7 @@ pub(crate) fn hash(
     };
     let hash = hashed.hash.to_hex();
     Ok(Outcome {
-        code: None,
+        exit: None,
         text: format!(
             "{hash}  ({}, {})\n",
             crate::output::count(hashed.files, "file"),
