@@ -1,7 +1,7 @@
 //! The name of every chain row kind, each spelled once (issue 28): the
 //! table below is the only place a kind's name is written; writers and
 //! readers name kinds through `Kind`, and the typed bodies of the kinds are
-//! in `crate::rows`. This module depends on nothing else in the crate, so
+//! in the `rows` module. This module depends on nothing else in the crate, so
 //! every module may name kinds without a dependency circle.
 
 use std::fmt;
