@@ -1810,3 +1810,7 @@ fn a_state_dir_that_names_a_file_is_bad_input() {
     let output = env.run_env(&["status"], &[("REPRISE_STATE_DIR", &file)]);
     assert_one_line_error(&output, 2, "is not a directory");
 }
+
+// A state directory an earlier reprise wrote, read by today's.
+#[path = "cli/fixture_state.rs"]
+mod fixture_state;

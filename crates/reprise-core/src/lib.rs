@@ -22,6 +22,8 @@ pub mod recovery;
 pub mod reset;
 pub mod retry;
 pub mod retry_cost;
+pub mod row_kind;
+pub mod rows;
 mod scan;
 pub mod suspension;
 pub mod verify;

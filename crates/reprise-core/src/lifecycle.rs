@@ -617,36 +617,38 @@ pub fn closing_left(
     }
 }
 
-/// Journal row kinds the lifecycle reads back.
+/// Journal row kinds the lifecycle reads back (named in `crate::row_kind`).
 pub mod rows {
-    pub const TASK_STARTED: &str = "task.started";
-    pub const CHECKPOINT_TAKEN: &str = "checkpoint.taken";
-    pub const ATTEMPT_STARTED: &str = "attempt.started";
+    use crate::row_kind::Kind;
+
+    pub const TASK_STARTED: &str = Kind::TaskStarted.as_str();
+    pub const CHECKPOINT_TAKEN: &str = Kind::CheckpointTaken.as_str();
+    pub const ATTEMPT_STARTED: &str = Kind::AttemptStarted.as_str();
     /// The row written when the agent ends: its session and workspace hash.
-    pub const AGENT_ENDED: &str = "task.checkpoint";
-    pub const ATTEMPT_FINISHED: &str = "attempt.finished";
-    pub const DIAGNOSIS: &str = "recovery.diagnosis";
-    pub const BUDGET: &str = "retry.budget";
-    pub const RESTORED: &str = "checkpoint.restored";
-    pub const DECISION: &str = "retry.decision";
-    pub const RESULT: &str = "task.result";
+    pub const AGENT_ENDED: &str = Kind::TaskCheckpoint.as_str();
+    pub const ATTEMPT_FINISHED: &str = Kind::AttemptFinished.as_str();
+    pub const DIAGNOSIS: &str = Kind::RecoveryDiagnosis.as_str();
+    pub const BUDGET: &str = Kind::RetryBudget.as_str();
+    pub const RESTORED: &str = Kind::CheckpointRestored.as_str();
+    pub const DECISION: &str = Kind::RetryDecision.as_str();
+    pub const RESULT: &str = Kind::TaskResult.as_str();
     /// An attempt kept as partial, with its gaps.
-    pub const PARTIAL: &str = "task.partial";
+    pub const PARTIAL: &str = Kind::TaskPartial.as_str();
     /// The journal's torn last line, cut off while the task ran: the
     /// verification failure, logged.
-    pub const TAIL_REPAIRED: &str = "journal.tail_repaired";
-    pub const TASK_FINISHED: &str = "task.finished";
+    pub const TAIL_REPAIRED: &str = Kind::JournalTailRepaired.as_str();
+    pub const TASK_FINISHED: &str = Kind::TaskFinished.as_str();
     /// A park (the `task.suspend` journal row).
-    pub const SUSPEND: &str = "task.suspend";
+    pub const SUSPEND: &str = Kind::TaskSuspend.as_str();
     /// A park's resume (`task.resume`), with the policy it continues under.
-    pub const RESUME: &str = "task.resume";
+    pub const RESUME: &str = Kind::TaskResume.as_str();
     /// A `run --continue` taking over an interrupted task, with the policy
     /// it continues under.
-    pub const CONTINUED: &str = "task.continued";
+    pub const CONTINUED: &str = Kind::TaskContinued.as_str();
     /// A steering pause (`task pause`), and its end, with the policy the
     /// task continues under.
-    pub const PAUSE: &str = "task.pause";
-    pub const UNPAUSE: &str = "task.unpause";
+    pub const PAUSE: &str = Kind::TaskPause.as_str();
+    pub const UNPAUSE: &str = Kind::TaskUnpause.as_str();
 }
 
 /// The state a task's journal rows (from its latest `task.started`) leave

@@ -18,7 +18,7 @@ use crate::digest::{
 };
 
 /// Audit row kind that seals a task journal's head.
-pub const SEAL_KIND: &str = "journal.seal";
+pub const SEAL_KIND: &str = crate::row_kind::Kind::JournalSeal.as_str();
 
 /// The last row of a chain: its sequence number and digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

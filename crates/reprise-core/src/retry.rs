@@ -347,27 +347,6 @@ impl DecisionRecord {
         decision_hash(&self.to_value())
     }
 
-    /// The body of the `retry.checkpoint_decision` audit row, binding the
-    /// decision to the journal and spine rows that recorded it.
-    pub fn audit_body(
-        &self,
-        journal_event_hash: Digest,
-        spine_entry_hash: Digest,
-    ) -> Result<Value, EncodeError> {
-        Ok(json!({
-            "task_id": self.task_id.as_str(),
-            "retry_mode": self.retry_mode,
-            "requested_mode": self.requested_mode,
-            "capability": self.capability,
-            "checkpoint_event_hash": self.checkpoint_event_hash,
-            "workspace_match": self.workspace_match,
-            "downgrade_reason": self.downgrade_reason,
-            "decision_hash": self.hash()?,
-            "journal_event_hash": journal_event_hash,
-            "spine_entry_hash": spine_entry_hash,
-        }))
-    }
-
     /// The `retry_*` metadata stamped on the retried task.
     pub fn metadata(
         &self,

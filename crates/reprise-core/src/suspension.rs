@@ -25,9 +25,9 @@ use crate::digest::Digest;
 use crate::verify::Identity;
 
 /// Journal row kind of a park's intent (the store's `suspension::SUSPEND_KIND`).
-pub const SUSPEND_KIND: &str = "task.suspend";
+pub const SUSPEND_KIND: &str = crate::row_kind::Kind::TaskSuspend.as_str();
 /// Journal row kind of a park's resume (the store's `suspension::RESUME_KIND`).
-pub const RESUME_KIND: &str = "task.resume";
+pub const RESUME_KIND: &str = crate::row_kind::Kind::TaskResume.as_str();
 
 /// One journal row, as the verified prefix of the journal holds it.
 #[derive(Debug, Clone, PartialEq)]

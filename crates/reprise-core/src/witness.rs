@@ -23,14 +23,14 @@ use crate::digest::{AuditKey, Digest, WITNESS_TAG, tagged_hmac};
 use crate::record::Head;
 
 /// Audit row kind that opens every chain, binding the state directory's id.
-pub const STATE_INIT_KIND: &str = "state.init";
+pub const STATE_INIT_KIND: &str = crate::row_kind::Kind::StateInit.as_str();
 /// Audit row kind of a witness adopted for a chain that had none (a state
 /// directory made before witnesses, or moved): it carries the state id when
 /// the chain's first row has none, and marks where the witness starts
 /// vouching.
-pub const STATE_ADOPT_KIND: &str = "state.adopt";
+pub const STATE_ADOPT_KIND: &str = crate::row_kind::Kind::StateAdopt.as_str();
 /// Audit row kind that seals the ledger's head.
-pub const LEDGER_SEAL_KIND: &str = "ledger.seal";
+pub const LEDGER_SEAL_KIND: &str = crate::row_kind::Kind::LedgerSeal.as_str();
 /// Version of the witness file format.
 pub const WITNESS_VERSION: u64 = 1;
 

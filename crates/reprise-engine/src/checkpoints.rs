@@ -13,18 +13,22 @@ use std::path::{Path, PathBuf};
 use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
 use reprise_core::plan::Task;
+use reprise_core::rows::{
+    AttemptContext, CheckpointRestored, CheckpointTaken, DependencyState, Kind, RestoredBinding,
+    SkippedFile,
+};
 use reprise_store::audit::AuditLog;
 use reprise_store::journal::Journal;
 use reprise_store::snapshot::{Checkpoint, SnapshotError, SnapshotStore};
 use reprise_store::state::{StateDir, now_rfc3339};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 
 /// Journal row kind of a checkpoint taken.
-pub const TAKEN_KIND: &str = "checkpoint.taken";
+pub const TAKEN_KIND: &str = Kind::CheckpointTaken.as_str();
 /// Journal and audit row kind of a rollback.
-pub const RESTORED_KIND: &str = "checkpoint.restored";
+pub const RESTORED_KIND: &str = Kind::CheckpointRestored.as_str();
 /// The label of the checkpoint that keeps the tree a task's last attempt
 /// left when the task ends without passing.
 pub const FAILED_TREE_LABEL: &str = "failed tree";
@@ -163,27 +167,46 @@ fn record(
     reused: bool,
     held: Option<&serde_json::Value>,
 ) -> Result<()> {
-    let mut body = json!({
-        "run_id": run_id,
-        "attempt": attempt,
-        "label": label,
-        "checkpoint": checkpoint.id,
-        "tree": checkpoint.tree,
-        "files": checkpoint.manifest.files,
-        "bytes": checkpoint.manifest.bytes,
-        "skipped": checkpoint.manifest.skipped.iter().map(|(path, size)| json!({"path": path, "bytes": size})).collect::<Vec<_>>(),
-        "workspace_hash": workspace_hash,
-    });
-    if reused {
-        body["reused"] = json!(true);
-    }
-    if let Some(serde_json::Value::Object(held)) = held {
-        for (name, value) in held {
-            body[name] = value.clone();
-        }
-    }
-    journal.append(TAKEN_KIND, &now_rfc3339(), &body)?;
+    let held: Held = match held {
+        Some(held) => serde_json::from_value(held.clone()).map_err(|err| {
+            EngineError::Checkpoint(format!("what an attempt runs with does not record: {err}"))
+        })?,
+        None => Held::default(),
+    };
+    let body = CheckpointTaken {
+        run_id: run_id.to_owned(),
+        attempt,
+        label: label.to_owned(),
+        checkpoint: checkpoint.id.clone(),
+        tree: checkpoint.tree.clone(),
+        files: checkpoint.manifest.files,
+        bytes: checkpoint.manifest.bytes,
+        skipped: Some(
+            checkpoint
+                .manifest
+                .skipped
+                .iter()
+                .map(|(path, bytes)| SkippedFile {
+                    path: path.clone(),
+                    bytes: *bytes,
+                })
+                .collect(),
+        ),
+        workspace_hash,
+        reused,
+        context: held.context,
+        dependencies: held.dependencies,
+    };
+    journal.append_row(&now_rfc3339(), &body)?;
     Ok(())
+}
+
+/// What a checkpoint before an attempt holds besides the files (see
+/// `Executor::held`).
+#[derive(Default, Deserialize)]
+struct Held {
+    context: Option<AttemptContext>,
+    dependencies: Option<Vec<DependencyState>>,
 }
 
 /// What a rollback left: the workspace hash after it, and whether it is the
@@ -218,29 +241,32 @@ pub fn restore(
     store.restore(checkpoint)?;
     let workspace_hash = hash_now()?;
     let matches = expected.is_none_or(|expected| expected == workspace_hash);
-    let head = journal.append(
-        RESTORED_KIND,
+    let head = journal.append_row(
         &now_rfc3339(),
-        &json!({
-            "run_id": run_id,
-            "checkpoint": checkpoint.id,
-            "reason": reason,
-            "workspace_hash": workspace_hash,
-            "matches_checkpoint": matches,
-            "not_restored": checkpoint.manifest.skipped.iter().map(|(path, _)| path).collect::<Vec<_>>(),
-        }),
+        &CheckpointRestored {
+            run_id: run_id.to_owned(),
+            checkpoint: checkpoint.id.clone(),
+            reason: reason.to_owned(),
+            workspace_hash,
+            matches_checkpoint: matches,
+            not_restored: checkpoint
+                .manifest
+                .skipped
+                .iter()
+                .map(|(path, _)| path.clone())
+                .collect(),
+        },
     )?;
-    audit.append(
-        RESTORED_KIND,
+    audit.append_row(
         &now_rfc3339(),
-        &json!({
-            "plan": key.plan.as_str(),
-            "task_id": key.task.as_str(),
-            "checkpoint": checkpoint.id,
-            "journal_seq": head.seq,
-            "journal_hash": head.digest,
-            "workspace_hash": workspace_hash,
-        }),
+        &RestoredBinding {
+            plan: key.plan.clone(),
+            task_id: key.task.clone(),
+            checkpoint: checkpoint.id.clone(),
+            journal_seq: head.seq,
+            journal_hash: head.digest,
+            workspace_hash,
+        },
     )?;
     Ok(Restored {
         workspace_hash,
@@ -265,14 +291,27 @@ pub fn held_checkpoints(state: &StateDir, key: &TaskKey, run_id: &str) -> Vec<se
         })
         .map(|row| {
             let field = |name: &str| row.body.get(name).cloned().unwrap_or_default();
-            json!({
-                "seq": row.seq,
-                "attempt": field("attempt"),
-                "checkpoint": field("checkpoint"),
-                "workspace_hash": field("workspace_hash"),
-                "context": field("context"),
-                "dependencies": field("dependencies"),
+            serde_json::to_value(HeldCheckpoint {
+                seq: row.seq,
+                attempt: field("attempt"),
+                checkpoint: field("checkpoint"),
+                workspace_hash: field("workspace_hash"),
+                context: field("context"),
+                dependencies: field("dependencies"),
             })
+            .expect("a checkpoint's fields serialise")
         })
         .collect()
+}
+
+/// One checkpoint before an attempt, as `held_checkpoints` lists it: the
+/// row's members as they were recorded (`null` where a row has none).
+#[derive(Serialize)]
+struct HeldCheckpoint {
+    seq: u64,
+    attempt: serde_json::Value,
+    checkpoint: serde_json::Value,
+    workspace_hash: serde_json::Value,
+    context: serde_json::Value,
+    dependencies: serde_json::Value,
 }

@@ -31,7 +31,7 @@ use reprise_agents::Lineage;
 use reprise_core::TaskId;
 use reprise_store::suspension::{ParkCause, Requester, Wake};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::events::{Event, Message};
 use crate::park::ParkRequest;
@@ -270,7 +270,7 @@ fn answer(
                     message: format!("control socket: {}", refusal.message()),
                 }));
             }
-            json!({"ok": false, "error": refusal.message()})
+            refusal_reply(refusal.message())
         }
     };
     writeln!(writer, "{reply}")?;
@@ -309,13 +309,30 @@ fn forward(
                 .and_then(|()| answer.recv_timeout(ANSWER_WITHIN).ok())
             {
                 Some(value) => value,
-                None => json!({"ok": false, "error": "the run did not answer (it may be ending)"}),
+                None => refusal_reply("the run did not answer (it may be ending)"),
             }
         }
-        Ok(envelope) => json!({"ok": false, "error": format!(
-            "control request version {} is not {CONTROL_VERSION}; use the reprise that started the run", envelope.v)}),
-        Err(err) => json!({"ok": false, "error": format!("not a control request: {err}")}),
+        Ok(envelope) => refusal_reply(format!(
+            "control request version {} is not {CONTROL_VERSION}; use the reprise that started the run",
+            envelope.v
+        )),
+        Err(err) => refusal_reply(format!("not a control request: {err}")),
     })
+}
+
+/// A request's refusal: `{"ok": false, "error": ...}`.
+#[derive(Serialize)]
+struct Refused {
+    ok: bool,
+    error: String,
+}
+
+fn refusal_reply(error: impl Into<String>) -> Value {
+    serde_json::to_value(Refused {
+        ok: false,
+        error: error.into(),
+    })
+    .expect("a refusal serialises")
 }
 
 /// Sends one request to a live run and returns its answer.
@@ -324,7 +341,7 @@ pub fn ask(socket: &Path, op: &ControlOp) -> std::io::Result<Value> {
     stream.set_read_timeout(Some(ANSWER_WITHIN + Duration::from_secs(5)))?;
     let mut request = serde_json::to_value(op).map_err(std::io::Error::other)?;
     if let Some(object) = request.as_object_mut() {
-        object.insert("v".into(), json!(CONTROL_VERSION));
+        object.insert("v".into(), Value::from(CONTROL_VERSION));
     }
     writeln!(stream, "{request}")?;
     stream.flush()?;

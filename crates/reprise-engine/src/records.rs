@@ -7,30 +7,20 @@ use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
 use reprise_core::record::{Head, JournalRow};
 use reprise_core::retry::{Checkpoint, DecisionRecord};
+use reprise_core::rows::{DecisionBinding, Kind, RetryDecision, TaskCheckpoint};
 use reprise_core::verify::ChainVerifier;
 use reprise_store::audit::AuditLog;
 use reprise_store::journal::{Journal, Spine};
 use reprise_store::read_chain_from;
 use reprise_store::state::{StateDir, now_rfc3339};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::Result;
 
 /// Journal row kind written after every attempt.
 pub(crate) const CHECKPOINT_KIND: &str = reprise_core::lifecycle::rows::AGENT_ENDED;
 /// Journal (and spine) row kind of a retry decision.
-pub(crate) const DECISION_KIND: &str = "retry.decision";
-/// Audit row kind binding a decision to its journal and spine rows.
-pub(crate) const AUDIT_DECISION_KIND: &str = "retry.checkpoint_decision";
-
-#[derive(Deserialize)]
-struct CheckpointBody {
-    session_id: Option<String>,
-    /// Written (as `false`) only when the CLI did not save the session.
-    session_saved: Option<bool>,
-    workspace_hash: Digest,
-}
+pub(crate) const DECISION_KIND: &str = Kind::RetryDecision.as_str();
 
 /// What a retry may trust from the journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +81,7 @@ pub(crate) fn trusted_checkpoint(
         read_chain_from(&state.journal_path(task), offset, verifier, |row, line| {
             if row.kind == CHECKPOINT_KIND
                 && let Ok(body) =
-                    serde_json::from_slice::<CheckpointBody>(&line[row.payload.clone()])
+                    serde_json::from_slice::<TaskCheckpoint>(&line[row.payload.clone()])
             {
                 latest = Some(Checkpoint {
                     session_id: body.session_id,
@@ -135,24 +125,26 @@ pub(crate) fn record_decision(
     // all three places or (with a failure here) in none.
     spine.ready()?;
     audit.ready()?;
-    let mut body = json!({
-        "run_id": run_id,
-        "attempt": next_attempt,
-        "decision": decision,
-        "decision_hash": decision_hash,
-    });
-    if let Some(modification) = modification {
+    let body = RetryDecision {
+        run_id: run_id.to_owned(),
+        attempt: next_attempt,
+        decision: record.clone(),
+        decision_hash,
         // What changes for this retry besides its mode (a request for
         // context): bound by the row's hash, as the decision is.
-        body["modification"] = modification.clone();
-    }
-    let journal_head = journal.append(DECISION_KIND, &now_rfc3339(), &body)?;
+        modification: modification.cloned(),
+    };
+    let journal_head = journal.append_row(&now_rfc3339(), &body)?;
     let spine_head = spine.append(DECISION_KIND, &decision, journal_head.seq)?;
     // The binding names the plan too: task ids are unique only per plan, and
     // verification matches a spine to the bindings of its own plan's task.
-    let mut body = record.audit_body(journal_head.digest, spine_head.digest)?;
-    body["plan"] = json!(journal.task().plan.as_str());
-    audit.append(AUDIT_DECISION_KIND, &now_rfc3339(), &body)?;
+    let binding = DecisionBinding::of(
+        &journal.task().plan,
+        record,
+        journal_head.digest,
+        spine_head.digest,
+    )?;
+    audit.append_row(&now_rfc3339(), &binding)?;
     Ok(decision_hash)
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use reprise_core::canonical::{EncodeError, to_canonical_vec};
 use reprise_core::digest::{Digest, tagged_sha256};
 use reprise_core::grant::{GrantSet, grant_hash};
+use reprise_core::rows::Kind;
 use reprise_core::{TaskId, TaskKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,12 +27,12 @@ pub const CHECKPOINT_HASH_TAG: &[u8] = b"reprise/agent-checkpoint/v1\n";
 
 /// Journal row kind binding a park's `checkpoint.json`, written right after
 /// the file: `{run_id, park, checkpoint, grant_hash}` (`checkpoint` its own hash).
-pub const BOUND_KIND: &str = "task.agent_checkpoint";
+pub const BOUND_KIND: &str = Kind::TaskAgentCheckpoint.as_str();
 
 /// Journal row kind a resume that continues a bound grant writes:
 /// `{run_id, park, resume, checkpoint, grant_hash}`, the park's and the
 /// resume's rows being the two chain heads it ties together.
-pub const CONTINUATION_KIND: &str = "task.grant_continuation";
+pub const CONTINUATION_KIND: &str = Kind::TaskGrantContinuation.as_str();
 
 /// Why an agent checkpoint could not be written or read.
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use reprise_core::canonical::{EncodeError, to_canonical_vec};
 use reprise_core::digest::{Digest, tagged_hmac, tagged_sha256};
+use reprise_core::rows::Kind;
 use reprise_core::{PlanId, TaskId, TaskKey};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,7 +26,7 @@ use crate::parks::read_parks;
 use crate::state::StateDir;
 
 /// Audit row kind binding an approval's digest to its park.
-pub const APPROVAL_KIND: &str = "task.approval";
+pub const APPROVAL_KIND: &str = Kind::TaskApproval.as_str();
 /// Version of the approval file and of the marker.
 pub const APPROVAL_VERSION: u64 = 1;
 /// Domain tag of an approval's `mac`.
@@ -154,16 +155,7 @@ impl Approval {
     }
 }
 
-/// The body of a `task.approval` audit row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ApprovalBinding {
-    pub plan: PlanId,
-    pub task_id: TaskId,
-    pub run_id: String,
-    pub park: Digest,
-    /// The approval's digest.
-    pub approval: Digest,
-}
+pub use reprise_core::rows::ApprovalBinding;
 
 /// `approvals/<plan>/<task>/`.
 pub fn approvals_dir(state: &StateDir, task: &TaskKey) -> PathBuf {
@@ -342,11 +334,7 @@ pub fn approve(
         approval: approval.digest(),
     };
     let mut log = AuditLog::open(state, key.clone())?;
-    log.append(
-        APPROVAL_KIND,
-        at,
-        &serde_json::to_value(&binding).expect("a binding serialises"),
-    )?;
+    log.append_row(at, &binding)?;
     create_dir_all_durable(&approvals_dir(state, task), 0o700)?;
     write_atomic(&path, &approval.to_bytes(), 0o600)?;
     Ok(approval)

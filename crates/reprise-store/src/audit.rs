@@ -8,14 +8,14 @@ use std::sync::Arc;
 use reprise_core::chain::{ChainFormat, LineCheck, check_line};
 use reprise_core::digest::Digest;
 use reprise_core::record::{Head, SEAL_KIND, SealBody, encode_audit_row};
+use reprise_core::rows::{Chain, Kind, RowBody, StateAdopt, StateInit};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use reprise_core::witness::{
     ChainFacts, LEDGER_SEAL_KIND, LedgerSealBody, STATE_ADOPT_KIND, STATE_INIT_KIND, StateInitBody,
     Witness, WitnessReason, compare, may_append,
 };
 use reprise_core::{PlanId, TaskId, TaskKey};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::chainfile::{ChainFile, read_chain};
 use crate::error::{IoContext, Result, StoreError};
@@ -25,7 +25,7 @@ use crate::state::{LAYOUT_VERSION, StateDir};
 use crate::witness::{WitnessRead, read_witness, write_witness};
 
 /// Audit row kind binding a retry decision to its journal and spine rows.
-pub const DECISION_BINDING_KIND: &str = "retry.checkpoint_decision";
+pub const DECISION_BINDING_KIND: &str = Kind::RetryCheckpointDecision.as_str();
 
 /// The audit chain, open for appending.
 #[derive(Debug)]
@@ -59,6 +59,13 @@ impl AuditLog {
     /// receipt hash other records cite). The row must build on the head the
     /// witness recorded (a cut or restored chain is refused, never extended),
     /// and the witness is replaced with the new head before the lock is let go.
+    /// Appends one row of the typed schema (`reprise_core::rows`): the
+    /// kind its body type names, the body as that type serialises.
+    pub fn append_row<B: RowBody>(&mut self, at: &str, body: &B) -> Result<Head> {
+        debug_assert_eq!(B::CHAIN, Chain::Audit, "{} is not an audit row", B::KIND);
+        self.append(B::KIND.as_str(), at, &body.to_body())
+    }
+
     pub fn append(&mut self, kind: &str, at: &str, body: &Value) -> Result<Head> {
         let Self { key, state, file } = self;
         let chain = state.audit_path();
@@ -182,8 +189,11 @@ pub fn init_audit(state: &StateDir, key: KeyFile, at: &str) -> Result<Initialise
     } else {
         None
     };
-    let body = json!({"layout": LAYOUT_VERSION, "state_id": state_id});
-    AuditLog::open(state, key)?.append(STATE_INIT_KIND, at, &body)?;
+    let body = StateInit(StateInitBody {
+        layout: LAYOUT_VERSION,
+        state_id: state_id.clone(),
+    });
+    AuditLog::open(state, key)?.append_row(at, &body)?;
     Ok(Initialised {
         state_id,
         superseded_witness,
@@ -235,11 +245,11 @@ pub fn adopt_witness(state: &StateDir, key: &KeyFile, at: &str) -> Result<Option
         Some(id) => id,
         None => mint_state_id()?,
     };
-    AuditLog::open(state, key.clone())?.append(
-        STATE_ADOPT_KIND,
-        at,
-        &json!({"layout": LAYOUT_VERSION, "state_id": state_id}),
-    )?;
+    let body = StateAdopt(StateInitBody {
+        layout: LAYOUT_VERSION,
+        state_id: state_id.clone(),
+    });
+    AuditLog::open(state, key.clone())?.append_row(at, &body)?;
     Ok(Some(Adopted {
         state_id,
         rows: head.seq + 1,
@@ -370,26 +380,16 @@ pub fn seal_journal_after(
         seq: head.seq,
         event_hash: head.digest,
     };
-    let value = serde_json::to_value(&body).expect("seal body serialises");
-    audit.append(SEAL_KIND, at, &value)?;
+    audit.append_row(at, &body)?;
     Ok(body)
 }
 
 /// Audit row kind recording a layout migration: which plan each task's
 /// journal went to, so seals written before task ids were per plan (they
 /// name no plan) still vouch for the journal they sealed.
-pub const MIGRATE_KIND: &str = "state.migrate";
+pub const MIGRATE_KIND: &str = Kind::StateMigrate.as_str();
 
-/// A `retry.checkpoint_decision` row: the journal and spine rows it binds.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct DecisionBinding {
-    /// The plan of the task (rows written before layout 2 have none).
-    #[serde(default)]
-    pub plan: Option<PlanId>,
-    pub task_id: TaskId,
-    pub journal_event_hash: Digest,
-    pub spine_entry_hash: Digest,
-}
+pub use reprise_core::rows::DecisionBinding;
 
 /// The audit chain's verification, its agreement with the witness, and what
 /// its verified prefix holds: seals, ledger seals, decision bindings.
@@ -593,28 +593,11 @@ pub fn seal_ledger(audit: &mut AuditLog, head: Head, at: &str) -> Result<()> {
         seq: head.seq,
         event_hash: head.digest,
     };
-    audit.append(
-        LEDGER_SEAL_KIND,
-        at,
-        &serde_json::to_value(&body).expect("ledger seal serialises"),
-    )?;
+    audit.append_row(at, &body)?;
     Ok(())
 }
 
-/// The body of a `state.migrate` row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MigrateBody {
-    pub from: u64,
-    pub to: u64,
-    pub tasks: Vec<MigratedTask>,
-}
-
-/// One journal a migration moved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MigratedTask {
-    pub task_id: TaskId,
-    pub plan: PlanId,
-}
+pub use reprise_core::rows::{MigrateBody, MigratedTask};
 
 /// Migrates a layout-1 state directory (see `state::migrate_layout_1`) and
 /// records what moved in the audit chain. `None` when there was nothing to do.
@@ -644,11 +627,7 @@ pub fn migrate_state_dir(
         // migration row (and every row after it) is witnessed.
         adopt_witness(&state, key, at)?;
         let mut audit = AuditLog::open(&state, key.clone())?;
-        audit.append(
-            MIGRATE_KIND,
-            at,
-            &serde_json::to_value(&body).expect("migration body serialises"),
-        )?;
+        audit.append_row(at, &body)?;
     }
     Ok(Some(migration))
 }

@@ -25,12 +25,12 @@ use std::path::{Path, PathBuf};
 
 use reprise_core::chain::{ChainFormat, LineCheck, check_line};
 use reprise_core::record::{Head, encode_audit_row};
+use reprise_core::rows::{RowBody, StateInit};
 use reprise_core::witness::{
     ChainFacts, STATE_INIT_KIND, StateInitBody, Unfinished, WITNESS_VERSION, Witness,
     unfinished_creation,
 };
 use rustix::fs::{FlockOperation, flock};
-use serde_json::json;
 
 use crate::audit::{AuditLog, mint_state_id, read_audit};
 use crate::chainfile::ChainFile;
@@ -181,7 +181,7 @@ pub fn create_state_dir(
     after(CreationStep::Built);
 
     let state_id = mint_state_id()?;
-    let body = json!({"layout": LAYOUT_VERSION, "state_id": state_id});
+    let body = first_row(&state_id).to_body();
     let mut chain = ChainFile::open_real(
         &temp.join("audit").join("audit.jsonl"),
         ChainFormat::Audit,
@@ -337,8 +337,7 @@ pub fn finish_creation(state: &StateDir, key: &KeyFile, at: &str) -> Result<Opti
             };
             remove_witness_temps(&path)?;
             let state_id = mint_state_id()?;
-            let body = json!({"layout": LAYOUT_VERSION, "state_id": state_id});
-            AuditLog::open(state, key.clone())?.append(STATE_INIT_KIND, at, &body)?;
+            AuditLog::open(state, key.clone())?.append_row(at, &first_row(&state_id))?;
             Some(Finished::FirstRow {
                 state_id,
                 superseded_witness,
@@ -428,4 +427,12 @@ fn holds_records(state: &StateDir) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// The chain's first row: the new state directory's id, under this layout.
+fn first_row(state_id: &str) -> StateInit {
+    StateInit(StateInitBody {
+        layout: LAYOUT_VERSION,
+        state_id: state_id.to_owned(),
+    })
 }

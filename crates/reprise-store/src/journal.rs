@@ -8,6 +8,7 @@ use reprise_core::TaskKey;
 use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
 use reprise_core::record::{Head, encode_journal_row, encode_spine_row};
+use reprise_core::rows::{Chain, Kind, RowBody};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use serde_json::Value;
 
@@ -54,6 +55,13 @@ impl Journal {
             .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))?;
         crate::io::crash_point(task.task.as_str(), kind);
         Ok(head)
+    }
+
+    /// Appends one row of the typed schema (`reprise_core::rows`): the
+    /// kind its body type names, the body as that type serialises.
+    pub fn append_row<B: RowBody>(&mut self, at: &str, body: &B) -> Result<Head> {
+        debug_assert_eq!(B::CHAIN, Chain::Journal, "{} is not a journal row", B::KIND);
+        self.append(B::KIND.as_str(), at, &body.to_body())
     }
 
     /// The journal's last row, if it has one.
@@ -137,7 +145,7 @@ impl Spine {
 }
 
 /// Journal (and spine) row kind of a retry decision.
-pub const DECISION_KIND: &str = "retry.decision";
+pub const DECISION_KIND: &str = Kind::RetryDecision.as_str();
 
 /// Everything `journal verify` reports about one task.
 #[derive(Debug, Clone, PartialEq, Eq)]

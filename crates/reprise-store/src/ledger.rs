@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::{Head, encode_ledger_row};
+use reprise_core::rows::{Chain, Kind, RowBody, RunStarted, TaskTransition};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use reprise_core::{PlanId, TaskId};
-use serde::Deserialize;
-use serde_json::json;
 
 use crate::audit::AuditSummary;
 use crate::chainfile::{ChainFile, read_chain};
@@ -18,9 +17,9 @@ use crate::io::RealIo;
 use crate::state::StateDir;
 
 /// Ledger row kind of a task state transition.
-pub const TRANSITION_KIND: &str = "task.transition";
+pub const TRANSITION_KIND: &str = Kind::TaskTransition.as_str();
 /// Ledger row kind of a run's start: its plan and where its tasks work.
-pub const RUN_STARTED_KIND: &str = "run.started";
+pub const RUN_STARTED_KIND: &str = Kind::RunStarted.as_str();
 
 /// The ledger, open for appending.
 #[derive(Debug)]
@@ -50,16 +49,28 @@ impl Ledger {
         to: &str,
         reason: Option<&str>,
     ) -> Result<Head> {
-        let body = json!({"run_id": run_id, "task_id": task.as_str(), "from": from, "to": to, "reason": reason});
-        let head = self
-            .file
-            .append(|previous| Ok(encode_ledger_row(previous, TRANSITION_KIND, at, &body)?))?;
+        let body = TaskTransition {
+            run_id: run_id.to_owned(),
+            task_id: task.as_str().to_owned(),
+            from: from.to_owned(),
+            to: to.to_owned(),
+            reason: reason.map(str::to_owned),
+        };
+        let head = self.append_row(at, &body)?;
         crate::io::crash_point(task.as_str(), &format!("ledger.{to}"));
         Ok(head)
     }
 }
 
 impl Ledger {
+    /// Appends one ledger row of the typed schema (`reprise_core::rows`).
+    fn append_row<B: RowBody>(&mut self, at: &str, body: &B) -> Result<Head> {
+        debug_assert_eq!(B::CHAIN, Chain::Ledger, "{} is not a ledger row", B::KIND);
+        let body = body.to_body();
+        self.file
+            .append(|previous| Ok(encode_ledger_row(previous, B::KIND.as_str(), at, &body)?))
+    }
+
     /// Records that run `run_id` of `plan` started, and its base commit
     /// (`None` when tasks run in place).
     pub fn run_started(
@@ -69,22 +80,17 @@ impl Ledger {
         plan: &PlanId,
         base_commit: Option<&str>,
     ) -> Result<Head> {
-        let body = json!({"run_id": run_id, "plan": plan.as_str(), "base_commit": base_commit});
-        self.file
-            .append(|previous| Ok(encode_ledger_row(previous, RUN_STARTED_KIND, at, &body)?))
+        let body = RunStarted {
+            run_id: run_id.to_owned(),
+            plan: plan.clone(),
+            base_commit: base_commit.map(str::to_owned),
+        };
+        self.append_row(at, &body)
     }
 }
 
 /// One transition as the verified ledger holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Transition {
-    pub run_id: String,
-    pub task_id: String,
-    pub from: String,
-    pub to: String,
-    #[serde(default)]
-    pub reason: Option<String>,
-}
+pub type Transition = TaskTransition;
 
 /// The ledger's chain and its agreement with the seals of it in the audit
 /// chain (and the witness).

@@ -22,9 +22,9 @@ use reprise_core::TaskKey;
 use reprise_core::chain::{ChainFormat, LineCheck, Reason, check_line};
 use reprise_core::digest::{AuditKey, Digest};
 use reprise_core::record::Head;
+use reprise_core::rows::{Kind, RepairBody};
 use reprise_core::verify::{ChainReport, ChainVerifier, Identity, identity, split_tail};
 use reprise_core::witness::may_append;
-use serde_json::json;
 
 use crate::audit::{AuditLog, AuditSummary, read_audit};
 use crate::chainfile::{LockGuard, refuse_symlink};
@@ -74,12 +74,12 @@ impl Target {
         })
     }
 
-    fn repair_kind(&self) -> &'static str {
+    fn repair_kind(&self) -> Kind {
         match self {
-            Self::Journal(_) => "journal.repair",
-            Self::Spine(_) => "spine.repair",
-            Self::Ledger => "ledger.repair",
-            Self::Audit => "audit.repair",
+            Self::Journal(_) => Kind::JournalRepair,
+            Self::Spine(_) => Kind::SpineRepair,
+            Self::Ledger => Kind::LedgerRepair,
+            Self::Audit => Kind::AuditRepair,
         }
     }
 }
@@ -222,17 +222,24 @@ pub fn repair(state: &StateDir, target: &Target, key: &KeyFile) -> Result<Repair
     file.sync_all().at(&path)?;
     drop(_lock);
     let removed_bytes = (bytes.len() - cut) as u64;
-    let mut body = json!({
-        "removed_bytes": removed_bytes,
-        "head_seq": report.head.map(|head| head.seq),
-        "head_hash": report.head.map(|head| head.digest.to_hex()),
-    });
-    if let Target::Journal(task) | Target::Spine(task) = target {
-        body["plan"] = json!(task.plan.as_str());
-        body["task_id"] = json!(task.task.as_str());
-    }
+    let task = match target {
+        Target::Journal(task) | Target::Spine(task) => Some(task),
+        Target::Ledger | Target::Audit => None,
+    };
+    let body = RepairBody {
+        removed_bytes,
+        head_seq: report.head.map(|head| head.seq),
+        head_hash: report.head.map(|head| head.digest.to_hex()),
+        plan: task.map(|task| task.plan.clone()),
+        task_id: task.map(|task| task.task.clone()),
+    };
     if *target != Target::Audit || report.head.is_some() {
-        AuditLog::open(state, key.clone())?.append(target.repair_kind(), &now_rfc3339(), &body)?;
+        let body = serde_json::to_value(&body).expect("a repair body serialises");
+        AuditLog::open(state, key.clone())?.append(
+            target.repair_kind().as_str(),
+            &now_rfc3339(),
+            &body,
+        )?;
     }
     Ok(RepairOutcome::Repaired {
         removed_bytes,
