@@ -23,6 +23,7 @@ pub mod reset;
 pub mod retry;
 pub mod retry_cost;
 mod scan;
+pub mod schedule;
 pub mod suspension;
 pub mod verify;
 pub mod witness;
