@@ -173,6 +173,7 @@ struct NextAttempt {
 
 mod continuation;
 mod executor;
+mod resumption;
 
 pub(crate) use continuation::{Continuation, taken_up as journal_attempts};
 use executor::Executor;
