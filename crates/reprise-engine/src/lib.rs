@@ -18,6 +18,7 @@ mod gate_files;
 mod gates;
 mod linkage;
 mod liveness;
+mod messages;
 mod park;
 mod pool;
 mod records;
@@ -25,9 +26,11 @@ mod recovery;
 mod resume;
 mod run;
 mod sandbox;
+mod settings;
 mod state;
 mod stop;
 mod task;
+mod text;
 
 pub use budget::{plan_criteria, resolve_budget};
 pub use checkpoint_binding::{

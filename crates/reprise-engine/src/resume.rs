@@ -353,7 +353,7 @@ fn check_grant(
         checkpoint_hash = Some(own);
         let run =
             crate::state::load_run(state, &point.run_id).map_err(|err| Refusal(err.to_string()))?;
-        let plan = crate::run::load_plan(std::path::Path::new(&run.plan))
+        let plan = crate::settings::load_plan(std::path::Path::new(&run.plan))
             .map_err(|err| Refusal(err.to_string()))?;
         let now = plan
             .tasks()

@@ -12,7 +12,7 @@ mod seats;
 mod take_up;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 
 use reprise_agents::CancelToken;
@@ -22,7 +22,9 @@ use reprise_store::locks::{HeldLock, Holder, try_task_lock};
 use reprise_store::state::StateDir;
 
 use crate::error::{EngineError, Result};
-use crate::events::{EventSink, Message};
+use crate::events::EventSink;
+use crate::messages::Message;
+pub use crate::settings::{AgentSetup, Supervisor, load_plan};
 use crate::state::RunState;
 use coordinator::{Coordinator, Shared};
 use requests::StopOnDrop;
@@ -80,43 +82,9 @@ pub struct Resume {
     pub approval: Option<reprise_core::digest::Digest>,
 }
 
-/// What the engine needs to supervise and contain each attempt's processes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Supervisor {
-    /// The supervisor binary (`reprise-supervisor`, beside `reprise`).
-    pub program: PathBuf,
-    /// The audit key: its directory is hidden from every contained process.
-    pub key_path: Option<PathBuf>,
-    /// Whether the kernel enforces Landlock (probed once by the caller).
-    pub landlock: bool,
-    /// Whether children get a parent-death signal.
-    pub parent_death: bool,
-}
-
-/// Extra environment and a config home for one task's agent process, as
-/// `reprise rehearse` sets them to point a CLI at its model server. The
-/// environment is the child's only; the config home is the CLI's
-/// (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `GEMINI_CLI_HOME`) and is where the
-/// engine looks for the CLI's transcripts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AgentSetup {
-    pub env: Vec<(String, String)>,
-    pub config_home: Option<PathBuf>,
-}
-
 /// A new run id: `R-` and a ULID, so ids sort by start time.
 pub fn new_run_id() -> String {
     format!("R-{}", ulid::Ulid::new())
-}
-
-/// Reads and validates a plan file. Nothing is written.
-pub fn load_plan(path: &Path) -> Result<Plan> {
-    let text = std::fs::read_to_string(path).map_err(|source| EngineError::ReadPlan {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let name = path.display().to_string();
-    Ok(reprise_core::plan::parse_plan(&text, &name)?)
 }
 
 /// The tasks a run of `plan` will run: all of them, or for a new leg of

@@ -5,7 +5,8 @@
 
 use std::thread::Scope;
 
-use crate::events::{Event, Message};
+use crate::events::Event;
+use crate::messages::Message;
 use crate::task::TaskRun;
 
 /// A task the coordinator gave a seat, ready to run.
