@@ -25,6 +25,7 @@ pub mod retry_cost;
 pub mod row_kind;
 pub mod rows;
 mod scan;
+pub mod schedule;
 pub mod suspension;
 pub mod verify;
 pub mod witness;

@@ -15,8 +15,8 @@ use reprise_store::snapshot::{Checkpoint, SnapshotStore};
 use reprise_store::state::StateDir;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoints::TAKEN_KIND;
 use crate::error::Result;
+use reprise_core::lifecycle::rows::CHECKPOINT_TAKEN as TAKEN_KIND;
 
 /// What a `checkpoint.taken` row says of the checkpoint it records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -28,12 +28,13 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use reprise_agents::Lineage;
-use reprise_core::TaskId;
 use reprise_store::suspension::{ParkCause, Requester, Wake};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::events::{Event, Message};
+use crate::events::Event;
+pub use crate::messages::ControlOp;
+pub(crate) use crate::messages::{ControlRequest, Message};
 use crate::park::ParkRequest;
 
 /// The version of the socket's requests and replies.
@@ -55,47 +56,11 @@ pub fn socket_path(state: &reprise_store::state::StateDir, run_id: &str) -> Path
     state.runs_dir().join(run_id).join("control.sock")
 }
 
-/// A request over the socket.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum ControlOp {
-    Ping,
-    Suspend {
-        task: TaskId,
-        wake: Wake,
-        reason: Option<String>,
-    },
-    Resume {
-        task: TaskId,
-        /// `warm`, `fork` or `cold`; the policy's when absent.
-        mode: Option<String>,
-        receipt: Option<reprise_core::digest::Digest>,
-    },
-    /// Halt the running agent at once, keeping sandbox, seat and
-    /// reservation; past `upgrade_after_ms` the pause becomes a park.
-    Pause {
-        task: TaskId,
-        upgrade_after_ms: Option<u64>,
-    },
-    Unpause {
-        task: TaskId,
-    },
-}
-
 #[derive(Debug, Deserialize)]
 struct Envelope {
     v: u64,
     #[serde(flatten)]
     op: ControlOp,
-}
-
-/// A request the coordinator answers, with where the answer goes.
-#[derive(Debug)]
-pub(crate) struct ControlRequest {
-    pub(crate) op: ControlOp,
-    pub(crate) reply: mpsc::Sender<Value>,
-    /// The admitted peer that sent it.
-    pub(crate) requester: Requester,
 }
 
 impl ControlOp {

@@ -227,46 +227,11 @@ pub fn plan_apply(
         .into_iter()
         .filter(|(_, tip)| tip != &base)
         .collect();
-    let combined = match combine(&git, &results, &run.run_id)? {
-        Folded::Nothing => {
-            return Err(DeliveryError::Nothing {
-                run: run.run_id.clone(),
-            });
-        }
-        Folded::Conflict { labels, files } => {
-            return Err(DeliveryError::ResultsConflict {
-                tasks: labels.join(", "),
-                files: files.join(", "),
-            });
-        }
-        Folded::Commit(commit) => commit,
-    };
+    let combined = combined_results(&git, &results, &run.run_id)?;
     let tasks = results.iter().map(|(task, _)| task.clone()).collect();
-    // Partial results ride along with whatever holds them: say which.
-    let partial: Vec<(TaskId, Vec<String>)> = run
-        .tasks
-        .iter()
-        .filter(|task| task.state == TaskStatus::Partial)
-        .filter(|task| {
-            task.output.as_ref().is_some_and(|output| {
-                results
-                    .iter()
-                    .any(|(_, tip)| git.is_ancestor(output.tip(), tip))
-            })
-        })
-        .map(|task| (task.task_id.clone(), task.gaps.clone()))
-        .collect();
+    let partial = partial_results(run, &git, &results);
     if let Some(name) = new_branch {
-        if !git.succeeds(&["check-ref-format", "--branch", name]) {
-            return Err(DeliveryError::BadBranch {
-                name: name.to_owned(),
-            });
-        }
-        if git.ref_exists(&format!("refs/heads/{name}")) {
-            return Err(DeliveryError::BranchExists {
-                name: name.to_owned(),
-            });
-        }
+        check_new_branch(&git, name)?;
         return Ok(ApplyPlan {
             run_id: run.run_id.clone(),
             tasks,
@@ -366,6 +331,61 @@ pub fn plan_apply(
         commit,
         repo,
     })
+}
+
+/// The chosen results folded into one commit; nothing to apply, or
+/// results that conflict, refuse.
+fn combined_results(
+    git: &Git,
+    results: &[(TaskId, String)],
+    run_id: &str,
+) -> std::result::Result<String, DeliveryError> {
+    match combine(git, results, run_id)? {
+        Folded::Nothing => Err(DeliveryError::Nothing {
+            run: run_id.to_owned(),
+        }),
+        Folded::Conflict { labels, files } => Err(DeliveryError::ResultsConflict {
+            tasks: labels.join(", "),
+            files: files.join(", "),
+        }),
+        Folded::Commit(commit) => Ok(commit),
+    }
+}
+
+/// The partial results the apply carries: they ride along with whatever
+/// holds them, so say which, with their gaps.
+fn partial_results(
+    run: &RunState,
+    git: &Git,
+    results: &[(TaskId, String)],
+) -> Vec<(TaskId, Vec<String>)> {
+    run.tasks
+        .iter()
+        .filter(|task| task.state == TaskStatus::Partial)
+        .filter(|task| {
+            task.output.as_ref().is_some_and(|output| {
+                results
+                    .iter()
+                    .any(|(_, tip)| git.is_ancestor(output.tip(), tip))
+            })
+        })
+        .map(|task| (task.task_id.clone(), task.gaps.clone()))
+        .collect()
+}
+
+/// A new branch's name must be valid and not taken.
+fn check_new_branch(git: &Git, name: &str) -> std::result::Result<(), DeliveryError> {
+    if !git.succeeds(&["check-ref-format", "--branch", name]) {
+        return Err(DeliveryError::BadBranch {
+            name: name.to_owned(),
+        });
+    }
+    if git.ref_exists(&format!("refs/heads/{name}")) {
+        return Err(DeliveryError::BranchExists {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// The checked-out branch an apply goes onto, and its commit.

@@ -87,15 +87,6 @@ impl Phase {
     }
 }
 
-/// What task threads send the coordinator.
-#[derive(Debug)]
-pub(crate) enum Message {
-    Event(Event),
-    Done(TaskId, crate::task::TaskResult),
-    /// A request that came in over the control socket.
-    Control(crate::control::ControlRequest),
-}
-
 /// Receives events on the coordinating thread.
 pub trait EventSink {
     fn event(&mut self, event: &Event);

@@ -156,7 +156,7 @@ pub(crate) fn denied_lines(output: &str) -> Vec<String> {
                 || line.contains("EPERM")
         })
         .take(10)
-        .map(|line| crate::task::clip(line, 300))
+        .map(|line| crate::text::clip(line, 300))
         .collect()
 }
 

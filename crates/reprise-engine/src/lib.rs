@@ -18,6 +18,7 @@ mod gate_files;
 mod gates;
 mod linkage;
 mod liveness;
+mod messages;
 mod park;
 mod pool;
 pub mod preflight;
@@ -26,9 +27,11 @@ mod recovery;
 mod resume;
 mod run;
 mod sandbox;
+mod settings;
 mod state;
 mod stop;
 mod task;
+mod text;
 
 pub use budget::{plan_criteria, resolve_budget};
 pub use checkpoint_binding::{

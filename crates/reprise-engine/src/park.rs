@@ -448,7 +448,7 @@ pub fn park_directly(
     // The grant, from the plan the run ran (none when it cannot be read).
     let grant = crate::state::load_run(state, run_id)
         .ok()
-        .and_then(|run| crate::run::load_plan(Path::new(&run.plan)).ok())
+        .and_then(|run| crate::settings::load_plan(Path::new(&run.plan)).ok())
         .and_then(|plan| {
             plan.tasks()
                 .iter()
@@ -637,7 +637,7 @@ fn bind_cut_agent_checkpoint(state: &StateDir, point: &crate::resume::ParkPoint)
     }
     let Some(grant) = crate::state::load_run(state, &point.run_id)
         .ok()
-        .and_then(|run| crate::run::load_plan(Path::new(&run.plan)).ok())
+        .and_then(|run| crate::settings::load_plan(Path::new(&run.plan)).ok())
         .and_then(|plan| {
             plan.tasks()
                 .iter()

@@ -181,8 +181,32 @@ pub fn check_resume(
             point.at
         ));
     }
+    check_journal(state, task, &audit)?;
+    if let Some(given) = given_receipt {
+        check_receipt(&audit, task, &point, given)?;
+    }
+    check_released(state, &audit, task, &point)?;
+    let checkpoint_hash = check_grant(state, task, &point)?;
+    let digest = check_approval(state, key, &audit, task, &point)?;
+    check_snapshot(state, task, &point)?;
+    let mut point = point;
+    point.checkpoint = checkpoint_hash;
+    if let Some(digest) = digest {
+        let note = reprise_store::approvals::read_approval(state, key, task, point.park)
+            .ok()
+            .flatten()
+            .and_then(|approval| approval.note);
+        point.approval = Some((digest, note));
+    }
+    Ok(point)
+}
+
+/// The task's journal verifies; a torn last row is named as such, with its
+/// repair.
+fn check_journal(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Result<(), Refusal> {
+    let refuse = |message: String| Err(Refusal(message));
     let verification =
-        verify_journal_with(state, task, &audit).map_err(|err| Refusal(err.to_string()))?;
+        verify_journal_with(state, task, audit).map_err(|err| Refusal(err.to_string()))?;
     match verification.chain.first_problem() {
         None => {}
         // A crash cut the last row: the repair removes exactly that.
@@ -197,46 +221,67 @@ pub fn check_resume(
             ));
         }
     }
-    if let Some(given) = given_receipt {
-        let found = audit.suspensions.iter().find(|row| row.digest == given);
-        match found.map(|row| &row.row) {
-            None => {
+    Ok(())
+}
+
+/// The receipt given binds this very park of this task.
+fn check_receipt(
+    audit: &AuditSummary,
+    task: &TaskKey,
+    point: &ParkPoint,
+    given: Digest,
+) -> Result<(), Refusal> {
+    let refuse = |message: String| Err(Refusal(message));
+    let found = audit.suspensions.iter().find(|row| row.digest == given);
+    match found.map(|row| &row.row) {
+        None => {
+            return refuse(format!(
+                "receipt {} is not in the audit chain; `reprise task list-suspended --json` shows the park's receipt",
+                given.to_hex()
+            ));
+        }
+        Some(SuspensionAudit::SuspendReceipt(bound)) => {
+            let bound_task = TaskKey::new(bound.plan.clone(), bound.task_id.clone());
+            if &bound_task != task {
                 return refuse(format!(
-                    "receipt {} is not in the audit chain; `reprise task list-suspended --json` shows the park's receipt",
+                    "receipt {} binds a park of task {bound_task}, not of {task}",
                     given.to_hex()
                 ));
             }
-            Some(SuspensionAudit::SuspendReceipt(bound)) => {
-                let bound_task = TaskKey::new(bound.plan.clone(), bound.task_id.clone());
-                if &bound_task != task {
-                    return refuse(format!(
-                        "receipt {} binds a park of task {bound_task}, not of {task}",
-                        given.to_hex()
-                    ));
-                }
-                if bound.park != point.park {
-                    return refuse(format!(
-                        "receipt {} binds another park of {task} (journal row {}), not its latest",
-                        given.to_hex(),
-                        bound.journal_seq
-                    ));
-                }
-            }
-            Some(_) => {
+            if bound.park != point.park {
                 return refuse(format!(
-                    "{} is not a suspend receipt in the audit chain",
-                    given.to_hex()
+                    "receipt {} binds another park of {task} (journal row {}), not its latest",
+                    given.to_hex(),
+                    bound.journal_seq
                 ));
             }
         }
+        Some(_) => {
+            return refuse(format!(
+                "{} is not a suspend receipt in the audit chain",
+                given.to_hex()
+            ));
+        }
     }
+    Ok(())
+}
+
+/// The park is complete: its receipt in the audit chain, the seat and the
+/// budget released, the ledger saying suspended.
+fn check_released(
+    state: &StateDir,
+    audit: &AuditSummary,
+    task: &TaskKey,
+    point: &ParkPoint,
+) -> Result<(), Refusal> {
+    let refuse = |message: String| Err(Refusal(message));
     if point.receipt.is_none() {
         return refuse(format!(
             "the park of {task} has no receipt in the audit chain: it was cut short; `reprise task suspend {}` completes it",
             task.task
         ));
     }
-    let ledger = reprise_store::ledger::verify_ledger(state, &audit)
+    let ledger = reprise_store::ledger::verify_ledger(state, audit)
         .map_err(|err| Refusal(err.to_string()))?;
     let missing = point.missing_releases();
     if missing.is_empty() && ledger.state_of(&point.run_id, task.task.as_str()) != Some("suspended")
@@ -257,11 +302,21 @@ pub fn check_resume(
             task.task
         ));
     }
-    // The checkpoint must be the one the chain bound: its grant the one the
-    // `task.suspend` row hashed, its own hash the one the journal recorded at
-    // the park (a file rewritten without the key, its grant hash
-    // recomputed, is refused here). Then the permissions may not have
-    // narrowed while it was parked: the plan the run ran, now, against it.
+    Ok(())
+}
+
+/// The checkpoint must be the one the chain bound: its grant the one the
+/// `task.suspend` row hashed, its own hash the one the journal recorded at
+/// the park (a file rewritten without the key, its grant hash recomputed,
+/// is refused here). Then the permissions may not have narrowed while it
+/// was parked: the plan the run ran, now, against it. Returns the
+/// checkpoint's own hash, when the park bound a grant.
+fn check_grant(
+    state: &StateDir,
+    task: &TaskKey,
+    point: &ParkPoint,
+) -> Result<Option<Digest>, Refusal> {
+    let refuse = |message: String| Err(Refusal(message));
     let mut checkpoint_hash = None;
     if !point.body.grant_hash.is_empty() {
         let checkpoint = reprise_store::agent_checkpoint::read_checkpoint(state, task)
@@ -298,7 +353,7 @@ pub fn check_resume(
         checkpoint_hash = Some(own);
         let run =
             crate::state::load_run(state, &point.run_id).map_err(|err| Refusal(err.to_string()))?;
-        let plan = crate::run::load_plan(std::path::Path::new(&run.plan))
+        let plan = crate::settings::load_plan(std::path::Path::new(&run.plan))
             .map_err(|err| Refusal(err.to_string()))?;
         let now = plan
             .tasks()
@@ -318,8 +373,20 @@ pub fn check_resume(
             ));
         }
     }
-    // A park until approval needs its signed approval; any other binds one
-    // that exists. A `.resumed` marker means another resume settled it.
+    Ok(checkpoint_hash)
+}
+
+/// A park until approval needs its signed approval; any other binds one
+/// that exists. A `.resumed` marker means another resume settled it.
+/// Returns the approval's digest, if there is one.
+fn check_approval(
+    state: &StateDir,
+    key: &KeyFile,
+    audit: &AuditSummary,
+    task: &TaskKey,
+    point: &ParkPoint,
+) -> Result<Option<Digest>, Refusal> {
+    let refuse = |message: String| Err(Refusal(message));
     let waits = point.body.wake == reprise_store::suspension::Wake::Approval;
     let digest = reprise_store::approvals::approval_for_resume(state, key, task, point.park, waits)
         .map_err(|err| Refusal(err.to_string()))?;
@@ -328,24 +395,14 @@ pub fn check_resume(
     // park (a file copied from a backup, or from a copy of this state
     // directory, is not).
     if let Some(digest) = digest
-        && !approval_bound(&audit, task, point.park, digest)
+        && !approval_bound(audit, task, point.park, digest)
     {
         return refuse(format!(
             "the approval of {task}'s park is not bound by the audit chain (no task.approval row names it): it was copied here, not written by `reprise approve`; remove {} and approve again (nothing resumed)",
             reprise_store::approvals::approval_path(state, task, point.park).display()
         ));
     }
-    check_snapshot(state, task, &point)?;
-    let mut point = point;
-    point.checkpoint = checkpoint_hash;
-    if let Some(digest) = digest {
-        let note = reprise_store::approvals::read_approval(state, key, task, point.park)
-            .ok()
-            .flatten()
-            .and_then(|approval| approval.note);
-        point.approval = Some((digest, note));
-    }
-    Ok(point)
+    Ok(digest)
 }
 
 /// Whether the audit chain holds a `task.approval` row binding `digest` to

@@ -586,3 +586,25 @@ pub(crate) fn make_private(
     }
     Ok(())
 }
+
+/// The result a `task.result` row records, unless it records a failure.
+pub(crate) fn result_output(body: &serde_json::Value) -> Option<crate::sandbox::TaskOutput> {
+    if body.get("error").is_some() {
+        return None;
+    }
+    Some(crate::sandbox::TaskOutput {
+        base: body.get("base_commit")?.as_str()?.to_owned(),
+        commit: body
+            .get("commit")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        branch: body
+            .get("branch")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        files_changed: body
+            .get("files_changed")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0),
+    })
+}

@@ -58,6 +58,19 @@ impl TaskStatus {
     pub fn delivered(self) -> bool {
         matches!(self, Self::Passed | Self::Partial)
     }
+
+    /// Where the task stands for the coordinator's scheduling decisions.
+    pub(crate) fn standing(self) -> reprise_core::schedule::Standing {
+        use reprise_core::schedule::Standing;
+        match self {
+            Self::Queued => Standing::Queued,
+            Self::Running => Standing::Running,
+            Self::Suspended => Standing::Parked,
+            Self::Passed | Self::Partial => Standing::Delivered,
+            Self::Blocked => Standing::Blocked,
+            Self::Failed | Self::Cancelled => Standing::Undelivered,
+        }
+    }
 }
 
 /// How an attempt ended (DESIGN.md section 7).

@@ -33,11 +33,12 @@ use serde_json::{Value, json};
 
 use crate::checkpoints;
 use crate::error::Result;
-use crate::events::{Event, Message};
+use crate::events::Event;
 use crate::gates::GateRun;
+pub(crate) use crate::messages::{Message, ParkedTask, TaskResult};
 use crate::records::{VerifiedPrefix, record_decision, trusted_checkpoint};
-use crate::run::{AgentSetup, Supervisor};
-use crate::sandbox::{self, Provenance, TaskOutput, Workspace};
+use crate::sandbox::{self, Provenance, Workspace};
+use crate::settings::{AgentSetup, Supervisor};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 use reprise_core::digest::Digest;
 use reprise_core::lifecycle::{Policy, rows};
@@ -107,37 +108,6 @@ pub(crate) struct HeldContext {
     pub(crate) dependencies: Vec<Value>,
 }
 
-/// A park the task thread recorded; the coordinator finishes it.
-#[derive(Debug, Clone)]
-pub(crate) struct ParkedTask {
-    pub(crate) park: reprise_core::digest::Digest,
-    pub(crate) receipt: reprise_core::digest::Digest,
-    pub(crate) wake: reprise_store::suspension::Wake,
-    pub(crate) released: Vec<(reprise_store::suspension::Resource, Value)>,
-    pub(crate) reply: Option<crate::park::ParkReply>,
-    pub(crate) headroom_micro_usd: u64,
-}
-
-/// How a task's run ended.
-#[derive(Debug, Clone)]
-pub(crate) struct TaskResult {
-    pub(crate) status: TaskStatus,
-    /// The last attempt was judged (a verdict on the work).
-    pub(crate) judged: bool,
-    pub(crate) reason: Option<String>,
-    pub(crate) attempts: Vec<AttemptSummary>,
-    pub(crate) spent_micro_usd: u64,
-    pub(crate) metadata: BTreeMap<String, Value>,
-    /// Where the task worked, once its sandbox exists.
-    pub(crate) cwd: Option<PathBuf>,
-    /// The committed result of a task that passed in a worktree.
-    pub(crate) output: Option<TaskOutput>,
-    /// For a partial task: the gates its kept attempt did not pass.
-    pub(crate) gaps: Vec<String>,
-    /// The park, when the task was parked.
-    pub(crate) parked: Option<ParkedTask>,
-}
-
 /// A task's three chains, open for appending.
 struct Chains<'a> {
     journal: &'a mut Journal,
@@ -173,6 +143,7 @@ struct NextAttempt {
 
 mod continuation;
 mod executor;
+mod resumption;
 
 pub(crate) use continuation::{Continuation, taken_up as journal_attempts};
 use executor::Executor;
@@ -1223,15 +1194,6 @@ fn session_json(session: &SessionMode) -> Value {
             new_session_id,
         } => json!({"fork": from, "new": new_session_id}),
     }
-}
-
-/// `text` cut to at most `max` bytes at a character boundary.
-pub(crate) fn clip(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }
 
 fn attempt_body(

@@ -6,26 +6,21 @@
 //! else, with the policy it continues under: the attempt an interruption or
 //! a park took back is not counted against `max_attempts`.
 
-use reprise_agents::SessionMode;
 use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
 use reprise_core::lifecycle::{Effect, Policy, TaskEvent, TaskState, Terminal, replay, rows};
 use reprise_core::outcome::InfraKind;
-use reprise_core::record::JournalRow;
-use reprise_core::retry::{Checkpoint as DecisionCheckpoint, DecisionInput, RetryMode, decide};
+use reprise_core::record::{Head, JournalRow};
+use reprise_core::retry::RetryMode;
+use reprise_store::journal::Journal;
+use reprise_store::snapshot::Checkpoint;
 use reprise_store::state::{StateDir, now_rfc3339};
-use reprise_store::suspension::{RESUME_KIND, RESUME_RECEIPT_KIND, ResumeBody, ResumeReceipt};
 use serde_json::{Value, json};
 
 use super::{NextAttempt, TaskResult, TaskRun};
-use crate::checkpoints;
 use crate::error::{EngineError, Result};
 use crate::resume::ParkPoint;
 use crate::state::AttemptSummary;
-
-/// The template id a resume's decision records for the prompt a warm or
-/// fork resume sends (`reprise_core::prompt::resume_prompt`).
-const RESUME_TEMPLATE_ID: &str = "resume/v1";
 
 /// How a task is taken up again.
 #[derive(Debug, Clone)]
@@ -165,6 +160,103 @@ fn started_session(rows: &[JournalRow]) -> (&'static str, Option<String>) {
     (mode, session)
 }
 
+/// What a task's journal says of it in this run, read before its worktree
+/// is made again.
+pub(super) struct Found {
+    pub(super) key: TaskKey,
+    pub(super) rows: Vec<JournalRow>,
+    /// The policy its rows leave it under.
+    pub(super) policy: Policy,
+    /// Where its rows leave it (a stop's close set aside).
+    pub(super) state_now: TaskState,
+    /// The run's stop closed it.
+    pub(super) cancelled: bool,
+    pub(super) taken: TakenUp,
+}
+
+/// Where a continued task's lifecycle goes on from.
+pub(super) enum GoOn {
+    /// An attempt the stop cut short: diagnosed as the infrastructure
+    /// failure it was, and not counted.
+    Stopped(AttemptSummary, InfraKind),
+    /// A close the kill cut short: the effects it has left, after the
+    /// `task.continued` row at `head`.
+    Closing {
+        terminal: Terminal,
+        effects: Vec<Effect>,
+        head: Head,
+    },
+    /// An attempt whose agent ran or whose gates judged when the process
+    /// died.
+    Interrupted {
+        from: TaskState,
+        attempt: u32,
+        session: (&'static str, Option<String>),
+        agent_ended: bool,
+    },
+    /// Between attempts or before the first: a checkpoint, then the next
+    /// attempt.
+    Checkpointing { from: TaskState, attempt: u32 },
+    /// A park resumed.
+    Resumed { attempt: u32 },
+}
+
+/// How a continued task goes on: its policy, where from, its next attempt,
+/// and the park's snapshot when that is the attempt's checkpoint too.
+pub(super) struct Resumption {
+    pub(super) policy: Policy,
+    pub(super) go_on: GoOn,
+    pub(super) next: Option<NextAttempt>,
+    pub(super) reused: Option<(Checkpoint, Digest)>,
+}
+
+/// The policy extended by `by` attempts: an attempt an interruption or a
+/// park took back is not counted.
+pub(super) fn extended(policy: Policy, by: u32) -> Policy {
+    Policy {
+        max_attempts: policy.max_attempts + by,
+        ..policy
+    }
+}
+
+/// The state the rows leave the task in, and whether the run's stop closed
+/// it: a task the stop closed goes on from where the stop caught it, which
+/// the rows before its `task.finished` (cancelled) say.
+fn state_left(rows: &[JournalRow]) -> (TaskState, bool) {
+    let state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
+    let cancelled = state_now == TaskState::Finished(Terminal::Cancelled);
+    if !cancelled {
+        return (state_now, false);
+    }
+    let end = rows
+        .iter()
+        .rposition(|row| row.kind == rows::TASK_FINISHED)
+        .unwrap_or(rows.len());
+    let before = replay(rows[..end].iter().map(|row| (row.kind.as_str(), &row.body)));
+    (before, true)
+}
+
+/// An attempt the stop cut short (its agent or gates killed, judged as the
+/// infrastructure failure that was), with that failure's kind.
+fn stopped_attempt(found: &Found) -> Option<(AttemptSummary, InfraKind)> {
+    let TaskState::Diagnosing { attempt } = found.state_now else {
+        return None;
+    };
+    if !found.cancelled {
+        return None;
+    }
+    let summary = found
+        .taken
+        .attempts
+        .iter()
+        .rfind(|summary| summary.n == attempt && !summary.judged)?;
+    let kind = summary
+        .infra_kind
+        .as_deref()
+        .and_then(InfraKind::from_name)?;
+    Some((summary.clone(), kind))
+}
+
 impl TaskRun<'_> {
     /// Takes the task up where its journal left it in this run.
     pub(super) fn continue_task(
@@ -172,8 +264,7 @@ impl TaskRun<'_> {
         result: &mut TaskResult,
         continuation: &Continuation,
     ) -> Result<()> {
-        let task = self.task;
-        let key = TaskKey::new(self.plan.clone(), task.id.clone());
+        let key = TaskKey::new(self.plan.clone(), self.task.id.clone());
         let rows = crate::resume::rows_of_run(self.state, &key, self.run_id);
         let Some(policy) = policy_of(&rows) else {
             // Killed after the ledger had it running but before its
@@ -203,17 +294,7 @@ impl TaskRun<'_> {
             result.reason = Some(refusal.to_string());
             return Ok(());
         }
-        let mut state_now = replay(rows.iter().map(|row| (row.kind.as_str(), &row.body)));
-        // A task the run's stop closed goes on from where the stop caught
-        // it: the rows before its `task.finished` (cancelled) say where.
-        let cancelled = state_now == TaskState::Finished(Terminal::Cancelled);
-        if cancelled {
-            let end = rows
-                .iter()
-                .rposition(|row| row.kind == rows::TASK_FINISHED)
-                .unwrap_or(rows.len());
-            state_now = replay(rows[..end].iter().map(|row| (row.kind.as_str(), &row.body)));
-        }
+        let (state_now, cancelled) = state_left(&rows);
         // Ended in its journal, killed before the ledger heard it: it ends
         // as its journal says, with nothing run again.
         if let TaskState::Finished(_) = state_now {
@@ -222,404 +303,222 @@ impl TaskRun<'_> {
         // The worktree comes back at its own path (the CLIs key sessions by
         // directory): as it was, or from the task's base when a park
         // removed it (the park's snapshot then restores its files).
-        let super::Materialised {
-            cwd,
-            isolated,
-            mut journal,
-            mut spine,
-            mut audit,
-            snapshots,
-            budget,
-            ..
-        } = self.materialise(result)?;
-        let taken = taken_up(&rows);
-        let latest = taken.attempt;
-        let session = started_session(&rows);
-        let extended = |by: u32| Policy {
-            max_attempts: policy.max_attempts + by,
-            ..policy
+        let mut materialised = self.materialise(result)?;
+        let found = Found {
+            key,
+            taken: taken_up(&rows),
+            rows,
+            policy,
+            state_now,
+            cancelled,
         };
-        let mut reused = None;
-        // A close the kill cut short (not a stop's: that goes on below).
-        let closing_as = match state_now {
-            TaskState::Closing(terminal) if terminal != Terminal::Cancelled => Some(terminal),
-            _ => None,
-        };
-        let mut closing = None;
-        // An attempt the stop cut short (its agent or gates killed, judged
-        // as the infrastructure failure that was): it is diagnosed and
-        // retried as an interrupted one is, and not counted.
-        let stopped_attempt = match state_now {
-            TaskState::Diagnosing { attempt } if cancelled => taken
-                .attempts
-                .iter()
-                .rfind(|summary| summary.n == attempt && !summary.judged)
-                .and_then(|summary| {
-                    let kind = summary
-                        .infra_kind
-                        .as_deref()
-                        .and_then(InfraKind::from_name)?;
-                    Some((summary.clone(), kind))
-                }),
-            _ => None,
-        };
-        let (policy, start, first, next) = match continuation {
-            Continuation::Interrupted | Continuation::Cancelled if stopped_attempt.is_some() => {
-                let policy = extended(1);
-                journal.append(
-                    rows::CONTINUED,
-                    &now_rfc3339(),
-                    &json!({"run_id": self.run_id, "from": state_now, "lifecycle": policy,
-                            "interrupted_attempt": latest, "cancelled": true}),
-                )?;
-                (policy, None, Vec::new(), None)
-            }
-            // Killed while it closed (committing its result, keeping its
-            // failed tree, restoring its base): the close goes on from what
-            // its rows show done.
-            Continuation::Interrupted | Continuation::Cancelled if closing_as.is_some() => {
-                let terminal = closing_as.expect("the guard saw it");
-                let since = rows
-                    .iter()
-                    .rposition(|row| {
-                        matches!(
-                            row.kind.as_str(),
-                            rows::ATTEMPT_FINISHED | rows::DIAGNOSIS | rows::BUDGET
-                        )
-                    })
-                    .map_or(0, |at| at + 1);
-                let done: Vec<&str> = rows[since..].iter().map(|row| row.kind.as_str()).collect();
-                // A result recorded already is the task's, as recorded.
-                if let Some(row) = rows[since..].iter().rfind(|row| row.kind == rows::RESULT) {
-                    result.output = crate::run::result_output(&row.body);
-                    result.reason = row
-                        .body
-                        .get("error")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                }
-                if let Some(gaps) = rows[since..]
-                    .iter()
-                    .rfind(|row| row.kind == rows::PARTIAL)
-                    .and_then(|row| serde_json::from_value(row.body["gaps"].clone()).ok())
-                {
-                    result.gaps = gaps;
-                }
-                let effects =
-                    reprise_core::lifecycle::closing_left(&policy, terminal, latest, &done);
-                let head = journal.append(
-                    rows::CONTINUED,
-                    &now_rfc3339(),
-                    &json!({"run_id": self.run_id, "from": state_now, "lifecycle": policy,
-                            "interrupted_attempt": latest}),
-                )?;
-                closing = Some((terminal, effects, head));
-                (policy, None, vec![(state_now, latest)], None)
-            }
+        let resumption = match continuation {
             Continuation::Interrupted | Continuation::Cancelled => {
-                let (from, agent_ended) = match state_now {
-                    TaskState::Running { attempt, resumed } => {
-                        (Some(TaskState::Running { attempt, resumed }), false)
-                    }
-                    TaskState::Judging { attempt } => (Some(TaskState::Judging { attempt }), true),
-                    _ => (None, false),
-                };
-                match from {
-                    Some(from) => {
-                        let policy = extended(1);
-                        journal.append(
-                            rows::CONTINUED,
-                            &now_rfc3339(),
-                            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
-                                    "interrupted_attempt": latest}),
-                        )?;
-                        (
-                            policy,
-                            Some((from, latest, session.clone(), agent_ended)),
-                            Vec::new(),
-                            None,
-                        )
-                    }
-                    None => {
-                        // Between attempts, or before the first: the next
-                        // attempt starts over, cold (its decision, if any,
-                        // was lost with the process).
-                        let attempt = match state_now {
-                            TaskState::Checkpointing { attempt, .. } => attempt,
-                            TaskState::Queued => 1,
-                            _ => latest + 1,
-                        };
-                        let from = TaskState::Checkpointing {
-                            attempt,
-                            resumed: false,
-                        };
-                        let policy = extended(u32::from(attempt > policy.max_attempts));
-                        journal.append(
-                            rows::CONTINUED,
-                            &now_rfc3339(),
-                            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
-                                    "interrupted_attempt": latest}),
-                        )?;
-                        let next = if attempt == 1 {
-                            NextAttempt {
-                                mode: "new",
-                                session: self.new_session(),
-                                prompt: task.prompt.clone(),
-                            }
-                        } else {
-                            self.cold(attempt, None)
-                        };
-                        (policy, None, vec![(from, attempt)], Some(next))
-                    }
-                }
+                self.after_interruption(&found, &mut materialised.journal, result)?
             }
             Continuation::Resume {
                 point,
                 mode,
                 approval,
-            } => {
-                let approval = point
-                    .approval
-                    .as_ref()
-                    .map(|(digest, _)| *digest)
-                    .or(*approval);
-                let note = point.approval.as_ref().and_then(|(_, note)| note.clone());
-                let TaskState::Suspended { attempt } = state_now else {
-                    return Err(EngineError::Lifecycle(format!(
-                        "task {key}'s journal leaves it {}, not parked: nothing to resume",
-                        state_now.name()
-                    )));
-                };
-                // The files come back from the park's snapshot; when they
-                // hash as parked, that snapshot is the next attempt's
-                // checkpoint too.
-                let mut snapshot = None;
-                if let (Some(store), Some(id)) = (&snapshots, point.snapshot()) {
-                    let checkpoint = store.find(&id)?;
-                    // The store is bound to nothing: only a checkpoint the
-                    // journal recorded in this run comes back.
-                    let recorded =
-                        crate::checkpoint_binding::recorded_checkpoints(self.state, &key)?;
-                    if let Err(why) =
-                        crate::checkpoint_binding::bind(self.run_id, &checkpoint, &recorded)
-                    {
-                        return Err(EngineError::Checkpoint(format!(
-                            "the park's checkpoint {} of {key} is not one its journal recorded ({}); nothing was restored",
-                            checkpoint.id,
-                            why.explain()
-                        )));
-                    }
-                    let restored = checkpoints::restore(
-                        store,
-                        &checkpoint,
-                        &mut journal,
-                        &mut audit,
-                        &key,
-                        self.run_id,
-                        "resume",
-                        Some(point.body.workspace_hash),
-                        || self.workspace_hash(&cwd),
-                    )?;
-                    self.warn_unless_matched(restored);
-                    snapshot = Some((checkpoint, restored));
-                }
-                let live = match &snapshot {
-                    Some((_, restored)) => restored.workspace_hash,
-                    None => self.workspace_hash(&cwd)?,
-                };
-                // The park's session; one its row could not name yet (the
-                // CLI names a new session when it ends) is the one the
-                // stopped attempt's `attempt.finished`, after the park, names.
-                let parked_session = point.body.session_id.clone().or_else(|| {
-                    rows.iter()
-                        .skip_while(|row| row.event_hash != point.park)
-                        .find(|row| row.kind == rows::ATTEMPT_FINISHED)
-                        .and_then(|row| row.body.get("session_id"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                });
-                let requested =
-                    mode.unwrap_or_else(|| self.requested_mode_only(parked_session.as_deref()));
-                let park_checkpoint = DecisionCheckpoint {
-                    session_id: parked_session.clone(),
-                    // A park's session is checked on the way back (below).
-                    session_saved: true,
-                    workspace_hash: point.body.workspace_hash,
-                    event_hash: point.park,
-                };
-                // The resume's mode is a retry's decision, made by the same
-                // pure function from the park's row and the adapter.
-                let input = DecisionInput {
-                    requested,
-                    capability: self.adapter.strategy().capability(),
-                    checkpoint: Some(&park_checkpoint),
-                    live_workspace_hash: live,
-                    fresh_pinned: mode.is_none() && task.agent_restart_between_retries,
-                    chain_verified: true,
-                };
-                let mut decision = decide(input);
-                let session_ok = parked_session
-                    .as_deref()
-                    .is_some_and(|id| self.ensure_session(id, &cwd));
-                if decision.mode != RetryMode::Cold && !session_ok {
-                    decision = reprise_core::retry::session_unavailable(decision);
-                }
-                let resume_prompt = reprise_core::prompt::resume_prompt(
-                    point.body.reason.as_deref(),
-                    note.as_deref(),
-                );
-                let record = reprise_core::retry::DecisionRecord::new(
-                    &task.id,
-                    self.adapter.name(),
-                    &input,
-                    decision,
-                    Some((
-                        RESUME_TEMPLATE_ID,
-                        reprise_core::digest::tagged_sha256(
-                            reprise_core::prompt::INSTRUCTION_TAG,
-                            &[resume_prompt.as_bytes()],
-                        ),
-                    )),
-                );
-                // Why it is not warm, whether asked for or forced.
-                let mode_reason = match (decision.downgrade_reason, decision.mode) {
-                    (Some(reason), _) => Some(reason.as_str()),
-                    (None, RetryMode::Warm) => None,
-                    (None, _) if mode.is_some() => Some("requested"),
-                    (None, _) => Some("retry_policy"),
-                };
-                let parked_running = attempt > point.body.attempt;
-                let policy = extended(u32::from(parked_running));
-                let body = ResumeBody {
-                    run_id: self.run_id.to_owned(),
-                    park: point.park,
-                    receipt: point.receipt.expect("a checked park has its receipt"),
-                    attempt,
-                    requested: mode.map(|mode| mode.as_str().to_owned()),
-                    mode: decision.mode.as_str().to_owned(),
-                    downgrade_reason: decision
-                        .downgrade_reason
-                        .map(|reason| reason.as_str().to_owned()),
-                    workspace_hash: live,
-                    approval_digest: approval,
-                    grant_hash: point.body.grant_hash.clone(),
-                };
-                // The append checks again what it relies on: the park
-                // unsettled, its approval there and bound by the chain.
-                crate::resume::recheck_before_resume(self.state, &self.key, &key, point)
-                    .map_err(|refusal| EngineError::Park(refusal.to_string()))?;
-                // The decision is recorded as a retry's is: a
-                // `retry.decision` row, sealed in the spine, bound in the
-                // audit chain; the resume row and the task's metadata name
-                // its hash.
-                let decision_hash = crate::records::record_decision(
-                    &mut journal,
-                    &mut spine,
-                    &mut audit,
-                    self.run_id,
-                    attempt,
-                    &record,
-                    None,
-                )?;
-                result.metadata = record
-                    .metadata(None)
-                    .map_err(|err| EngineError::Park(err.to_string()))?;
-                let mut row = serde_json::to_value(&body).expect("a resume body serialises");
-                row["lifecycle"] = serde_json::to_value(policy).expect("a policy serialises");
-                row["decision_hash"] = json!(decision_hash);
-                if let Some(reason) = mode_reason {
-                    row["mode_reason"] = json!(reason);
-                }
-                let head = journal.append(RESUME_KIND, &now_rfc3339(), &row)?;
-                crate::park::hold_at("resume");
-                let receipt = audit.append(
-                    RESUME_RECEIPT_KIND,
-                    &now_rfc3339(),
-                    &serde_json::to_value(ResumeReceipt {
-                        plan: key.plan.clone(),
-                        task_id: key.task.clone(),
-                        run_id: self.run_id.to_owned(),
-                        park: point.park,
-                        suspend_receipt: body.receipt,
-                        resume: head.digest,
-                        mode: body.mode,
-                        workspace_hash: live,
-                        approval_digest: approval,
-                    })
-                    .expect("a resume receipt serialises"),
-                )?;
-                // The grant the park bound goes on with the task.
-                if !point.body.grant_hash.is_empty() {
-                    audit.append(
-                        reprise_store::suspension::GRANT_CONTINUATION_KIND,
-                        &now_rfc3339(),
-                        &serde_json::to_value(reprise_store::suspension::GrantContinuation {
-                            plan: key.plan.clone(),
-                            task_id: key.task.clone(),
-                            run_id: self.run_id.to_owned(),
-                            resume_receipt: receipt.digest,
-                            grant_hash: point.body.grant_hash.clone(),
-                        })
-                        .expect("a grant continuation serialises"),
-                    )?;
-                }
-                // The journal ties the two halves together itself: the
-                // checkpoint the resume checked, its grant, the park's row
-                // and the resume's.
-                if let Some(checkpoint) = point.checkpoint {
-                    journal.append(
-                        reprise_store::agent_checkpoint::CONTINUATION_KIND,
-                        &now_rfc3339(),
-                        &json!({"run_id": self.run_id, "park": point.park, "resume": head.digest,
-                                "checkpoint": checkpoint, "grant_hash": point.body.grant_hash}),
-                    )?;
-                }
-                // The `.resumed` marker binds the resume receipt: the park
-                // (and its approval) cannot be used again.
-                // Another marker there was checked against the chain before
-                // the resume and settled nothing: it is replaced.
-                reprise_store::approvals::mark_resumed(
-                    self.state,
-                    &key,
-                    point.park,
-                    receipt.digest,
-                    true,
-                )
-                .map_err(|err| EngineError::Park(err.to_string()))?;
-                let next = match (decision.mode, parked_session) {
-                    (RetryMode::Warm, Some(session_id)) => NextAttempt {
-                        mode: "warm",
-                        session: SessionMode::Resume { session_id },
-                        prompt: resume_prompt,
-                    },
-                    (RetryMode::Fork, Some(from)) => NextAttempt {
-                        mode: "fork",
-                        session: SessionMode::Fork {
-                            from,
-                            new_session_id: None,
-                        },
-                        prompt: resume_prompt,
-                    },
-                    _ => self.cold(attempt, None),
-                };
-                reused = snapshot
-                    .filter(|(_, restored)| restored.matches)
-                    .map(|(checkpoint, restored)| (checkpoint, restored.workspace_hash));
-                (
-                    policy,
-                    None,
-                    vec![(TaskState::Suspended { attempt }, attempt)],
-                    Some(next),
-                )
-            }
+            } => self.resume_park(&found, &mut materialised, point, *mode, *approval, result)?,
         };
+        self.go_on(found, materialised, resumption, result)
+    }
+
+    /// How a task the process's death or the run's stop cut short goes on;
+    /// the `task.continued` row saying so is written first.
+    fn after_interruption(
+        &self,
+        found: &Found,
+        journal: &mut Journal,
+        result: &mut TaskResult,
+    ) -> Result<Resumption> {
+        if let Some((summary, kind)) = stopped_attempt(found) {
+            let policy = extended(found.policy, 1);
+            journal.append(
+                rows::CONTINUED,
+                &now_rfc3339(),
+                &json!({"run_id": self.run_id, "from": found.state_now, "lifecycle": policy,
+                        "interrupted_attempt": found.taken.attempt, "cancelled": true}),
+            )?;
+            return Ok(Resumption {
+                policy,
+                go_on: GoOn::Stopped(summary, kind),
+                next: None,
+                reused: None,
+            });
+        }
+        match found.state_now {
+            // A close the kill cut short (not a stop's: that goes on as any
+            // interruption does).
+            TaskState::Closing(terminal) if terminal != Terminal::Cancelled => {
+                self.close_again(found, terminal, journal, result)
+            }
+            TaskState::Running { .. } | TaskState::Judging { .. } => {
+                self.attempt_again(found, journal)
+            }
+            _ => self.between_attempts(found, journal),
+        }
+    }
+
+    /// Killed while it closed (committing its result, keeping its failed
+    /// tree, restoring its base): the close goes on from what its rows show
+    /// done.
+    fn close_again(
+        &self,
+        found: &Found,
+        terminal: Terminal,
+        journal: &mut Journal,
+        result: &mut TaskResult,
+    ) -> Result<Resumption> {
+        let rows = &found.rows;
+        let latest = found.taken.attempt;
+        let since = rows
+            .iter()
+            .rposition(|row| {
+                matches!(
+                    row.kind.as_str(),
+                    rows::ATTEMPT_FINISHED | rows::DIAGNOSIS | rows::BUDGET
+                )
+            })
+            .map_or(0, |at| at + 1);
+        let done: Vec<&str> = rows[since..].iter().map(|row| row.kind.as_str()).collect();
+        // A result recorded already is the task's, as recorded.
+        if let Some(row) = rows[since..].iter().rfind(|row| row.kind == rows::RESULT) {
+            result.output = crate::sandbox::result_output(&row.body);
+            result.reason = row
+                .body
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        if let Some(gaps) = rows[since..]
+            .iter()
+            .rfind(|row| row.kind == rows::PARTIAL)
+            .and_then(|row| serde_json::from_value(row.body["gaps"].clone()).ok())
+        {
+            result.gaps = gaps;
+        }
+        let policy = found.policy;
+        let effects = reprise_core::lifecycle::closing_left(&policy, terminal, latest, &done);
+        let head = journal.append(
+            rows::CONTINUED,
+            &now_rfc3339(),
+            &json!({"run_id": self.run_id, "from": found.state_now, "lifecycle": policy,
+                    "interrupted_attempt": latest}),
+        )?;
+        Ok(Resumption {
+            policy,
+            go_on: GoOn::Closing {
+                terminal,
+                effects,
+                head,
+            },
+            next: None,
+            reused: None,
+        })
+    }
+
+    /// An attempt whose agent ran (or whose gates judged) when the process
+    /// died: taken up from its report, not counted.
+    fn attempt_again(&self, found: &Found, journal: &mut Journal) -> Result<Resumption> {
+        let (from, agent_ended) = match found.state_now {
+            TaskState::Running { attempt, resumed } => {
+                (TaskState::Running { attempt, resumed }, false)
+            }
+            TaskState::Judging { attempt } => (TaskState::Judging { attempt }, true),
+            _ => unreachable!("only a running or judging attempt is taken up again"),
+        };
+        let latest = found.taken.attempt;
+        let policy = extended(found.policy, 1);
+        journal.append(
+            rows::CONTINUED,
+            &now_rfc3339(),
+            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
+                    "interrupted_attempt": latest}),
+        )?;
+        Ok(Resumption {
+            policy,
+            go_on: GoOn::Interrupted {
+                from,
+                attempt: latest,
+                session: started_session(&found.rows),
+                agent_ended,
+            },
+            next: None,
+            reused: None,
+        })
+    }
+
+    /// Between attempts, or before the first: the next attempt starts over,
+    /// cold (its decision, if any, was lost with the process).
+    fn between_attempts(&self, found: &Found, journal: &mut Journal) -> Result<Resumption> {
+        let latest = found.taken.attempt;
+        let attempt = match found.state_now {
+            TaskState::Checkpointing { attempt, .. } => attempt,
+            TaskState::Queued => 1,
+            _ => latest + 1,
+        };
+        let from = TaskState::Checkpointing {
+            attempt,
+            resumed: false,
+        };
+        let policy = extended(found.policy, u32::from(attempt > found.policy.max_attempts));
+        journal.append(
+            rows::CONTINUED,
+            &now_rfc3339(),
+            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
+                    "interrupted_attempt": latest}),
+        )?;
+        let next = if attempt == 1 {
+            NextAttempt {
+                mode: "new",
+                session: self.new_session(),
+                prompt: self.task.prompt.clone(),
+            }
+        } else {
+            self.cold(attempt, None)
+        };
+        Ok(Resumption {
+            policy,
+            go_on: GoOn::Checkpointing { from, attempt },
+            next: Some(next),
+            reused: None,
+        })
+    }
+
+    /// Drives the task's lifecycle on from where `resumption` says.
+    fn go_on(
+        &self,
+        found: Found,
+        materialised: super::Materialised,
+        resumption: Resumption,
+        result: &mut TaskResult,
+    ) -> Result<()> {
+        let super::Materialised {
+            cwd,
+            isolated,
+            journal,
+            spine,
+            audit,
+            snapshots,
+            budget,
+            ..
+        } = materialised;
+        let Resumption {
+            policy,
+            go_on,
+            next,
+            reused,
+        } = resumption;
+        let latest = found.taken.attempt;
         let env = self.task_env();
         let cold = next.as_ref().is_some_and(|next| next.mode == "cold");
         let next = next.unwrap_or_else(|| self.cold(latest + 1, None));
         let gate_files = self.gate_files(&cwd, isolated)?;
         let mut executor = super::Executor::new(
             self,
-            key,
+            found.key,
             cwd,
             isolated,
             (journal, spine, audit),
@@ -631,49 +530,65 @@ impl TaskRun<'_> {
             result,
         );
         executor.gate_files = gate_files;
-        executor.take_up(taken)?;
+        executor.take_up(found.taken)?;
         if let Some((checkpoint, hash)) = reused {
             executor.restored_to(checkpoint, hash);
         }
-        if let Some((terminal, effects, head)) = closing {
-            if effects.contains(&Effect::CommitResult { attempt: latest })
-                && let Some(base) = self.base.as_deref().filter(|_| isolated)
-            {
-                executor.orphan =
-                    crate::sandbox::orphaned_result(self.workspace, self.run_id, &task.id, base)?;
+        match go_on {
+            GoOn::Closing {
+                terminal,
+                effects,
+                head,
+            } => {
+                if effects.contains(&Effect::CommitResult { attempt: latest })
+                    && let Some(base) = self.base.as_deref().filter(|_| isolated)
+                {
+                    executor.orphan = crate::sandbox::orphaned_result(
+                        self.workspace,
+                        self.run_id,
+                        &self.task.id,
+                        base,
+                    )?;
+                }
+                executor.closing(latest, head);
+                executor.drive_with(&policy, TaskState::Closing(terminal), effects)
             }
-            executor.closing(latest, head);
-            return executor.drive_with(&policy, TaskState::Closing(terminal), effects);
-        }
-        if let Some((summary, kind)) = stopped_attempt {
-            let attempt = summary.n;
-            executor.stopped(summary, kind);
-            return executor.drive_with(
-                &policy,
-                TaskState::Diagnosing { attempt },
-                vec![Effect::Diagnose { attempt }],
-            );
-        }
-        if let Some((from, attempt, session, agent_ended)) = start {
-            executor.interrupted(attempt, session, agent_ended)?;
-            return match from {
-                TaskState::Running { .. } => executor.drive_from(
+            GoOn::Stopped(summary, kind) => {
+                let attempt = summary.n;
+                executor.stopped(summary, kind);
+                executor.drive_with(
                     &policy,
-                    from,
-                    vec![TaskEvent::AgentEnded {
-                        session_gone: false,
-                    }],
-                ),
-                // Its gates run again, on the interrupted attempt's report.
-                _ => executor.drive_with(&policy, from, vec![Effect::RunGates { attempt }]),
-            };
-        }
-        let (from, attempt) = first[0];
-        match from {
-            TaskState::Suspended { .. } => {
-                executor.drive_from(&policy, from, vec![TaskEvent::Resumed { cold }])
+                    TaskState::Diagnosing { attempt },
+                    vec![Effect::Diagnose { attempt }],
+                )
             }
-            _ => executor.drive_with(&policy, from, vec![Effect::TakeCheckpoint { attempt }]),
+            GoOn::Interrupted {
+                from,
+                attempt,
+                session,
+                agent_ended,
+            } => {
+                executor.interrupted(attempt, session, agent_ended)?;
+                match from {
+                    TaskState::Running { .. } => executor.drive_from(
+                        &policy,
+                        from,
+                        vec![TaskEvent::AgentEnded {
+                            session_gone: false,
+                        }],
+                    ),
+                    // Its gates run again, on the interrupted attempt's report.
+                    _ => executor.drive_with(&policy, from, vec![Effect::RunGates { attempt }]),
+                }
+            }
+            GoOn::Checkpointing { from, attempt } => {
+                executor.drive_with(&policy, from, vec![Effect::TakeCheckpoint { attempt }])
+            }
+            GoOn::Resumed { attempt } => executor.drive_from(
+                &policy,
+                TaskState::Suspended { attempt },
+                vec![TaskEvent::Resumed { cold }],
+            ),
         }
     }
 
@@ -727,7 +642,7 @@ impl TaskRun<'_> {
             .filter_map(|attempt| attempt.cost_micro_usd)
             .sum();
         result.attempts = taken.attempts;
-        result.output = last(rows::RESULT).and_then(|row| crate::run::result_output(&row.body));
+        result.output = last(rows::RESULT).and_then(|row| crate::sandbox::result_output(&row.body));
         result.gaps = last(rows::PARTIAL)
             .and_then(|row| row.body.get("gaps"))
             .and_then(|gaps| serde_json::from_value(gaps.clone()).ok())

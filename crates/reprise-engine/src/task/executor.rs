@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use reprise_agents::{
-    AttemptOutcome, AttemptReport, AttemptRequest, InfraKind, STREAM_KEEP_BYTES, SessionMode, Watch,
+    AttemptOutcome, AttemptReport, AttemptRequest, CancelToken, InfraKind, STREAM_KEEP_BYTES,
+    SessionMode, Watch,
 };
 use reprise_core::TaskKey;
 use reprise_core::budget::RetryBudget;
@@ -37,6 +38,7 @@ use crate::checkpoints;
 use crate::error::{EngineError, Result};
 use crate::events::{Event, Phase};
 use crate::gates::GateRun;
+use crate::pool::AttemptHold;
 use crate::records::{VerifiedPrefix, record_decision};
 use crate::recovery;
 use crate::state::{AttemptSummary, TaskStatus, WaitReason, Waiting};
@@ -1066,110 +1068,17 @@ impl<'r, 'a> Executor<'r, 'a> {
 
     fn spawn_agent(&mut self, attempt: u32) -> Result<TaskEvent> {
         let run = self.run;
-        let task = run.task;
         self.attempt = attempt;
         // The agent watches the run's cancel and the task's park.
         let stop = run.control.begin_agent(run.cancel);
-        // A task without an envelope draws on the run's pool: a share held
-        // while its attempt runs (an agent held to a budget), or what is
-        // free (one that cannot be). It may have to wait for that first,
-        // and says so: it has not started until it has its budget.
-        let claim = if !run.adapter.bounds_spend() {
-            Claim::Unbounded
-        } else if self.share_ran_out {
-            Claim::Whole
-        } else {
-            Claim::Share
-        };
-        let mut hold = run.pool.attempt_budget(
-            run.envelope_micro_usd
-                .map(|envelope| envelope.saturating_sub(self.spent_this_leg())),
-            claim,
-            &stop,
-            || {
-                run.emit(Event::TaskWaiting {
-                    task: task.id.clone(),
-                    waiting: Waiting {
-                        reason: WaitReason::Budget,
-                        detail: format!(
-                            "its share of the pool for attempt {attempt} (other attempts hold the rest)"
-                        ),
-                    },
-                });
-            },
-        );
+        let mut hold = self.hold_budget(attempt, &stop);
         let remaining = hold.budget();
-        run.emit(Event::AttemptStarted {
-            task: task.id.clone(),
-            attempt,
-            mode: self.next.mode.to_owned(),
-        });
-        run.emit(Event::Phase {
-            task: task.id.clone(),
-            attempt,
-            phase: Phase::Agent,
-        });
-        self.journal.append(
-            rows::ATTEMPT_STARTED,
-            &now_rfc3339(),
-            &json!({"run_id": run.run_id, "attempt": attempt, "mode": self.next.mode,
-                    "session": session_json(&self.next.session),
-                    "prompt_bytes": self.next.prompt.len()}),
-        )?;
-        self.started = Some(Instant::now());
+        self.announce_attempt(attempt)?;
         // A TMPDIR of the attempt's own, inside what the sandbox lets it write.
-        let tmp = run.state.attempt_tmp_dir(run.run_id, &task.id, attempt);
+        let tmp = run.state.attempt_tmp_dir(run.run_id, &run.task.id, attempt);
         let _ = fs::create_dir_all(&tmp);
-        let env = self.attempt_env(&tmp);
-        let supervision = run.supervision(&self.cwd, &tmp, true);
-        self.sandboxed = supervision
-            .as_ref()
-            .is_some_and(|supervision| supervision.sandbox.is_some());
-        if self.sandboxed {
-            run.make_agent_state();
-        }
-        let request = AttemptRequest {
-            task_id: task.id.clone(),
-            attempt,
-            prompt: self.next.prompt.clone(),
-            session: self.next.session.clone(),
-            cwd: self.cwd.clone(),
-            timeout: self.next_timeout.unwrap_or(task.timeout),
-            env,
-            bin: run.bin.clone(),
-            config_home: run.setup.config_home.clone(),
-            budget_micro_usd: remaining,
-            supervision,
-            watch: Watch {
-                max_output_bytes: task.max_output_bytes,
-                idle_timeout: task.idle_timeout,
-                park_when_idle: task.park_when_idle,
-                live_log: self.live_log_dir(attempt),
-            },
-            model: self.next_model.clone().or_else(|| self.resumed_model()),
-        };
-        // The agent runs on a thread of its own while this one waits for
-        // it or for a park or pause: a stop is recorded (a park's row and
-        // receipt, a pause's row) before the agent is halted.
-        run.control.agent_starts();
-        let (report, recorded) = std::thread::scope(|scope| {
-            let agent = scope.spawn(|| {
-                let report = run.adapter.run(&request, &stop);
-                run.control.agent_returned();
-                report
-            });
-            let recorded = if run.control.wait_agent() {
-                let recorded = self.record_before_halt(attempt);
-                stop.cancel();
-                Some(recorded)
-            } else {
-                None
-            };
-            let report = agent
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (report, recorded)
-        });
+        let request = self.agent_request(attempt, &tmp, remaining);
+        let (report, recorded) = self.run_agent(attempt, &request, &stop);
         let halted = match &self.halted {
             Some(Halted::Park(_)) => Some(false),
             Some(Halted::Pause(..)) => Some(true),
@@ -1180,27 +1089,9 @@ impl<'r, 'a> Executor<'r, 'a> {
         hold.spent(report.cost_micro_usd.unwrap_or(0));
         let mut report = report;
         let held = hold.budget().unwrap_or(0);
-        let pool_has_more = hold.release();
+        self.settle_hold(held, hold, &mut report);
         if let Some(recorded) = recorded {
             recorded?;
-        }
-        // Stopped at its share, not at the pool's end: a retry may have more.
-        self.share_ran_out = pool_has_more
-            && matches!(
-                report.outcome,
-                AttemptOutcome::Infra {
-                    kind: InfraKind::BudgetExhausted,
-                    ..
-                }
-            );
-        if self.share_ran_out {
-            report.outcome = AttemptOutcome::Infra {
-                kind: InfraKind::ShareExhausted,
-                detail: format!(
-                    "it reached its share of the run's pool (${}) while the pool had more; the retry waits for the other attempts and holds all that is free",
-                    reprise_core::plan::format_micro_usd(held)
-                ),
-            };
         }
         self.tmp = Some(tmp);
         // The agent itself says the task should wait: a usage limit that
@@ -1223,6 +1114,167 @@ impl<'r, 'a> Executor<'r, 'a> {
                 TaskEvent::ParkRequested
             });
         }
+        self.agent_ended(attempt, report)
+    }
+
+    /// The attempt's budget. A task without an envelope draws on the run's
+    /// pool: a share held while its attempt runs (an agent held to a
+    /// budget), or what is free (one that cannot be). It may have to wait
+    /// for that first, and says so: it has not started until it has its
+    /// budget.
+    fn hold_budget(&self, attempt: u32, stop: &CancelToken) -> AttemptHold<'a> {
+        let run = self.run;
+        let claim = if !run.adapter.bounds_spend() {
+            Claim::Unbounded
+        } else if self.share_ran_out {
+            Claim::Whole
+        } else {
+            Claim::Share
+        };
+        run.pool.attempt_budget(
+            run.envelope_micro_usd
+                .map(|envelope| envelope.saturating_sub(self.spent_this_leg())),
+            claim,
+            stop,
+            || {
+                run.emit(Event::TaskWaiting {
+                    task: run.task.id.clone(),
+                    waiting: Waiting {
+                        reason: WaitReason::Budget,
+                        detail: format!(
+                            "its share of the pool for attempt {attempt} (other attempts hold the rest)"
+                        ),
+                    },
+                });
+            },
+        )
+    }
+
+    /// Says the attempt started (events, then its `attempt.started` row).
+    fn announce_attempt(&mut self, attempt: u32) -> Result<()> {
+        let run = self.run;
+        let task = run.task;
+        run.emit(Event::AttemptStarted {
+            task: task.id.clone(),
+            attempt,
+            mode: self.next.mode.to_owned(),
+        });
+        run.emit(Event::Phase {
+            task: task.id.clone(),
+            attempt,
+            phase: Phase::Agent,
+        });
+        self.journal.append(
+            rows::ATTEMPT_STARTED,
+            &now_rfc3339(),
+            &json!({"run_id": run.run_id, "attempt": attempt, "mode": self.next.mode,
+                    "session": session_json(&self.next.session),
+                    "prompt_bytes": self.next.prompt.len()}),
+        )?;
+        self.started = Some(Instant::now());
+        Ok(())
+    }
+
+    /// What the adapter is asked to run: the next attempt's prompt and
+    /// session, its environment, supervision and watches.
+    fn agent_request(
+        &mut self,
+        attempt: u32,
+        tmp: &std::path::Path,
+        budget_micro_usd: Option<u64>,
+    ) -> AttemptRequest {
+        let run = self.run;
+        let task = run.task;
+        let env = self.attempt_env(tmp);
+        let supervision = run.supervision(&self.cwd, tmp, true);
+        self.sandboxed = supervision
+            .as_ref()
+            .is_some_and(|supervision| supervision.sandbox.is_some());
+        if self.sandboxed {
+            run.make_agent_state();
+        }
+        AttemptRequest {
+            task_id: task.id.clone(),
+            attempt,
+            prompt: self.next.prompt.clone(),
+            session: self.next.session.clone(),
+            cwd: self.cwd.clone(),
+            timeout: self.next_timeout.unwrap_or(task.timeout),
+            env,
+            bin: run.bin.clone(),
+            config_home: run.setup.config_home.clone(),
+            budget_micro_usd,
+            supervision,
+            watch: Watch {
+                max_output_bytes: task.max_output_bytes,
+                idle_timeout: task.idle_timeout,
+                park_when_idle: task.park_when_idle,
+                live_log: self.live_log_dir(attempt),
+            },
+            model: self.next_model.clone().or_else(|| self.resumed_model()),
+        }
+    }
+
+    /// Runs the agent on a thread of its own while this one waits for it or
+    /// for a park or pause: a stop is recorded (a park's row and receipt, a
+    /// pause's row) before the agent is halted. Also the recording's
+    /// outcome, when a stop came.
+    fn run_agent(
+        &mut self,
+        attempt: u32,
+        request: &AttemptRequest,
+        stop: &CancelToken,
+    ) -> (AttemptReport, Option<Result<()>>) {
+        let run = self.run;
+        run.control.agent_starts();
+        std::thread::scope(|scope| {
+            let agent = scope.spawn(|| {
+                let report = run.adapter.run(request, stop);
+                run.control.agent_returned();
+                report
+            });
+            let recorded = if run.control.wait_agent() {
+                let recorded = self.record_before_halt(attempt);
+                stop.cancel();
+                Some(recorded)
+            } else {
+                None
+            };
+            let report = agent
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (report, recorded)
+        })
+    }
+
+    /// Gives the attempt's hold back to the pool; an attempt stopped at its
+    /// share, not at the pool's end, is told so: a retry may have more.
+    fn settle_hold(&mut self, held: u64, hold: AttemptHold<'_>, report: &mut AttemptReport) {
+        let pool_has_more = hold.release();
+        self.share_ran_out = pool_has_more
+            && matches!(
+                report.outcome,
+                AttemptOutcome::Infra {
+                    kind: InfraKind::BudgetExhausted,
+                    ..
+                }
+            );
+        if self.share_ran_out {
+            report.outcome = AttemptOutcome::Infra {
+                kind: InfraKind::ShareExhausted,
+                detail: format!(
+                    "it reached its share of the run's pool (${}) while the pool had more; the retry waits for the other attempts and holds all that is free",
+                    reprise_core::plan::format_micro_usd(held)
+                ),
+            };
+        }
+    }
+
+    /// The agent ended (not stopped): its session's fate, its spend, git
+    /// settled, and its end recorded in `task.checkpoint` before any gate
+    /// runs.
+    fn agent_ended(&mut self, attempt: u32, report: AttemptReport) -> Result<TaskEvent> {
+        let run = self.run;
         let session_gone = matches!(
             report.outcome,
             AttemptOutcome::Infra {
