@@ -685,21 +685,22 @@ impl TaskRun<'_> {
                 (taxonomy::AttemptOutcome::Infra(*kind), None, Vec::new())
             }
             AttemptOutcome::Replied { exit_code, reply } => {
-                let gates = match (taxonomy::needs_context(reply), *exit_code) {
-                    // The agent says it cannot go on without more: nothing to judge.
-                    (Some(what), _) => Err(taxonomy::AttemptOutcome::NeedsContext(what.to_owned())),
-                    (None, 0) => {
+                let unjudged = match taxonomy::needs_context(reply) {
+                    Some(what) => Some(taxonomy::AttemptOutcome::NeedsContext(what.to_owned())),
+                    None if *exit_code != 0 => Some(agent_exit_outcome(*exit_code, reply)),
+                    None => None,
+                };
+                match unjudged {
+                    // The agent asked for more, or exited non-zero: no gate
+                    // runs.
+                    Some(outcome) => (outcome, Some(*exit_code), Vec::new()),
+                    None => {
                         let gates_started = Instant::now();
                         let gates =
                             GateRun { reply, ..*gate_run }.run_all(&self.task.gates, level_of);
                         gates_elapsed = gates_started.elapsed();
-                        Ok(gates)
+                        (self.gates_outcome(&gates), Some(*exit_code), gates)
                     }
-                    (None, exit_code) => Err(agent_exit_outcome(exit_code, reply)),
-                };
-                match gates {
-                    Ok(gates) => (self.gates_outcome(&gates), Some(*exit_code), gates),
-                    Err(outcome) => (outcome, Some(*exit_code), Vec::new()),
                 }
             }
         };
