@@ -821,7 +821,8 @@ pub enum TaskResult {
         base_commit: String,
         /// `null` when nothing changed.
         commit: Option<String>,
-        branch: String,
+        /// `null` when nothing changed (no commit, no branch).
+        branch: Option<String>,
         files_changed: u64,
         commit_us: u64,
         /// The unrecorded commit a crash left on the branch, replaced.
@@ -883,6 +884,41 @@ pub struct TaskUnpause {
     pub lifecycle: crate::lifecycle::Policy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<Requester>,
+}
+
+// ---- task and attempt rows (engine task code) ----
+
+/// How an attempt's agent was contained (`attempt.finished`'s
+/// `containment`): the plan's mode, whether a sandbox was applied, and the
+/// lines of its output that report a denied access.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Containment {
+    pub mode: String,
+    pub sandboxed: bool,
+    pub denied: Vec<String>,
+}
+
+/// What a retry after a request for context changes besides its mode
+/// (`retry.decision`'s `modification`): the hash of what the agent asked
+/// (the text is kept beside the chain), and the plan's `on_needs_context`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryModification {
+    pub needs_context_hash: Option<Digest>,
+    pub timeout_ms: Option<u64>,
+    pub prompt_added: bool,
+    pub model: Option<String>,
+}
+
+/// A `task.suspend_resource_release` row's detail for the agent's process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessReleased {
+    /// The park stopped a running agent.
+    pub stopped: bool,
+    pub reaped: bool,
+    pub attempt: u32,
+    /// Why nothing was stopped, when no live process held the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 row_bodies! {

@@ -13,6 +13,7 @@ use reprise_agents::{
     Supervision,
 };
 use reprise_core::budget::{BudgetSpec, ENV_VAR as BUDGET_ENV_VAR, RetryBudget};
+use reprise_core::outcome as taxonomy;
 use reprise_core::plan::{Disclose, Task};
 use reprise_core::prompt::{
     CORRECTIVE_TEMPLATE_ID, ContextRequest, FailedGate, Nonce, PreviousAttempt, RetryContext,
@@ -22,6 +23,7 @@ use reprise_core::retry::{
     Decision, DecisionInput, DecisionRecord, RetryMode, decide, session_unavailable,
 };
 use reprise_core::retry_cost::{AutoChoice, CostInput, choose};
+use reprise_core::rows::{self as row, AttemptMode, Containment, TaskStarted};
 use reprise_core::{PlanId, TaskKey};
 use reprise_store::audit::AuditLog;
 use reprise_store::journal::{Journal, Spine};
@@ -29,7 +31,7 @@ use reprise_store::replies::{drop_kept_reply, keep_reply};
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::workspace::hash_workspace_cached;
 use reprise_store::write_atomic;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::checkpoints;
 use crate::error::Result;
@@ -41,7 +43,7 @@ use crate::sandbox::{self, Provenance, Workspace};
 use crate::settings::{AgentSetup, Supervisor};
 use crate::state::{AttemptSummary, GateVerdict, Outcome, TaskStatus};
 use reprise_core::digest::Digest;
-use reprise_core::lifecycle::{Policy, rows};
+use reprise_core::lifecycle::Policy;
 use reprise_store::snapshot::Checkpoint;
 
 /// A criterion's name and the levels its gates can run at, highest first.
@@ -134,16 +136,52 @@ struct RetryBasis<'a> {
     chain_broken: bool,
 }
 
+/// What the journal and the workspace give a retry decision to rely on.
+struct DecisionGround {
+    /// The latest checkpoint the journal holds, if any.
+    checkpoint: Option<reprise_core::retry::Checkpoint>,
+    /// It is the one the failed attempt wrote, in a chain that verifies.
+    chain_verified: bool,
+    /// The workspace's hash now.
+    live: Digest,
+}
+
 /// What the next attempt sends, and how.
 struct NextAttempt {
-    mode: &'static str,
+    mode: AttemptMode,
     session: SessionMode,
     prompt: String,
 }
 
+impl NextAttempt {
+    /// An attempt that goes on with `session` in `mode` (warm or fork),
+    /// sending `prompt`; `None` for a cold one, or without a session.
+    fn continuing(mode: RetryMode, session: Option<String>, prompt: String) -> Option<Self> {
+        let session = match (mode, session?) {
+            (RetryMode::Warm, session_id) => SessionMode::Resume { session_id },
+            (RetryMode::Fork, from) => SessionMode::Fork {
+                from,
+                new_session_id: None,
+            },
+            (RetryMode::Cold, _) => return None,
+        };
+        Some(Self {
+            mode: mode.into(),
+            session,
+            prompt,
+        })
+    }
+}
+
+mod attempt;
+mod bodies;
+mod closing;
 mod continuation;
 mod executor;
+mod judging;
 mod resumption;
+mod retrying;
+mod steering;
 
 pub(crate) use continuation::{Continuation, taken_up as journal_attempts};
 use executor::Executor;
@@ -288,7 +326,7 @@ impl TaskRun<'_> {
     /// What the journal says of the attempt's containment: the plan's mode,
     /// whether a sandbox was applied, and the lines of the reply that report
     /// a denied access.
-    fn containment_body(&self, report: &AttemptReport, sandboxed: bool) -> Value {
+    fn containment(&self, report: &AttemptReport, sandboxed: bool) -> Containment {
         // The reply's lines first, then what the agent printed on stderr
         // (a CLI's own failed writes go there).
         let mut denied = match &report.outcome {
@@ -302,7 +340,11 @@ impl TaskRun<'_> {
                 }
             }
         }
-        json!({"mode": self.task.containment.as_str(), "sandboxed": sandboxed, "denied": denied})
+        Containment {
+            mode: self.task.containment.as_str().to_owned(),
+            sandboxed,
+            denied,
+        }
     }
 
     fn emit(&self, event: Event) {
@@ -372,70 +414,41 @@ impl TaskRun<'_> {
     fn attempts(&self, result: &mut TaskResult) -> Result<()> {
         let task = self.task;
         let sandbox_started = Instant::now();
-        let Materialised {
-            key,
-            cwd,
-            isolated,
-            mut journal,
-            spine,
-            audit,
-            snapshots,
-            budget,
-        } = self.materialise(result)?;
+        let mut materialised = self.materialise(result)?;
         let policy = Policy {
             max_attempts: task.max_retries + 1,
-            budgeted: budget.is_some(),
+            budgeted: materialised.budget.is_some(),
             rollback: task.rollback_on_retry,
-            snapshots: snapshots.is_some(),
+            snapshots: materialised.snapshots.is_some(),
         };
-        journal.append(
-            rows::TASK_STARTED,
-            &now_rfc3339(),
-            &json!({
-                "run_id": self.run_id,
-                "plan": self.plan.as_str(),
-                "base_commit": if isolated { self.base.as_deref() } else { None },
-                "adapter": self.adapter.name(),
-                "cwd": cwd,
-                "sandbox_us": u64::try_from(sandbox_started.elapsed().as_micros()).unwrap_or(u64::MAX),
-                "retry_policy": task.retry_policy,
-                "max_retries": task.max_retries,
-                "envelope_micro_usd": self.envelope_micro_usd,
-                "lifecycle": executor::policy_json(&policy),
-            }),
-        )?;
+        let started = TaskStarted {
+            run_id: self.run_id.to_owned(),
+            plan: self.plan.clone(),
+            base_commit: self.base.clone().filter(|_| materialised.isolated),
+            adapter: self.adapter.name().to_owned(),
+            cwd: materialised.cwd.clone(),
+            sandbox_us: u64::try_from(sandbox_started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            retry_policy: task.retry_policy,
+            max_retries: task.max_retries,
+            envelope_micro_usd: self.envelope_micro_usd,
+            lifecycle: policy,
+        };
+        materialised.journal.append_row(&now_rfc3339(), &started)?;
         // From here on the journal is the engine's: anything else writing to
         // it is noticed (see `foreign_writes_seen`).
-        journal.mark()?;
+        materialised.journal.mark()?;
         // A task carried over from an earlier run's failure starts cold, and
         // hears what its judged attempt said, once.
         let previous: Option<Previous> = self.carried.clone();
         let next = match &previous {
             Some(carried) if carried.judged => self.cold(1, Some(carried)),
             _ => NextAttempt {
-                mode: "new",
+                mode: AttemptMode::New,
                 session: self.new_session(),
                 prompt: task.prompt.clone(),
             },
         };
-        let env = self.task_env();
-        // Read before any agent runs: in place, the tree now is the reference.
-        let gate_files = self.gate_files(&cwd, isolated)?;
-        let mut executor = Executor::new(
-            self,
-            key,
-            cwd,
-            isolated,
-            (journal, spine, audit),
-            snapshots,
-            env,
-            budget,
-            next,
-            previous,
-            result,
-        );
-        executor.gate_files = gate_files;
-        executor.drive(&policy)
+        Executor::new(self, materialised, (next, previous), result)?.drive(&policy)
     }
 
     /// The files the task's gates are judged by, as its base has them, with
@@ -552,24 +565,29 @@ impl TaskRun<'_> {
         let started = Instant::now();
         match sandbox::commit_result(self.state, self.workspace, cwd, base, &provenance, orphan) {
             Ok(output) => {
-                let commit_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                let mut body = json!({"run_id": self.run_id, "base_commit": output.base,
-                        "commit": output.commit, "branch": output.branch,
-                        "files_changed": output.files_changed, "commit_us": commit_us});
-                if let (Some(orphan), Some(_)) = (orphan, &output.commit) {
-                    body["replaced"] = json!(orphan);
-                }
-                journal.append(rows::RESULT, &now_rfc3339(), &body)?;
+                let body = row::TaskResult::Committed {
+                    run_id: self.run_id.to_owned(),
+                    base_commit: output.base.clone(),
+                    commit: output.commit.clone(),
+                    branch: output.branch.clone(),
+                    files_changed: output.files_changed,
+                    commit_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                    replaced: orphan
+                        .filter(|_| output.commit.is_some())
+                        .map(str::to_owned),
+                };
+                journal.append_row(&now_rfc3339(), &body)?;
                 result.output = Some(output);
                 Ok(true)
             }
             Err(err) => {
                 let reason = format!("the result could not be committed: {err}");
-                journal.append(
-                    rows::RESULT,
-                    &now_rfc3339(),
-                    &json!({"run_id": self.run_id, "base_commit": base, "error": reason}),
-                )?;
+                let body = row::TaskResult::Failed {
+                    run_id: self.run_id.to_owned(),
+                    base_commit: Some(base.to_owned()),
+                    error: reason.clone(),
+                };
+                journal.append_row(&now_rfc3339(), &body)?;
                 result.reason = Some(reason);
                 Ok(false)
             }
@@ -592,7 +610,7 @@ impl TaskRun<'_> {
         let built = cold_prompt(&context(&self.task.prompt, attempt, previous), &mut mint);
         self.warn_all(built.notices);
         NextAttempt {
-            mode: "cold",
+            mode: AttemptMode::Cold,
             session: self.new_session(),
             prompt: built.text,
         }
@@ -653,13 +671,12 @@ impl TaskRun<'_> {
     fn judge(
         &self,
         attempt: u32,
-        mode: &str,
+        mode: AttemptMode,
         report: &AttemptReport,
         gate_run: &GateRun<'_>,
         level_of: &dyn Fn(&str) -> Option<i64>,
         started: Instant,
-    ) -> (AttemptSummary, reprise_core::outcome::AttemptOutcome) {
-        use reprise_core::outcome::{self as taxonomy, Verdict};
+    ) -> (AttemptSummary, taxonomy::AttemptOutcome) {
         let mut gates_elapsed = std::time::Duration::ZERO;
         // The outcome in the core's taxonomy: `judged` is derived from its
         // explicit list of verdict kinds, never as a fallback.
@@ -667,79 +684,32 @@ impl TaskRun<'_> {
             AttemptOutcome::Infra { kind, .. } => {
                 (taxonomy::AttemptOutcome::Infra(*kind), None, Vec::new())
             }
-            // The agent says it cannot go on without more: nothing to judge.
-            AttemptOutcome::Replied { exit_code, reply }
-                if taxonomy::needs_context(reply).is_some() =>
-            {
-                (
-                    taxonomy::AttemptOutcome::NeedsContext(
-                        taxonomy::needs_context(reply)
-                            .unwrap_or_default()
-                            .to_owned(),
-                    ),
-                    Some(*exit_code),
-                    Vec::new(),
-                )
-            }
-            AttemptOutcome::Replied { exit_code, reply } if *exit_code != 0 => {
-                let outcome = if reply.trim().is_empty() {
-                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::AgentExitWithoutReply)
-                } else {
-                    taxonomy::AttemptOutcome::Judged(vec![Verdict::AgentExit {
-                        exit_code: *exit_code,
-                    }])
-                };
-                (outcome, Some(*exit_code), Vec::new())
-            }
             AttemptOutcome::Replied { exit_code, reply } => {
-                let gates_started = Instant::now();
-                let gates = GateRun { reply, ..*gate_run }.run_all(&self.task.gates, level_of);
-                gates_elapsed = gates_started.elapsed();
-                let verdicts: Vec<Verdict> = gates
-                    .iter()
-                    .filter(|gate| !gate.passed && !gate.could_not_run)
-                    .map(|verdict| {
-                        let disclose = disclose_of(self.task, verdict);
-                        if verdict.exit_code.is_some() {
-                            Verdict::GateRejected {
-                                gate: verdict.name.clone(),
-                                exit_code: verdict.exit_code,
-                                disclose,
-                            }
-                        } else {
-                            Verdict::PredicateRejected {
-                                gate: verdict.name.clone(),
-                                disclose,
-                            }
-                        }
-                    })
-                    .collect();
-                let outcome = if gates.iter().any(|gate| gate.timed_out_after_ms.is_some()) {
-                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateTimedOut)
-                } else if gates.iter().any(|gate| gate.could_not_run) {
-                    taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateCouldNotRun)
-                } else if verdicts.is_empty() {
-                    taxonomy::AttemptOutcome::Passed
-                } else {
-                    taxonomy::AttemptOutcome::Judged(verdicts)
+                let unjudged = match taxonomy::needs_context(reply) {
+                    Some(what) => Some(taxonomy::AttemptOutcome::NeedsContext(what.to_owned())),
+                    None if *exit_code != 0 => Some(agent_exit_outcome(*exit_code, reply)),
+                    None => None,
                 };
-                (outcome, Some(*exit_code), gates)
+                match unjudged {
+                    // The agent asked for more, or exited non-zero: no gate
+                    // runs.
+                    Some(outcome) => (outcome, Some(*exit_code), Vec::new()),
+                    None => {
+                        let gates_started = Instant::now();
+                        let gates =
+                            GateRun { reply, ..*gate_run }.run_all(&self.task.gates, level_of);
+                        gates_elapsed = gates_started.elapsed();
+                        (self.gates_outcome(&gates), Some(*exit_code), gates)
+                    }
+                }
             }
         };
-        let judged = classified.is_judged();
-        let (outcome, infra_kind) = match &classified {
-            taxonomy::AttemptOutcome::Passed => (Outcome::Passed, None),
-            taxonomy::AttemptOutcome::Judged(_) => (Outcome::Judged, None),
-            taxonomy::AttemptOutcome::Infra(kind) => {
-                (Outcome::Infra, Some(kind.as_str().to_owned()))
-            }
-            taxonomy::AttemptOutcome::NeedsContext(_) => (Outcome::NeedsContext, None),
-        };
+        let (outcome, infra_kind) = outcome_names(&classified);
         let summary = AttemptSummary {
             n: attempt,
-            mode: mode.to_owned(),
+            mode: mode.as_str().to_owned(),
             session_id: report.session_id.clone(),
-            judged,
+            judged: classified.is_judged(),
             outcome,
             infra_kind,
             exit_code,
@@ -752,6 +722,41 @@ impl TaskRun<'_> {
         (summary, classified)
     }
 
+    /// What the gates' verdicts make of an attempt: a gate that timed out or
+    /// could not run leaves it unjudged; else it passed, or each gate that
+    /// said no is a verdict on the work.
+    fn gates_outcome(&self, gates: &[GateVerdict]) -> taxonomy::AttemptOutcome {
+        use taxonomy::Verdict;
+        let verdicts: Vec<Verdict> = gates
+            .iter()
+            .filter(|gate| !gate.passed && !gate.could_not_run)
+            .map(|verdict| {
+                let disclose = disclose_of(self.task, verdict);
+                if verdict.exit_code.is_some() {
+                    Verdict::GateRejected {
+                        gate: verdict.name.clone(),
+                        exit_code: verdict.exit_code,
+                        disclose,
+                    }
+                } else {
+                    Verdict::PredicateRejected {
+                        gate: verdict.name.clone(),
+                        disclose,
+                    }
+                }
+            })
+            .collect();
+        if gates.iter().any(|gate| gate.timed_out_after_ms.is_some()) {
+            taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateTimedOut)
+        } else if gates.iter().any(|gate| gate.could_not_run) {
+            taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::GateCouldNotRun)
+        } else if verdicts.is_empty() {
+            taxonomy::AttemptOutcome::Passed
+        } else {
+            taxonomy::AttemptOutcome::Judged(verdicts)
+        }
+    }
+
     /// Decides the next attempt's mode from the verified journal, records the
     /// decision in journal, spine and audit chain, and builds what to send.
     fn decide_retry(
@@ -761,64 +766,30 @@ impl TaskRun<'_> {
         cwd: &Path,
         basis: RetryBasis<'_>,
     ) -> Result<(NextAttempt, BTreeMap<String, Value>, DecisionRecord)> {
-        let Chains {
-            journal,
-            spine,
-            audit,
-        } = chains;
-        let RetryBasis {
-            own_checkpoint,
-            restored,
-            modification,
-            previous,
-            next_attempt,
-            since_last_request,
-            same_failure_in_a_row,
-            chain_broken,
-        } = basis;
         let task = self.task;
-        let key = TaskKey::new(self.plan.clone(), task.id.clone());
-        let trusted = trusted_checkpoint(self.state, &key, journal, verified)?;
-        // The journal's hash chain is unkeyed: anyone who can write the file
-        // can append a checkpoint that verifies. The one to trust is the one
-        // this attempt wrote; any other latest checkpoint means the journal
-        // was written to behind the engine's back.
-        let chain_verified = !chain_broken
-            && trusted.chain_verified
-            && trusted
-                .checkpoint
-                .as_ref()
-                .is_some_and(|checkpoint| checkpoint.event_hash == own_checkpoint);
-        let live = self.workspace_hash(cwd)?;
-        // Files rolled back to the attempt's checkpoint are compared with
-        // that checkpoint: they are what the resumed session is told it has.
-        let checkpoint = trusted.checkpoint.map(|mut checkpoint| {
-            if let Some(hash) = restored {
-                checkpoint.workspace_hash = hash;
-            }
-            checkpoint
-        });
+        let trusted = self.trusted_for_retry(chains.journal, verified, cwd, &basis)?;
+        let checkpoint = trusted
+            .checkpoint
+            .as_ref()
+            .filter(|_| trusted.chain_verified);
         let (requested, auto) = self.requested_mode(
-            checkpoint
-                .as_ref()
-                .filter(|_| chain_verified)
-                .and_then(|checkpoint| checkpoint.session_id.as_deref()),
-            since_last_request,
-            same_failure_in_a_row,
+            checkpoint.and_then(|checkpoint| checkpoint.session_id.as_deref()),
+            basis.since_last_request,
+            basis.same_failure_in_a_row,
         );
         let input = DecisionInput {
             requested,
             capability: self.adapter.strategy().capability(),
-            checkpoint: checkpoint.as_ref().filter(|_| chain_verified),
-            live_workspace_hash: live,
+            checkpoint,
+            live_workspace_hash: trusted.live,
             fresh_pinned: task.agent_restart_between_retries,
-            chain_verified,
+            chain_verified: trusted.chain_verified,
         };
-        let mut decision = decide(input);
+        let decision = decide(input);
         let (built, instruction_hash) = corrective(
             &RetryContext {
-                files_rolled_back: restored.is_some(),
-                ..context(&task.prompt, next_attempt, Some(previous))
+                files_rolled_back: basis.restored.is_some(),
+                ..context(&task.prompt, basis.next_attempt, Some(basis.previous))
             },
             &mut mint,
         );
@@ -832,74 +803,98 @@ impl TaskRun<'_> {
             Some((CORRECTIVE_TEMPLATE_ID, instruction_hash)),
         );
         record.predicted = auto.predicted;
-        record.auto = self.task.retry_policy.fixed().is_none().then_some(auto);
-        record_decision(
+        record.auto = task.retry_policy.fixed().is_none().then_some(auto);
+        let session_id = record.checkpoint_session_id.clone();
+        let (decision, record) =
+            self.record_retry_decision(chains, (decision, record), &basis, cwd)?;
+        let next = NextAttempt::continuing(decision.mode, session_id, instruction.clone())
+            .unwrap_or_else(|| self.cold(basis.next_attempt, Some(basis.previous)));
+        let sent_instruction = (next.mode != AttemptMode::Cold).then_some(instruction.as_str());
+        let metadata = record.metadata(sent_instruction)?;
+        Ok((next, metadata, record))
+    }
+
+    /// What a retry may rely on: the checkpoint the journal holds (with the
+    /// workspace hash it was rolled back to, if it was), whether it is
+    /// trusted, and the workspace's hash now.
+    fn trusted_for_retry(
+        &self,
+        journal: &mut Journal,
+        verified: &mut Option<VerifiedPrefix>,
+        cwd: &Path,
+        basis: &RetryBasis<'_>,
+    ) -> Result<DecisionGround> {
+        let key = TaskKey::new(self.plan.clone(), self.task.id.clone());
+        let trusted = trusted_checkpoint(self.state, &key, journal, verified)?;
+        // The journal's hash chain is unkeyed: anyone who can write the file
+        // can append a checkpoint that verifies. The one to trust is the one
+        // this attempt wrote; any other latest checkpoint means the journal
+        // was written to behind the engine's back.
+        let chain_verified = !basis.chain_broken
+            && trusted.chain_verified
+            && trusted
+                .checkpoint
+                .as_ref()
+                .is_some_and(|checkpoint| checkpoint.event_hash == basis.own_checkpoint);
+        let live = self.workspace_hash(cwd)?;
+        // Files rolled back to the attempt's checkpoint are compared with
+        // that checkpoint: they are what the resumed session is told it has.
+        let checkpoint = trusted.checkpoint.map(|mut checkpoint| {
+            if let Some(hash) = basis.restored {
+                checkpoint.workspace_hash = hash;
+            }
+            checkpoint
+        });
+        Ok(DecisionGround {
+            checkpoint,
+            chain_verified,
+            live,
+        })
+    }
+
+    /// Records a retry decision and says it; when the session it continues
+    /// cannot be resumed, a second decision (cold), recorded too. Returns
+    /// the decision that holds, and its record.
+    fn record_retry_decision(
+        &self,
+        Chains {
             journal,
             spine,
             audit,
-            self.run_id,
-            next_attempt,
-            &record,
-            modification,
-        )?;
-        self.emit(Event::Decision {
-            task: task.id.clone(),
-            record: Box::new(record.clone()),
-        });
-        let session_id = record.checkpoint_session_id.clone();
+        }: Chains<'_>,
+        (mut decision, mut record): (Decision, DecisionRecord),
+        basis: &RetryBasis<'_>,
+        cwd: &Path,
+    ) -> Result<(Decision, DecisionRecord)> {
+        let mut write = |record: &DecisionRecord| -> Result<()> {
+            record_decision(
+                journal,
+                spine,
+                audit,
+                self.run_id,
+                basis.next_attempt,
+                record,
+                basis.modification,
+            )?;
+            self.emit(Event::Decision {
+                task: self.task.id.clone(),
+                record: Box::new(record.clone()),
+            });
+            Ok(())
+        };
+        write(&record)?;
         if decision.mode != RetryMode::Cold
-            && !session_id
+            && !record
+                .checkpoint_session_id
                 .as_deref()
                 .is_some_and(|id| self.ensure_session(id, cwd))
         {
             // The session cannot be resumed: a second decision, recorded.
             decision = session_unavailable(decision);
             record = record.session_unavailable();
-            record_decision(
-                journal,
-                spine,
-                audit,
-                self.run_id,
-                next_attempt,
-                &record,
-                modification,
-            )?;
-            self.emit(Event::Decision {
-                task: task.id.clone(),
-                record: Box::new(record.clone()),
-            });
+            write(&record)?;
         }
-        let next = match (decision, session_id) {
-            (
-                Decision {
-                    mode: RetryMode::Warm,
-                    ..
-                },
-                Some(session_id),
-            ) => NextAttempt {
-                mode: "warm",
-                session: SessionMode::Resume { session_id },
-                prompt: instruction.clone(),
-            },
-            (
-                Decision {
-                    mode: RetryMode::Fork,
-                    ..
-                },
-                Some(from),
-            ) => NextAttempt {
-                mode: "fork",
-                session: SessionMode::Fork {
-                    from,
-                    new_session_id: None,
-                },
-                prompt: instruction.clone(),
-            },
-            _ => self.cold(next_attempt, Some(previous)),
-        };
-        let sent_instruction = (next.mode != "cold").then_some(instruction.as_str());
-        let metadata = record.metadata(sent_instruction)?;
-        Ok((next, metadata, record))
+        Ok((decision, record))
     }
 
     /// The mode a retry asks for: the plan's, or under `retry_policy: auto`
@@ -1178,50 +1173,32 @@ fn mint() -> Option<Nonce> {
     Some(Nonce::new(bytes))
 }
 
+/// An agent that exited non-zero: a verdict on its work when it replied,
+/// else a failure of the infrastructure.
+fn agent_exit_outcome(exit_code: i32, reply: &str) -> taxonomy::AttemptOutcome {
+    if reply.trim().is_empty() {
+        taxonomy::AttemptOutcome::Infra(taxonomy::InfraKind::AgentExitWithoutReply)
+    } else {
+        taxonomy::AttemptOutcome::Judged(vec![taxonomy::Verdict::AgentExit { exit_code }])
+    }
+}
+
+/// The outcome the run's state names for a classified attempt, and its
+/// infrastructure kind.
+fn outcome_names(classified: &taxonomy::AttemptOutcome) -> (Outcome, Option<String>) {
+    match classified {
+        taxonomy::AttemptOutcome::Passed => (Outcome::Passed, None),
+        taxonomy::AttemptOutcome::Judged(_) => (Outcome::Judged, None),
+        taxonomy::AttemptOutcome::Infra(kind) => (Outcome::Infra, Some(kind.as_str().to_owned())),
+        taxonomy::AttemptOutcome::NeedsContext(_) => (Outcome::NeedsContext, None),
+    }
+}
+
 fn disclose_of(task: &Task, verdict: &GateVerdict) -> Disclose {
     task.gates
         .iter()
         .find(|gate| gate.name == verdict.name)
         .map_or(Disclose::Verdict, |gate| gate.disclose)
-}
-
-fn session_json(session: &SessionMode) -> Value {
-    match session {
-        SessionMode::New { session_id } => json!({"new": session_id}),
-        SessionMode::Resume { session_id } => json!({"resume": session_id}),
-        SessionMode::Fork {
-            from,
-            new_session_id,
-        } => json!({"fork": from, "new": new_session_id}),
-    }
-}
-
-fn attempt_body(
-    run_id: &str,
-    summary: &AttemptSummary,
-    report: &AttemptReport,
-    containment: Value,
-) -> Value {
-    json!({
-        "containment": containment,
-        "run_id": run_id,
-        "attempt": summary.n,
-        "mode": summary.mode,
-        "outcome": summary.outcome,
-        "judged": summary.judged,
-        "infra_kind": summary.infra_kind,
-        "exit_code": summary.exit_code,
-        "gates": summary.gates,
-        "cost_micro_usd": summary.cost_micro_usd,
-        "session_id": summary.session_id,
-        "adapter": report.adapter,
-        "cli_version": report.cli_version,
-        "cwd": report.cwd,
-        "config_home": report.config_home,
-        "elapsed_ms": summary.elapsed_ms,
-        "agent_us": summary.agent_us,
-        "gates_us": summary.gates_us,
-    })
 }
 
 /// The last [`TRANSCRIPT_TAIL_BYTES`] of a transcript: the CLIs write the

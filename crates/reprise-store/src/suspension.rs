@@ -11,33 +11,8 @@ use reprise_core::rows::Kind;
 
 pub use reprise_core::rows::{
     EnvelopeBalance, GrantContinuation, JournalHead, ParkCause, Release, Requester, Resource,
-    ResumeReceipt, SuspendBody, SuspendReceipt, Wake,
+    ResumeBody, ResumeReceipt, SuspendBody, SuspendReceipt, Wake,
 };
-
-/// What the engine builds of a `task.resume` row before it adds the policy,
-/// the decision's hash and the mode's reason: the row itself is
-/// `reprise_core::rows::ResumeBody`, which the engine's writer (and the
-/// testkit's) should build instead, at which point this goes.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ResumeBody {
-    pub run_id: String,
-    pub park: Digest,
-    /// The suspend receipt it continues.
-    pub receipt: Digest,
-    /// The attempt the resume starts.
-    pub attempt: u32,
-    /// The mode asked for with `--mode`, if any.
-    pub requested: Option<String>,
-    /// The mode decided: warm, fork or cold.
-    pub mode: String,
-    /// Why the mode is not the one asked for or the policy's.
-    pub downgrade_reason: Option<String>,
-    /// The workspace's hash once re-materialised.
-    pub workspace_hash: Digest,
-    /// The approval's digest, for a park `--until approval`.
-    pub approval_digest: Option<Digest>,
-    pub grant_hash: String,
-}
 
 /// Journal row: a park's intent, written before anything is released. Its
 /// event hash is the park's identity.

@@ -12,7 +12,7 @@ use reprise_store::key::KeyFile;
 use reprise_store::state::StateDir;
 use reprise_store::suspension::{
     EnvelopeBalance, GRANT_CONTINUATION_KIND, GrantContinuation, ParkCause, RELEASE_KIND,
-    RESUME_KIND, RESUME_RECEIPT_KIND, Release, Resource, ResumeBody, ResumeReceipt, SUSPEND_KIND,
+    RESUME_RECEIPT_KIND, Release, Resource, ResumeBody, ResumeReceipt, SUSPEND_KIND,
     SUSPEND_RECEIPT_KIND, SuspendBody, SuspendReceipt, Wake,
 };
 use serde_json::json;
@@ -168,10 +168,12 @@ impl ParkWriter {
             workspace_hash,
             approval_digest,
             grant_hash: String::new(),
+            // A resume row as written before these were recorded.
+            lifecycle: None,
+            decision_hash: None,
+            mode_reason: None,
         };
-        let head = self
-            .journal()?
-            .append(RESUME_KIND, FIXED_AT, &serde_json::to_value(&body)?)?;
+        let head = self.journal()?.append_row(FIXED_AT, &body)?;
         Ok(head.digest)
     }
 

@@ -267,3 +267,32 @@ fn modes_states_and_outcomes_keep_the_names_rows_hold() {
         );
     }
 }
+
+#[test]
+fn a_result_that_changed_nothing_names_no_commit_and_no_branch() {
+    let body = json!({"run_id": "R-1", "base_commit": "c0", "commit": null, "branch": null,
+        "files_changed": 0, "commit_us": 5});
+    round_trips::<TaskResult>(&body);
+    assert!(matches!(
+        TaskResult::from_body(&body),
+        Some(TaskResult::Committed { branch: None, .. })
+    ));
+}
+
+#[test]
+fn the_parts_of_task_rows_keep_their_shape() {
+    let containment = json!({"mode": "strict", "sandboxed": true, "denied": ["x: denied"]});
+    let typed: Containment = serde_json::from_value(containment.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&typed).unwrap(), containment);
+    let modification = json!({"needs_context_hash": null, "timeout_ms": 5,
+        "prompt_added": true, "model": null});
+    let typed: RetryModification = serde_json::from_value(modification.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&typed).unwrap(), modification);
+    for detail in [
+        json!({"stopped": true, "reaped": true, "attempt": 2}),
+        json!({"stopped": false, "reaped": true, "attempt": 1, "note": "no live process"}),
+    ] {
+        let typed: ProcessReleased = serde_json::from_value(detail.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), detail);
+    }
+}

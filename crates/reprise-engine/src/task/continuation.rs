@@ -12,11 +12,16 @@ use reprise_core::lifecycle::{Effect, Policy, TaskEvent, TaskState, Terminal, re
 use reprise_core::outcome::InfraKind;
 use reprise_core::record::{Head, JournalRow};
 use reprise_core::retry::RetryMode;
+use reprise_core::rows::{
+    AttemptFinished, AttemptMode, AttemptStarted, CheckpointTaken, ResumeBody, RowBody, SessionUse,
+    TaskCheckpoint, TaskContinued, TaskFinished, TaskPartial, TaskStarted, body_of,
+};
 use reprise_store::journal::Journal;
 use reprise_store::snapshot::Checkpoint;
 use reprise_store::state::{StateDir, now_rfc3339};
-use serde_json::{Value, json};
 
+use super::bodies::{status_of, summary_of};
+use super::executor::Executor;
 use super::{NextAttempt, TaskResult, TaskRun};
 use crate::error::{EngineError, Result};
 use crate::resume::ParkPoint;
@@ -52,18 +57,21 @@ pub(crate) struct TakenUp {
     pub(crate) session_models: std::collections::BTreeMap<String, String>,
 }
 
+/// The body of `row` if it is a `T` row that parses.
+fn body<T: RowBody>(row: &JournalRow) -> Option<T> {
+    body_of(&row.kind, &row.body)
+}
+
 /// The policy the rows leave the task under: `task.started`'s, as the
 /// latest resume or continuation extended it.
 fn policy_of(rows: &[JournalRow]) -> Option<Policy> {
     rows.iter()
-        .filter(|row| {
-            matches!(
-                row.kind.as_str(),
-                rows::TASK_STARTED | rows::RESUME | rows::CONTINUED
-            )
+        .filter_map(|row| match row.kind.as_str() {
+            rows::TASK_STARTED => body::<TaskStarted>(row).map(|started| started.lifecycle),
+            rows::RESUME => body::<ResumeBody>(row).and_then(|resume| resume.lifecycle),
+            rows::CONTINUED => body::<TaskContinued>(row).map(|continued| continued.lifecycle),
+            _ => None,
         })
-        .filter_map(|row| row.body.get("lifecycle"))
-        .filter_map(|value| serde_json::from_value(value.clone()).ok())
         .next_back()
 }
 
@@ -73,47 +81,31 @@ pub(crate) fn taken_up(rows: &[JournalRow]) -> TakenUp {
     for row in rows {
         match row.kind.as_str() {
             rows::ATTEMPT_STARTED => {
-                taken.attempt = row
-                    .body
-                    .get("attempt")
-                    .and_then(Value::as_u64)
-                    .map_or(taken.attempt, |n| u32::try_from(n).unwrap_or(u32::MAX));
+                if let Some(started) = body::<AttemptStarted>(row) {
+                    taken.attempt = started.attempt;
+                }
             }
             rows::ATTEMPT_FINISHED => {
-                let mut body = row.body.clone();
-                if let Some(object) = body.as_object_mut()
-                    && let Some(n) = object.remove("attempt")
-                {
-                    object.insert("n".into(), n);
-                    if object.get("accepted").and_then(Value::as_str) == Some("parked") {
-                        object.insert("outcome".into(), json!("parked"));
-                    }
-                }
-                if let Ok(summary) = serde_json::from_value::<AttemptSummary>(body) {
-                    taken.attempts.push(summary);
+                if let Some(finished) = body::<AttemptFinished>(row) {
+                    taken.attempts.push(summary_of(finished));
                 }
             }
             rows::BUDGET => taken.budget_consumed += 1,
             rows::AGENT_ENDED => {
-                let text = |key| row.body.get(key).and_then(Value::as_str);
-                if let (Some(session), Some(model)) = (text("session_id"), text("session_model")) {
-                    taken
-                        .session_models
-                        .insert(session.to_owned(), model.to_owned());
+                if let Some(TaskCheckpoint {
+                    session_id: Some(session),
+                    session_model: Some(model),
+                    ..
+                }) = body(row)
+                {
+                    taken.session_models.insert(session, model);
                 }
             }
             rows::CHECKPOINT_TAKEN => {
-                let id = row.body.get("checkpoint").and_then(Value::as_str);
-                let hash = row
-                    .body
-                    .get("workspace_hash")
-                    .and_then(Value::as_str)
-                    .and_then(|hex| Digest::from_hex(hex.as_bytes()));
-                let label = row.body.get("label").and_then(Value::as_str).unwrap_or("");
-                if let (Some(id), Some(hash)) = (id, hash)
-                    && label.starts_with("before attempt")
+                if let Some(taken_before) = body::<CheckpointTaken>(row)
+                    .filter(|checkpoint| checkpoint.label.starts_with("before attempt"))
                 {
-                    let found = Some((id.to_owned(), hash));
+                    let found = Some((taken_before.checkpoint, taken_before.workspace_hash));
                     if taken.base_checkpoint.is_none() {
                         taken.base_checkpoint.clone_from(&found);
                     }
@@ -137,27 +129,20 @@ pub(crate) fn last_agent_end(state: &StateDir, key: &TaskKey, run_id: &str) -> O
 
 /// The mode and session the latest `attempt.started` row named: the new
 /// session's chosen id, the resumed one, or a fork's new one.
-fn started_session(rows: &[JournalRow]) -> (&'static str, Option<String>) {
-    let Some(row) = rows
+fn started_session(rows: &[JournalRow]) -> (AttemptMode, Option<String>) {
+    let Some(started) = rows
         .iter()
         .rev()
         .find(|row| row.kind == rows::ATTEMPT_STARTED)
+        .and_then(body::<AttemptStarted>)
     else {
-        return ("new", None);
+        return (AttemptMode::New, None);
     };
-    let mode = match row.body.get("mode").and_then(Value::as_str) {
-        Some("warm") => "warm",
-        Some("fork") => "fork",
-        Some("cold") => "cold",
-        _ => "new",
+    let session = match started.session {
+        SessionUse::New { new } | SessionUse::Fork { new, .. } => new,
+        SessionUse::Resume { resume } => Some(resume),
     };
-    let session = row.body.get("session").and_then(|session| {
-        ["new", "resume"]
-            .iter()
-            .find_map(|key| session.get(*key).and_then(Value::as_str))
-            .map(str::to_owned)
-    });
-    (mode, session)
+    (started.mode, session)
 }
 
 /// What a task's journal says of it in this run, read before its worktree
@@ -191,7 +176,7 @@ pub(super) enum GoOn {
     Interrupted {
         from: TaskState,
         attempt: u32,
-        session: (&'static str, Option<String>),
+        session: (AttemptMode, Option<String>),
         agent_ended: bool,
     },
     /// Between attempts or before the first: a checkpoint, then the next
@@ -335,12 +320,9 @@ impl TaskRun<'_> {
     ) -> Result<Resumption> {
         if let Some((summary, kind)) = stopped_attempt(found) {
             let policy = extended(found.policy, 1);
-            journal.append(
-                rows::CONTINUED,
-                &now_rfc3339(),
-                &json!({"run_id": self.run_id, "from": found.state_now, "lifecycle": policy,
-                        "interrupted_attempt": found.taken.attempt, "cancelled": true}),
-            )?;
+            let mut continued = self.continued(found.state_now, policy, found.taken.attempt);
+            continued.cancelled = Some(true);
+            journal.append_row(&now_rfc3339(), &continued)?;
             return Ok(Resumption {
                 policy,
                 go_on: GoOn::Stopped(summary, kind),
@@ -386,26 +368,23 @@ impl TaskRun<'_> {
         // A result recorded already is the task's, as recorded.
         if let Some(row) = rows[since..].iter().rfind(|row| row.kind == rows::RESULT) {
             result.output = crate::sandbox::result_output(&row.body);
-            result.reason = row
-                .body
-                .get("error")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            result.reason = match body::<reprise_core::rows::TaskResult>(row) {
+                Some(reprise_core::rows::TaskResult::Failed { error, .. }) => Some(error),
+                _ => None,
+            };
         }
-        if let Some(gaps) = rows[since..]
+        if let Some(partial) = rows[since..]
             .iter()
             .rfind(|row| row.kind == rows::PARTIAL)
-            .and_then(|row| serde_json::from_value(row.body["gaps"].clone()).ok())
+            .and_then(body::<TaskPartial>)
         {
-            result.gaps = gaps;
+            result.gaps = partial.gaps;
         }
         let policy = found.policy;
         let effects = reprise_core::lifecycle::closing_left(&policy, terminal, latest, &done);
-        let head = journal.append(
-            rows::CONTINUED,
+        let head = journal.append_row(
             &now_rfc3339(),
-            &json!({"run_id": self.run_id, "from": found.state_now, "lifecycle": policy,
-                    "interrupted_attempt": latest}),
+            &self.continued(found.state_now, policy, latest),
         )?;
         Ok(Resumption {
             policy,
@@ -431,12 +410,7 @@ impl TaskRun<'_> {
         };
         let latest = found.taken.attempt;
         let policy = extended(found.policy, 1);
-        journal.append(
-            rows::CONTINUED,
-            &now_rfc3339(),
-            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
-                    "interrupted_attempt": latest}),
-        )?;
+        journal.append_row(&now_rfc3339(), &self.continued(from, policy, latest))?;
         Ok(Resumption {
             policy,
             go_on: GoOn::Interrupted {
@@ -464,15 +438,10 @@ impl TaskRun<'_> {
             resumed: false,
         };
         let policy = extended(found.policy, u32::from(attempt > found.policy.max_attempts));
-        journal.append(
-            rows::CONTINUED,
-            &now_rfc3339(),
-            &json!({"run_id": self.run_id, "from": from, "lifecycle": policy,
-                    "interrupted_attempt": latest}),
-        )?;
+        journal.append_row(&now_rfc3339(), &self.continued(from, policy, latest))?;
         let next = if attempt == 1 {
             NextAttempt {
-                mode: "new",
+                mode: AttemptMode::New,
                 session: self.new_session(),
                 prompt: self.task.prompt.clone(),
             }
@@ -487,6 +456,23 @@ impl TaskRun<'_> {
         })
     }
 
+    /// The `task.continued` row of a task taken up `from` a state, under
+    /// `policy`, its latest attempt `interrupted_attempt`.
+    fn continued(
+        &self,
+        from: TaskState,
+        policy: Policy,
+        interrupted_attempt: u32,
+    ) -> TaskContinued {
+        TaskContinued {
+            run_id: self.run_id.to_owned(),
+            from,
+            lifecycle: policy,
+            interrupted_attempt: Some(interrupted_attempt),
+            cancelled: None,
+        }
+    }
+
     /// Drives the task's lifecycle on from where `resumption` says.
     fn go_on(
         &self,
@@ -495,16 +481,6 @@ impl TaskRun<'_> {
         resumption: Resumption,
         result: &mut TaskResult,
     ) -> Result<()> {
-        let super::Materialised {
-            cwd,
-            isolated,
-            journal,
-            spine,
-            audit,
-            snapshots,
-            budget,
-            ..
-        } = materialised;
         let Resumption {
             policy,
             go_on,
@@ -512,84 +488,16 @@ impl TaskRun<'_> {
             reused,
         } = resumption;
         let latest = found.taken.attempt;
-        let env = self.task_env();
-        let cold = next.as_ref().is_some_and(|next| next.mode == "cold");
+        let cold = next
+            .as_ref()
+            .is_some_and(|next| next.mode == AttemptMode::Cold);
         let next = next.unwrap_or_else(|| self.cold(latest + 1, None));
-        let gate_files = self.gate_files(&cwd, isolated)?;
-        let mut executor = super::Executor::new(
-            self,
-            found.key,
-            cwd,
-            isolated,
-            (journal, spine, audit),
-            snapshots,
-            env,
-            budget,
-            next,
-            None,
-            result,
-        );
-        executor.gate_files = gate_files;
+        let mut executor = Executor::new(self, materialised, (next, None), result)?;
         executor.take_up(found.taken)?;
         if let Some((checkpoint, hash)) = reused {
             executor.restored_to(checkpoint, hash);
         }
-        match go_on {
-            GoOn::Closing {
-                terminal,
-                effects,
-                head,
-            } => {
-                if effects.contains(&Effect::CommitResult { attempt: latest })
-                    && let Some(base) = self.base.as_deref().filter(|_| isolated)
-                {
-                    executor.orphan = crate::sandbox::orphaned_result(
-                        self.workspace,
-                        self.run_id,
-                        &self.task.id,
-                        base,
-                    )?;
-                }
-                executor.closing(latest, head);
-                executor.drive_with(&policy, TaskState::Closing(terminal), effects)
-            }
-            GoOn::Stopped(summary, kind) => {
-                let attempt = summary.n;
-                executor.stopped(summary, kind);
-                executor.drive_with(
-                    &policy,
-                    TaskState::Diagnosing { attempt },
-                    vec![Effect::Diagnose { attempt }],
-                )
-            }
-            GoOn::Interrupted {
-                from,
-                attempt,
-                session,
-                agent_ended,
-            } => {
-                executor.interrupted(attempt, session, agent_ended)?;
-                match from {
-                    TaskState::Running { .. } => executor.drive_from(
-                        &policy,
-                        from,
-                        vec![TaskEvent::AgentEnded {
-                            session_gone: false,
-                        }],
-                    ),
-                    // Its gates run again, on the interrupted attempt's report.
-                    _ => executor.drive_with(&policy, from, vec![Effect::RunGates { attempt }]),
-                }
-            }
-            GoOn::Checkpointing { from, attempt } => {
-                executor.drive_with(&policy, from, vec![Effect::TakeCheckpoint { attempt }])
-            }
-            GoOn::Resumed { attempt } => executor.drive_from(
-                &policy,
-                TaskState::Suspended { attempt },
-                vec![TaskEvent::Resumed { cold }],
-            ),
-        }
+        executor.drive_on(&policy, go_on, latest, cold)
     }
 
     /// Clears what a first start left before its `task.started`: a
@@ -625,16 +533,13 @@ impl TaskRun<'_> {
         let last = |kind: &str| rows.iter().rev().find(|row| row.kind == kind);
         let finished = last(rows::TASK_FINISHED).expect("a finished task has its row");
         let taken = taken_up(rows);
+        let finished = body::<TaskFinished>(finished);
         result.status = finished
-            .body
-            .get("state")
-            .and_then(|state| serde_json::from_value(state.clone()).ok())
-            .unwrap_or(crate::state::TaskStatus::Failed);
-        result.reason = finished
-            .body
-            .get("reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+            .as_ref()
+            .map_or(crate::state::TaskStatus::Failed, |finished| {
+                status_of(finished.state)
+            });
+        result.reason = finished.and_then(|finished| finished.reason);
         result.judged = taken.attempts.last().is_some_and(|attempt| attempt.judged);
         result.spent_micro_usd = taken
             .attempts
@@ -644,13 +549,12 @@ impl TaskRun<'_> {
         result.attempts = taken.attempts;
         result.output = last(rows::RESULT).and_then(|row| crate::sandbox::result_output(&row.body));
         result.gaps = last(rows::PARTIAL)
-            .and_then(|row| row.body.get("gaps"))
-            .and_then(|gaps| serde_json::from_value(gaps.clone()).ok())
+            .and_then(body::<TaskPartial>)
+            .map(|partial| partial.gaps)
             .unwrap_or_default();
         result.cwd = last(rows::TASK_STARTED)
-            .and_then(|row| row.body.get("cwd"))
-            .and_then(Value::as_str)
-            .map(std::path::PathBuf::from);
+            .and_then(body::<TaskStarted>)
+            .map(|started| started.cwd);
         let head = reprise_store::journal::Journal::open(self.state, key)?.head()?;
         let sealed = head.is_some_and(|head| {
             self.prior_seals
@@ -668,5 +572,69 @@ impl TaskRun<'_> {
             )?;
         }
         Ok(())
+    }
+}
+
+impl Executor<'_, '_> {
+    /// Drives the lifecycle on from where `go_on` says, under `policy`;
+    /// `latest` is the last attempt the journal holds, `cold` whether the
+    /// next one goes cold.
+    fn drive_on(&mut self, policy: &Policy, go_on: GoOn, latest: u32, cold: bool) -> Result<()> {
+        match go_on {
+            GoOn::Closing {
+                terminal,
+                effects,
+                head,
+            } => {
+                if effects.contains(&Effect::CommitResult { attempt: latest })
+                    && let Some(base) = self.run.base.as_deref().filter(|_| self.isolated)
+                {
+                    self.orphan = crate::sandbox::orphaned_result(
+                        self.run.workspace,
+                        self.run.run_id,
+                        &self.run.task.id,
+                        base,
+                    )?;
+                }
+                self.closing(latest, head);
+                self.drive_with(policy, TaskState::Closing(terminal), effects)
+            }
+            GoOn::Stopped(summary, kind) => {
+                let attempt = summary.n;
+                self.stopped(summary, kind);
+                self.drive_with(
+                    policy,
+                    TaskState::Diagnosing { attempt },
+                    vec![Effect::Diagnose { attempt }],
+                )
+            }
+            GoOn::Interrupted {
+                from,
+                attempt,
+                session,
+                agent_ended,
+            } => {
+                self.interrupted(attempt, session, agent_ended)?;
+                match from {
+                    TaskState::Running { .. } => self.drive_from(
+                        policy,
+                        from,
+                        vec![TaskEvent::AgentEnded {
+                            session_gone: false,
+                        }],
+                    ),
+                    // Its gates run again, on the interrupted attempt's report.
+                    _ => self.drive_with(policy, from, vec![Effect::RunGates { attempt }]),
+                }
+            }
+            GoOn::Checkpointing { from, attempt } => {
+                self.drive_with(policy, from, vec![Effect::TakeCheckpoint { attempt }])
+            }
+            GoOn::Resumed { attempt } => self.drive_from(
+                policy,
+                TaskState::Suspended { attempt },
+                vec![TaskEvent::Resumed { cold }],
+            ),
+        }
     }
 }

@@ -4,16 +4,16 @@
 //! receipt and grant continuation, the journal's continuation row) before
 //! the `.resumed` marker settles the park.
 
-use reprise_agents::SessionMode;
 use reprise_core::digest::Digest;
 use reprise_core::lifecycle::TaskState;
 use reprise_core::retry::{
     Checkpoint as DecisionCheckpoint, Decision, DecisionInput, DecisionRecord, RetryMode, decide,
 };
+use reprise_core::rows::{
+    AttemptFinished, GrantContinuation, GrantContinued, ResumeBody, ResumeReceipt, body_of,
+};
 use reprise_store::snapshot::Checkpoint;
 use reprise_store::state::now_rfc3339;
-use reprise_store::suspension::{RESUME_KIND, RESUME_RECEIPT_KIND, ResumeBody, ResumeReceipt};
-use serde_json::{Value, json};
 
 use super::continuation::{Found, GoOn, Resumption, extended};
 use super::{Materialised, NextAttempt, TaskResult, TaskRun};
@@ -86,22 +86,9 @@ impl TaskRun<'_> {
             policy: extended(found.policy, u32::from(parked_running)),
         };
         self.record_resume(found, materialised, point, &facts, &chosen, result)?;
-        let next = match (chosen.decision.mode, chosen.parked_session) {
-            (RetryMode::Warm, Some(session_id)) => NextAttempt {
-                mode: "warm",
-                session: SessionMode::Resume { session_id },
-                prompt: chosen.prompt,
-            },
-            (RetryMode::Fork, Some(from)) => NextAttempt {
-                mode: "fork",
-                session: SessionMode::Fork {
-                    from,
-                    new_session_id: None,
-                },
-                prompt: chosen.prompt,
-            },
-            _ => self.cold(attempt, None),
-        };
+        let next =
+            NextAttempt::continuing(chosen.decision.mode, chosen.parked_session, chosen.prompt)
+                .unwrap_or_else(|| self.cold(attempt, None));
         let reused = snapshot
             .filter(|(_, restored)| restored.matches)
             .map(|(checkpoint, restored)| (checkpoint, restored.workspace_hash));
@@ -173,9 +160,8 @@ impl TaskRun<'_> {
                 .iter()
                 .skip_while(|row| row.event_hash != point.park)
                 .find(|row| row.kind == rows::ATTEMPT_FINISHED)
-                .and_then(|row| row.body.get("session_id"))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+                .and_then(|row| body_of::<AttemptFinished>(&row.kind, &row.body))
+                .and_then(|finished| finished.session_id)
         });
         let requested =
             asked.unwrap_or_else(|| self.requested_mode_only(parked_session.as_deref()));
@@ -238,26 +224,13 @@ impl TaskRun<'_> {
         result: &mut TaskResult,
     ) -> Result<()> {
         let decision = chosen.decision;
+        let receipt = point.receipt.expect("a checked park has its receipt");
         // Why it is not warm, whether asked for or forced.
         let mode_reason = match (decision.downgrade_reason, decision.mode) {
             (Some(reason), _) => Some(reason.as_str()),
             (None, RetryMode::Warm) => None,
             (None, _) if facts.asked.is_some() => Some("requested"),
             (None, _) => Some("retry_policy"),
-        };
-        let body = ResumeBody {
-            run_id: self.run_id.to_owned(),
-            park: point.park,
-            receipt: point.receipt.expect("a checked park has its receipt"),
-            attempt: facts.attempt,
-            requested: facts.asked.map(|mode| mode.as_str().to_owned()),
-            mode: decision.mode.as_str().to_owned(),
-            downgrade_reason: decision
-                .downgrade_reason
-                .map(|reason| reason.as_str().to_owned()),
-            workspace_hash: facts.live,
-            approval_digest: facts.approval,
-            grant_hash: point.body.grant_hash.clone(),
         };
         // The append checks again what it relies on: the park unsettled,
         // its approval there and bound by the chain.
@@ -282,13 +255,24 @@ impl TaskRun<'_> {
             .record
             .metadata(None)
             .map_err(|err| EngineError::Park(err.to_string()))?;
-        let mut row = serde_json::to_value(&body).expect("a resume body serialises");
-        row["lifecycle"] = serde_json::to_value(facts.policy).expect("a policy serialises");
-        row["decision_hash"] = json!(decision_hash);
-        if let Some(reason) = mode_reason {
-            row["mode_reason"] = json!(reason);
-        }
-        let head = journal.append(RESUME_KIND, &now_rfc3339(), &row)?;
+        let body = ResumeBody {
+            run_id: self.run_id.to_owned(),
+            park: point.park,
+            receipt,
+            attempt: facts.attempt,
+            requested: facts.asked.map(|mode| mode.as_str().to_owned()),
+            mode: decision.mode.as_str().to_owned(),
+            downgrade_reason: decision
+                .downgrade_reason
+                .map(|reason| reason.as_str().to_owned()),
+            workspace_hash: facts.live,
+            approval_digest: facts.approval,
+            grant_hash: point.body.grant_hash.clone(),
+            lifecycle: Some(facts.policy),
+            decision_hash: Some(decision_hash),
+            mode_reason: mode_reason.map(str::to_owned),
+        };
+        let head = journal.append_row(&now_rfc3339(), &body)?;
         crate::park::hold_at("resume");
         self.bind_resume(found, materialised, point, body, head.digest)
     }
@@ -305,10 +289,9 @@ impl TaskRun<'_> {
         resume: Digest,
     ) -> Result<()> {
         let key = &found.key;
-        let receipt = materialised.audit.append(
-            RESUME_RECEIPT_KIND,
+        let receipt = materialised.audit.append_row(
             &now_rfc3339(),
-            &serde_json::to_value(ResumeReceipt {
+            &ResumeReceipt {
                 plan: key.plan.clone(),
                 task_id: key.task.clone(),
                 run_id: self.run_id.to_owned(),
@@ -318,32 +301,33 @@ impl TaskRun<'_> {
                 mode: body.mode,
                 workspace_hash: body.workspace_hash,
                 approval_digest: body.approval_digest,
-            })
-            .expect("a resume receipt serialises"),
+            },
         )?;
         // The grant the park bound goes on with the task.
         if !point.body.grant_hash.is_empty() {
-            materialised.audit.append(
-                reprise_store::suspension::GRANT_CONTINUATION_KIND,
+            materialised.audit.append_row(
                 &now_rfc3339(),
-                &serde_json::to_value(reprise_store::suspension::GrantContinuation {
+                &GrantContinuation {
                     plan: key.plan.clone(),
                     task_id: key.task.clone(),
                     run_id: self.run_id.to_owned(),
                     resume_receipt: receipt.digest,
                     grant_hash: point.body.grant_hash.clone(),
-                })
-                .expect("a grant continuation serialises"),
+                },
             )?;
         }
         // The journal ties the two halves together itself: the checkpoint
         // the resume checked, its grant, the park's row and the resume's.
         if let Some(checkpoint) = point.checkpoint {
-            materialised.journal.append(
-                reprise_store::agent_checkpoint::CONTINUATION_KIND,
+            materialised.journal.append_row(
                 &now_rfc3339(),
-                &json!({"run_id": self.run_id, "park": point.park, "resume": resume,
-                        "checkpoint": checkpoint, "grant_hash": point.body.grant_hash}),
+                &GrantContinued {
+                    run_id: self.run_id.to_owned(),
+                    park: point.park,
+                    resume,
+                    checkpoint,
+                    grant_hash: point.body.grant_hash.clone(),
+                },
             )?;
         }
         // The `.resumed` marker binds the resume receipt: the park (and its
