@@ -179,8 +179,8 @@ pub struct RunStarted {
 pub struct TaskTransition {
     pub run_id: String,
     pub task_id: String,
-    pub from: String,
-    pub to: String,
+    pub from: TaskStatus,
+    pub to: TaskStatus,
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -909,18 +909,6 @@ pub struct RetryModification {
     pub model: Option<String>,
 }
 
-/// A `task.suspend_resource_release` row's detail for the agent's process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessReleased {
-    /// The park stopped a running agent.
-    pub stopped: bool,
-    pub reaped: bool,
-    pub attempt: u32,
-    /// Why nothing was stopped, when no live process held the task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
 row_bodies! {
     TaskStarted => TaskStarted in Journal;
     CheckpointTaken => CheckpointTaken in Journal;
@@ -964,3 +952,133 @@ row_bodies! {
 
 #[cfg(test)]
 mod tests;
+
+// ---- run, park and delivery rows (engine run code) ----
+
+impl TaskStatus {
+    /// The task has ended in this run (a parked task has not).
+    pub const fn is_terminal(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running | Self::Suspended)
+    }
+
+    /// The task left a result its dependents build on.
+    pub const fn delivered(self) -> bool {
+        matches!(self, Self::Passed | Self::Partial)
+    }
+
+    /// Where the task stands for the coordinator's scheduling decisions.
+    pub const fn standing(self) -> crate::schedule::Standing {
+        use crate::schedule::Standing;
+        match self {
+            Self::Queued => Standing::Queued,
+            Self::Running => Standing::Running,
+            Self::Suspended => Standing::Parked,
+            Self::Passed | Self::Partial => Standing::Delivered,
+            Self::Blocked => Standing::Blocked,
+            Self::Failed | Self::Cancelled => Standing::Undelivered,
+        }
+    }
+}
+
+/// The `detail` of a `process` release: the agent's process group, stopped
+/// (or already gone) and reaped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessReleased {
+    /// The park stopped a live agent (`false`: none was running).
+    pub stopped: bool,
+    pub reaped: bool,
+    pub attempt: u32,
+    /// Why nothing was stopped, for a park completed with no live run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The `detail` of a `sandbox` release: the worktree's snapshot and
+/// whether it was removed (a task run in place keeps its directory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxReleased {
+    /// The snapshot taken before the worktree went (`null`: none taken).
+    pub checkpoint: Option<String>,
+    pub path: PathBuf,
+    pub removed: bool,
+    pub files: Option<u64>,
+}
+
+impl SandboxReleased {
+    /// The snapshot a resume restores: one taken of a worktree removed.
+    pub fn restorable(&self) -> Option<&str> {
+        self.checkpoint.as_deref().filter(|_| self.removed)
+    }
+}
+
+/// The `detail` of a `seat` release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SeatReleased {
+    /// A live run gave the seat back: its seats, and how many still run.
+    Freed { seats: usize, running_after: usize },
+    /// No live run held a seat for the task (`held` is always `false`).
+    NotHeld { held: bool, note: String },
+}
+
+/// The `detail` of a `budget` release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BudgetReleased {
+    /// A live run took the headroom back into its pool (`null`: the pool
+    /// is unlimited).
+    Returned {
+        returned_micro_usd: u64,
+        pool_free_before: Option<u64>,
+        pool_free_after: Option<u64>,
+    },
+    /// No live run held a reservation (`returned_micro_usd` is 0).
+    NotHeld {
+        returned_micro_usd: u64,
+        note: String,
+    },
+}
+
+impl SeatReleased {
+    /// A seat no live run held.
+    pub fn not_held() -> Self {
+        Self::NotHeld {
+            held: false,
+            note: "no live run held a seat for it".to_owned(),
+        }
+    }
+}
+
+impl BudgetReleased {
+    /// What went back to the run's pool.
+    pub fn returned_micro_usd(&self) -> u64 {
+        match self {
+            Self::Returned {
+                returned_micro_usd, ..
+            }
+            | Self::NotHeld {
+                returned_micro_usd, ..
+            } => *returned_micro_usd,
+        }
+    }
+
+    /// A reservation no live run held.
+    pub fn not_held() -> Self {
+        Self::NotHeld {
+            returned_micro_usd: 0,
+            note: "no live run held a reservation for it".to_owned(),
+        }
+    }
+}
+
+impl ProcessReleased {
+    /// The process of a park completed with no live run: nothing to stop.
+    pub fn gone(attempt: u32) -> Self {
+        Self {
+            stopped: false,
+            reaped: true,
+            attempt,
+            note: Some("no live process: the run that drove it had ended".to_owned()),
+        }
+    }
+}

@@ -292,7 +292,7 @@ struct Refused {
     error: String,
 }
 
-fn refusal_reply(error: impl Into<String>) -> Value {
+pub(crate) fn refusal_reply(error: impl Into<String>) -> Value {
     serde_json::to_value(Refused {
         ok: false,
         error: error.into(),

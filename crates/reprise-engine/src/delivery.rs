@@ -230,21 +230,60 @@ pub fn plan_apply(
     let combined = combined_results(&git, &results, &run.run_id)?;
     let tasks = results.iter().map(|(task, _)| task.clone()).collect();
     let partial = partial_results(run, &git, &results);
-    if let Some(name) = new_branch {
-        check_new_branch(&git, name)?;
-        return Ok(ApplyPlan {
-            run_id: run.run_id.clone(),
-            tasks,
-            partial,
-            target: ApplyTarget::NewBranch {
-                branch: name.to_owned(),
-            },
-            commits: commits_between(&git, &base, &combined)?,
-            files: git.changed_files(&base, &combined)?,
-            commit: combined,
-            repo,
-        });
-    }
+    let landing = match new_branch {
+        Some(name) => onto_new_branch(&git, name, &base, combined)?,
+        None => onto_current_branch(&git, run, &base, combined, &results)?,
+    };
+    Ok(ApplyPlan {
+        run_id: run.run_id.clone(),
+        tasks,
+        partial,
+        target: landing.target,
+        commit: landing.commit,
+        commits: landing.commits,
+        files: landing.files,
+        repo,
+    })
+}
+
+/// Where an apply lands and what it brings: the part of an `ApplyPlan`
+/// that depends on its target.
+struct Landing {
+    target: ApplyTarget,
+    commit: String,
+    commits: Vec<(String, String)>,
+    files: Vec<String>,
+}
+
+/// An apply to a new branch at the combined result.
+fn onto_new_branch(
+    git: &Git,
+    name: &str,
+    base: &str,
+    combined: String,
+) -> std::result::Result<Landing, DeliveryError> {
+    check_new_branch(git, name)?;
+    Ok(Landing {
+        target: ApplyTarget::NewBranch {
+            branch: name.to_owned(),
+        },
+        commits: commits_between(git, base, &combined)?,
+        files: git.changed_files(base, &combined)?,
+        commit: combined,
+    })
+}
+
+/// An apply to the checked-out branch: only the tasks' changes over a
+/// snapshot base, nothing when the branch holds the result already, else
+/// a fast-forward or a merge commit that touches none of the user's
+/// uncommitted files.
+fn onto_current_branch(
+    git: &Git,
+    run: &RunState,
+    base: &str,
+    combined: String,
+    results: &[(TaskId, String)],
+) -> std::result::Result<Landing, DeliveryError> {
     let branch = git.current_branch().ok_or(DeliveryError::Detached)?;
     let short_branch = branch
         .strip_prefix("refs/heads/")
@@ -259,77 +298,78 @@ pub fn plan_apply(
         && *run_head != base
     {
         let onto = Onto {
-            git: &git,
+            git,
             branch: short_branch,
             head,
         };
-        let applied = apply_over_snapshot(&onto, &base, &combined, &run.run_id, &results)?;
-        return Ok(ApplyPlan {
-            run_id: run.run_id.clone(),
-            tasks,
-            partial,
-            repo,
-            ..applied
-        });
+        return apply_over_snapshot(&onto, base, &combined, &run.run_id, results);
     }
     if git.is_ancestor(&combined, &head) {
-        return Ok(ApplyPlan {
-            run_id: run.run_id.clone(),
-            tasks,
-            partial,
+        return Ok(Landing {
             target: ApplyTarget::AlreadyApplied {
                 branch: short_branch,
             },
             commit: head,
             commits: Vec::new(),
             files: Vec::new(),
-            repo,
         });
     }
     let (commit, fast_forward) = if git.is_ancestor(&head, &combined) {
         (combined, true)
     } else {
-        match git.merge_trees(&head, &combined)? {
-            Merged::Clean(tree) => (
-                git.commit_tree(
-                    &tree,
-                    &[&head, &combined],
-                    &format!("reprise: apply run {}\n", run.run_id),
-                )?,
-                false,
-            ),
-            Merged::Conflict(files) => {
-                return Err(DeliveryError::BranchConflict {
-                    branch: short_branch,
-                    files: files.join(", "),
-                });
-            }
-        }
+        (
+            merge_onto(git, &head, &combined, &short_branch, &run.run_id)?,
+            false,
+        )
     };
     let files = git.changed_files(&head, &commit)?;
-    let dirty = git.dirty_files()?;
-    let overlap: Vec<&String> = files.iter().filter(|file| dirty.contains(file)).collect();
-    if !overlap.is_empty() {
-        return Err(DeliveryError::DirtyOverlap {
-            files: overlap
-                .iter()
-                .map(|file| file.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
-    }
-    Ok(ApplyPlan {
-        run_id: run.run_id.clone(),
-        tasks,
-        partial,
+    refuse_dirty_overlap(git, &files)?;
+    Ok(Landing {
         target: ApplyTarget::CurrentBranch {
             branch: short_branch,
             fast_forward,
         },
-        commits: commits_between(&git, &head, &commit)?,
+        commits: commits_between(git, &head, &commit)?,
         files,
         commit,
-        repo,
+    })
+}
+
+/// The merge commit of the branch's `head` and the combined result; a
+/// conflict refuses.
+fn merge_onto(
+    git: &Git,
+    head: &str,
+    combined: &str,
+    branch: &str,
+    run_id: &str,
+) -> std::result::Result<String, DeliveryError> {
+    match git.merge_trees(head, combined)? {
+        Merged::Clean(tree) => Ok(git.commit_tree(
+            &tree,
+            &[head, combined],
+            &format!("reprise: apply run {run_id}\n"),
+        )?),
+        Merged::Conflict(files) => Err(DeliveryError::BranchConflict {
+            branch: branch.to_owned(),
+            files: files.join(", "),
+        }),
+    }
+}
+
+/// Refuses an apply that changes a file the user has uncommitted changes in.
+fn refuse_dirty_overlap(git: &Git, files: &[String]) -> std::result::Result<(), DeliveryError> {
+    let dirty = git.dirty_files()?;
+    let overlap: Vec<&str> = files
+        .iter()
+        .filter(|file| dirty.contains(file))
+        .map(String::as_str)
+        .collect();
+    if overlap.is_empty() {
+        return Ok(());
+    }
+    Err(DeliveryError::DirtyOverlap {
+        files: overlap.join(", "),
     })
 }
 
@@ -407,20 +447,9 @@ fn apply_over_snapshot(
     combined: &str,
     run_id: &str,
     results: &[(TaskId, String)],
-) -> std::result::Result<ApplyPlan, DeliveryError> {
+) -> std::result::Result<Landing, DeliveryError> {
     let Onto { git, branch, head } = onto;
-    let changed = git.changed_files(base, combined)?;
-    let dirty = git.dirty_files()?;
-    let overlap: Vec<&str> = changed
-        .iter()
-        .filter(|file| dirty.contains(file))
-        .map(String::as_str)
-        .collect();
-    if !overlap.is_empty() {
-        return Err(DeliveryError::DirtyOverlap {
-            files: overlap.join(", "),
-        });
-    }
+    refuse_dirty_overlap(git, &git.changed_files(base, combined)?)?;
     let tree = match git.merge_trees_from(base, head, combined)? {
         Merged::Clean(tree) => tree,
         Merged::Conflict(files) => {
@@ -430,15 +459,11 @@ fn apply_over_snapshot(
             });
         }
     };
-    let plan = |target, commit: String, commits, files| ApplyPlan {
-        run_id: run_id.to_owned(),
-        tasks: Vec::new(),
-        partial: Vec::new(),
+    let plan = |target, commit: String, commits, files| Landing {
         target,
         commit,
         commits,
         files,
-        repo: PathBuf::new(),
     };
     if tree == git.tree_of(head)? {
         let target = ApplyTarget::AlreadyApplied {
@@ -733,8 +758,34 @@ pub fn plan_clean(
     branches: bool,
     force: bool,
 ) -> Result<CleanPlan> {
-    let mut runs: Vec<RunState> = Vec::new();
     let mut plan = CleanPlan::default();
+    let runs = runs_in_scope(state, scope, &mut plan)?;
+    let git = Git::new(project);
+    let in_git = git.has_commit();
+    for run in runs {
+        if held_by_live_run(state, &run) {
+            plan.skipped_live.push(run.run_id.clone());
+            continue;
+        }
+        tree_items(state, &run, &mut plan);
+        if branches && in_git {
+            branch_items(&git, &run, &mut plan)?;
+        }
+    }
+    if !force {
+        keep_unheld_branches(&git, &mut plan)?;
+    }
+    Ok(plan)
+}
+
+/// The runs `scope` names; a cancelled run is left out of `finished`
+/// (noted in `plan`: `run --continue` takes it up).
+fn runs_in_scope(
+    state: &StateDir,
+    scope: &CleanScope,
+    plan: &mut CleanPlan,
+) -> Result<Vec<RunState>> {
+    let mut runs = Vec::new();
     match scope {
         CleanScope::Run(id) => runs.push(crate::state::load_run(state, id)?),
         CleanScope::Finished | CleanScope::All => {
@@ -748,74 +799,74 @@ pub fn plan_clean(
             }
         }
     }
-    let git = Git::new(project);
-    let in_git = git.has_commit();
-    for run in runs {
-        let live = run.plan_id().is_some_and(|plan| {
-            run.tasks.iter().any(|task| {
-                task_holder(
-                    state,
-                    &reprise_core::TaskKey::new(plan.clone(), task.task_id.clone()),
-                )
-                .is_some_and(|holder| holder.run_id == run.run_id)
-            })
+    Ok(runs)
+}
+
+/// Whether a live process of the run still holds one of its tasks.
+fn held_by_live_run(state: &StateDir, run: &RunState) -> bool {
+    run.plan_id().is_some_and(|plan| {
+        run.tasks.iter().any(|task| {
+            task_holder(
+                state,
+                &reprise_core::TaskKey::new(plan.clone(), task.task_id.clone()),
+            )
+            .is_some_and(|holder| holder.run_id == run.run_id)
+        })
+    })
+}
+
+/// The run's worktrees and checkpoint stores, but a parked task's: its
+/// snapshot is its files until its resume.
+fn tree_items(state: &StateDir, run: &RunState, plan: &mut CleanPlan) {
+    let parked: Vec<std::ffi::OsString> = run
+        .tasks
+        .iter()
+        .filter(|task| task.state == TaskStatus::Suspended)
+        .map(|task| task.task_id.as_str().into())
+        .collect();
+    let unparked = |path: &PathBuf| {
+        path.file_name()
+            .is_none_or(|name| !parked.iter().any(|task| task == name))
+    };
+    for path in children(&state.worktrees_dir().join(&run.run_id))
+        .into_iter()
+        .filter(unparked)
+    {
+        plan.items.push(CleanItem::Worktree {
+            run_id: run.run_id.clone(),
+            bytes: tree_bytes(&path),
+            path,
         });
-        if live {
-            plan.skipped_live.push(run.run_id.clone());
-            continue;
-        }
-        // A parked task's snapshot is its files until its resume: kept.
-        let parked: Vec<std::ffi::OsString> = run
-            .tasks
-            .iter()
-            .filter(|task| task.state == TaskStatus::Suspended)
-            .map(|task| task.task_id.as_str().into())
-            .collect();
-        let unparked = |path: &PathBuf| {
-            path.file_name()
-                .is_none_or(|name| !parked.iter().any(|task| task == name))
-        };
-        for path in children(&state.worktrees_dir().join(&run.run_id))
+    }
+    let snapshots = state.snapshots_dir().join(&run.run_id);
+    let snapshots: Vec<PathBuf> = if parked.is_empty() {
+        Some(snapshots)
+            .filter(|dir| dir.is_dir())
             .into_iter()
-            .filter(unparked)
-        {
-            plan.items.push(CleanItem::Worktree {
-                run_id: run.run_id.clone(),
-                bytes: tree_bytes(&path),
-                path,
-            });
-        }
-        let snapshots = state.root().join("snapshots").join(&run.run_id);
-        let snapshots: Vec<PathBuf> = if parked.is_empty() {
-            Some(snapshots)
-                .filter(|dir| dir.is_dir())
-                .into_iter()
-                .collect()
-        } else {
-            children(&snapshots).into_iter().filter(unparked).collect()
-        };
-        for path in snapshots {
-            plan.items.push(CleanItem::Checkpoints {
-                run_id: run.run_id.clone(),
-                bytes: tree_bytes(&path),
-                path,
-            });
-        }
-        if branches && in_git {
-            let prefix = format!("refs/heads/reprise/{}/", run.run_id);
-            let refs = git.run(["for-each-ref", "--format=%(refname)", &prefix])?;
-            for name in refs.lines().filter(|line| !line.is_empty()) {
-                plan.items.push(CleanItem::Branch {
-                    run_id: run.run_id.clone(),
-                    name: name.strip_prefix("refs/heads/").unwrap_or(name).to_owned(),
-                });
-            }
-        }
+            .collect()
+    } else {
+        children(&snapshots).into_iter().filter(unparked).collect()
+    };
+    for path in snapshots {
+        plan.items.push(CleanItem::Checkpoints {
+            run_id: run.run_id.clone(),
+            bytes: tree_bytes(&path),
+            path,
+        });
     }
-    if !force {
-        keep_unheld_branches(&git, &mut plan)?;
+}
+
+/// The run's result branches (`reprise/<run>/...`).
+fn branch_items(git: &Git, run: &RunState, plan: &mut CleanPlan) -> Result<()> {
+    let prefix = format!("refs/heads/reprise/{}/", run.run_id);
+    let refs = git.run(["for-each-ref", "--format=%(refname)", &prefix])?;
+    for name in refs.lines().filter(|line| !line.is_empty()) {
+        plan.items.push(CleanItem::Branch {
+            run_id: run.run_id.clone(),
+            name: name.strip_prefix("refs/heads/").unwrap_or(name).to_owned(),
+        });
     }
-    Ok(plan)
+    Ok(())
 }
 
 /// Moves out of `plan` each result branch whose commit no local branch
@@ -889,7 +940,7 @@ pub fn clean(state: &StateDir, project: &Path, plan: &CleanPlan) -> Result<()> {
                     path: path.clone(),
                     source,
                 })?;
-                let _ = std::fs::remove_dir(state.root().join("snapshots").join(run_id));
+                let _ = std::fs::remove_dir(state.snapshots_dir().join(run_id));
             }
         }
     }

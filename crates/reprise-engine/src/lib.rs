@@ -50,7 +50,10 @@ pub use delivery::{
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};
 pub use liveness::{Liveness, TaskProgress, catch_up, liveness, task_lifecycle};
-pub use park::{ParkRequest, Parked, complete_cut_parks, complete_park, park_directly};
+pub use park::{
+    ParkRequest, Parked, ParkedAnswer, ReleasedResource, complete_cut_parks, complete_park,
+    park_directly,
+};
 pub use records::{DecisionRow, read_decisions};
 pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
 pub use run::{

@@ -17,14 +17,20 @@ use std::sync::{Mutex, PoisonError, mpsc};
 use reprise_agents::CancelToken;
 use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
+use reprise_core::lifecycle::TaskState;
 use reprise_core::record::Head;
-use reprise_store::audit::AuditLog;
-use reprise_store::state::{StateDir, now_rfc3339};
-use reprise_store::suspension::{
-    ParkCause, RELEASE_KIND, Release, Requester, Resource, SUSPEND_RECEIPT_KIND, SuspendBody,
-    SuspendReceipt, Wake,
+use reprise_core::record::JournalRow;
+use reprise_core::rows::{
+    AgentCheckpointBound, AttemptFinished, AttemptStarted, BudgetReleased, CheckpointTaken,
+    EnvelopeBalance, JournalHead, ParkCause, ProcessReleased, Release, Requester, Resource,
+    SandboxReleased, SeatReleased, SessionUse, SuspendBody, SuspendReceipt, TaskStarted,
+    TaskStatus, Wake, body_of,
 };
-use serde_json::{Value, json};
+use reprise_store::audit::AuditLog;
+use reprise_store::locks::HeldLock;
+use reprise_store::state::{StateDir, now_rfc3339};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::{EngineError, Result};
 
@@ -51,6 +57,53 @@ pub struct Parked {
     pub receipt: Digest,
     pub released: Vec<(Resource, Value)>,
     pub wake: Wake,
+}
+
+impl Parked {
+    /// What whoever asked for the park is told (the control socket's
+    /// answer, and `task suspend --json`).
+    pub fn answer(&self) -> ParkedAnswer {
+        ParkedAnswer {
+            ok: true,
+            run_id: self.run_id.clone(),
+            task: self.task.task.clone(),
+            plan: self.task.plan.clone(),
+            park: self.park,
+            receipt: self.receipt,
+            wake: self.wake.clone(),
+            released: self
+                .released
+                .iter()
+                .map(|(resource, detail)| ReleasedResource {
+                    resource: *resource,
+                    detail: detail.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A finished park, as its answer says it: the park, its receipt, what
+/// wakes it and what it gave back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedAnswer {
+    /// Always `true`: a refusal is `{"ok": false, "error": ...}`.
+    pub ok: bool,
+    pub run_id: String,
+    pub task: reprise_core::TaskId,
+    pub plan: reprise_core::PlanId,
+    pub park: Digest,
+    pub receipt: Digest,
+    pub wake: Wake,
+    pub released: Vec<ReleasedResource>,
+}
+
+/// One resource a park gave back, and its release's detail (one of core's
+/// `*Released` types, by resource).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedResource {
+    pub resource: Resource,
+    pub detail: Value,
 }
 
 /// Where the answer to a park request goes (the control socket's reply).
@@ -315,7 +368,7 @@ pub(crate) fn write_receipt(
         workspace_hash: body.workspace_hash,
         wake: body.wake.clone(),
     };
-    let head = audit.append(SUSPEND_RECEIPT_KIND, &now_rfc3339(), &to_value(&receipt))?;
+    let head = audit.append_row(&now_rfc3339(), &receipt)?;
     hold_at("receipt");
     Ok(head.digest)
 }
@@ -339,13 +392,14 @@ pub(crate) fn write_release(
         resource,
         detail,
     };
-    audit.append(RELEASE_KIND, &now_rfc3339(), &to_value(&release))?;
+    audit.append_row(&now_rfc3339(), &release)?;
     hold_at(resource.as_str());
     Ok(())
 }
 
-fn to_value(value: &impl serde::Serialize) -> Value {
-    serde_json::to_value(value).expect("park records serialise")
+/// A release's detail (one of core's `*Released` types) as the row holds it.
+pub(crate) fn detail(released: &impl serde::Serialize) -> Value {
+    serde_json::to_value(released).expect("release details serialise")
 }
 
 /// The release detail of a worktree snapshotted and removed.
@@ -355,7 +409,12 @@ pub(crate) fn sandbox_detail(
     removed: bool,
     files: Option<u64>,
 ) -> Value {
-    json!({"checkpoint": checkpoint, "path": path, "removed": removed, "files": files})
+    detail(&SandboxReleased {
+        checkpoint: checkpoint.map(str::to_owned),
+        path: path.to_path_buf(),
+        removed,
+        files,
+    })
 }
 
 /// A park with no live run: `reprise task suspend` parks an interrupted
@@ -368,108 +427,25 @@ pub fn park_directly(
     run_id: &str,
     request: &ParkRequest,
 ) -> Result<Parked> {
-    use reprise_core::lifecycle::{TaskState, replay, rows};
-    use reprise_store::suspension::{EnvelopeBalance, JournalHead, SUSPEND_KIND};
-    let holder = reprise_store::locks::Holder {
-        run_id: run_id.to_owned(),
-        pid: std::process::id(),
-    };
-    let _lock = match reprise_store::locks::try_task_lock(state, task, &holder)? {
-        Ok(lock) => lock,
-        Err(other) => {
-            return Err(EngineError::TaskBusy {
-                task: task.to_string(),
-                run: other.run_id,
-                pid: other.pid,
-            });
-        }
-    };
-    let audit_summary = reprise_store::audit::read_audit(state, key_file)?;
-    if let Some(point) = crate::resume::latest_park(state, task, &audit_summary)
-        && !point.settled
-    {
-        let ledger = reprise_store::ledger::verify_ledger(state, &audit_summary)?;
-        if point.is_complete(ledger.state_of(&point.run_id, task.task.as_str())) {
-            return Err(EngineError::Park(format!(
-                "task {task} is already parked (since {}); `reprise task resume {}` wakes it",
-                point.at, task.task
-            )));
-        }
+    let _lock = lock_task(state, task, run_id)?;
+    if let Some(point) = unfinished_park(state, key_file, task)? {
         return complete_park(state, key_file, &point);
     }
     let rows_of_run = crate::resume::rows_of_run(state, task, run_id);
-    let parked_state = replay(rows_of_run.iter().map(|row| (row.kind.as_str(), &row.body)));
-    let attempt = match parked_state {
-        TaskState::Running { attempt, .. } | TaskState::Checkpointing { attempt, .. } => attempt,
-        other => {
-            return Err(EngineError::Park(format!(
-                "task {task}'s journal leaves it {} in run {run_id}, not at an attempt: `reprise run --continue {run_id}` takes it up",
-                other.name()
-            )));
-        }
-    };
-    let started = rows_of_run.first();
-    let cwd = started
-        .and_then(|row| row.body.get("cwd"))
-        .and_then(Value::as_str)
-        .map(std::path::PathBuf::from);
-    let session_id = rows_of_run
-        .iter()
-        .rev()
-        .find(|row| row.kind == rows::ATTEMPT_STARTED)
-        .and_then(|row| row.body.get("session"))
-        .and_then(|session| {
-            ["new", "resume"]
-                .iter()
-                .find_map(|key| session.get(*key).and_then(Value::as_str))
-        })
-        .map(str::to_owned);
-    let workspace_hash = match &cwd {
-        Some(cwd) if cwd.is_dir() => {
-            reprise_store::workspace::hash_workspace_cached(
-                cwd,
-                0,
-                &state.workspace_cache_path(cwd),
-            )?
-            .hash
-        }
-        _ => Digest::default(),
-    };
-    let spent: u64 = rows_of_run
-        .iter()
-        .filter(|row| row.kind == rows::ATTEMPT_FINISHED)
-        .filter_map(|row| row.body.get("cost_micro_usd").and_then(Value::as_u64))
-        .sum();
-    let reserved = started
-        .and_then(|row| row.body.get("envelope_micro_usd"))
-        .and_then(Value::as_u64);
+    let attempt = interrupted_attempt(&rows_of_run, task, run_id)?;
     let mut journal = reprise_store::journal::Journal::open(state, task)?;
     let head = journal.head()?;
-    // The grant, from the plan the run ran (none when it cannot be read).
-    let grant = crate::state::load_run(state, run_id)
-        .ok()
-        .and_then(|run| crate::settings::load_plan(Path::new(&run.plan)).ok())
-        .and_then(|plan| {
-            plan.tasks()
-                .iter()
-                .find(|candidate| candidate.id == task.task)
-                .map(|found| reprise_core::grant::grant_of(found, &plan))
-        });
+    let grant = run_grant(state, run_id, task);
     let body = SuspendBody {
         run_id: run_id.to_owned(),
         attempt,
-        session_id,
-        workspace_hash,
+        session_id: last_session(&rows_of_run),
+        workspace_hash: workspace_left(state, &rows_of_run)?,
         journal_head: head.map(|head| JournalHead {
             seq: head.seq,
             event_hash: head.digest,
         }),
-        // The process that held the reservation is gone: nothing is held.
-        envelope: EnvelopeBalance {
-            reserved_micro_usd: reserved,
-            spent_micro_usd: spent,
-            headroom_micro_usd: 0,
-        },
+        envelope: envelope_left(&rows_of_run),
         wake: request.wake.clone(),
         cause: request.cause,
         reason: request.reason.clone(),
@@ -487,7 +463,7 @@ pub fn park_directly(
             bound_grant(grant, task, run_id, head.map(|head| head.digest))
         }),
     };
-    let suspend = journal.append(SUSPEND_KIND, &now_rfc3339(), &to_value(&body))?;
+    let suspend = journal.append_row(&now_rfc3339(), &body)?;
     if let Some(grant) = &grant
         && !body.grant_hash.is_empty()
     {
@@ -508,6 +484,124 @@ pub fn park_directly(
         ))
     })?;
     complete_park(state, key_file, &point)
+}
+
+/// The task's lock, for a park with no live run: refused while a run holds it.
+fn lock_task(state: &StateDir, task: &TaskKey, run_id: &str) -> Result<HeldLock> {
+    let holder = reprise_store::locks::Holder {
+        run_id: run_id.to_owned(),
+        pid: std::process::id(),
+    };
+    match reprise_store::locks::try_task_lock(state, task, &holder)? {
+        Ok(lock) => Ok(lock),
+        Err(other) => Err(EngineError::TaskBusy {
+            task: task.to_string(),
+            run: other.run_id,
+            pid: other.pid,
+        }),
+    }
+}
+
+/// The task's latest park when a crash cut it short (to complete rather
+/// than park again); a park already whole is refused.
+fn unfinished_park(
+    state: &StateDir,
+    key_file: &reprise_store::key::KeyFile,
+    task: &TaskKey,
+) -> Result<Option<crate::resume::ParkPoint>> {
+    let audit_summary = reprise_store::audit::read_audit(state, key_file)?;
+    let Some(point) = crate::resume::latest_park(state, task, &audit_summary) else {
+        return Ok(None);
+    };
+    if point.settled {
+        return Ok(None);
+    }
+    let ledger = reprise_store::ledger::verify_ledger(state, &audit_summary)?;
+    if point.is_complete(ledger.state_of(&point.run_id, task.task.as_str())) {
+        return Err(EngineError::Park(format!(
+            "task {task} is already parked (since {}); `reprise task resume {}` wakes it",
+            point.at, task.task
+        )));
+    }
+    Ok(Some(point))
+}
+
+/// The attempt the task's journal leaves it at in the run; a task not at
+/// an attempt is taken up by `run --continue`, not parked.
+fn interrupted_attempt(rows_of_run: &[JournalRow], task: &TaskKey, run_id: &str) -> Result<u32> {
+    let parked_state = reprise_core::lifecycle::replay(
+        rows_of_run.iter().map(|row| (row.kind.as_str(), &row.body)),
+    );
+    match parked_state {
+        TaskState::Running { attempt, .. } | TaskState::Checkpointing { attempt, .. } => {
+            Ok(attempt)
+        }
+        other => Err(EngineError::Park(format!(
+            "task {task}'s journal leaves it {} in run {run_id}, not at an attempt: `reprise run --continue {run_id}` takes it up",
+            other.name()
+        ))),
+    }
+}
+
+/// The run's `task.started` body, if its first row is one.
+fn task_started(rows_of_run: &[JournalRow]) -> Option<TaskStarted> {
+    rows_of_run
+        .first()
+        .and_then(|row| body_of::<TaskStarted>(&row.kind, &row.body))
+}
+
+/// The session of the run's last attempt: the one it opened or resumed.
+fn last_session(rows_of_run: &[JournalRow]) -> Option<String> {
+    let started = rows_of_run
+        .iter()
+        .rev()
+        .find_map(|row| body_of::<AttemptStarted>(&row.kind, &row.body))?;
+    match started.session {
+        SessionUse::New { new } => new,
+        SessionUse::Resume { resume } => Some(resume),
+        SessionUse::Fork { new, .. } => new,
+    }
+}
+
+/// The hash of the tree the task left (zero when its directory is gone).
+fn workspace_left(state: &StateDir, rows_of_run: &[JournalRow]) -> Result<Digest> {
+    match task_started(rows_of_run).map(|started| started.cwd) {
+        Some(cwd) if cwd.is_dir() => Ok(reprise_store::workspace::hash_workspace_cached(
+            &cwd,
+            0,
+            &state.workspace_cache_path(&cwd),
+        )?
+        .hash),
+        _ => Ok(Digest::default()),
+    }
+}
+
+/// The task's envelope as its journal records it: the process that held
+/// the reservation is gone, so nothing is held and no headroom returns.
+fn envelope_left(rows_of_run: &[JournalRow]) -> EnvelopeBalance {
+    EnvelopeBalance {
+        reserved_micro_usd: task_started(rows_of_run).and_then(|s| s.envelope_micro_usd),
+        spent_micro_usd: rows_of_run
+            .iter()
+            .filter_map(|row| body_of::<AttemptFinished>(&row.kind, &row.body))
+            .filter_map(|finished| finished.cost_micro_usd)
+            .sum(),
+        headroom_micro_usd: 0,
+    }
+}
+
+/// The grant of `task` in the plan `run_id` ran (none when it cannot be read).
+fn run_grant(
+    state: &StateDir,
+    run_id: &str,
+    task: &TaskKey,
+) -> Option<reprise_core::grant::GrantSet> {
+    let run = crate::state::load_run(state, run_id).ok()?;
+    let plan = crate::settings::load_plan(Path::new(&run.plan)).ok()?;
+    plan.tasks()
+        .iter()
+        .find(|candidate| candidate.id == task.task)
+        .map(|found| reprise_core::grant::grant_of(found, &plan))
 }
 
 /// Completes every park of `tasks` that a crash cut short (a live run's or
@@ -550,58 +644,13 @@ pub fn complete_park(
         Some(receipt) => receipt,
         None => write_receipt(&mut audit, task, &point.body, suspend)?,
     };
-    let mut released: Vec<(Resource, Value)> = point
-        .released
-        .iter()
-        .map(|release| (release.resource, release.detail.clone()))
-        .collect();
-    for resource in point.missing_releases() {
-        let detail = match resource {
-            Resource::Process => {
-                json!({"stopped": false, "reaped": true, "attempt": point.body.attempt,
-                       "note": "no live process: the run that drove it had ended"})
-            }
-            Resource::Sandbox => release_parked_sandbox(state, point)?,
-            Resource::Seat => json!({"held": false, "note": "no live run held a seat for it"}),
-            Resource::Budget => json!({"returned_micro_usd": 0,
-                                       "note": "no live run held a reservation for it"}),
-        };
-        write_release(
-            &mut audit,
-            task,
-            &point.run_id,
-            point.park,
-            receipt,
-            resource,
-            detail.clone(),
-        )?;
-        released.push((resource, detail));
-    }
-    // The ledger's `suspended`, once.
-    let verification = reprise_store::ledger::verify_ledger(
-        state,
-        &reprise_store::audit::read_audit(state, key_file)?,
-    )?;
-    let current = verification
-        .state_of(&point.run_id, task.task.as_str())
-        .map(str::to_owned);
-    if current.as_deref() != Some("suspended") {
-        let mut ledger = reprise_store::ledger::Ledger::open(state)?;
-        let head = ledger.transition(
-            &now_rfc3339(),
-            &point.run_id,
-            &task.task,
-            current.as_deref().unwrap_or("running"),
-            "suspended",
-            Some(&format!("parked until {}", point.body.wake.describe())),
-        )?;
-        reprise_store::audit::seal_ledger(&mut audit, head, &now_rfc3339())?;
-    }
+    let released = release_the_rest(state, &mut audit, point, receipt)?;
+    ledger_suspended(state, key_file, &mut audit, point)?;
     if let Ok(mut run) = crate::state::load_run(state, &point.run_id)
         && run.task(&task.task).is_some()
     {
         let record = run.task_mut(&task.task);
-        record.state = crate::state::TaskStatus::Suspended;
+        record.state = TaskStatus::Suspended;
         record.reason = Some(format!("parked until {}", point.body.wake.describe()));
         record.wake = Some(point.body.wake.clone());
         run.save(state, true)?;
@@ -614,6 +663,69 @@ pub fn complete_park(
         released,
         wake: point.body.wake.clone(),
     })
+}
+
+/// Gives back what the park has not yet recorded as given back, with no
+/// live run: each release done, then recorded. Every release, in order.
+fn release_the_rest(
+    state: &StateDir,
+    audit: &mut AuditLog,
+    point: &crate::resume::ParkPoint,
+    receipt: Digest,
+) -> Result<Vec<(Resource, Value)>> {
+    let mut released: Vec<(Resource, Value)> = point
+        .released
+        .iter()
+        .map(|release| (release.resource, release.detail.clone()))
+        .collect();
+    for resource in point.missing_releases() {
+        let detail = match resource {
+            Resource::Process => detail(&ProcessReleased::gone(point.body.attempt)),
+            Resource::Sandbox => release_parked_sandbox(state, point)?,
+            Resource::Seat => detail(&SeatReleased::not_held()),
+            Resource::Budget => detail(&BudgetReleased::not_held()),
+        };
+        write_release(
+            audit,
+            &point.key,
+            &point.run_id,
+            point.park,
+            receipt,
+            resource,
+            detail.clone(),
+        )?;
+        released.push((resource, detail));
+    }
+    Ok(released)
+}
+
+/// The ledger's `suspended` for the parked task, once (and its seal).
+fn ledger_suspended(
+    state: &StateDir,
+    key_file: &reprise_store::key::KeyFile,
+    audit: &mut AuditLog,
+    point: &crate::resume::ParkPoint,
+) -> Result<()> {
+    let task = &point.key.task;
+    let verification = reprise_store::ledger::verify_ledger(
+        state,
+        &reprise_store::audit::read_audit(state, key_file)?,
+    )?;
+    let current = verification.state_of(&point.run_id, task.as_str());
+    if current == Some(TaskStatus::Suspended) {
+        return Ok(());
+    }
+    let mut ledger = reprise_store::ledger::Ledger::open(state)?;
+    let head = ledger.transition(
+        &now_rfc3339(),
+        &point.run_id,
+        task,
+        current.unwrap_or(TaskStatus::Running),
+        TaskStatus::Suspended,
+        Some(&format!("parked until {}", point.body.wake.describe())),
+    )?;
+    reprise_store::audit::seal_ledger(audit, head, &now_rfc3339())?;
+    Ok(())
 }
 
 /// Writes the agent checkpoint of a park a crash cut between its
@@ -629,22 +741,13 @@ fn bind_cut_agent_checkpoint(state: &StateDir, point: &crate::resume::ParkPoint)
     }
     let rows = crate::resume::rows_of_run(state, &point.key, &point.run_id);
     let bound = rows.iter().any(|row| {
-        row.kind == reprise_store::agent_checkpoint::BOUND_KIND
-            && row.body.get("park").and_then(Value::as_str) == Some(point.park.to_hex().as_str())
+        body_of::<AgentCheckpointBound>(&row.kind, &row.body)
+            .is_some_and(|bound| bound.park == point.park)
     });
     if bound {
         return Ok(());
     }
-    let Some(grant) = crate::state::load_run(state, &point.run_id)
-        .ok()
-        .and_then(|run| crate::settings::load_plan(Path::new(&run.plan)).ok())
-        .and_then(|plan| {
-            plan.tasks()
-                .iter()
-                .find(|candidate| candidate.id == point.key.task)
-                .map(|found| reprise_core::grant::grant_of(found, &plan))
-        })
-    else {
+    let Some(grant) = run_grant(state, &point.run_id, &point.key) else {
         return Ok(());
     };
     let after = body.journal_head.as_ref().map(|head| head.event_hash);
@@ -675,13 +778,23 @@ fn release_parked_sandbox(state: &StateDir, point: &crate::resume::ParkPoint) ->
     )?;
     let checkpoint = store.take("parked")?;
     let mut journal = reprise_store::journal::Journal::open(state, &point.key)?;
-    journal.append(
-        crate::checkpoints::TAKEN_KIND,
+    journal.append_row(
         &now_rfc3339(),
-        &json!({"run_id": point.run_id, "attempt": point.body.attempt, "label": "parked",
-                "checkpoint": checkpoint.id, "tree": checkpoint.tree,
-                "files": checkpoint.manifest.files, "bytes": checkpoint.manifest.bytes,
-                "workspace_hash": point.body.workspace_hash}),
+        &CheckpointTaken {
+            run_id: point.run_id.clone(),
+            attempt: point.body.attempt,
+            label: "parked".to_owned(),
+            checkpoint: checkpoint.id.clone(),
+            tree: checkpoint.tree.clone(),
+            files: checkpoint.manifest.files,
+            bytes: checkpoint.manifest.bytes,
+            // A park's snapshot names no files left out.
+            skipped: None,
+            workspace_hash: point.body.workspace_hash,
+            reused: false,
+            context: None,
+            dependencies: None,
+        },
     )?;
     // The repository as reprise recorded it, never as the worktree's own
     // `.git` (the agent's to rewrite) says.
@@ -727,7 +840,7 @@ pub(crate) fn write_agent_checkpoint(
     grant: &reprise_core::grant::GrantSet,
     (run_id, park, grant_hash): (&str, Digest, &str),
 ) -> Result<()> {
-    use reprise_store::agent_checkpoint::{AgentCheckpoint, BOUND_KIND, write_checkpoint};
+    use reprise_store::agent_checkpoint::{AgentCheckpoint, write_checkpoint};
     let checkpoint =
         AgentCheckpoint::new(grant.clone(), task.task.clone(), run_id.to_owned(), park)
             .map_err(|err| EngineError::Park(err.to_string()))?;
@@ -735,10 +848,14 @@ pub(crate) fn write_agent_checkpoint(
         .own_hash()
         .map_err(|err| EngineError::Park(err.to_string()))?;
     write_checkpoint(state, task, &checkpoint).map_err(|err| EngineError::Park(err.to_string()))?;
-    journal.append(
-        BOUND_KIND,
+    journal.append_row(
         &now_rfc3339(),
-        &json!({"run_id": run_id, "park": park, "checkpoint": own, "grant_hash": grant_hash}),
+        &AgentCheckpointBound {
+            run_id: run_id.to_owned(),
+            park,
+            checkpoint: own,
+            grant_hash: grant_hash.to_owned(),
+        },
     )?;
     Ok(())
 }

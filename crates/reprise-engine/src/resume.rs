@@ -8,13 +8,12 @@ use std::fs;
 use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
 use reprise_core::record::JournalRow;
+use reprise_core::rows::{ResumeBody, SandboxReleased, TaskStatus, body_of};
 use reprise_store::audit::{AuditSummary, read_audit};
 use reprise_store::journal::verify_journal_with;
 use reprise_store::key::KeyFile;
 use reprise_store::state::StateDir;
-use reprise_store::suspension::{
-    RESUME_KIND, Release, Resource, SUSPEND_KIND, SuspendBody, SuspensionAudit,
-};
+use reprise_store::suspension::{Release, Resource, SUSPEND_KIND, SuspendBody, SuspensionAudit};
 
 /// A task's latest park, as its journal and the audit chain record it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,21 +51,20 @@ impl ParkPoint {
     /// worktree it removed. A task run in place kept its directory (the
     /// user's), and whatever happened there while it was parked stands.
     pub fn snapshot(&self) -> Option<String> {
-        self.released
+        let release = self
+            .released
             .iter()
-            .find(|release| release.resource == Resource::Sandbox)
-            .filter(|release| release.detail.get("removed") == Some(&serde_json::json!(true)))
-            .and_then(|release| release.detail.get("checkpoint"))
-            .and_then(|value| value.as_str())
-            .map(str::to_owned)
+            .find(|release| release.resource == Resource::Sandbox)?;
+        let sandbox = <SandboxReleased as serde::Deserialize>::deserialize(&release.detail).ok()?;
+        sandbox.restorable().map(str::to_owned)
     }
 
     /// Whether every step of the park is recorded: its receipt, each
     /// release, and the ledger's `suspended`.
-    pub fn is_complete(&self, ledger_state: Option<&str>) -> bool {
+    pub fn is_complete(&self, ledger_state: Option<TaskStatus>) -> bool {
         self.receipt.is_some()
             && self.missing_releases().is_empty()
-            && ledger_state == Some("suspended")
+            && ledger_state == Some(TaskStatus::Suspended)
     }
 }
 
@@ -115,8 +113,7 @@ pub fn latest_park(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Op
     let body: SuspendBody = serde_json::from_value(row.body.clone()).ok()?;
     let park = row.event_hash;
     let settled = rows[index + 1..].iter().any(|later| {
-        later.kind == RESUME_KIND
-            && later.body.get("park").and_then(|value| value.as_str()) == Some(&park.to_hex())
+        body_of::<ResumeBody>(&later.kind, &later.body).is_some_and(|resume| resume.park == park)
     });
     let mut receipt = None;
     let mut released = Vec::new();
@@ -284,8 +281,8 @@ fn check_released(
     let ledger = reprise_store::ledger::verify_ledger(state, audit)
         .map_err(|err| Refusal(err.to_string()))?;
     let missing = point.missing_releases();
-    if missing.is_empty() && ledger.state_of(&point.run_id, task.task.as_str()) != Some("suspended")
-    {
+    let ledger_state = ledger.state_of(&point.run_id, task.task.as_str());
+    if missing.is_empty() && ledger_state != Some(TaskStatus::Suspended) {
         return refuse(format!(
             "the park of {task} is incomplete (the ledger does not say suspended yet); `reprise task suspend {}` completes it",
             task.task

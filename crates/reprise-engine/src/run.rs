@@ -5,6 +5,7 @@
 //! seat source (`seats.rs`) runs the tasks.
 
 mod adapters;
+mod answers;
 mod coordinator;
 mod record;
 mod requests;

@@ -16,78 +16,9 @@ use serde_json::Value;
 use crate::error::{EngineError, Result};
 use crate::sandbox::{TaskOutput, Workspace};
 
-/// A task's place in the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TaskStatus {
-    Queued,
-    Running,
-    Passed,
-    /// Not every gate passed, but the passing weight reached the task's
-    /// `accept_partial`: kept and committed, its failed gates its gaps.
-    Partial,
-    Failed,
-    /// Not run, or stopped: a fatal failure, a dependency that did not pass,
-    /// a dependency conflict, or an envelope that can never fit.
-    Blocked,
-    Cancelled,
-    /// Parked: it holds no process, worktree, seat or reservation, and
-    /// waits for a resume, an approval or a time (`task.suspend`).
-    Suspended,
-}
-
-impl TaskStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Running => "running",
-            Self::Passed => "passed",
-            Self::Partial => "partial",
-            Self::Failed => "failed",
-            Self::Blocked => "blocked",
-            Self::Cancelled => "cancelled",
-            Self::Suspended => "suspended",
-        }
-    }
-
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, Self::Queued | Self::Running | Self::Suspended)
-    }
-
-    /// Whether the task left a result its dependents build on.
-    pub fn delivered(self) -> bool {
-        matches!(self, Self::Passed | Self::Partial)
-    }
-
-    /// Where the task stands for the coordinator's scheduling decisions.
-    pub(crate) fn standing(self) -> reprise_core::schedule::Standing {
-        use reprise_core::schedule::Standing;
-        match self {
-            Self::Queued => Standing::Queued,
-            Self::Running => Standing::Running,
-            Self::Suspended => Standing::Parked,
-            Self::Passed | Self::Partial => Standing::Delivered,
-            Self::Blocked => Standing::Blocked,
-            Self::Failed | Self::Cancelled => Standing::Undelivered,
-        }
-    }
-}
-
-/// How an attempt ended (DESIGN.md section 7).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Passed,
-    /// A verdict on the work: a gate said no, or the agent exited non-zero
-    /// with a reply.
-    Judged,
-    /// Not a verdict: the attempt could not be judged.
-    Infra,
-    /// The agent asked for more context (`NEEDS_CONTEXT: ...`).
-    NeedsContext,
-    /// The task was parked while this attempt ran: stopped, not judged.
-    Parked,
-}
+// A task's place in the run and how an attempt ended are the chains'
+// own words: one definition, in core's schema.
+pub use reprise_core::rows::{Outcome, TaskStatus};
 
 /// One gate's verdict on an attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -434,7 +434,7 @@ fn a_warm_retry_resumes_the_same_session_with_only_the_instruction() {
     let outcomes: Vec<_> = greet
         .attempts
         .iter()
-        .map(|a| (a.outcome.clone(), a.judged))
+        .map(|a| (a.outcome, a.judged))
         .collect();
     assert_eq!(
         outcomes,
@@ -1410,7 +1410,7 @@ tasks:
     let kinds: Vec<_> = metered
         .attempts
         .iter()
-        .map(|a| (a.outcome.clone(), a.judged, a.infra_kind.as_deref()))
+        .map(|a| (a.outcome, a.judged, a.infra_kind.as_deref()))
         .collect();
     assert_eq!(
         kinds,

@@ -137,23 +137,10 @@ pub fn create_state_dir(
             superseded_removed: 0,
         })
     };
-    if root.join("layout.json").exists() {
+    if crate::state::layout_path_in(root).exists() {
         return found(false);
     }
-    match fs::symlink_metadata(root) {
-        Ok(meta) => {
-            crate::state::check_root_entry(root, &meta)?;
-            if !holds_no_data(root)? {
-                return Err(StoreError::UnknownContent {
-                    path: root.to_path_buf(),
-                });
-            }
-            // Empty, or the skeleton an older reprise's cut creation left.
-            fs::remove_dir_all(root).at(root)?;
-        }
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => return Err(err).at(root),
-    }
+    clear_cut_skeleton(root)?;
     let parent = parent_of(root);
     let canonical = parent.canonicalize().at(parent)?.join(&name);
     let witness = witness_path_for(key, &canonical);
@@ -166,6 +153,43 @@ pub fn create_state_dir(
         fs::remove_dir_all(&temp).at(&temp)?;
     }
 
+    let temp = build_skeleton(parent, &name)?;
+    after(CreationStep::Built);
+    let (state_id, head) = write_first_row(&temp, key, at)?;
+    after(CreationStep::FirstRow);
+    // The row is durable: now the witness may record it.
+    let superseded = witness_first_row(key, &witness, root, state_id, head)?;
+    after(CreationStep::Witnessed);
+
+    fs::rename(&temp, root).at(root)?;
+    after(CreationStep::Renamed);
+    sync_dir(parent)?;
+    let mut creation = found(true)?;
+    (creation.superseded_witness, creation.superseded_removed) = superseded;
+    Ok(creation)
+}
+
+/// Removes what stands at `root` when it is empty, or the skeleton an older
+/// reprise's cut creation left; anything holding data refuses.
+fn clear_cut_skeleton(root: &Path) -> Result<()> {
+    match fs::symlink_metadata(root) {
+        Ok(meta) => {
+            crate::state::check_root_entry(root, &meta)?;
+            if !holds_no_data(root)? {
+                return Err(StoreError::UnknownContent {
+                    path: root.to_path_buf(),
+                });
+            }
+            fs::remove_dir_all(root).at(root)
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err).at(root),
+    }
+}
+
+/// A new temporary directory beside `root` (named after it) holding the
+/// skeleton of a state directory: its directories, `.gitignore` and layout.
+fn build_skeleton(parent: &Path, name: &str) -> Result<PathBuf> {
     let temp = parent.join(format!(
         ".{name}.creating-{}-{}",
         std::process::id(),
@@ -173,34 +197,46 @@ pub fn create_state_dir(
     ));
     fs::create_dir(&temp).at(&temp)?;
     fs::set_permissions(&temp, fs::Permissions::from_mode(0o755)).at(&temp)?;
-    for sub in ["plans", "audit", "runs"] {
+    for sub in crate::state::SKELETON {
         create_dir_all_durable(&temp.join(sub), 0o755)?;
     }
-    write_atomic(&temp.join(".gitignore"), GITIGNORE, 0o644)?;
+    write_atomic(&crate::state::gitignore_path_in(&temp), GITIGNORE, 0o644)?;
     write_layout(&temp, LAYOUT_VERSION)?;
-    after(CreationStep::Built);
+    Ok(temp)
+}
 
+/// The audit chain's first row (`state.init`, a new state id) in `temp`.
+fn write_first_row(temp: &Path, key: &KeyFile, at: &str) -> Result<(String, Head)> {
     let state_id = mint_state_id()?;
     let body = first_row(&state_id).to_body();
     let mut chain = ChainFile::open_real(
-        &temp.join("audit").join("audit.jsonl"),
+        &crate::state::audit_path_in(temp),
         ChainFormat::Audit,
         None,
         Some(key.key.clone()),
     )?;
     let head = chain
         .append(|previous| Ok(encode_audit_row(previous, key, STATE_INIT_KIND, at, &body)?))?;
-    drop(chain);
-    after(CreationStep::FirstRow);
+    Ok((state_id, head))
+}
 
-    // The row is durable: now the witness may record it.
-    let (superseded_witness, superseded_removed) = if witness.exists() {
-        let (aside, removed) = supersede_witness(&witness)?;
+/// Writes the witness of the new chain's first row, setting aside the
+/// witness of an earlier state directory at the same path: where it went,
+/// and how many older set-aside witnesses were removed.
+fn witness_first_row(
+    key: &KeyFile,
+    witness: &Path,
+    root: &Path,
+    state_id: String,
+    head: Head,
+) -> Result<(Option<PathBuf>, usize)> {
+    let superseded = if witness.exists() {
+        let (aside, removed) = supersede_witness(witness)?;
         (Some(aside), removed)
     } else {
         (None, 0)
     };
-    remove_witness_temps(&witness)?;
+    remove_witness_temps(witness)?;
     let record = Witness {
         v: WITNESS_VERSION,
         state_id,
@@ -208,16 +244,8 @@ pub fn create_state_dir(
         audit: head,
         ledger: None,
     };
-    write_witness_at(key, &witness, &record, true)?;
-    after(CreationStep::Witnessed);
-
-    fs::rename(&temp, root).at(root)?;
-    after(CreationStep::Renamed);
-    sync_dir(parent)?;
-    let mut creation = found(true)?;
-    creation.superseded_witness = superseded_witness;
-    creation.superseded_removed = superseded_removed;
-    Ok(creation)
+    write_witness_at(key, witness, &record, true)?;
+    Ok(superseded)
 }
 
 /// The temporary directories earlier creations of `name` left in `parent`.
@@ -250,10 +278,12 @@ fn whole_and_witnessed(temp: &Path, key: &KeyFile, witness: &Path) -> Result<boo
     let Ok(recorded) = reprise_core::witness::decode_witness(key, &bytes) else {
         return Ok(false);
     };
-    if !temp.join("layout.json").is_file() || !temp.join(".gitignore").is_file() {
+    if !crate::state::layout_path_in(temp).is_file()
+        || !crate::state::gitignore_path_in(temp).is_file()
+    {
         return Ok(false);
     }
-    let Ok(chain) = fs::read(temp.join("audit").join("audit.jsonl")) else {
+    let Ok(chain) = fs::read(crate::state::audit_path_in(temp)) else {
         return Ok(false);
     };
     let Some(line) = chain

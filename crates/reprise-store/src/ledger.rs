@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use reprise_core::chain::ChainFormat;
 use reprise_core::record::{Head, encode_ledger_row};
-use reprise_core::rows::{Chain, Kind, RowBody, RunStarted, TaskTransition};
+use reprise_core::rows::{Chain, Kind, RowBody, RunStarted, TaskStatus, TaskTransition};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use reprise_core::{PlanId, TaskId};
 
@@ -45,19 +45,19 @@ impl Ledger {
         at: &str,
         run_id: &str,
         task: &TaskId,
-        from: &str,
-        to: &str,
+        from: TaskStatus,
+        to: TaskStatus,
         reason: Option<&str>,
     ) -> Result<Head> {
         let body = TaskTransition {
             run_id: run_id.to_owned(),
             task_id: task.as_str().to_owned(),
-            from: from.to_owned(),
-            to: to.to_owned(),
+            from,
+            to,
             reason: reason.map(str::to_owned),
         };
         let head = self.append_row(at, &body)?;
-        crate::io::crash_point(task.as_str(), &format!("ledger.{to}"));
+        crate::io::crash_point(task.as_str(), &format!("ledger.{}", to.as_str()));
         Ok(head)
     }
 }
@@ -125,12 +125,12 @@ impl LedgerVerification {
     }
 
     /// The state the ledger last moved `task` of `run_id` to.
-    pub fn state_of(&self, run_id: &str, task: &str) -> Option<&str> {
+    pub fn state_of(&self, run_id: &str, task: &str) -> Option<TaskStatus> {
         self.transitions
             .iter()
             .rev()
             .find(|(_, row)| row.run_id == run_id && row.task_id == task)
-            .map(|(_, row)| row.to.as_str())
+            .map(|(_, row)| row.to)
     }
 }
 

@@ -57,7 +57,7 @@ impl StateDir {
         if let Ok(meta) = fs::symlink_metadata(root) {
             check_root_entry(root, &meta)?;
         }
-        let layout_path = root.join("layout.json");
+        let layout_path = layout_path_in(root);
         let bytes = match fs::read(&layout_path) {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -100,16 +100,16 @@ impl StateDir {
     /// and whether it was newly created.
     /// A directory of an older layout is not opened here: migrate it first.
     pub fn create(root: &Path) -> Result<(Self, bool)> {
-        if root.join("layout.json").exists() {
+        if layout_path_in(root).exists() {
             let state = Self::open(root)?;
             state.ensure_gitignore()?;
             return Ok((state, false));
         }
         create_dir_all_durable(root, 0o755)?;
-        for sub in ["plans", "audit", "runs"] {
+        for sub in SKELETON {
             create_dir_all_durable(&root.join(sub), 0o755)?;
         }
-        write_atomic(&root.join(".gitignore"), GITIGNORE, 0o644)?;
+        write_atomic(&gitignore_path_in(root), GITIGNORE, 0o644)?;
         write_layout(root, LAYOUT_VERSION)?;
         Ok((
             Self {
@@ -121,7 +121,7 @@ impl StateDir {
 
     /// Writes `.gitignore` if an older reprise made the directory without it.
     pub(crate) fn ensure_gitignore(&self) -> Result<()> {
-        let path = self.root.join(".gitignore");
+        let path = gitignore_path_in(&self.root);
         if !path.exists() {
             write_atomic(&path, GITIGNORE, 0o644)?;
         }
@@ -250,7 +250,7 @@ impl StateDir {
     }
 
     pub fn audit_path(&self) -> PathBuf {
-        self.root.join("audit").join("audit.jsonl")
+        audit_path_in(&self.root)
     }
 
     /// `ledger.jsonl`: task state transitions.
@@ -285,7 +285,12 @@ impl StateDir {
     /// `snapshots/<run>/<task>/`: the shadow git store of a task's file
     /// checkpoints in one run.
     pub fn snapshot_dir(&self, run_id: &str, task: &TaskId) -> PathBuf {
-        self.root.join("snapshots").join(run_id).join(task.as_str())
+        self.snapshots_dir().join(run_id).join(task.as_str())
+    }
+
+    /// `snapshots/`: every run's checkpoint stores.
+    pub fn snapshots_dir(&self) -> PathBuf {
+        self.root.join("snapshots")
     }
 
     /// `sessions/<adapter>/`: preserved copies of native transcripts.
@@ -329,9 +334,31 @@ impl StateDir {
     }
 }
 
+// The state directory's own files under a root, each named here once: its
+// creation builds the directory in a temporary place, before a `StateDir`
+// stands for it.
+
+/// `layout.json` under `root`: the layout version.
+pub fn layout_path_in(root: &Path) -> PathBuf {
+    root.join("layout.json")
+}
+
+/// `.gitignore` under `root`: keeps the state directory out of git.
+pub fn gitignore_path_in(root: &Path) -> PathBuf {
+    root.join(".gitignore")
+}
+
+/// `audit/audit.jsonl` under `root`: the keyed audit chain.
+pub fn audit_path_in(root: &Path) -> PathBuf {
+    root.join("audit").join("audit.jsonl")
+}
+
+/// The directories a new state directory starts with.
+pub(crate) const SKELETON: [&str; 3] = ["plans", "audit", "runs"];
+
 pub(crate) fn write_layout(root: &Path, version: u64) -> Result<()> {
     let layout = serde_json::to_vec(&Layout { v: version }).expect("layout serialises");
-    write_atomic(&root.join("layout.json"), &layout, 0o644)
+    write_atomic(&layout_path_in(root), &layout, 0o644)
 }
 
 /// What a layout-1 migration moved: each task journal and the plan it now
@@ -352,7 +379,7 @@ pub struct Migration {
 /// and the layout version is written last: an interrupted migration is
 /// finished by the next one.
 pub fn migrate_layout_1(root: &Path) -> Result<Option<Migration>> {
-    let layout_path = root.join("layout.json");
+    let layout_path = layout_path_in(root);
     let Ok(bytes) = fs::read(&layout_path) else {
         return Ok(None);
     };
@@ -393,8 +420,8 @@ pub fn migrate_layout_1(root: &Path) -> Result<Option<Migration>> {
         }
         let _ = fs::remove_dir(&old_tasks);
     }
-    if !root.join(".gitignore").exists() {
-        write_atomic(&root.join(".gitignore"), GITIGNORE, 0o644)?;
+    if !gitignore_path_in(root).exists() {
+        write_atomic(&gitignore_path_in(root), GITIGNORE, 0o644)?;
     }
     write_layout(root, LAYOUT_VERSION)?;
     Ok(Some(migration))

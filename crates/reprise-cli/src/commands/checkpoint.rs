@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
+use reprise_core::rows::{CheckpointTaken, body_of};
 use reprise_engine::{
-    RunState, bind_checkpoint, load_run, object_intact, recorded_checkpoints, restore_checkpoint,
-    task_snapshots,
+    Restored, RunState, bind_checkpoint, load_run, object_intact, recorded_checkpoints,
+    restore_checkpoint, task_snapshots,
 };
 use reprise_store::journal::Journal;
 use reprise_store::key::load_key;
@@ -230,13 +231,7 @@ fn restore(
     let changes = store
         .changes(&checkpoint, &state.scratch_dir()?)
         .map_err(|err| CliError::usage(err.to_string()))?;
-    let mut text = String::new();
-    for (status, path) in &changes.files {
-        let _ = writeln!(text, "  {:<7} {path}", restore_action(status));
-    }
-    for path in &changes.not_restored {
-        let _ = writeln!(text, "  kept {path} (skipped by size: cannot be restored)");
-    }
+    let mut text = change_lines(&changes);
     if dry_run {
         let _ = writeln!(
             text,
@@ -253,29 +248,7 @@ fn restore(
             ok: true,
         });
     }
-    let audit_key = load_key(settings.key_path()?)?;
-    let mut journal = Journal::open(&state, &key)?;
-    let mut audit = reprise_store::audit::AuditLog::open(&state, audit_key)?;
-    let cwd = run
-        .task(&key.task)
-        .and_then(|record| record.cwd.clone())
-        .unwrap_or_default();
-    let expected = recorded_hash(&state, &key, &checkpoint.id);
-    let restored = restore_checkpoint(
-        &store,
-        &checkpoint,
-        &mut journal,
-        &mut audit,
-        &key,
-        &run.run_id,
-        "reprise checkpoint restore",
-        expected,
-        || {
-            let cache = state.workspace_cache_path(&cwd);
-            Ok(hash_workspace_cached(&cwd, 0, &cache)?.hash)
-        },
-    )
-    .map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))?;
+    let restored = restore_recorded(settings, (&state, &run, &key), &store, &checkpoint)?;
     let _ = writeln!(
         text,
         "restored {} to checkpoint {}: {} change{}; workspace hash {}{}",
@@ -302,6 +275,51 @@ fn restore(
         text,
         ok: restored.matches,
     })
+}
+
+/// A line per path a restore changes, and per file it cannot restore.
+fn change_lines(changes: &reprise_store::snapshot::Changes) -> String {
+    let mut text = String::new();
+    for (status, path) in &changes.files {
+        let _ = writeln!(text, "  {:<7} {path}", restore_action(status));
+    }
+    for path in &changes.not_restored {
+        let _ = writeln!(text, "  kept {path} (skipped by size: cannot be restored)");
+    }
+    text
+}
+
+/// Restores `checkpoint` into the task's directory and records the
+/// rollback in its journal and the audit chain.
+fn restore_recorded(
+    settings: &Settings,
+    (state, run, key): (&StateDir, &RunState, &reprise_core::TaskKey),
+    store: &SnapshotStore,
+    checkpoint: &reprise_store::snapshot::Checkpoint,
+) -> Result<Restored, CliError> {
+    let audit_key = load_key(settings.key_path()?)?;
+    let mut journal = Journal::open(state, key)?;
+    let mut audit = reprise_store::audit::AuditLog::open(state, audit_key)?;
+    let cwd = run
+        .task(&key.task)
+        .and_then(|record| record.cwd.clone())
+        .unwrap_or_default();
+    let expected = recorded_hash(state, key, &checkpoint.id);
+    restore_checkpoint(
+        store,
+        checkpoint,
+        &mut journal,
+        &mut audit,
+        key,
+        &run.run_id,
+        "reprise checkpoint restore",
+        expected,
+        || {
+            let cache = state.workspace_cache_path(&cwd);
+            Ok(hash_workspace_cached(&cwd, 0, &cache)?.hash)
+        },
+    )
+    .map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))
 }
 
 /// What a restore does to a path, in a word, from the store's letter for
@@ -336,9 +354,7 @@ fn recorded_hash(
         .split(|&byte| byte == b'\n')
         .rev()
         .filter_map(|line| serde_json::from_slice::<reprise_core::record::JournalRow>(line).ok())
-        .filter(|row| {
-            row.kind == reprise_engine::TAKEN_KIND && row.body["checkpoint"] == checkpoint
-        })
-        .filter_map(|row| serde_json::from_value(row.body["workspace_hash"].clone()).ok())
-        .next()
+        .filter_map(|row| body_of::<CheckpointTaken>(&row.kind, &row.body))
+        .find(|taken| taken.checkpoint == checkpoint)
+        .map(|taken| taken.workspace_hash)
 }

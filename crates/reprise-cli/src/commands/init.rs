@@ -53,7 +53,7 @@ fn initialise(
     key_path: &std::path::Path,
     key_existed: bool,
 ) -> Result<Initialised, CliError> {
-    let audit_path = target.join("audit").join("audit.jsonl");
+    let audit_path = reprise_store::state::audit_path_in(target);
     if !key_existed && audit_path.metadata().is_ok_and(|meta| meta.len() > 0) {
         // A new key could not verify the chain that is already there.
         return Err(settings.key_missing_error(target));

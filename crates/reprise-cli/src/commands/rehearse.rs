@@ -696,7 +696,7 @@ fn task_reports<'a>(
                     .attempts
                     .iter()
                     .map(|attempt| {
-                        let outcome = serde_json::to_value(&attempt.outcome)
+                        let outcome = serde_json::to_value(attempt.outcome)
                             .ok()
                             .and_then(|value| value.as_str().map(str::to_owned))
                             .unwrap_or_default();

@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use reprise_core::chain::ChainFormat;
+use reprise_core::record::JournalRow;
+use reprise_core::rows::{AttemptStarted, RetryDecision, SessionUse, body_of};
 use reprise_core::{TaskId, TaskKey};
 use reprise_engine::{RunState, TaskRecord, TaskStatus, latest_run, load_run};
 use reprise_store::audit::read_audit;
@@ -364,43 +366,38 @@ fn gate_marks(attempt: &reprise_engine::AttemptSummary) -> Vec<String> {
 }
 
 /// How many bytes of prompt an attempt sent, as its journal recorded.
-fn prompt_sent(journal: &[Value], attempt: &reprise_engine::AttemptSummary) -> String {
-    let started = journal
+fn prompt_sent(journal: &[JournalRow], attempt: &reprise_engine::AttemptSummary) -> String {
+    journal
         .iter()
-        .find(|row| row["kind"] == "attempt.started" && row["body"]["attempt"] == attempt.n);
-    started
-        .and_then(|row| row["body"]["prompt_bytes"].as_u64())
-        .map(|bytes| format!("{bytes} B"))
+        .filter_map(|row| body_of::<AttemptStarted>(&row.kind, &row.body))
+        .find(|started| started.attempt == attempt.n)
+        .map(|started| format!("{} B", started.prompt_bytes))
         .unwrap_or_else(|| "-".to_owned())
 }
 
 /// The retry decision after an attempt: the mode, what was asked, why it
 /// was downgraded, and what was predicted.
-fn decision_text(journal: &[Value], attempt: &reprise_engine::AttemptSummary) -> String {
+fn decision_text(journal: &[JournalRow], attempt: &reprise_engine::AttemptSummary) -> String {
     journal
         .iter()
-        .rfind(|row| row["kind"] == "retry.decision" && row["body"]["attempt"] == attempt.n)
+        .rev()
+        .filter_map(|row| body_of::<RetryDecision>(&row.kind, &row.body))
+        .find(|row| row.attempt == attempt.n)
         .map(|row| {
-            let decision = &row["body"]["decision"];
-            let auto = serde_json::from_value::<reprise_core::retry_cost::AutoChoice>(
-                decision["auto"].clone(),
-            )
-            .map(|choice| format!("; {}", choice.describe()))
-            .or_else(|_| {
-                serde_json::from_value::<reprise_core::retry_cost::Predicted>(
-                    decision["predicted"].clone(),
-                )
-                .map(|predicted| format!("; predicted {}", predicted.describe()))
-            })
-            .unwrap_or_default();
-            let mode = match decision["downgrade_reason"].as_str() {
+            let decision = row.decision;
+            let auto = match (&decision.auto, &decision.predicted) {
+                (Some(choice), _) => format!("; {}", choice.describe()),
+                (None, Some(predicted)) => format!("; predicted {}", predicted.describe()),
+                (None, None) => String::new(),
+            };
+            let mode = match decision.downgrade_reason {
                 Some(reason) => format!(
                     "{} (asked {}, downgraded: {})",
-                    decision["retry_mode"].as_str().unwrap_or("?"),
-                    decision["requested_mode"].as_str().unwrap_or("?"),
-                    reason
+                    decision.retry_mode.as_str(),
+                    decision.requested_mode.as_str(),
+                    reason.as_str()
                 ),
-                None => decision["retry_mode"].as_str().unwrap_or("?").to_owned(),
+                None => decision.retry_mode.as_str().to_owned(),
             };
             format!("{mode}{auto}")
         })
@@ -441,7 +438,7 @@ fn task_section(
         let gates = gate_marks(attempt);
         let sent = prompt_sent(&journal, attempt);
         let decision = decision_text(&journal, attempt);
-        let outcome = serde_json::to_value(&attempt.outcome)
+        let outcome = serde_json::to_value(attempt.outcome)
             .ok()
             .and_then(|value| value.as_str().map(str::to_owned))
             .unwrap_or_default();
@@ -479,31 +476,29 @@ fn task_section(
 }
 
 /// Which session each attempt ran in, and which fork came from which.
-fn lineage(html: &mut String, journal: &[Value]) {
-    let mut lines = Vec::new();
-    for row in journal
+fn lineage(html: &mut String, journal: &[JournalRow]) {
+    let short = |id: &str| escape(&id[..id.len().min(8)]);
+    let lines: Vec<String> = journal
         .iter()
-        .filter(|row| row["kind"] == "attempt.started")
-    {
-        let body = &row["body"];
-        let session = &body["session"];
-        let line = if let Some(from) = session["fork"].as_str() {
-            format!(
-                "attempt {}: fork of session {}",
-                body["attempt"],
-                escape(&from[..from.len().min(8)])
-            )
-        } else if let Some(id) = session["resume"].as_str() {
-            format!(
-                "attempt {}: resumed session {}",
-                body["attempt"],
-                escape(&id[..id.len().min(8)])
-            )
-        } else {
-            format!("attempt {}: new session", body["attempt"])
-        };
-        lines.push(line);
-    }
+        .filter_map(|row| body_of::<AttemptStarted>(&row.kind, &row.body))
+        .map(|started| match &started.session {
+            SessionUse::Fork { fork, .. } => {
+                format!(
+                    "attempt {}: fork of session {}",
+                    started.attempt,
+                    short(fork)
+                )
+            }
+            SessionUse::Resume { resume } => {
+                format!(
+                    "attempt {}: resumed session {}",
+                    started.attempt,
+                    short(resume)
+                )
+            }
+            SessionUse::New { .. } => format!("attempt {}: new session", started.attempt),
+        })
+        .collect();
     if lines.is_empty() {
         return;
     }
@@ -516,7 +511,7 @@ fn lineage(html: &mut String, journal: &[Value]) {
 
 /// The task's journal rows of this run, as written (unverified: the chains
 /// table says whether they verify).
-fn journal_rows(state: &StateDir, run: &RunState, task: &TaskRecord) -> Vec<Value> {
+fn journal_rows(state: &StateDir, run: &RunState, task: &TaskRecord) -> Vec<JournalRow> {
     let Some(plan) = run.plan_id() else {
         return Vec::new();
     };
@@ -526,10 +521,11 @@ fn journal_rows(state: &StateDir, run: &RunState, task: &TaskRecord) -> Vec<Valu
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|line| serde_json::from_str::<JournalRow>(line).ok())
         .filter(|row| {
-            row["body"]["run_id"]
-                .as_str()
+            row.body
+                .get("run_id")
+                .and_then(Value::as_str)
                 .is_none_or(|id| id == run.run_id)
         })
         .collect()

@@ -11,6 +11,7 @@ use reprise_agents::CancelToken;
 use reprise_core::TaskId;
 use reprise_core::budget::BudgetSpec;
 use reprise_core::plan::Plan;
+use reprise_core::rows::Kind;
 use reprise_engine::{
     AgentSetup, Event, EventSink, RunOptions, RunState, Supervisor, Workspace, load_plan,
     lock_tasks, new_run_id, resolve_budget, run_plan,
@@ -150,6 +151,9 @@ pub(crate) const EVENTS_VERSION: u64 = 1;
 
 struct EventStream;
 
+// An event that stands for a chain row carries the row's kind as its name;
+// the stream's own events (`run.workspace`, `task.waiting`, ...) are named
+// here.
 impl EventSink for EventStream {
     fn event(&mut self, event: &Event) {
         let (kind, mut body) = match event {
@@ -159,7 +163,7 @@ impl EventSink for EventStream {
                 tasks,
                 seats,
             } => (
-                "run.started",
+                Kind::RunStarted.as_str(),
                 json!({"run_id": run_id, "plan": plan_name, "tasks": tasks, "seats": seats}),
             ),
             Event::Workspace { workspace } => ("run.workspace", json!({"workspace": workspace})),
@@ -172,15 +176,15 @@ impl EventSink for EventStream {
                 attempt,
                 mode,
             } => (
-                "attempt.started",
+                Kind::AttemptStarted.as_str(),
                 json!({"task": task, "attempt": attempt, "mode": mode}),
             ),
             Event::AttemptFinished { task, summary } => (
-                "attempt.finished",
+                Kind::AttemptFinished.as_str(),
                 json!({"task": task, "attempt": summary}),
             ),
             Event::Decision { task, record } => (
-                "retry.decision",
+                Kind::RetryDecision.as_str(),
                 json!({"task": task, "decision": record.to_value()}),
             ),
             Event::Phase {
@@ -196,7 +200,7 @@ impl EventSink for EventStream {
                 attempt,
                 anomaly,
             } => (
-                "attempt.anomaly",
+                Kind::AttemptAnomaly.as_str(),
                 json!({"task": task, "attempt": attempt, "anomaly": anomaly}),
             ),
             Event::TaskPaused {
@@ -213,7 +217,7 @@ impl EventSink for EventStream {
                 status,
                 reason,
             } => (
-                "task.finished",
+                Kind::TaskFinished.as_str(),
                 json!({"task": task, "state": status, "reason": reason}),
             ),
             Event::Warning { task, message } => {
@@ -330,34 +334,7 @@ pub(crate) fn prepare_continue(
     let state = settings.state()?;
     let prior =
         reprise_engine::load_run(&state, run_id).map_err(|err| CliError::usage(err.to_string()))?;
-    match reprise_engine::liveness(&state, &prior) {
-        reprise_engine::Liveness::Live { pid } => {
-            return Err(CliError::usage(format!(
-                "run {run_id} is live (pid {pid}): it goes on by itself; `reprise status {run_id}` shows it"
-            )));
-        }
-        reprise_engine::Liveness::Finished => {
-            return Err(CliError::usage(format!(
-                "run {run_id} has finished; nothing to continue (`reprise run --retry-failed {run_id}` re-runs its failed tasks)"
-            )));
-        }
-        reprise_engine::Liveness::Interrupted
-        | reprise_engine::Liveness::Parked
-        | reprise_engine::Liveness::Cancelled => {}
-    }
-    match (is_rehearsal(&state, run_id), rehearsal.is_some()) {
-        (true, false) => {
-            return Err(CliError::usage(format!(
-                "run {run_id} is a rehearsal (its agents talk to a scripted model server): continue it with `reprise rehearse --continue {run_id} --scenario FILE` (`--resume TASK` resumes a parked task)"
-            )));
-        }
-        (false, true) => {
-            return Err(CliError::usage(format!(
-                "run {run_id} is not a rehearsal: continue it with `reprise run --continue {run_id}`"
-            )));
-        }
-        _ => {}
-    }
+    refuse_uncontinuable(&state, run_id, &prior, rehearsal.is_some())?;
     let plan_path = PathBuf::from(&prior.plan);
     let plan = load_plan(&plan_path).map_err(|err| CliError::usage(err.to_string()))?;
     if prior.plan_id().as_ref() != Some(plan.id()) {
@@ -376,22 +353,7 @@ pub(crate) fn prepare_continue(
         resolve_budget(&plan, None).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
     // A park a crash cut short is completed before the run goes on.
-    let tasks: Vec<reprise_core::TaskKey> = plan
-        .tasks()
-        .iter()
-        .map(|task| reprise_core::TaskKey::new(plan.id().clone(), task.id.clone()))
-        .collect();
-    for parked in reprise_engine::complete_cut_parks(&state, &key, &tasks)
-        .map_err(|err| CliError::usage(err.to_string()))?
-    {
-        let mut stderr = std::io::stderr().lock();
-        let _ = writeln!(
-            stderr,
-            "completed the park of {} that was cut short (until {})",
-            parked.task,
-            parked.wake.describe()
-        );
-    }
+    complete_cut_parks(&state, &key, &plan)?;
     let prior =
         reprise_engine::load_run(&state, run_id).map_err(|err| CliError::usage(err.to_string()))?;
     Ok(Prepared {
@@ -403,6 +365,61 @@ pub(crate) fn prepare_continue(
         key,
         continuing: Some(reprise_engine::Continuing { prior, resume }),
     })
+}
+
+/// Refuses to continue a run a process drives, a run that finished, or a
+/// rehearsal as a plain run (and a plain run as a rehearsal).
+fn refuse_uncontinuable(
+    state: &StateDir,
+    run_id: &str,
+    prior: &RunState,
+    as_rehearsal: bool,
+) -> Result<(), CliError> {
+    match reprise_engine::liveness(state, prior) {
+        reprise_engine::Liveness::Live { pid } => {
+            return Err(CliError::usage(format!(
+                "run {run_id} is live (pid {pid}): it goes on by itself; `reprise status {run_id}` shows it"
+            )));
+        }
+        reprise_engine::Liveness::Finished => {
+            return Err(CliError::usage(format!(
+                "run {run_id} has finished; nothing to continue (`reprise run --retry-failed {run_id}` re-runs its failed tasks)"
+            )));
+        }
+        reprise_engine::Liveness::Interrupted
+        | reprise_engine::Liveness::Parked
+        | reprise_engine::Liveness::Cancelled => {}
+    }
+    match (is_rehearsal(state, run_id), as_rehearsal) {
+        (true, false) => Err(CliError::usage(format!(
+            "run {run_id} is a rehearsal (its agents talk to a scripted model server): continue it with `reprise rehearse --continue {run_id} --scenario FILE` (`--resume TASK` resumes a parked task)"
+        ))),
+        (false, true) => Err(CliError::usage(format!(
+            "run {run_id} is not a rehearsal: continue it with `reprise run --continue {run_id}`"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Completes every park of the plan's tasks a crash cut short, saying so.
+fn complete_cut_parks(state: &StateDir, key: &KeyFile, plan: &Plan) -> Result<(), CliError> {
+    let tasks: Vec<reprise_core::TaskKey> = plan
+        .tasks()
+        .iter()
+        .map(|task| reprise_core::TaskKey::new(plan.id().clone(), task.id.clone()))
+        .collect();
+    for parked in reprise_engine::complete_cut_parks(state, key, &tasks)
+        .map_err(|err| CliError::usage(err.to_string()))?
+    {
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(
+            stderr,
+            "completed the park of {} that was cut short (until {})",
+            parked.task,
+            parked.wake.describe()
+        );
+    }
+    Ok(())
 }
 
 /// The outcome of a run that ended: exit 0 when every task passed, 3 when

@@ -8,6 +8,7 @@ use reprise_core::TaskId;
 use reprise_core::chain::ChainFormat;
 use reprise_core::lifecycle::TaskState;
 use reprise_core::plan::Spend;
+use reprise_core::rows::{AttemptContext, DependencyState};
 use reprise_core::verify::Identity;
 use reprise_engine::{AttemptSummary, RunState, TaskRecord, latest_run, load_run};
 use reprise_store::audit::{AuditSummary, read_audit};
@@ -261,11 +262,12 @@ fn missing_journals_json(checked: &Checked) -> Value {
 
 /// Where `state.json` and the ledger disagree about a task: the ledger's
 /// state (it wins).
-fn ledger_state<'a>(checked: &'a Checked, run: &RunState, task: &TaskRecord) -> Option<&'a str> {
+fn ledger_state(checked: &Checked, run: &RunState, task: &TaskRecord) -> Option<&'static str> {
     checked
         .ledger
         .state_of(&run.run_id, task.task_id.as_str())
-        .filter(|state| *state != task.state.as_str())
+        .filter(|state| *state != task.state)
+        .map(|state| state.as_str())
 }
 
 /// Whether `state.json` is only behind the ledger: a run that stopped before
@@ -655,34 +657,75 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
         let liveness = reprise_engine::liveness(&state, &run);
         let unfinished = caught_up(&state, &mut run, liveness);
         let priced = crate::commands::rehearse::priced(&state, &run)?;
-        let standing = match (run.ok, liveness) {
-            (_, reprise_engine::Liveness::Live { .. }) => "live",
-            (_, reprise_engine::Liveness::Parked) => "parked",
-            (_, reprise_engine::Liveness::Cancelled) => "cancelled",
-            (Some(true), _) => "ok",
-            (Some(false), _) => "failed",
-            (None, _) => "interrupted",
+        let listed = ListedRun {
+            run: &run,
+            liveness,
+            standing: run_standing(&run, liveness),
+            duration: run_duration(&run),
+            spend: run_spend(&run, &unfinished),
+            passed: run
+                .tasks
+                .iter()
+                .filter(|task| task.state.delivered())
+                .count(),
         };
-        let shown_standing = match liveness {
-            reprise_engine::Liveness::Live { pid } => format!("live (pid {pid})"),
-            _ => standing.to_owned(),
-        };
-        let passed = run
-            .tasks
-            .iter()
-            .filter(|task| task.state.delivered())
-            .count();
-        let spend = run_spend(&run, &unfinished);
         let shown_spend = match &priced {
             Some(priced) => format!("rehearsal, {}", priced.would_cost_text()),
-            None => spend_text(spend),
+            None => spend_text(listed.spend),
         };
-        let duration = run.finished_at.as_deref().and_then(|end| {
-            let start = humantime::parse_rfc3339(&run.started_at).ok()?;
-            let end = humantime::parse_rfc3339(end).ok()?;
-            end.duration_since(start).ok()
-        });
-        let shown_duration = duration.map_or_else(
+        listed.line(&shown_spend, &mut text);
+        rows.push(listed.json(priced.as_ref()));
+    }
+    if ids.is_empty() {
+        text.push_str("no runs yet: start one with `reprise run PLAN`\n");
+    }
+    Ok(Outcome {
+        exit: None,
+        json: json!({"runs": rows}),
+        text,
+        ok: true,
+    })
+}
+
+/// Where a run stands, in a word.
+fn run_standing(run: &RunState, liveness: reprise_engine::Liveness) -> &'static str {
+    match (run.ok, liveness) {
+        (_, reprise_engine::Liveness::Live { .. }) => "live",
+        (_, reprise_engine::Liveness::Parked) => "parked",
+        (_, reprise_engine::Liveness::Cancelled) => "cancelled",
+        (Some(true), _) => "ok",
+        (Some(false), _) => "failed",
+        (None, _) => "interrupted",
+    }
+}
+
+/// How long a finished run took.
+fn run_duration(run: &RunState) -> Option<std::time::Duration> {
+    let end = run.finished_at.as_deref()?;
+    let start = humantime::parse_rfc3339(&run.started_at).ok()?;
+    let end = humantime::parse_rfc3339(end).ok()?;
+    end.duration_since(start).ok()
+}
+
+/// One run as `status --runs` lists it.
+struct ListedRun<'a> {
+    run: &'a RunState,
+    liveness: reprise_engine::Liveness,
+    standing: &'static str,
+    duration: Option<std::time::Duration>,
+    spend: Spend,
+    /// Its tasks that delivered a result.
+    passed: usize,
+}
+
+impl ListedRun<'_> {
+    fn line(&self, shown_spend: &str, text: &mut String) {
+        let run = self.run;
+        let shown_standing = match self.liveness {
+            reprise_engine::Liveness::Live { pid } => format!("live (pid {pid})"),
+            _ => self.standing.to_owned(),
+        };
+        let shown_duration = self.duration.map_or_else(
             || "-".to_owned(),
             |duration| format!("{:.1}s", duration.as_secs_f64()),
         );
@@ -694,19 +737,23 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
             run.started_at.get(..19).unwrap_or(&run.started_at),
             shown_duration,
             shown_standing,
-            passed,
+            self.passed,
             crate::output::count(run.tasks.len() as u64, "task"),
             shown_spend
         );
+    }
+
+    fn json(&self, priced: Option<&crate::commands::rehearse::Priced<'_>>) -> Value {
+        let run = self.run;
         let mut row = json!({
             "run_id": run.run_id,
             "plan": run.plan_name,
             "started_at": run.started_at,
             "finished_at": run.finished_at,
-            "duration_ms": duration.map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
-            "state": standing,
-            "liveness": liveness,
-            "tasks_passed": passed,
+            "duration_ms": self.duration.map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+            "state": self.standing,
+            "liveness": self.liveness,
+            "tasks_passed": self.passed,
             "tasks": run.tasks.len(),
             "rehearsal": priced.is_some(),
         });
@@ -717,29 +764,16 @@ pub(crate) fn runs(settings: &Settings) -> Result<Outcome, CliError> {
                 if priced.is_some() {
                     Spend::default()
                 } else {
-                    spend
+                    self.spend
                 },
             );
             object.insert(
                 "would_cost_micro_usd".into(),
-                json!(
-                    priced
-                        .as_ref()
-                        .and_then(|priced| priced.would_cost_micro_usd())
-                ),
+                json!(priced.and_then(|priced| priced.would_cost_micro_usd())),
             );
         }
-        rows.push(row);
+        row
     }
-    if ids.is_empty() {
-        text.push_str("no runs yet: start one with `reprise run PLAN`\n");
-    }
-    Ok(Outcome {
-        exit: None,
-        json: json!({"runs": rows}),
-        text,
-        ok: true,
-    })
 }
 
 pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
@@ -794,31 +828,32 @@ pub(crate) fn list(settings: &Settings) -> Result<Outcome, CliError> {
 /// model it ran with, and each dependency's state and commit.
 fn checkpoint_lines(checkpoints: &[Value], text: &mut String) {
     for checkpoint in checkpoints {
-        let dependencies: Vec<String> = checkpoint["dependencies"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|dependency| {
-                let commit = dependency["commit"].as_str().unwrap_or("-");
-                format!(
-                    "{} {} at {}",
-                    dependency["task"].as_str().unwrap_or("?"),
-                    dependency["state"].as_str().unwrap_or("?"),
-                    commit.get(..12).unwrap_or(commit)
-                )
-            })
-            .collect();
-        let context = &checkpoint["context"];
-        if context.is_null() {
+        // A checkpoint recorded without what its attempt ran with says nothing here.
+        let Ok(context) = serde_json::from_value::<AttemptContext>(checkpoint["context"].clone())
+        else {
             continue;
-        }
+        };
+        let dependencies: Vec<String> =
+            serde_json::from_value::<Vec<DependencyState>>(checkpoint["dependencies"].clone())
+                .unwrap_or_default()
+                .iter()
+                .map(|dependency| {
+                    let commit = dependency.commit.as_deref().unwrap_or("-");
+                    format!(
+                        "{} {} at {}",
+                        dependency.task,
+                        dependency.state.as_str(),
+                        commit.get(..12).unwrap_or(commit)
+                    )
+                })
+                .collect();
         let _ = writeln!(
             text,
             "  checkpoint before attempt {}: {} ({}, model {}), dependencies: {}",
             checkpoint["attempt"],
-            context["agent"].as_str().unwrap_or("?"),
-            context["mode"].as_str().unwrap_or("?"),
-            context["model"].as_str().unwrap_or("default"),
+            context.agent,
+            context.mode.as_str(),
+            context.model.as_deref().unwrap_or("default"),
             if dependencies.is_empty() {
                 "none".to_owned()
             } else {
@@ -857,36 +892,9 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         let _ = writeln!(text, "  reason: {reason}");
     }
     let priced = crate::commands::rehearse::priced(&state, &run)?;
-    let (spend, shown) = match &priced {
-        Some(priced) => (
-            Spend::default(),
-            format!(
-                "nothing spent (a rehearsal; would cost {})",
-                priced
-                    .task_micro_usd(id.as_str())
-                    .map_or_else(|| "unknown".to_owned(), money)
-            ),
-        ),
-        None => (
-            record.spend(),
-            format!("spent: {}", spend_text(record.spend())),
-        ),
-    };
+    let (spend, shown) = spend_shown(record, priced.as_ref());
     let _ = writeln!(text, "  run: {}  {shown}", run.run_id);
-    for attempt in &record.attempts {
-        let line = match &priced {
-            Some(priced) => rehearsed_attempt_line(attempt, priced, id.as_str()),
-            None => attempt_line(attempt),
-        };
-        let _ = writeln!(text, "  {line}");
-    }
-    for (key, value) in &record.metadata {
-        let value = value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned);
-        let value = value.replace('\n', "\\n");
-        let _ = writeln!(text, "  {key}: {value}");
-    }
+    attempt_and_metadata_lines(record, priced.as_ref(), &mut text);
     let checkpoints = reprise_engine::held_checkpoints(&state, &key, &run.run_id);
     checkpoint_lines(&checkpoints, &mut text);
     Ok(Outcome {
@@ -916,4 +924,48 @@ pub(crate) fn show(settings: &Settings, task: &str) -> Result<Outcome, CliError>
         },
         ok: disagreement.is_none() && checked.ok(),
     })
+}
+
+/// What a task spent (nothing, for a rehearsal), and the words for it.
+fn spend_shown(
+    record: &TaskRecord,
+    priced: Option<&crate::commands::rehearse::Priced<'_>>,
+) -> (Spend, String) {
+    match priced {
+        Some(priced) => (
+            Spend::default(),
+            format!(
+                "nothing spent (a rehearsal; would cost {})",
+                priced
+                    .task_micro_usd(record.task_id.as_str())
+                    .map_or_else(|| "unknown".to_owned(), money)
+            ),
+        ),
+        None => (
+            record.spend(),
+            format!("spent: {}", spend_text(record.spend())),
+        ),
+    }
+}
+
+/// A line per attempt, then the task's metadata (one line each).
+fn attempt_and_metadata_lines(
+    record: &TaskRecord,
+    priced: Option<&crate::commands::rehearse::Priced<'_>>,
+    text: &mut String,
+) {
+    for attempt in &record.attempts {
+        let line = match priced {
+            Some(priced) => rehearsed_attempt_line(attempt, priced, record.task_id.as_str()),
+            None => attempt_line(attempt),
+        };
+        let _ = writeln!(text, "  {line}");
+    }
+    for (key, value) in &record.metadata {
+        let value = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned);
+        let value = value.replace('\n', "\\n");
+        let _ = writeln!(text, "  {key}: {value}");
+    }
 }

@@ -9,10 +9,11 @@ use std::fmt::Write as _;
 
 use reprise_core::TaskKey;
 use reprise_core::retry::RetryMode;
-use reprise_engine::{ControlOp, ParkRequest, Parked};
+use reprise_core::rows::{BudgetReleased, ProcessReleased, Resource, SandboxReleased};
+use reprise_engine::{ControlOp, ParkRequest, ParkedAnswer, ReleasedResource};
 use reprise_store::locks::task_holder;
 use reprise_store::suspension::{ParkCause, Wake};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::commands::PlanArg;
 use crate::commands::resolve::{latest_run_of, task_key};
@@ -242,64 +243,38 @@ fn suspend(
             };
             let parked = reprise_engine::park_directly(&state, &key, &task, &run.run_id, &request)
                 .map_err(|err| CliError::usage(err.to_string()))?;
-            parked_json(&parked)
+            serde_json::to_value(parked.answer()).expect("a park's answer serialises")
         }
     };
+    let answer = serde_json::from_value::<ParkedAnswer>(parked.clone()).map_err(|err| {
+        CliError::usage(format!(
+            "the run's answer to the park of {task} is not one this reprise reads ({err}); `reprise task list-suspended` shows the park"
+        ))
+    })?;
     Ok(Outcome {
         exit: None,
-        text: parked_text(&task, &parked),
+        text: parked_text(&task, &answer),
         json: parked,
         ok: true,
     })
 }
 
-fn parked_json(parked: &Parked) -> Value {
-    json!({
-        "ok": true,
-        "run_id": parked.run_id,
-        "task": parked.task.task,
-        "plan": parked.task.plan,
-        "park": parked.park,
-        "receipt": parked.receipt,
-        "wake": parked.wake,
-        "released": parked.released.iter().map(|(resource, detail)| json!({"resource": resource, "detail": detail})).collect::<Vec<_>>(),
-    })
-}
-
-fn parked_text(task: &TaskKey, parked: &Value) -> String {
+fn parked_text(task: &TaskKey, parked: &ParkedAnswer) -> String {
     let mut text = format!(
         "parked {task} in run {} (park {}, receipt {})\n",
-        parked["run_id"].as_str().unwrap_or("?"),
-        crate::output::short(parked["park"].as_str().unwrap_or("")),
-        crate::output::short(parked["receipt"].as_str().unwrap_or("")),
+        parked.run_id,
+        crate::output::short(&parked.park.to_hex()),
+        crate::output::short(&parked.receipt.to_hex()),
     );
-    for release in parked["released"].as_array().into_iter().flatten() {
-        let detail = &release["detail"];
-        let said = match release["resource"].as_str().unwrap_or("") {
-            "process" if detail["stopped"] == json!(true) => {
-                "the agent was stopped and reaped".to_owned()
-            }
-            "process" => "no agent process was running".to_owned(),
-            "sandbox" if detail["removed"] == json!(true) => format!(
-                "worktree snapshotted ({} files) and removed",
-                detail["files"].as_u64().unwrap_or(0)
-            ),
-            "sandbox" => "the task works in place: its files stay".to_owned(),
-            "seat" => "its seat is free".to_owned(),
-            "budget" => format!(
-                "{} returned to the run's budget",
-                crate::output::money(detail["returned_micro_usd"].as_u64().unwrap_or(0))
-            ),
-            other => other.to_owned(),
-        };
+    for release in &parked.released {
         let _ = writeln!(
             text,
-            "  released {}: {said}",
-            release["resource"].as_str().unwrap_or("?")
+            "  released {}: {}",
+            release.resource.as_str(),
+            released_text(release)
         );
     }
-    let wake = serde_json::from_value::<Wake>(parked["wake"].clone()).unwrap_or(Wake::Resume);
-    let _ = match wake {
+    let _ = match &parked.wake {
         Wake::Approval => writeln!(
             text,
             "wake it: reprise approve {0}, then reprise task resume {0}",
@@ -313,6 +288,32 @@ fn parked_text(task: &TaskKey, parked: &Value) -> String {
         Wake::Resume => writeln!(text, "wake it: reprise task resume {}", task.task),
     };
     text
+}
+
+/// What one release gave back, in words.
+fn released_text(release: &ReleasedResource) -> String {
+    let detail = &release.detail;
+    match release.resource {
+        Resource::Process => match serde_json::from_value::<ProcessReleased>(detail.clone()) {
+            Ok(process) if process.stopped => "the agent was stopped and reaped".to_owned(),
+            _ => "no agent process was running".to_owned(),
+        },
+        Resource::Sandbox => match serde_json::from_value::<SandboxReleased>(detail.clone()) {
+            Ok(sandbox) if sandbox.removed => format!(
+                "worktree snapshotted ({} files) and removed",
+                sandbox.files.unwrap_or(0)
+            ),
+            _ => "the task works in place: its files stay".to_owned(),
+        },
+        Resource::Seat => "its seat is free".to_owned(),
+        Resource::Budget => format!(
+            "{} returned to the run's budget",
+            crate::output::money(
+                serde_json::from_value::<BudgetReleased>(detail.clone())
+                    .map_or(0, |budget| budget.returned_micro_usd())
+            )
+        ),
+    }
 }
 
 fn resume(

@@ -296,3 +296,94 @@ fn the_parts_of_task_rows_keep_their_shape() {
         assert_eq!(serde_json::to_value(&typed).unwrap(), detail);
     }
 }
+
+// ---- run, park and delivery rows (engine run code) ----
+
+/// Each release's detail in the fixture parses as its resource's type and
+/// serialises back to the same JSON.
+#[test]
+fn release_details_round_trip_through_their_resource_types() {
+    fn same<T: Serialize + serde::de::DeserializeOwned>(detail: &Value) -> T {
+        let typed: T = serde_json::from_value(detail.clone())
+            .unwrap_or_else(|err| panic!("{detail} does not parse: {err}"));
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), detail);
+        typed
+    }
+    let mut seen = BTreeSet::new();
+    for line in SAMPLES.lines() {
+        let sample: Value = serde_json::from_str(line).unwrap();
+        if sample["kind"] != Kind::TaskSuspendResourceRelease.as_str() {
+            continue;
+        }
+        let release: Release = serde_json::from_value(sample["body"].clone()).unwrap();
+        match release.resource {
+            Resource::Process => {
+                same::<ProcessReleased>(&release.detail);
+            }
+            Resource::Sandbox => {
+                let sandbox = same::<SandboxReleased>(&release.detail);
+                assert!(sandbox.restorable().is_some());
+            }
+            Resource::Seat => {
+                same::<SeatReleased>(&release.detail);
+            }
+            Resource::Budget => {
+                same::<BudgetReleased>(&release.detail);
+            }
+        }
+        seen.insert(release.resource.as_str());
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
+}
+
+/// The details of a park completed with no live run, as their `json!` had
+/// them, and a worktree that was not removed restores nothing.
+#[test]
+fn details_of_a_park_with_no_live_run_keep_their_shape() {
+    assert_eq!(
+        serde_json::to_value(ProcessReleased::gone(3)).unwrap(),
+        json!({"stopped": false, "reaped": true, "attempt": 3,
+               "note": "no live process: the run that drove it had ended"})
+    );
+    assert_eq!(
+        serde_json::to_value(SeatReleased::not_held()).unwrap(),
+        json!({"held": false, "note": "no live run held a seat for it"})
+    );
+    let budget = BudgetReleased::not_held();
+    assert_eq!(
+        serde_json::to_value(&budget).unwrap(),
+        json!({"returned_micro_usd": 0, "note": "no live run held a reservation for it"})
+    );
+    assert_eq!(budget.returned_micro_usd(), 0);
+    let kept = SandboxReleased {
+        checkpoint: None,
+        path: PathBuf::from("/w"),
+        removed: false,
+        files: None,
+    };
+    assert_eq!(
+        serde_json::to_value(&kept).unwrap(),
+        json!({"checkpoint": null, "path": "/w", "removed": false, "files": null})
+    );
+    assert_eq!(kept.restorable(), None);
+}
+
+#[test]
+fn task_states_stand_for_scheduling_as_they_did() {
+    use crate::schedule::Standing;
+    let expected = [
+        (TaskStatus::Queued, false, false, Standing::Queued),
+        (TaskStatus::Running, false, false, Standing::Running),
+        (TaskStatus::Passed, true, true, Standing::Delivered),
+        (TaskStatus::Partial, true, true, Standing::Delivered),
+        (TaskStatus::Failed, true, false, Standing::Undelivered),
+        (TaskStatus::Blocked, true, false, Standing::Blocked),
+        (TaskStatus::Cancelled, true, false, Standing::Undelivered),
+        (TaskStatus::Suspended, false, false, Standing::Parked),
+    ];
+    for (state, terminal, delivered, standing) in expected {
+        assert_eq!(state.is_terminal(), terminal, "{state:?}");
+        assert_eq!(state.delivered(), delivered, "{state:?}");
+        assert_eq!(state.standing(), standing, "{state:?}");
+    }
+}

@@ -177,8 +177,8 @@ impl<'a, 'k> Coordinator<'a, 'k> {
                 &now_rfc3339(),
                 &run.run_id,
                 task,
-                "cancelled",
-                "queued",
+                TaskStatus::Cancelled,
+                TaskStatus::Queued,
                 Some("taken up again by run --continue"),
             )?;
         }
@@ -427,12 +427,20 @@ impl<'a, 'k> Coordinator<'a, 'k> {
         let record = &mut self.run.tasks[self.shared.position[&task.id]];
         record.state = TaskStatus::Running;
         record.waiting = None;
-        let from = continuation.as_ref().map_or("queued", |(_, from, _)| *from);
+        let from = continuation
+            .as_ref()
+            .map_or(TaskStatus::Queued, |(_, from, _)| *from);
         // A task interrupted while running is still running in the ledger.
-        if from != "running" {
+        if from != TaskStatus::Running {
             let run_id = &self.run.run_id;
-            self.ledger
-                .transition(&now_rfc3339(), run_id, &task.id, from, "running", None)?;
+            self.ledger.transition(
+                &now_rfc3339(),
+                run_id,
+                &task.id,
+                from,
+                TaskStatus::Running,
+                None,
+            )?;
         }
         let spent_before = match continuation.as_ref() {
             Some((crate::task::Continuation::Resume { point, .. }, _, _)) => {
@@ -570,11 +578,12 @@ impl<'a, 'k> Coordinator<'a, 'k> {
                 .iter()
                 .map(|dependency| {
                     let record = &self.run.tasks[self.shared.position[dependency]];
-                    serde_json::json!({
-                        "task": dependency,
-                        "state": record.state,
-                        "commit": record.output.as_ref().map(|output| output.tip().to_owned()),
+                    serde_json::to_value(reprise_core::rows::DependencyState {
+                        task: dependency.clone(),
+                        state: record.state,
+                        commit: record.output.as_ref().map(|output| output.tip().to_owned()),
                     })
+                    .expect("a dependency's state serialises")
                 })
                 .collect(),
         }
@@ -700,10 +709,10 @@ impl<'a, 'k> Coordinator<'a, 'k> {
     fn task_finished(&mut self, id: &TaskId, result: &TaskResult) -> Result<()> {
         let shared = self.shared;
         if let Some((_, Some(reply))) = shared.controls[id].take_any() {
-            let _ = reply.send(serde_json::json!({"ok": false, "error": format!(
+            let _ = reply.send(super::answers::refused(format!(
                 "task {id} {} before it could be parked",
                 result.status.as_str()
-            )}));
+            )));
         }
         apply(&mut self.run, id, result);
         if let (Some(prior), TaskStatus::Passed) = (&shared.options.retry_of, result.status) {
@@ -713,8 +722,8 @@ impl<'a, 'k> Coordinator<'a, 'k> {
             &now_rfc3339(),
             &self.run.run_id,
             id,
-            "running",
-            result.status.as_str(),
+            TaskStatus::Running,
+            result.status,
             result.reason.as_deref(),
         )?;
         seal_ledger(&mut self.ledger_audit, head, &now_rfc3339())?;
@@ -731,44 +740,27 @@ impl<'a, 'k> Coordinator<'a, 'k> {
     /// A queued task a stop cancelled before it started.
     fn cancel_queued(&mut self, task: &TaskId) -> Result<()> {
         let reason = "cancelled before it started";
-        let head = self.ledger.transition(
-            &now_rfc3339(),
-            &self.run.run_id,
-            task,
-            "queued",
-            "cancelled",
-            Some(reason),
-        )?;
-        seal_ledger(&mut self.ledger_audit, head, &now_rfc3339())?;
-        finish(
-            &mut self.run,
-            self.sink,
-            task,
-            TaskStatus::Cancelled,
-            Some(reason.to_owned()),
-        );
-        Ok(())
+        self.end_queued(task, TaskStatus::Cancelled, reason.to_owned())
     }
 
-    /// A queued task that will not run: the ledger moves it to blocked (and
-    /// the new head is sealed), then the run state and the sink hear of it.
+    /// A queued task that will not run.
     fn block_queued(&mut self, task: &TaskId, reason: String) -> Result<()> {
+        self.end_queued(task, TaskStatus::Blocked, reason)
+    }
+
+    /// A queued task ends without running: the ledger moves it (and the new
+    /// head is sealed), then the run state and the sink hear of it.
+    fn end_queued(&mut self, task: &TaskId, end: TaskStatus, reason: String) -> Result<()> {
         let head = self.ledger.transition(
             &now_rfc3339(),
             &self.run.run_id,
             task,
-            "queued",
-            "blocked",
+            TaskStatus::Queued,
+            end,
             Some(&reason),
         )?;
         seal_ledger(&mut self.ledger_audit, head, &now_rfc3339())?;
-        finish(
-            &mut self.run,
-            self.sink,
-            task,
-            TaskStatus::Blocked,
-            Some(reason),
-        );
+        finish(&mut self.run, self.sink, task, end, Some(reason));
         Ok(())
     }
 }

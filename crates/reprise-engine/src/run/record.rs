@@ -195,18 +195,3 @@ pub(super) fn finish(
         reason,
     });
 }
-
-pub(super) fn status_named(name: &str) -> Option<TaskStatus> {
-    [
-        TaskStatus::Queued,
-        TaskStatus::Running,
-        TaskStatus::Passed,
-        TaskStatus::Partial,
-        TaskStatus::Failed,
-        TaskStatus::Blocked,
-        TaskStatus::Cancelled,
-        TaskStatus::Suspended,
-    ]
-    .into_iter()
-    .find(|status| status.as_str() == name)
-}

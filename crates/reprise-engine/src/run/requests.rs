@@ -9,6 +9,7 @@ use reprise_store::audit::{AuditLog, seal_ledger};
 use reprise_store::ledger::Ledger;
 use reprise_store::state::{StateDir, now_rfc3339};
 
+use super::answers;
 use crate::error::Result;
 use crate::events::{Event, EventSink};
 use crate::park::Parked;
@@ -55,81 +56,72 @@ pub(super) fn control_answer(
     controls: &BTreeMap<TaskId, crate::park::TaskControl>,
 ) -> Option<serde_json::Value> {
     use crate::control::ControlOp;
-    use serde_json::json;
     let reply = &request.reply;
     let requested_by = Some(request.requester.clone());
+    let filed = |outcome: std::result::Result<(), String>| outcome.err().map(answers::refused);
     match op {
-        ControlOp::Ping => {
-            Some(json!({"ok": true, "run_id": run.run_id, "pid": std::process::id()}))
-        }
+        ControlOp::Ping => Some(answers::pong(&run.run_id)),
         ControlOp::Resume { .. } => {
-            Some(json!({"ok": false, "error": "a resume is the coordinator's to answer"}))
+            Some(answers::refused("a resume is the coordinator's to answer"))
         }
         ControlOp::Pause {
             task,
             upgrade_after_ms,
         } => {
-            let Some(&index) = position.get(task) else {
-                return Some(
-                    json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
-                );
-            };
-            let status = run.tasks[index].state;
-            if status != TaskStatus::Running {
-                return Some(json!({"ok": false, "error": format!(
-                    "task {task} is {} in run {}: only a running task can be paused", status.as_str(), run.run_id)}));
+            if let Err(refusal) = running_task(run, position, task, "paused") {
+                return Some(refusal);
             }
             let stop = crate::park::Stop::Pause {
                 upgrade_after: upgrade_after_ms.map(std::time::Duration::from_millis),
                 requested_by,
             };
-            match controls[task].stop(stop, Some(reply.clone())) {
-                Ok(()) => None,
-                Err(err) => Some(json!({"ok": false, "error": err})),
-            }
+            filed(controls[task].stop(stop, Some(reply.clone())))
         }
         ControlOp::Unpause { task } => {
             let Some(control) = controls.get(task) else {
-                return Some(
-                    json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
-                );
+                return Some(no_task(run, task));
             };
-            match control.unpause(Some(reply.clone()), requested_by) {
-                Ok(()) => None,
-                Err(err) => Some(json!({"ok": false, "error": format!("task {task}: {err}")})),
-            }
+            filed(
+                control
+                    .unpause(Some(reply.clone()), requested_by)
+                    .map_err(|err| format!("task {task}: {err}")),
+            )
         }
         ControlOp::Suspend { task, wake, reason } => {
-            let Some(&index) = position.get(task) else {
-                return Some(
-                    json!({"ok": false, "error": format!("run {} has no task {task}", run.run_id)}),
-                );
-            };
-            let status = run.tasks[index].state;
-            if status != TaskStatus::Running {
-                return Some(json!({"ok": false, "error": format!(
-                    "task {task} is {} in run {}: only a running task can be parked", status.as_str(), run.run_id)}));
+            if let Err(refusal) = running_task(run, position, task, "parked") {
+                return Some(refusal);
             }
             let request = crate::control::ControlOp::park_request(wake, reason, &request.requester);
-            match controls[task].request(request, Some(reply.clone())) {
-                Ok(()) => None,
-                Err(err) => Some(json!({"ok": false, "error": err})),
-            }
+            filed(controls[task].request(request, Some(reply.clone())))
         }
     }
 }
 
-fn parked_json(parked: &Parked) -> serde_json::Value {
-    serde_json::json!({
-        "ok": true,
-        "run_id": parked.run_id,
-        "task": parked.task.task,
-        "plan": parked.task.plan,
-        "park": parked.park,
-        "receipt": parked.receipt,
-        "wake": parked.wake,
-        "released": parked.released.iter().map(|(resource, detail)| serde_json::json!({"resource": resource, "detail": detail})).collect::<Vec<_>>(),
-    })
+/// A refusal: the run has no such task.
+fn no_task(run: &RunState, task: &TaskId) -> serde_json::Value {
+    answers::refused(format!("run {} has no task {task}", run.run_id))
+}
+
+/// `Ok` when `task` is running in `run`, else the refusal to answer: only a
+/// running task can be `done` (paused, parked).
+fn running_task(
+    run: &RunState,
+    position: &BTreeMap<&TaskId, usize>,
+    task: &TaskId,
+    done: &str,
+) -> std::result::Result<(), serde_json::Value> {
+    let Some(&index) = position.get(task) else {
+        return Err(no_task(run, task));
+    };
+    let status = run.tasks[index].state;
+    if status == TaskStatus::Running {
+        return Ok(());
+    }
+    Err(answers::refused(format!(
+        "task {task} is {} in run {}: only a running task can be {done}",
+        status.as_str(),
+        run.run_id
+    )))
 }
 
 /// What the coordinator needs to finish a park.
@@ -148,6 +140,7 @@ pub(super) struct ParkEnd<'a> {
 /// released and recorded, then the ledger's `suspended`, then the answer to
 /// whoever asked.
 pub(super) fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> Result<()> {
+    use reprise_core::rows::{BudgetReleased, SeatReleased};
     use reprise_store::suspension::Resource;
     let ParkEnd {
         ledger,
@@ -159,40 +152,41 @@ pub(super) fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> 
         pool_free,
     } = end;
     let mut released = parked.released.clone();
-    let seat = serde_json::json!({"seats": seats, "running_after": running});
-    crate::park::write_release(
-        audit,
-        key,
-        run_id,
-        parked.park,
-        parked.receipt,
-        Resource::Seat,
-        seat.clone(),
-    )?;
-    released.push((Resource::Seat, seat));
-    let budget = serde_json::json!({"returned_micro_usd": parked.headroom_micro_usd,
-        "pool_free_before": pool_free.0, "pool_free_after": pool_free.1});
-    crate::park::write_release(
-        audit,
-        key,
-        run_id,
-        parked.park,
-        parked.receipt,
-        Resource::Budget,
-        budget.clone(),
-    )?;
-    released.push((Resource::Budget, budget));
+    let seat = SeatReleased::Freed {
+        seats,
+        running_after: running,
+    };
+    let budget = BudgetReleased::Returned {
+        returned_micro_usd: parked.headroom_micro_usd,
+        pool_free_before: pool_free.0,
+        pool_free_after: pool_free.1,
+    };
+    for (resource, detail) in [
+        (Resource::Seat, crate::park::detail(&seat)),
+        (Resource::Budget, crate::park::detail(&budget)),
+    ] {
+        crate::park::write_release(
+            audit,
+            key,
+            run_id,
+            parked.park,
+            parked.receipt,
+            resource,
+            detail.clone(),
+        )?;
+        released.push((resource, detail));
+    }
     let head = ledger.transition(
         &now_rfc3339(),
         run_id,
         &key.task,
-        "running",
-        "suspended",
+        TaskStatus::Running,
+        TaskStatus::Suspended,
         Some(&format!("parked until {}", parked.wake.describe())),
     )?;
     seal_ledger(audit, head, &now_rfc3339())?;
     if let Some(reply) = parked.reply {
-        let _ = reply.send(parked_json(&Parked {
+        let _ = reply.send(answers::parked(&Parked {
             run_id: run_id.to_owned(),
             task: key.clone(),
             park: parked.park,

@@ -10,14 +10,14 @@ use reprise_core::{TaskId, TaskKey};
 use reprise_store::state::StateDir;
 
 use super::Continuing;
-use super::record::status_named;
+use super::answers;
 use crate::error::Result;
 use crate::events::{Event, EventSink};
 use crate::state::{RunState, TaskStatus};
 
 /// How a task comes back: its continuation, the ledger state it leaves,
 /// and the base it started from.
-pub(super) type TakenUp = (crate::task::Continuation, &'static str, Option<String>);
+pub(super) type TakenUp = (crate::task::Continuation, TaskStatus, Option<String>);
 
 /// What a continued run takes up: how each task not yet settled comes back
 /// (its continuation, the ledger state it leaves, the base it started
@@ -48,77 +48,124 @@ pub(super) fn take_up_run(
     run.retry_of.clone_from(&prior.retry_of);
     run.plan.clone_from(&prior.plan);
     let mut taken = TakenUpRun::default();
+    let run_id = run.run_id.clone();
     for record in &mut run.tasks {
-        let id = record.task_id.clone();
-        if let Some(before) = prior.task(&id) {
-            record.attempts.clone_from(&before.attempts);
-            record.spent_micro_usd = before.spent_micro_usd;
-            record.judged = before.judged;
-            record.metadata.clone_from(&before.metadata);
-            record.gaps.clone_from(&before.gaps);
-            record.base_commit.clone_from(&before.base_commit);
-            record.cwd.clone_from(&before.cwd);
-            record.output.clone_from(&before.output);
-            record.reason.clone_from(&before.reason);
-            record.wake.clone_from(&before.wake);
+        if let Some(before) = prior.task(&record.task_id) {
+            carry_over(record, before);
         }
-        let key = TaskKey::new(plan.id().clone(), id.clone());
-        let base = || journal_base(state, &key, &run.run_id);
-        match ledger.state_of(&run.run_id, id.as_str()) {
-            None | Some("queued") => record.state = TaskStatus::Queued,
-            Some("running") => {
+        let key = TaskKey::new(plan.id().clone(), record.task_id.clone());
+        let ledger_state = ledger.state_of(&run_id, record.task_id.as_str());
+        let taking = TakingUp {
+            state,
+            audit,
+            continuing,
+            key: &key,
+            run_id: &run_id,
+        };
+        taking.take_up(record, ledger_state, &mut taken);
+    }
+    Ok(taken)
+}
+
+/// What the last saved state knew of a task that the continued run keeps.
+fn carry_over(record: &mut crate::state::TaskRecord, before: &crate::state::TaskRecord) {
+    record.attempts.clone_from(&before.attempts);
+    record.spent_micro_usd = before.spent_micro_usd;
+    record.judged = before.judged;
+    record.metadata.clone_from(&before.metadata);
+    record.gaps.clone_from(&before.gaps);
+    record.base_commit.clone_from(&before.base_commit);
+    record.cwd.clone_from(&before.cwd);
+    record.output.clone_from(&before.output);
+    record.reason.clone_from(&before.reason);
+    record.wake.clone_from(&before.wake);
+}
+
+/// One task of a continued run, being taken up.
+struct TakingUp<'a> {
+    state: &'a StateDir,
+    audit: &'a reprise_store::audit::AuditSummary,
+    continuing: &'a Continuing,
+    key: &'a TaskKey,
+    run_id: &'a str,
+}
+
+impl TakingUp<'_> {
+    /// Sets the task's state from where the ledger left it, and notes how
+    /// it comes back, if it does.
+    fn take_up(
+        &self,
+        record: &mut crate::state::TaskRecord,
+        ledger_state: Option<TaskStatus>,
+        taken: &mut TakenUpRun,
+    ) {
+        let id = self.key.task.clone();
+        let base = || journal_base(self.state, self.key, self.run_id);
+        match ledger_state {
+            None | Some(TaskStatus::Queued) => record.state = TaskStatus::Queued,
+            Some(TaskStatus::Running) => {
                 record.state = TaskStatus::Queued;
                 taken.continuations.insert(
                     id,
-                    (crate::task::Continuation::Interrupted, "running", base()),
+                    (
+                        crate::task::Continuation::Interrupted,
+                        TaskStatus::Running,
+                        base(),
+                    ),
                 );
             }
-            Some("suspended") => match continuing.resume.get(&id) {
-                Some(resume) => {
-                    record.state = TaskStatus::Queued;
+            Some(TaskStatus::Suspended) => {
+                record.state = self.parked(taken);
+            }
+            // Cancelled by the run's stop: taken up where its journal says
+            // the stop caught it, or started if it never did.
+            Some(TaskStatus::Cancelled) => {
+                record.state = TaskStatus::Queued;
+                taken.requeued.push(id.clone());
+                if !crate::resume::rows_of_run(self.state, self.key, self.run_id).is_empty() {
                     taken.continuations.insert(
                         id,
                         (
-                            crate::task::Continuation::Resume {
-                                point: Box::new(resume.point.clone()),
-                                mode: resume.mode,
-                                approval: resume.approval,
-                            },
-                            "suspended",
+                            crate::task::Continuation::Cancelled,
+                            TaskStatus::Queued,
                             base(),
                         ),
                     );
                 }
-                None => {
-                    record.state = TaskStatus::Suspended;
-                    if let Some(point) = crate::resume::latest_park(state, &key, audit)
-                        && let reprise_store::suspension::Wake::Time { at } = &point.body.wake
-                        && let Ok(at) = humantime::parse_rfc3339_weak(at)
-                    {
-                        taken.timed.insert(id, at);
-                    }
-                }
-            },
-            // Cancelled by the run's stop: taken up where its journal says
-            // the stop caught it, or started if it never did.
-            Some("cancelled") => {
-                record.state = TaskStatus::Queued;
-                taken.requeued.push(id.clone());
-                if !crate::resume::rows_of_run(state, &key, &run.run_id).is_empty() {
-                    taken
-                        .continuations
-                        .insert(id, (crate::task::Continuation::Cancelled, "queued", base()));
-                }
             }
-            Some(other) => {
-                record.state = status_named(other).unwrap_or(TaskStatus::Failed);
+            Some(ended) => {
+                record.state = ended;
                 if record.state.delivered() && record.output.is_none() {
-                    record.output = journal_output(state, &key, &run.run_id);
+                    record.output = journal_output(self.state, self.key, self.run_id);
                 }
             }
         }
     }
-    Ok(taken)
+
+    /// A parked task: resumed when the continue asked for it (queued),
+    /// else it stays parked, its wake time noted when it has one.
+    fn parked(&self, taken: &mut TakenUpRun) -> TaskStatus {
+        let id = self.key.task.clone();
+        if let Some(resume) = self.continuing.resume.get(&id) {
+            let continuation = crate::task::Continuation::Resume {
+                point: Box::new(resume.point.clone()),
+                mode: resume.mode,
+                approval: resume.approval,
+            };
+            let base = journal_base(self.state, self.key, self.run_id);
+            taken
+                .continuations
+                .insert(id, (continuation, TaskStatus::Suspended, base));
+            return TaskStatus::Queued;
+        }
+        if let Some(point) = crate::resume::latest_park(self.state, self.key, self.audit)
+            && let reprise_store::suspension::Wake::Time { at } = &point.body.wake
+            && let Ok(at) = humantime::parse_rfc3339_weak(at)
+        {
+            taken.timed.insert(id, at);
+        }
+        TaskStatus::Suspended
+    }
 }
 
 /// Wakes the timed parks whose time has come: each is checked as any
@@ -150,7 +197,7 @@ pub(super) fn wake_due(
                             mode: None,
                             approval: None,
                         },
-                        "suspended",
+                        TaskStatus::Suspended,
                         base,
                     ),
                 );
@@ -173,21 +220,21 @@ pub(super) fn resume_in_run(
     mode: Option<&str>,
     receipt: Option<reprise_core::digest::Digest>,
 ) -> serde_json::Value {
-    use serde_json::json;
     let Some(record) = run.task(&task.task) else {
-        return json!({"ok": false, "error": format!("run {} has no task {}", run.run_id, task.task)});
+        return answers::refused(format!("run {} has no task {}", run.run_id, task.task));
     };
     if record.state != TaskStatus::Suspended {
-        return json!({"ok": false, "error": format!(
-            "task {task} is {} in run {}, not parked", record.state.as_str(), run.run_id)});
+        return answers::refused(format!(
+            "task {task} is {} in run {}, not parked",
+            record.state.as_str(),
+            run.run_id
+        ));
     }
     let mode = match mode {
         None => None,
         Some(name) => match reprise_core::retry::RetryMode::from_name(name) {
             Some(mode) => Some(mode),
-            None => {
-                return json!({"ok": false, "error": format!("{name:?} is not warm, fork or cold")});
-            }
+            None => return answers::refused(format!("{name:?} is not warm, fork or cold")),
         },
     };
     match crate::resume::check_resume(state, key, task, receipt) {
@@ -203,13 +250,13 @@ pub(super) fn resume_in_run(
                         mode,
                         approval: None,
                     },
-                    "suspended",
+                    TaskStatus::Suspended,
                     base,
                 ),
             );
-            json!({"ok": true, "run_id": run.run_id, "task": task.task, "queued": true})
+            answers::queued(&run.run_id, &task.task)
         }
-        Err(refusal) => json!({"ok": false, "error": refusal.to_string()}),
+        Err(refusal) => answers::refused(refusal.to_string()),
     }
 }
 
