@@ -356,7 +356,7 @@ mod tests {
         let Some(crate::ParkSignal::Until { unix, source }) = report.park else {
             panic!("{report:?}")
         };
-        assert_eq!(source, reprise_core::recovery::ResetSource::Relative);
+        assert_eq!(source, reprise_core::reset::ResetSource::Relative);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

@@ -27,9 +27,9 @@ use rustix::process::{
 };
 
 use crate::outcome::{
-    AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
+    AttemptOutcome, AttemptReport, InfraKind, ParkSignal, Parsed, Streams, enforce_budget, infra,
 };
-use crate::park::{Clock, ParkSignal, last_words, settle_usage_limit};
+use crate::park::{Clock, last_words, settle_usage_limit};
 use crate::request::{AttemptRequest, CancelToken, Watch};
 use crate::supervise::{Supervision, record_finished, supervisor_args};
 

@@ -32,8 +32,10 @@ use std::time::{Duration, Instant};
 use reprise_core::retry::ResumeStrategy;
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, infra};
-use crate::park::{Clock, ParkSignal, bounded_question, settle_usage_limit};
+use crate::outcome::{
+    AttemptOutcome, AttemptReport, InfraKind, ParkSignal, Parsed, format_micro_usd, infra,
+};
+use crate::park::{Clock, bounded_question, settle_usage_limit};
 use crate::process::{describe_duration, preflight};
 use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode};
 
@@ -1091,7 +1093,7 @@ mod tests {
         let Some(ParkSignal::Until { unix, source }) = report.park else {
             panic!("{report:?}")
         };
-        assert_eq!(source, reprise_core::recovery::ResetSource::Relative);
+        assert_eq!(source, reprise_core::reset::ResetSource::Relative);
         assert!(
             (before + 3..=before + 4).contains(&unix),
             "{unix} vs {before}"

@@ -27,9 +27,9 @@ use reprise_core::verify::{ChainReport, ChainVerifier, Identity, identity, split
 use reprise_core::witness::may_append;
 
 use crate::audit::{AuditLog, AuditSummary, read_audit};
-use crate::chainfile::{LockGuard, refuse_symlink};
+use crate::chainfile::LockGuard;
 use crate::error::{IoContext, Result, StoreError};
-use crate::fsutil::write_atomic;
+use crate::fsutil::{refuse_symlink, write_atomic};
 use crate::key::KeyFile;
 use crate::state::{StateDir, now_rfc3339};
 
