@@ -40,11 +40,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::home::{StateHome, child_var, is_plain_session_id};
+use crate::outcome::ParkSignal;
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, kind_for_http_status,
     kind_from_error_text, one_line, parse_usd_micro, stderr_summary,
 };
-use crate::park::{ParkSignal, bounded_question};
+use crate::park::bounded_question;
 use crate::process::{CliSpec, Invocation, Stdin, VersionCache, run_cli};
 use crate::request::{
     Adapter, AttemptRequest, CancelToken, ResumeCache, SessionMode, StatePaths,
@@ -983,7 +984,7 @@ mod tests {
 
     #[test]
     fn a_usage_limit_result_with_its_reset_is_to_be_parked_until_then() {
-        use reprise_core::recovery::ResetSource;
+        use reprise_core::reset::ResetSource;
         for (text, unix, source) in [
             (
                 "Claude AI usage limit reached|1796130000".to_owned(),
@@ -1046,7 +1047,7 @@ mod tests {
             Some(ParkSignal::Until {
                 // 13:33:00 UTC: the server's 13:33:12 as the CLI rounds it.
                 unix: 1_796_131_980,
-                source: reprise_core::recovery::ResetSource::WallClock
+                source: reprise_core::reset::ResetSource::WallClock
             })
         );
         assert_eq!(

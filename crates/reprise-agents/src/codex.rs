@@ -606,8 +606,8 @@ mod tests {
 
     #[test]
     fn a_usage_limit_with_its_reset_is_to_be_parked_until_then() {
-        use crate::park::ParkSignal;
-        use reprise_core::recovery::ResetSource;
+        use crate::outcome::ParkSignal;
+        use reprise_core::reset::ResetSource;
         let recorded = fixture("http_429.jsonl");
         for (text, unix, source) in [
             (

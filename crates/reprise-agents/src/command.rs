@@ -38,8 +38,8 @@ use crate::outcome::{
 };
 use crate::park::{Clock, last_words, settle_usage_limit};
 use crate::process::{
-    End, Invocation, Stdin, child_path_var, describe_duration, find_executable, park_idle,
-    preflight, run_process, watch_outcome,
+    End, Finished, Invocation, Stdin, child_path_var, describe_duration, find_executable,
+    park_idle, preflight, run_process, watch_outcome,
 };
 use crate::request::{Adapter, AttemptRequest, CancelToken};
 
@@ -140,53 +140,7 @@ impl Adapter for CommandAdapter {
                 return report;
             }
         };
-        report.elapsed = finished.elapsed;
-        report.streams = Streams::kept(&finished.stdout, &finished.stderr);
-        report.outcome = match finished.end {
-            End::TimedOut => infra(
-                InfraKind::Timeout,
-                format!(
-                    "command '{name}' did not finish within {}; its process group was killed",
-                    describe_duration(request.timeout)
-                ),
-            ),
-            End::Cancelled => infra(
-                InfraKind::Cancelled,
-                format!("cancelled; the process group of command '{name}' was killed"),
-            ),
-            End::OutputLimit | End::Idle => {
-                watch_outcome(finished.end, &format!("command '{name}'"), &request.watch)
-            }
-            End::ParkIdle => {
-                let (outcome, park) = park_idle(
-                    &format!("command '{name}'"),
-                    &request.watch,
-                    &String::from_utf8_lossy(&finished.stdout),
-                    &String::from_utf8_lossy(&finished.stderr),
-                );
-                report.park = Some(park);
-                outcome
-            }
-            End::Exited => {
-                let stdout = String::from_utf8_lossy(&finished.stdout);
-                let stderr = String::from_utf8_lossy(&finished.stderr);
-                let mut parsed = parse(finished.exit_code, &stdout);
-                // A command that failed may say it hit a usage limit and
-                // when it resets (`reset at <RFC 3339>`, `resets in N
-                // minutes`): on stderr, or in the last lines it printed.
-                if finished.exit_code != 0 {
-                    parsed.limit_text = Some(format!("{stderr}\n{}", last_words(&stdout, "")));
-                }
-                let parsed = settle_usage_limit(parsed, &Clock::system());
-                report.park = parsed.park.clone();
-                report.cost_micro_usd = parsed.cost_micro_usd;
-                enforce_budget(
-                    parsed.outcome,
-                    parsed.cost_micro_usd,
-                    request.budget_micro_usd,
-                )
-            }
-        };
+        read_finished(&mut report, name, request, &finished);
         report
     }
 
@@ -252,6 +206,63 @@ fn strip_one_newline(text: &str) -> &str {
     text.strip_suffix("\r\n")
         .or_else(|| text.strip_suffix('\n'))
         .unwrap_or(text)
+}
+
+/// What a finished command comes to, written into `report`: the outcome
+/// the way it ended calls for and, when it exited, what its output says.
+fn read_finished(
+    report: &mut AttemptReport,
+    name: &str,
+    request: &AttemptRequest,
+    finished: &Finished,
+) {
+    report.elapsed = finished.elapsed;
+    report.streams = Streams::kept(&finished.stdout, &finished.stderr);
+    report.outcome = match finished.end {
+        End::TimedOut => infra(
+            InfraKind::Timeout,
+            format!(
+                "command '{name}' did not finish within {}; its process group was killed",
+                describe_duration(request.timeout)
+            ),
+        ),
+        End::Cancelled => infra(
+            InfraKind::Cancelled,
+            format!("cancelled; the process group of command '{name}' was killed"),
+        ),
+        End::OutputLimit | End::Idle => {
+            watch_outcome(finished.end, &format!("command '{name}'"), &request.watch)
+        }
+        End::ParkIdle => {
+            let (outcome, park) = park_idle(
+                &format!("command '{name}'"),
+                &request.watch,
+                &String::from_utf8_lossy(&finished.stdout),
+                &String::from_utf8_lossy(&finished.stderr),
+            );
+            report.park = Some(park);
+            outcome
+        }
+        End::Exited => {
+            let stdout = String::from_utf8_lossy(&finished.stdout);
+            let stderr = String::from_utf8_lossy(&finished.stderr);
+            let mut parsed = parse(finished.exit_code, &stdout);
+            // A command that failed may say it hit a usage limit and
+            // when it resets (`reset at <RFC 3339>`, `resets in N
+            // minutes`): on stderr, or in the last lines it printed.
+            if finished.exit_code != 0 {
+                parsed.limit_text = Some(format!("{stderr}\n{}", last_words(&stdout, "")));
+            }
+            let parsed = settle_usage_limit(parsed, &Clock::system());
+            report.park = parsed.park.clone();
+            report.cost_micro_usd = parsed.cost_micro_usd;
+            enforce_budget(
+                parsed.outcome,
+                parsed.cost_micro_usd,
+                request.budget_micro_usd,
+            )
+        }
+    };
 }
 
 #[cfg(test)]
@@ -356,7 +367,7 @@ mod tests {
         let Some(crate::ParkSignal::Until { unix, source }) = report.park else {
             panic!("{report:?}")
         };
-        assert_eq!(source, reprise_core::recovery::ResetSource::Relative);
+        assert_eq!(source, reprise_core::reset::ResetSource::Relative);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

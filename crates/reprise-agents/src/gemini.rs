@@ -647,8 +647,8 @@ mod tests {
 
     #[test]
     fn a_quota_error_with_its_reset_is_to_be_parked_until_then() {
-        use crate::park::ParkSignal;
-        use reprise_core::recovery::ResetSource;
+        use crate::outcome::ParkSignal;
+        use reprise_core::reset::ResetSource;
         let clock = crate::park::Clock {
             now_unix: 1_796_126_400,
             zone: "UTC".into(),

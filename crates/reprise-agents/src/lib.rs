@@ -37,8 +37,10 @@ pub use env::passed_env;
 pub use gemini::GeminiAdapter;
 pub use lineage::Lineage;
 pub use options::{CliOptions, clashing_arg, controlled_flags};
-pub use outcome::{AttemptOutcome, AttemptReport, InfraKind, STREAM_KEEP_BYTES, Streams};
-pub use park::{ParkSignal, QUESTION_MAX_BYTES};
+pub use outcome::{
+    AttemptOutcome, AttemptReport, InfraKind, ParkSignal, QUESTION_MAX_BYTES, STREAM_KEEP_BYTES,
+    Streams,
+};
 pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, Watch};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};
 pub use supervise::{SandboxRules, Supervision};

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::park::ParkSignal;
+use reprise_core::reset::ResetSource;
 
 /// How an attempt ended, before any gate ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +63,19 @@ pub struct AttemptReport {
     pub park: Option<ParkSignal>,
 }
 
+/// Why an attempt's task should be parked rather than failed or retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParkSignal {
+    /// The plan's usage limit was hit; it resets at `unix` (seconds).
+    Until { unix: u64, source: ResetSource },
+    /// The agent waits on someone: what it asked, or the permission it was
+    /// denied (at most [`QUESTION_MAX_BYTES`]).
+    Approval { question: String },
+}
+
+/// Most bytes of a question kept for the park record.
+pub const QUESTION_MAX_BYTES: usize = 2048;
+
 /// Most bytes of each output stream an attempt's report keeps.
 pub const STREAM_KEEP_BYTES: usize = 256 * 1024;
 
@@ -97,7 +110,7 @@ pub(crate) struct Parsed {
     /// denied permission).
     pub(crate) park: Option<ParkSignal>,
     /// The CLI's own error words, whole, where a usage limit's reset time
-    /// would be ([`crate::park::settle_usage_limit`] reads them).
+    /// would be (the park module's `settle_usage_limit` reads them).
     pub(crate) limit_text: Option<String>,
 }
 

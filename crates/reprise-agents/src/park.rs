@@ -5,29 +5,15 @@
 //! `usage_limit` or `awaiting_permission`; the engine does the parking.
 //!
 //! Reading the reset time is the core's pure
-//! [`reprise_core::recovery::usage_reset`]; what it needs from the world (the
+//! [`reprise_core::reset::usage_reset`]; what it needs from the world (the
 //! time now and the local zone the CLIs print times in) is read here, at the
 //! edge, once per attempt.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use reprise_core::recovery::{ResetSource, usage_reset};
-use reprise_core::reset::known_zone;
+use reprise_core::reset::{known_zone, usage_reset};
 
-use crate::outcome::{AttemptOutcome, InfraKind, Parsed, one_line};
-
-/// Why an attempt's task should be parked rather than failed or retried.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParkSignal {
-    /// The plan's usage limit was hit; it resets at `unix` (seconds).
-    Until { unix: u64, source: ResetSource },
-    /// The agent waits on someone: what it asked, or the permission it was
-    /// denied (at most [`QUESTION_MAX_BYTES`]).
-    Approval { question: String },
-}
-
-/// Most bytes of a question kept for the park record.
-pub const QUESTION_MAX_BYTES: usize = 2048;
+use crate::outcome::{AttemptOutcome, InfraKind, ParkSignal, Parsed, QUESTION_MAX_BYTES, one_line};
 
 /// The time now and the zone local times are printed in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +140,8 @@ pub(crate) fn bounded_question(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use reprise_core::reset::ResetSource;
+
     use super::*;
 
     fn clock() -> Clock {

@@ -27,9 +27,9 @@ use rustix::process::{
 };
 
 use crate::outcome::{
-    AttemptOutcome, AttemptReport, InfraKind, Parsed, Streams, enforce_budget, infra,
+    AttemptOutcome, AttemptReport, InfraKind, ParkSignal, Parsed, Streams, enforce_budget, infra,
 };
-use crate::park::{Clock, ParkSignal, last_words, settle_usage_limit};
+use crate::park::{Clock, last_words, settle_usage_limit};
 use crate::request::{AttemptRequest, CancelToken, Watch};
 use crate::supervise::{Supervision, record_finished, supervisor_args};
 
@@ -134,6 +134,66 @@ pub(crate) fn run_process(
     watch: Watch,
 ) -> io::Result<Finished> {
     let started = Instant::now();
+    let mut child = command_for(invocation, cwd, supervision)?.spawn()?;
+    let pid = Pid::from_child(&child);
+    // The supervisor records itself before it starts the program (one
+    // that cannot does not start it); the record goes once it is reaped.
+    let records = supervision.and_then(|supervision| supervision.records.as_deref());
+
+    // Written on its own thread: a child that does not read stdin must not
+    // block the driver. The thread ends when the pipe's reader is gone.
+    if let (Some(mut pipe), Stdin::Text(text)) = (child.stdin.take(), &invocation.stdin) {
+        let text = text.clone();
+        thread::spawn(move || {
+            let _ = pipe.write_all(text.as_bytes());
+        });
+    }
+    let (done_sender, done) = mpsc::channel();
+    let tee = |name: &str| watch.live_log.as_ref().map(|dir| dir.join(name));
+    let stdout = Capture::start(
+        child.stdout.take(),
+        done_sender.clone(),
+        tee("agent.stdout"),
+    );
+    let stderr = Capture::start(child.stderr.take(), done_sender, tee("agent.stderr"));
+
+    let deadline = started.checked_add(timeout);
+    let end = watch_child(pid, deadline, cancel, &watch, started, &stdout, &stderr);
+    let exit_code = end_group(&mut child, pid, end);
+    if let Some(records) = records {
+        record_finished(records, pid);
+    }
+    let elapsed = started.elapsed();
+
+    let drain_over = Instant::now() + DRAIN_GRACE;
+    for _ in 0..2 {
+        if done
+            .recv_timeout(drain_over.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let (stdout, stdout_bytes) = stdout.take();
+    let (stderr, stderr_bytes) = stderr.take();
+    Ok(Finished {
+        end,
+        exit_code,
+        stdout,
+        stderr,
+        stdout_bytes,
+        stderr_bytes,
+        elapsed,
+    })
+}
+
+/// The command that runs `invocation` in `cwd`, in its own process group,
+/// under the supervisor when there is one.
+fn command_for(
+    invocation: &Invocation,
+    cwd: &Path,
+    supervision: Option<&Supervision>,
+) -> io::Result<Command> {
     let mut command = match supervision {
         Some(supervision) => {
             // The supervisor would only fail later, inside the attempt: a
@@ -181,30 +241,20 @@ pub(crate) fn run_process(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = command.spawn()?;
-    let pid = Pid::from_child(&child);
-    // The supervisor records itself before it starts the program (one
-    // that cannot does not start it); the record goes once it is reaped.
-    let records = supervision.and_then(|supervision| supervision.records.as_deref());
+    Ok(command)
+}
 
-    // Written on its own thread: a child that does not read stdin must not
-    // block the driver. The thread ends when the pipe's reader is gone.
-    if let (Some(mut pipe), Stdin::Text(text)) = (child.stdin.take(), &invocation.stdin) {
-        let text = text.clone();
-        thread::spawn(move || {
-            let _ = pipe.write_all(text.as_bytes());
-        });
-    }
-    let (done_sender, done) = mpsc::channel();
-    let tee = |name: &str| watch.live_log.as_ref().map(|dir| dir.join(name));
-    let stdout = Capture::start(
-        child.stdout.take(),
-        done_sender.clone(),
-        tee("agent.stdout"),
-    );
-    let stderr = Capture::start(child.stderr.take(), done_sender, tee("agent.stderr"));
-
-    let deadline = started.checked_add(timeout);
+/// Watches the child led by `pid` until it exits, `cancel` fires, the
+/// `deadline` passes or `watch`'s output bounds are passed: why it stopped.
+fn watch_child(
+    pid: Pid,
+    deadline: Option<Instant>,
+    cancel: &CancelToken,
+    watch: &Watch,
+    started: Instant,
+    stdout: &Capture,
+    stderr: &Capture,
+) -> End {
     // The leader's exit wakes the wait below at once through its pidfd; the
     // checks of cancellation, the deadline and the output run between
     // waits, fast at first and backing off to POLL_INTERVAL, so a long
@@ -220,24 +270,30 @@ pub(crate) fn run_process(
         None => thread::sleep(pause),
     };
     let mut pause = FIRST_POLL;
-    let end = loop {
+    loop {
         if leader_exited(pid) {
-            break End::Exited;
+            return End::Exited;
         }
         if cancel.is_cancelled() {
-            break End::Cancelled;
+            return End::Cancelled;
         }
         let now = Instant::now();
-        if let Some(end) = watched(&watch, started, now, &stdout, &stderr) {
-            break end;
+        if let Some(end) = watched(watch, started, now, stdout, stderr) {
+            return end;
         }
         match deadline {
-            Some(deadline) if now >= deadline => break End::TimedOut,
+            Some(deadline) if now >= deadline => return End::TimedOut,
             Some(deadline) => pause_for((deadline - now).min(pause)),
             None => pause_for(pause),
         }
         pause = (pause * 2).min(POLL_INTERVAL);
-    };
+    }
+}
+
+/// Ends the child's process group (SIGTERM first, unless the leader has
+/// exited; SIGKILL after the grace) and reaps the leader: its exit code, or
+/// 128 + the signal that ended it, or -1 if the status could not be read.
+fn end_group(child: &mut std::process::Child, pid: Pid, end: End) -> i32 {
     if end != End::Exited {
         let _ = kill_process_group(pid, Signal::TERM);
         let grace_over = Instant::now() + TERM_GRACE;
@@ -248,37 +304,12 @@ pub(crate) fn run_process(
     // The leader is a zombie here (or about to be killed), so the group id is
     // still ours: nothing the agent left behind in its group survives.
     let _ = kill_process_group(pid, Signal::KILL);
-    let exit_code = match child.wait() {
+    match child.wait() {
         Ok(status) => status
             .code()
             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
         Err(_) => -1,
-    };
-    if let Some(records) = records {
-        record_finished(records, pid);
     }
-    let elapsed = started.elapsed();
-
-    let drain_over = Instant::now() + DRAIN_GRACE;
-    for _ in 0..2 {
-        if done
-            .recv_timeout(drain_over.saturating_duration_since(Instant::now()))
-            .is_err()
-        {
-            break;
-        }
-    }
-    let (stdout, stdout_bytes) = stdout.take();
-    let (stderr, stderr_bytes) = stderr.take();
-    Ok(Finished {
-        end,
-        exit_code,
-        stdout,
-        stderr,
-        stdout_bytes,
-        stderr_bytes,
-        elapsed,
-    })
 }
 
 /// Whether the output bounds of `watch` are passed.
@@ -670,6 +701,19 @@ pub(crate) fn run_cli(
             return report;
         }
     };
+    read_finished(&mut report, spec.name, request, &finished, parse);
+    report
+}
+
+/// What a finished CLI process comes to, written into `report`: what its
+/// output says, and the outcome the way it ended calls for.
+fn read_finished(
+    report: &mut AttemptReport,
+    name: &'static str,
+    request: &AttemptRequest,
+    finished: &Finished,
+    parse: impl Fn(i32, &str, &str) -> Parsed,
+) {
     report.elapsed = finished.elapsed;
     report.streams = Streams::kept(&finished.stdout, &finished.stderr);
     let stdout = String::from_utf8_lossy(&finished.stdout);
@@ -695,25 +739,23 @@ pub(crate) fn run_cli(
             request.budget_micro_usd,
         ),
         End::ParkIdle => {
-            let (outcome, park) = park_idle(spec.name, &request.watch, &stdout, &stderr);
+            let (outcome, park) = park_idle(name, &request.watch, &stdout, &stderr);
             report.park = Some(park);
             outcome
         }
         End::TimedOut => infra(
             InfraKind::Timeout,
             format!(
-                "{} did not finish within {}; its process group was killed",
-                spec.name,
+                "{name} did not finish within {}; its process group was killed",
                 describe_duration(request.timeout)
             ),
         ),
         End::Cancelled => infra(
             InfraKind::Cancelled,
-            format!("cancelled; the {} process group was killed", spec.name),
+            format!("cancelled; the {name} process group was killed"),
         ),
-        End::OutputLimit | End::Idle => watch_outcome(finished.end, spec.name, &request.watch),
+        End::OutputLimit | End::Idle => watch_outcome(finished.end, name, &request.watch),
     };
-    report
 }
 
 /// An attempt stopped by `park_when_idle`: `awaiting_permission`, and the

@@ -32,8 +32,10 @@ use std::time::{Duration, Instant};
 use reprise_core::retry::ResumeStrategy;
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::{AttemptOutcome, AttemptReport, InfraKind, Parsed, format_micro_usd, infra};
-use crate::park::{Clock, ParkSignal, bounded_question, settle_usage_limit};
+use crate::outcome::{
+    AttemptOutcome, AttemptReport, InfraKind, ParkSignal, Parsed, format_micro_usd, infra,
+};
+use crate::park::{Clock, bounded_question, settle_usage_limit};
 use crate::process::{describe_duration, preflight};
 use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode};
 
@@ -144,40 +146,61 @@ impl SimAdapter {
                 ),
             );
         }
-        // Silent past `park_when_idle` (when that acts before the timeout and
-        // any idle bound): waiting on someone.
-        let watch = &request.watch;
-        if let Some(quiet) = watch.park_when_idle.filter(|quiet| {
-            step.delay >= *quiet
-                && *quiet < request.timeout
-                && watch.idle_timeout.is_none_or(|idle| *quiet <= idle)
-        }) {
-            if !wait(quiet, cancel) {
-                return infra(InfraKind::Cancelled, "cancelled while the sim step ran");
-            }
-            if let Err(error) = self.record_turn(&target, &request.prompt, &step.reply) {
-                return infra(
-                    InfraKind::ApiError,
-                    format!(
-                        "sim could not record the turn in session {}: {error}",
-                        target.id()
-                    ),
-                );
-            }
-            let question = if step.reply.trim().is_empty() {
-                format!("sim step {step_number} went quiet")
-            } else {
-                bounded_question(&step.reply)
-            };
-            report.park = Some(ParkSignal::Approval { question });
+        if let Some(quiet) = parks_after(step, request) {
+            return self.go_quiet(request, cancel, report, &target, index, quiet);
+        }
+        self.reply(request, cancel, report, &target, step)
+    }
+
+    /// The step of script position `index`, silent for `quiet`: the turn is
+    /// recorded and the attempt is taken to wait on someone.
+    fn go_quiet(
+        &self,
+        request: &AttemptRequest,
+        cancel: &CancelToken,
+        report: &mut AttemptReport,
+        target: &Target,
+        index: usize,
+        quiet: Duration,
+    ) -> AttemptOutcome {
+        let step = &self.script[index];
+        if !wait(quiet, cancel) {
+            return infra(InfraKind::Cancelled, "cancelled while the sim step ran");
+        }
+        if let Err(error) = self.record_turn(target, &request.prompt, &step.reply) {
             return infra(
-                InfraKind::AwaitingPermission,
+                InfraKind::ApiError,
                 format!(
-                    "sim printed nothing for {} (park_when_idle): taken to wait on a permission or an answer",
-                    describe_duration(quiet)
+                    "sim could not record the turn in session {}: {error}",
+                    target.id()
                 ),
             );
         }
+        let question = if step.reply.trim().is_empty() {
+            format!("sim step {} went quiet", index + 1)
+        } else {
+            bounded_question(&step.reply)
+        };
+        report.park = Some(ParkSignal::Approval { question });
+        infra(
+            InfraKind::AwaitingPermission,
+            format!(
+                "sim printed nothing for {} (park_when_idle): taken to wait on a permission or an answer",
+                describe_duration(quiet)
+            ),
+        )
+    }
+
+    /// The step run to its end: after its delay (unless the attempt times
+    /// out first), its files written, its turn recorded, its reply given.
+    fn reply(
+        &self,
+        request: &AttemptRequest,
+        cancel: &CancelToken,
+        report: &mut AttemptReport,
+        target: &Target,
+        step: &SimStep,
+    ) -> AttemptOutcome {
         let timed_out = step.delay >= request.timeout;
         if !wait(step.delay.min(request.timeout), cancel) {
             return infra(InfraKind::Cancelled, "cancelled while the sim step ran");
@@ -191,21 +214,10 @@ impl SimAdapter {
                 ),
             );
         }
-        for (relative, content) in &step.write {
-            let path = request.cwd.join(relative);
-            let written = match path.parent() {
-                Some(parent) => fs::create_dir_all(parent),
-                None => Ok(()),
-            }
-            .and_then(|()| fs::write(&path, content));
-            if let Err(error) = written {
-                return infra(
-                    InfraKind::ApiError,
-                    format!("sim could not write '{}': {error}", path.display()),
-                );
-            }
+        if let Err(outcome) = write_files(&request.cwd, &step.write) {
+            return outcome;
         }
-        if let Err(error) = self.record_turn(&target, &request.prompt, &step.reply) {
+        if let Err(error) = self.record_turn(target, &request.prompt, &step.reply) {
             return infra(
                 InfraKind::ApiError,
                 format!(
@@ -434,6 +446,36 @@ fn is_valid_session_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// How long `step` stays silent before the attempt is taken to wait on
+/// someone: when `park_when_idle` acts before the timeout and any idle bound.
+fn parks_after(step: &SimStep, request: &AttemptRequest) -> Option<Duration> {
+    let watch = &request.watch;
+    watch.park_when_idle.filter(|quiet| {
+        step.delay >= *quiet
+            && *quiet < request.timeout
+            && watch.idle_timeout.is_none_or(|idle| *quiet <= idle)
+    })
+}
+
+/// Writes a step's files under `cwd`, their directories made as needed.
+fn write_files(cwd: &Path, files: &[(String, String)]) -> Result<(), AttemptOutcome> {
+    for (relative, content) in files {
+        let path = cwd.join(relative);
+        let written = match path.parent() {
+            Some(parent) => fs::create_dir_all(parent),
+            None => Ok(()),
+        }
+        .and_then(|()| fs::write(&path, content));
+        if let Err(error) = written {
+            return Err(infra(
+                InfraKind::ApiError,
+                format!("sim could not write '{}': {error}", path.display()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A relative path made only of normal components: it cannot leave `cwd`.
@@ -1091,7 +1133,7 @@ mod tests {
         let Some(ParkSignal::Until { unix, source }) = report.park else {
             panic!("{report:?}")
         };
-        assert_eq!(source, reprise_core::recovery::ResetSource::Relative);
+        assert_eq!(source, reprise_core::reset::ResetSource::Relative);
         assert!(
             (before + 3..=before + 4).contains(&unix),
             "{unix} vs {before}"

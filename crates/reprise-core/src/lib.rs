@@ -22,6 +22,7 @@ pub mod recovery;
 pub mod reset;
 pub mod retry;
 pub mod retry_cost;
+pub mod retry_mode;
 pub mod row_kind;
 pub mod rows;
 mod scan;

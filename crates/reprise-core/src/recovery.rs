@@ -18,9 +18,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::outcome::{AttemptOutcome, InfraKind};
 
-/// A usage limit's reset time, read from the CLI's words (see [`crate::reset`]).
-pub use crate::reset::{ResetSource, UsageReset, usage_reset};
-
 /// The same judged failure this many times in a row blocks the task.
 pub const REPEATED_FAILURE_LIMIT: u32 = 3;
 

@@ -8,7 +8,6 @@
 //! tampered checkpoint can only ever make a retry cold.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -18,70 +17,10 @@ use crate::canonical::EncodeError;
 use crate::digest::Digest;
 use crate::record::decision_hash;
 
-/// How a retry continues the agent's conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryMode {
-    /// Resume the same session: it already holds the failed attempt.
-    Warm,
-    /// Branch a new session off the checkpoint; the original stays as it was.
-    Fork,
-    /// A fresh session with the prompt rebuilt from scratch.
-    Cold,
-}
-
-impl RetryMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Warm => "warm",
-            Self::Fork => "fork",
-            Self::Cold => "cold",
-        }
-    }
-
-    /// The mode a name stands for, if any.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Warm, Self::Fork, Self::Cold]
-            .into_iter()
-            .find(|mode| mode.as_str() == name)
-    }
-}
-
-impl fmt::Display for RetryMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What an adapter declares about resuming its CLI's sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ResumeStrategy {
-    /// Native resume, and the session store can branch a session.
-    NativeForkable,
-    /// Native resume only.
-    Native,
-    /// No resume: every attempt starts fresh.
-    Unsupported,
-}
-
-/// The retry capability, derived from the declared strategy alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Capability {
-    Fork,
-    Resume,
-    None,
-}
-
-impl ResumeStrategy {
-    pub fn capability(self) -> Capability {
-        match self {
-            Self::NativeForkable => Capability::Fork,
-            Self::Native => Capability::Resume,
-            Self::Unsupported => Capability::None,
-        }
-    }
-}
+/// The words a retry is decided in live in their own module, which the
+/// cost prediction shares without depending on the decision table; they stay
+/// reachable here, where callers have always named them.
+pub use crate::retry_mode::{Capability, ResumeStrategy, RetryMode};
 
 /// Why a retry runs in another mode than the one requested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -28,7 +28,7 @@
 //! its growing conversation once per request.
 //!
 //! `auto` never asks for more than the adapter can do (the decision table
-//! in [`crate::retry::decide`] then applies as to any request), and:
+//! in the retry module's `decide` then applies as to any request), and:
 //!
 //! | # | condition | mode | reason |
 //! |---|---|---|---|
@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::retry::{Capability, RetryMode};
+use crate::retry_mode::{Capability, RetryMode};
 
 /// How a CLI's resumed sessions meet the provider's prompt cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

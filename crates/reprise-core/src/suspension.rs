@@ -528,6 +528,22 @@ pub fn verify_suspension(
     audit: &[AuditEntry],
     flags: &ChainFlags,
 ) -> Option<SuspensionReport> {
+    let mut judgement = Judgement::of_journal(journal, chain_problems(flags));
+    // In chain order: a receipt is known before anything that cites it can
+    // be judged.
+    for row in audit {
+        judgement.audit_row(task, row);
+    }
+    judgement.file_grants();
+    if judgement.parks.is_empty() && !judgement.any_row_of_task && judgement.errors.is_empty() {
+        return None;
+    }
+    let complete = judgement.check_trails();
+    Some(judgement.report(flags, complete))
+}
+
+/// What the chains' own verification found wrong, before any row is read.
+fn chain_problems(flags: &ChainFlags) -> Vec<Problem> {
     let mut errors = Vec::new();
     if !flags.audit_ok {
         errors.push(Problem::AuditChainBroken {
@@ -548,142 +564,173 @@ pub fn verify_suspension(
     if flags.identity == Identity::Mismatched {
         errors.push(Problem::IdentityMismatched);
     }
+    errors
+}
 
-    // The journal's parks and resumes.
-    let mut parks: Vec<(u64, Digest, SuspendFacts)> = Vec::new();
-    let mut resumes: Vec<(u64, Digest, ResumeFacts)> = Vec::new();
-    for row in journal {
-        match row.kind.as_str() {
-            SUSPEND_KIND => match serde_json::from_value::<SuspendFacts>(row.body.clone()) {
-                Ok(facts) => parks.push((row.seq, row.event_hash, facts)),
-                Err(_) => errors.push(Problem::MalformedRow {
-                    seq: row.seq,
-                    kind: row.kind.clone(),
-                }),
-            },
-            RESUME_KIND => match serde_json::from_value::<ResumeFacts>(row.body.clone()) {
-                Ok(facts) => resumes.push((row.seq, row.event_hash, facts)),
-                Err(_) => errors.push(Problem::MalformedRow {
-                    seq: row.seq,
-                    kind: row.kind.clone(),
-                }),
-            },
-            _ => {}
+/// A `task.suspend` row: its seq, its event hash (the park's identity) and
+/// what it says.
+type ParkRow = (u64, Digest, SuspendFacts);
+/// A `task.resume` row: its seq, its event hash and what it says.
+type ResumeRow = (u64, Digest, ResumeFacts);
+
+/// The verdict while it is being reached: the journal's parks and resumes,
+/// what the audit chain has said about each park so far, and the problems
+/// found, in the order they were found (the report lists them so).
+struct Judgement {
+    parks: Vec<ParkRow>,
+    resumes: Vec<ResumeRow>,
+    /// A park's index in `parks`, by its identity.
+    by_park: BTreeMap<Digest, usize>,
+    /// A resume's index in `resumes`, by its event hash.
+    resume_rows: BTreeMap<Digest, usize>,
+    /// One per park, in the same order.
+    trails: Vec<Trail>,
+    /// The park each suspend receipt read so far binds, by its digest.
+    receipts: BTreeMap<Digest, usize>,
+    /// The park each resume receipt read so far binds, by its digest.
+    resume_receipts: BTreeMap<Digest, usize>,
+    /// Grant continuations (audit row, resume receipt, grant): judged once
+    /// every resume receipt is known.
+    grants_pending: Vec<(u64, Digest, String)>,
+    /// The audit chain holds a suspension row of the task.
+    any_row_of_task: bool,
+    errors: Vec<Problem>,
+}
+
+/// What a resume receipt says about the `task.resume` row it binds.
+struct ResumeClaim<'a> {
+    park: Digest,
+    resume: Digest,
+    mode: &'a str,
+    workspace_hash: Digest,
+    approval_digest: Option<Digest>,
+}
+
+impl ResumeClaim<'_> {
+    /// The first field where the journal's resume row says otherwise.
+    fn disagreement(&self, resumed: &ResumeFacts) -> Option<&'static str> {
+        if resumed.park != self.park {
+            Some("park")
+        } else if resumed.mode != self.mode {
+            Some("mode")
+        } else if resumed.workspace_hash != self.workspace_hash {
+            Some("workspace_hash")
+        } else if resumed.approval_digest != self.approval_digest {
+            Some("approval_digest")
+        } else {
+            None
         }
     }
-    let by_park: BTreeMap<Digest, usize> = parks
-        .iter()
-        .enumerate()
-        .map(|(index, (_, park, _))| (*park, index))
-        .collect();
-    let mut trails: Vec<Trail> = parks.iter().map(|_| Trail::default()).collect();
-    let resume_rows: BTreeMap<Digest, usize> = resumes
-        .iter()
-        .enumerate()
-        .map(|(index, (_, hash, _))| (*hash, index))
-        .collect();
+}
 
-    for (seq, hash, facts) in &resumes {
-        match by_park.get(&facts.park) {
-            Some(&index) => trails[index].resumes.push((*seq, *hash, facts.clone())),
-            None => errors.push(Problem::ResumeOfForeignPark {
-                seq: *seq,
-                park: facts.park,
-            }),
+impl Judgement {
+    /// The journal's parks and resumes, each resume filed under the park it
+    /// cites; `errors` are the problems already found.
+    fn of_journal(journal: &[JournalEntry], mut errors: Vec<Problem>) -> Self {
+        let mut parks: Vec<ParkRow> = Vec::new();
+        let mut resumes: Vec<ResumeRow> = Vec::new();
+        for row in journal {
+            let malformed = || Problem::MalformedRow {
+                seq: row.seq,
+                kind: row.kind.clone(),
+            };
+            match row.kind.as_str() {
+                SUSPEND_KIND => match serde_json::from_value::<SuspendFacts>(row.body.clone()) {
+                    Ok(facts) => parks.push((row.seq, row.event_hash, facts)),
+                    Err(_) => errors.push(malformed()),
+                },
+                RESUME_KIND => match serde_json::from_value::<ResumeFacts>(row.body.clone()) {
+                    Ok(facts) => resumes.push((row.seq, row.event_hash, facts)),
+                    Err(_) => errors.push(malformed()),
+                },
+                _ => {}
+            }
+        }
+        let by_park: BTreeMap<Digest, usize> = parks
+            .iter()
+            .enumerate()
+            .map(|(index, (_, park, _))| (*park, index))
+            .collect();
+        let resume_rows: BTreeMap<Digest, usize> = resumes
+            .iter()
+            .enumerate()
+            .map(|(index, (_, hash, _))| (*hash, index))
+            .collect();
+        let mut trails: Vec<Trail> = parks.iter().map(|_| Trail::default()).collect();
+        for (seq, hash, facts) in &resumes {
+            match by_park.get(&facts.park) {
+                Some(&index) => trails[index].resumes.push((*seq, *hash, facts.clone())),
+                None => errors.push(Problem::ResumeOfForeignPark {
+                    seq: *seq,
+                    park: facts.park,
+                }),
+            }
+        }
+        Self {
+            parks,
+            resumes,
+            by_park,
+            resume_rows,
+            trails,
+            receipts: BTreeMap::new(),
+            resume_receipts: BTreeMap::new(),
+            grants_pending: Vec::new(),
+            any_row_of_task: false,
+            errors,
         }
     }
 
-    // The audit rows, in chain order: a receipt is known before anything
-    // that cites it can be judged.
-    let mut receipts: BTreeMap<Digest, usize> = BTreeMap::new();
-    let mut resume_receipts: BTreeMap<Digest, usize> = BTreeMap::new();
-    let mut grants_pending: Vec<(u64, Digest, String)> = Vec::new();
-    let mut any_row_of_task = false;
-    for row in audit {
+    /// One suspension row of the audit chain: set aside when it is another
+    /// task's (unless it cites this task's park), kept for later when it is
+    /// a grant continuation, else filed on the trail of the park it cites.
+    fn audit_row(&mut self, task: &TaskKey, row: &AuditEntry) {
         let cited = row.fact.park();
-        let ours = &row.task == task;
-        let cites_ours = cited.is_some_and(|park| by_park.contains_key(&park));
-        if !ours {
-            if cites_ours {
-                errors.push(Problem::OtherTask {
+        if &row.task != task {
+            if cited.is_some_and(|park| self.by_park.contains_key(&park)) {
+                self.errors.push(Problem::OtherTask {
                     audit_row: row.seq,
                     task: row.task.to_string(),
                 });
             }
-            continue;
+            return;
         }
-        any_row_of_task = true;
+        self.any_row_of_task = true;
         if let AuditFact::Grant {
             resume_receipt,
             grant_hash,
         } = &row.fact
         {
-            grants_pending.push((row.seq, *resume_receipt, grant_hash.clone()));
-            continue;
+            self.grants_pending
+                .push((row.seq, *resume_receipt, grant_hash.clone()));
+            return;
         }
         let park = cited.expect("every fact but a grant names its park");
-        let Some(&index) = by_park.get(&park) else {
-            errors.push(Problem::ForeignPark {
+        let Some(&index) = self.by_park.get(&park) else {
+            self.errors.push(Problem::ForeignPark {
                 audit_row: row.seq,
                 park,
             });
-            continue;
+            return;
         };
-        let (park_seq, _, facts) = &parks[index];
-        if row.run_id != facts.run_id {
-            errors.push(Problem::OtherRun {
+        let park_run = &self.parks[index].2.run_id;
+        if &row.run_id != park_run {
+            self.errors.push(Problem::OtherRun {
                 audit_row: row.seq,
                 run: row.run_id.clone(),
-                park_run: facts.run_id.clone(),
+                park_run: park_run.clone(),
             });
-            continue;
+            return;
         }
-        let trail = &mut trails[index];
         match &row.fact {
             AuditFact::SuspendReceipt {
                 journal_seq,
                 session_id,
                 workspace_hash,
                 ..
-            } => {
-                if journal_seq != park_seq {
-                    errors.push(Problem::Inconsistent {
-                        audit_row: row.seq,
-                        field: "journal_seq",
-                    });
-                } else if workspace_hash != &facts.workspace_hash {
-                    errors.push(Problem::Inconsistent {
-                        audit_row: row.seq,
-                        field: "workspace_hash",
-                    });
-                } else if session_id != &facts.session_id {
-                    errors.push(Problem::Inconsistent {
-                        audit_row: row.seq,
-                        field: "session_id",
-                    });
-                }
-                if !trail.receipts.is_empty() {
-                    errors.push(Problem::ReceiptedTwice {
-                        park_seq: *park_seq,
-                    });
-                }
-                trail.receipts.push((row.seq, row.digest));
-                receipts.insert(row.digest, index);
-            }
+            } => self.suspend_receipt(row, index, *journal_seq, session_id, workspace_hash),
             AuditFact::Release {
                 receipt, resource, ..
-            } => {
-                if receipts.get(receipt) != Some(&index) {
-                    errors.push(Problem::ReleaseWithoutReceipt { audit_row: row.seq });
-                } else if trail.released.contains(resource) {
-                    errors.push(Problem::ReleasedTwice {
-                        audit_row: row.seq,
-                        resource: resource.clone(),
-                    });
-                } else {
-                    trail.released.push(resource.clone());
-                }
-            }
+            } => self.release(row.seq, index, receipt, resource),
             AuditFact::ResumeReceipt {
                 suspend_receipt,
                 resume,
@@ -692,162 +739,273 @@ pub fn verify_suspension(
                 approval_digest,
                 ..
             } => {
-                if receipts.get(suspend_receipt) != Some(&index) {
-                    errors.push(Problem::Inconsistent {
-                        audit_row: row.seq,
-                        field: "suspend_receipt",
-                    });
-                }
-                match resume_rows.get(resume) {
-                    None => errors.push(Problem::MissingResumeRow {
-                        audit_row: row.seq,
-                        resume: *resume,
-                    }),
-                    Some(&at) => {
-                        let (_, _, resumed) = &resumes[at];
-                        let field = if resumed.park != park {
-                            Some("park")
-                        } else if &resumed.mode != mode {
-                            Some("mode")
-                        } else if &resumed.workspace_hash != workspace_hash {
-                            Some("workspace_hash")
-                        } else if &resumed.approval_digest != approval_digest {
-                            Some("approval_digest")
-                        } else {
-                            None
-                        };
-                        if let Some(field) = field {
-                            errors.push(Problem::Inconsistent {
-                                audit_row: row.seq,
-                                field,
-                            });
-                        }
-                    }
-                }
-                if let Some(approval) = approval_digest
-                    && !trail.approvals.contains(approval)
-                {
-                    errors.push(Problem::ApprovalMissing {
-                        audit_row: row.seq,
-                        approval: *approval,
-                    });
-                }
-                trail
-                    .resume_receipts
-                    .push((row.seq, *resume, *approval_digest));
-                resume_receipts.insert(row.digest, index);
+                let claim = ResumeClaim {
+                    park,
+                    resume: *resume,
+                    mode,
+                    workspace_hash: *workspace_hash,
+                    approval_digest: *approval_digest,
+                };
+                self.resume_receipt(row, index, suspend_receipt, &claim);
             }
             AuditFact::Approval { approval, .. } => {
-                trail.approvals.insert(*approval);
+                self.trails[index].approvals.insert(*approval);
             }
             AuditFact::Grant { .. } => unreachable!("handled above"),
         }
     }
-    for (audit_row, resume_receipt, grant_hash) in grants_pending {
-        match resume_receipts.get(&resume_receipt) {
-            None => errors.push(Problem::GrantOfUnknownResume { audit_row }),
-            Some(&index) if parks[index].2.grant_hash != grant_hash => {
-                errors.push(Problem::GrantMismatch { audit_row });
-            }
-            Some(&index) => trails[index].grants.push((audit_row, grant_hash)),
+
+    /// A suspend receipt: it must repeat what its park's row says, and be
+    /// the park's only one.
+    fn suspend_receipt(
+        &mut self,
+        row: &AuditEntry,
+        index: usize,
+        journal_seq: u64,
+        session_id: &Option<String>,
+        workspace_hash: &Digest,
+    ) {
+        let (park_seq, _, facts) = &self.parks[index];
+        let field = if journal_seq != *park_seq {
+            Some("journal_seq")
+        } else if workspace_hash != &facts.workspace_hash {
+            Some("workspace_hash")
+        } else if session_id != &facts.session_id {
+            Some("session_id")
+        } else {
+            None
+        };
+        if let Some(field) = field {
+            self.errors.push(Problem::Inconsistent {
+                audit_row: row.seq,
+                field,
+            });
+        }
+        let trail = &mut self.trails[index];
+        if !trail.receipts.is_empty() {
+            self.errors.push(Problem::ReceiptedTwice {
+                park_seq: *park_seq,
+            });
+        }
+        trail.receipts.push((row.seq, row.digest));
+        self.receipts.insert(row.digest, index);
+    }
+
+    /// A release: it must cite the park's receipt, read before it, and give
+    /// a resource back once.
+    fn release(&mut self, audit_row: u64, index: usize, receipt: &Digest, resource: &str) {
+        let trail = &mut self.trails[index];
+        if self.receipts.get(receipt) != Some(&index) {
+            self.errors
+                .push(Problem::ReleaseWithoutReceipt { audit_row });
+        } else if trail.released.iter().any(|done| done == resource) {
+            self.errors.push(Problem::ReleasedTwice {
+                audit_row,
+                resource: resource.to_owned(),
+            });
+        } else {
+            trail.released.push(resource.to_owned());
         }
     }
 
-    if parks.is_empty() && !any_row_of_task && errors.is_empty() {
-        return None;
+    /// A resume receipt: it must cite the park's suspend receipt, bind a
+    /// `task.resume` row that says what it says, and bind only an approval
+    /// the audit chain holds for the park.
+    fn resume_receipt(
+        &mut self,
+        row: &AuditEntry,
+        index: usize,
+        suspend_receipt: &Digest,
+        claim: &ResumeClaim<'_>,
+    ) {
+        if self.receipts.get(suspend_receipt) != Some(&index) {
+            self.errors.push(Problem::Inconsistent {
+                audit_row: row.seq,
+                field: "suspend_receipt",
+            });
+        }
+        match self.resume_rows.get(&claim.resume) {
+            None => self.errors.push(Problem::MissingResumeRow {
+                audit_row: row.seq,
+                resume: claim.resume,
+            }),
+            Some(&at) => {
+                if let Some(field) = claim.disagreement(&self.resumes[at].2) {
+                    self.errors.push(Problem::Inconsistent {
+                        audit_row: row.seq,
+                        field,
+                    });
+                }
+            }
+        }
+        let trail = &mut self.trails[index];
+        if let Some(approval) = claim.approval_digest
+            && !trail.approvals.contains(&approval)
+        {
+            self.errors.push(Problem::ApprovalMissing {
+                audit_row: row.seq,
+                approval,
+            });
+        }
+        trail
+            .resume_receipts
+            .push((row.seq, claim.resume, claim.approval_digest));
+        self.resume_receipts.insert(row.digest, index);
     }
 
-    // Each park's trail: whole for every park but the latest.
-    let mut complete = true;
-    for (index, ((park_seq, _, facts), trail)) in parks.iter().zip(&trails).enumerate() {
-        let latest = index + 1 == parks.len();
-        let park_seq = *park_seq;
-        if trail.resumes.len() > 1 || trail.resume_receipts.len() > 1 {
-            errors.push(Problem::SettledTwice { park_seq });
-        }
-        for (seq, _, resumed) in &trail.resumes {
-            if trail
-                .receipts
-                .first()
-                .is_none_or(|(_, digest)| digest != &resumed.receipt)
-            {
-                errors.push(Problem::ResumeOfOtherReceipt { seq: *seq });
+    /// The grant continuations, now that every resume receipt is known: each
+    /// must cite one and carry the grant its park bound.
+    fn file_grants(&mut self) {
+        for (audit_row, resume_receipt, grant_hash) in std::mem::take(&mut self.grants_pending) {
+            match self.resume_receipts.get(&resume_receipt) {
+                None => self
+                    .errors
+                    .push(Problem::GrantOfUnknownResume { audit_row }),
+                Some(&index) if self.parks[index].2.grant_hash != grant_hash => {
+                    self.errors.push(Problem::GrantMismatch { audit_row });
+                }
+                Some(&index) => self.trails[index].grants.push((audit_row, grant_hash)),
             }
         }
-        let waits_for_approval = facts.wake.get("on").and_then(Value::as_str) == Some("approval");
-        for (_, _, approval) in &trail.resume_receipts {
-            if waits_for_approval && approval.is_none() {
-                errors.push(Problem::ApprovalUnbound { park_seq });
+    }
+
+    /// Each park's trail: whole for every park but the latest. Whether the
+    /// latest is whole too (it may be pending).
+    fn check_trails(&mut self) -> bool {
+        let mut complete = true;
+        for (index, ((park_seq, _, facts), trail)) in
+            self.parks.iter().zip(&self.trails).enumerate()
+        {
+            let ends = trail_ends(*park_seq, facts, trail, &mut self.errors);
+            if index + 1 == self.parks.len() {
+                complete = ends.whole();
+            } else {
+                ends.require_whole(*park_seq, trail, &mut self.errors);
             }
         }
-        let receipted = !trail.receipts.is_empty();
-        let resumed = !trail.resumes.is_empty();
-        let bound = trail.resumes.iter().any(|(_, hash, _)| {
-            trail
-                .resume_receipts
-                .iter()
-                .any(|(_, resume, _)| resume == hash)
+        complete
+    }
+
+    /// The report on the latest park; `complete`: its trail is whole.
+    fn report(self, flags: &ChainFlags, complete: bool) -> SuspensionReport {
+        let latest = self.parks.last().zip(self.trails.last());
+        let resume = latest.and_then(|(_, trail)| trail.resumes.first());
+        let resumed = latest.is_some_and(|(_, trail)| {
+            trail.resumes.first().is_some_and(|(_, hash, _)| {
+                trail
+                    .resume_receipts
+                    .iter()
+                    .any(|(_, resume, _)| resume == hash)
+            })
         });
-        let granted = facts.grant_hash.is_empty() || !trail.grants.is_empty();
-        if latest {
-            complete = receipted && resumed && bound && granted;
-            continue;
+        let status = if !self.errors.is_empty() {
+            Status::Failed
+        } else if complete {
+            Status::Verified
+        } else {
+            Status::Pending
+        };
+        SuspensionReport {
+            status,
+            ok: status != Status::Failed,
+            chain_ok: flags.audit_ok,
+            journal_ok: flags.journal_ok,
+            journal_identity: flags.identity,
+            resumed,
+            effective_mode: resume.map(|(_, _, facts)| facts.mode.clone()),
+            workspace_match: latest
+                .zip(resume)
+                .map(|(((_, _, park), _), (_, _, facts))| {
+                    park.workspace_hash == facts.workspace_hash
+                }),
+            downgrade_reason: resume.and_then(|(_, _, facts)| facts.downgrade_reason.clone()),
+            parks: self.parks.len(),
+            latest: latest.map(|((seq, park, facts), trail)| LatestPark {
+                seq: *seq,
+                park: *park,
+                run_id: facts.run_id.clone(),
+                receipt_row: trail.receipts.first().map(|(row, _)| *row),
+                receipt: trail.receipts.first().map(|(_, digest)| *digest),
+                released: trail.released.clone(),
+                resume_seq: trail.resumes.first().map(|(seq, _, _)| *seq),
+                resume_receipt_row: trail.resume_receipts.first().map(|(row, _, _)| *row),
+            }),
+            errors: self.errors,
         }
-        if !receipted {
+    }
+}
+
+/// How far one park's trail got.
+#[derive(Debug, Clone, Copy)]
+struct TrailEnds {
+    receipted: bool,
+    resumed: bool,
+    /// A resume receipt binds its resume row.
+    bound: bool,
+    /// It bound no grant, or a continuation carries it.
+    granted: bool,
+}
+
+impl TrailEnds {
+    fn whole(self) -> bool {
+        self.receipted && self.resumed && self.bound && self.granted
+    }
+
+    /// The problems of a park, not the latest, whose trail stopped short: a
+    /// later park could only have started once this one was settled.
+    fn require_whole(self, park_seq: u64, trail: &Trail, errors: &mut Vec<Problem>) {
+        if !self.receipted {
             errors.push(Problem::NoReceipt { park_seq });
         }
         if let Some((seq, _, _)) = trail.resumes.first()
-            && !bound
+            && !self.bound
         {
             errors.push(Problem::ResumeUnbound { seq: *seq });
         }
-        if bound && !granted {
+        if self.bound && !self.granted {
             errors.push(Problem::GrantMissing { park_seq });
         }
     }
+}
 
-    let latest = parks.last().zip(trails.last());
-    let resume = latest.and_then(|(_, trail)| trail.resumes.first());
-    let resumed = latest.is_some_and(|(_, trail)| {
-        trail.resumes.first().is_some_and(|(_, hash, _)| {
+/// How far a park's trail got, pushing what is wrong with any park's (it was
+/// settled twice, a resume cites another receipt, an approval it waited for
+/// is not bound).
+fn trail_ends(
+    park_seq: u64,
+    facts: &SuspendFacts,
+    trail: &Trail,
+    errors: &mut Vec<Problem>,
+) -> TrailEnds {
+    if trail.resumes.len() > 1 || trail.resume_receipts.len() > 1 {
+        errors.push(Problem::SettledTwice { park_seq });
+    }
+    for (seq, _, resumed) in &trail.resumes {
+        if trail
+            .receipts
+            .first()
+            .is_none_or(|(_, digest)| digest != &resumed.receipt)
+        {
+            errors.push(Problem::ResumeOfOtherReceipt { seq: *seq });
+        }
+    }
+    let waits_for_approval = facts.wake.get("on").and_then(Value::as_str) == Some("approval");
+    for (_, _, approval) in &trail.resume_receipts {
+        if waits_for_approval && approval.is_none() {
+            errors.push(Problem::ApprovalUnbound { park_seq });
+        }
+    }
+    TrailEnds {
+        receipted: !trail.receipts.is_empty(),
+        resumed: !trail.resumes.is_empty(),
+        bound: trail.resumes.iter().any(|(_, hash, _)| {
             trail
                 .resume_receipts
                 .iter()
                 .any(|(_, resume, _)| resume == hash)
-        })
-    });
-    let status = if !errors.is_empty() {
-        Status::Failed
-    } else if complete {
-        Status::Verified
-    } else {
-        Status::Pending
-    };
-    Some(SuspensionReport {
-        status,
-        ok: status != Status::Failed,
-        chain_ok: flags.audit_ok,
-        journal_ok: flags.journal_ok,
-        journal_identity: flags.identity,
-        resumed,
-        effective_mode: resume.map(|(_, _, facts)| facts.mode.clone()),
-        workspace_match: latest
-            .zip(resume)
-            .map(|(((_, _, park), _), (_, _, facts))| park.workspace_hash == facts.workspace_hash),
-        downgrade_reason: resume.and_then(|(_, _, facts)| facts.downgrade_reason.clone()),
-        parks: parks.len(),
-        latest: latest.map(|((seq, park, facts), trail)| LatestPark {
-            seq: *seq,
-            park: *park,
-            run_id: facts.run_id.clone(),
-            receipt_row: trail.receipts.first().map(|(row, _)| *row),
-            receipt: trail.receipts.first().map(|(_, digest)| *digest),
-            released: trail.released.clone(),
-            resume_seq: trail.resumes.first().map(|(seq, _, _)| *seq),
-            resume_receipt_row: trail.resume_receipts.first().map(|(row, _, _)| *row),
         }),
-        errors,
-    })
+        granted: facts.grant_hash.is_empty() || !trail.grants.is_empty(),
+    }
 }
 
 #[cfg(test)]

@@ -115,11 +115,7 @@ pub fn summarise(
     log: &str,
     prices: &PriceTable,
 ) -> Result<BTreeMap<Option<String>, Traffic>, LogError> {
-    let mut tasks: BTreeMap<Option<String>, Traffic> = BTreeMap::new();
-    // Exact sums per task and per turn, rounded once at the end.
-    let mut pico: BTreeMap<Option<String>, (u128, Vec<u128>)> = BTreeMap::new();
-    let mut unpriced: BTreeMap<Option<String>, BTreeSet<String>> = BTreeMap::new();
-    let mut pending: BTreeMap<(Option<String>, u64), Early> = BTreeMap::new();
+    let mut tally = Tally::default();
     let complete = log.ends_with('\n') || log.is_empty();
     let lines: Vec<&str> = log.lines().collect();
     for (index, text) in lines.iter().enumerate() {
@@ -145,18 +141,32 @@ pub fn summarise(
                 ),
             });
         }
-        if line.api.is_none() {
-            continue;
+        if line.api.is_some() {
+            tally.add(line, prices);
         }
+    }
+    Ok(tally.finish())
+}
+
+/// The sums while the log is read. Costs are exact picodollars per task and
+/// per turn, rounded once at the end.
+#[derive(Default)]
+struct Tally {
+    tasks: BTreeMap<Option<String>, Traffic>,
+    /// Per task: its cost, and each of its turns' in order.
+    pico: BTreeMap<Option<String>, (u128, Vec<u128>)>,
+    /// Per task: the models its usage names that the price table lacks.
+    unpriced: BTreeMap<Option<String>, BTreeSet<String>>,
+    /// Side calls waiting for their turn's prompt, by task and turn.
+    pending: BTreeMap<(Option<String>, u64), Early>,
+}
+
+impl Tally {
+    /// One API request's line, counted on its task and on its turn.
+    fn add(&mut self, line: Line, prices: &PriceTable) {
         let task = line.task.clone();
-        let traffic = tasks.entry(line.task).or_default();
-        traffic.requests += 1;
-        traffic.bytes += line.bytes;
-        traffic.input_tokens += line.tokens;
-        traffic.output_tokens += line.output_tokens.unwrap_or(0);
-        if line.status.is_none_or(|status| status >= 400) {
-            traffic.failed += 1;
-        }
+        let traffic = self.tasks.entry(task.clone()).or_default();
+        count_request(traffic, &line);
         // A side call (Gemini's router) never opens a turn; one made before
         // its turn's prompt arrived waits for that turn.
         let opens_turn = !line.side
@@ -165,34 +175,10 @@ pub fn summarise(
                     .turns
                     .last()
                     .is_none_or(|turn| turn.turn != line.turn));
-        let (task_pico, turn_pico) = pico.entry(task.clone()).or_default();
+        let (task_pico, turn_pico) = self.pico.entry(task.clone()).or_default();
         if opens_turn {
-            let mut turn = Turn {
-                turn: line.turn,
-                first_request_bytes: line.bytes,
-                prompt_bytes: line
-                    .prompt_text
-                    .as_ref()
-                    .map_or(0, |text| text.len() as u64),
-                ..Turn::default()
-            };
-            let mut cost = 0;
-            if let Some(early) = pending.remove(&(task.clone(), line.turn)) {
-                turn.requests += early.requests;
-                turn.bytes += early.bytes;
-                turn.usage.add(&early.usage);
-                cost += early.pico;
-            }
-            traffic.turns.push(turn);
-            turn_pico.push(cost);
-        }
-        let unmatched = line.status.is_some() && line.reply.is_none() && !line.looped;
-        if unmatched {
-            traffic.unmatched += 1;
-            traffic.first_unmatched.get_or_insert_with(|| Unmatched {
-                turn: line.turn,
-                prompt: line.prompt_text.clone().unwrap_or_default(),
-            });
+            let early = self.pending.remove(&(task.clone(), line.turn));
+            open_turn(traffic, turn_pico, &line, early);
         }
         let mut cost = 0;
         if let Some(usage) = &line.usage {
@@ -201,7 +187,7 @@ pub fn summarise(
             match prices.price(&model) {
                 Some(price) => cost = price.cost_pico_usd(usage),
                 None => {
-                    unpriced.entry(task.clone()).or_default().insert(model);
+                    self.unpriced.entry(task.clone()).or_default().insert(model);
                 }
             }
             *task_pico += cost;
@@ -221,7 +207,7 @@ pub fn summarise(
                 }
             }
             _ => {
-                let early = pending.entry((task, line.turn)).or_default();
+                let early = self.pending.entry((task, line.turn)).or_default();
                 early.requests += 1;
                 early.bytes += line.bytes;
                 early.usage.add(&usage);
@@ -229,18 +215,65 @@ pub fn summarise(
             }
         }
     }
-    for (task, traffic) in &mut tasks {
-        let models = unpriced.remove(task).unwrap_or_default();
-        let (task_pico, turn_pico) = pico.remove(task).unwrap_or_default();
-        if models.is_empty() {
-            traffic.would_cost_micro_usd = Some(micro_usd(task_pico));
-            for (turn, cost) in traffic.turns.iter_mut().zip(turn_pico) {
-                turn.would_cost_micro_usd = Some(micro_usd(cost));
+
+    /// Each task's traffic, its costs rounded to micro-dollars: unknown
+    /// when a model of the task has no price.
+    fn finish(mut self) -> BTreeMap<Option<String>, Traffic> {
+        for (task, traffic) in &mut self.tasks {
+            let models = self.unpriced.remove(task).unwrap_or_default();
+            let (task_pico, turn_pico) = self.pico.remove(task).unwrap_or_default();
+            if models.is_empty() {
+                traffic.would_cost_micro_usd = Some(micro_usd(task_pico));
+                for (turn, cost) in traffic.turns.iter_mut().zip(turn_pico) {
+                    turn.would_cost_micro_usd = Some(micro_usd(cost));
+                }
             }
+            traffic.unpriced_models = models.into_iter().collect();
         }
-        traffic.unpriced_models = models.into_iter().collect();
+        self.tasks
     }
-    Ok(tasks)
+}
+
+/// What a request adds to its task's own counts, whatever its turn.
+fn count_request(traffic: &mut Traffic, line: &Line) {
+    traffic.requests += 1;
+    traffic.bytes += line.bytes;
+    traffic.input_tokens += line.tokens;
+    traffic.output_tokens += line.output_tokens.unwrap_or(0);
+    if line.status.is_none_or(|status| status >= 400) {
+        traffic.failed += 1;
+    }
+    let unmatched = line.status.is_some() && line.reply.is_none() && !line.looped;
+    if unmatched {
+        traffic.unmatched += 1;
+        traffic.first_unmatched.get_or_insert_with(|| Unmatched {
+            turn: line.turn,
+            prompt: line.prompt_text.clone().unwrap_or_default(),
+        });
+    }
+}
+
+/// Opens the task's turn `line` carries the prompt of, with the side calls
+/// that came early for it (`early`).
+fn open_turn(traffic: &mut Traffic, turn_pico: &mut Vec<u128>, line: &Line, early: Option<Early>) {
+    let mut turn = Turn {
+        turn: line.turn,
+        first_request_bytes: line.bytes,
+        prompt_bytes: line
+            .prompt_text
+            .as_ref()
+            .map_or(0, |text| text.len() as u64),
+        ..Turn::default()
+    };
+    let mut cost = 0;
+    if let Some(early) = early {
+        turn.requests += early.requests;
+        turn.bytes += early.bytes;
+        turn.usage.add(&early.usage);
+        cost += early.pico;
+    }
+    traffic.turns.push(turn);
+    turn_pico.push(cost);
 }
 
 #[cfg(test)]

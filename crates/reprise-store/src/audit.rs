@@ -1,6 +1,6 @@
 //! The HMAC audit chain of the whole state directory, the seals of task
-//! journal heads and of the ledger it holds, the decisions it binds, and its
-//! witness beside the key.
+//! journal heads and of the ledger it holds, the decisions and approvals it
+//! binds, and its witness beside the key.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use reprise_core::chain::{ChainFormat, LineCheck, check_line};
 use reprise_core::digest::Digest;
 use reprise_core::record::{Head, SEAL_KIND, SealBody, encode_audit_row};
-use reprise_core::rows::{Chain, Kind, RowBody, StateAdopt, StateInit};
+use reprise_core::rows::{ApprovalBinding, Chain, Kind, RowBody, StateAdopt, StateInit};
 use reprise_core::verify::{ChainReport, Identity, identity};
 use reprise_core::witness::{
     ChainFacts, LEDGER_SEAL_KIND, LedgerSealBody, STATE_ADOPT_KIND, STATE_INIT_KIND, StateInitBody,
@@ -410,7 +410,15 @@ pub struct AuditSummary {
     /// Park receipts, releases, resume receipts and grant continuations.
     pub suspensions: Vec<crate::suspension::AuditSuspensionRow>,
     /// `task.approval` rows: each approval's digest bound to its park.
-    pub approvals: Vec<crate::parks::ApprovalRow>,
+    pub approvals: Vec<ApprovalRow>,
+}
+
+/// One `task.approval` row of the audit chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRow {
+    pub seq: u64,
+    pub digest: Digest,
+    pub body: ApprovalBinding,
 }
 
 impl AuditSummary {
@@ -518,9 +526,9 @@ pub fn read_audit(state: &StateDir, key: &KeyFile) -> Result<AuditSummary> {
                             summary.decisions.push(binding);
                         }
                     }
-                    kind if kind == crate::approvals::APPROVAL_KIND => {
+                    kind if kind == Kind::TaskApproval.as_str() => {
                         if let Ok(body) = serde_json::from_slice(payload) {
-                            summary.approvals.push(crate::parks::ApprovalRow {
+                            summary.approvals.push(ApprovalRow {
                                 seq: row.seq,
                                 digest: row.digest,
                                 body,

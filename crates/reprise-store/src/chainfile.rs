@@ -22,7 +22,7 @@ use reprise_core::verify::{ChainReport, ChainVerifier};
 use rustix::fs::{FlockOperation, flock};
 
 use crate::error::{IoContext, Result, StoreError};
-use crate::fsutil::{create_dir_all_durable, sync_dir};
+use crate::fsutil::{create_dir_all_durable, refuse_symlink, sync_dir};
 use crate::io::{IoSeam, RealIo};
 
 /// Bytes read per chunk when verifying.
@@ -367,20 +367,6 @@ pub(crate) fn repair_target(format: ChainFormat, task: Option<&str>) -> String {
         (ChainFormat::Ledger, _) => "ledger".to_owned(),
         (_, Some(task)) => task.to_owned(),
         (_, None) => "TASK".to_owned(),
-    }
-}
-
-/// `O_NOFOLLOW` on a symlink fails with `ELOOP`: name it for what it is.
-pub(crate) fn refuse_symlink(err: std::io::Error, path: &Path) -> StoreError {
-    if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-        StoreError::Symlink {
-            path: path.to_path_buf(),
-        }
-    } else {
-        StoreError::Io {
-            path: path.to_path_buf(),
-            source: err,
-        }
     }
 }
 

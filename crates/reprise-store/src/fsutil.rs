@@ -1,12 +1,13 @@
 //! File-system helpers with the fsync discipline: a created file or renamed
-//! file is durable only once its directory is synced too.
+//! file is durable only once its directory is synced too. Reads that must not
+//! follow a symlink say so as `StoreError::Symlink`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
+use crate::error::{IoContext, Result, StoreError};
 
 /// Syncs a directory so entries created or renamed in it survive a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
@@ -135,9 +136,23 @@ pub fn read_no_follow(path: &Path) -> Result<Option<Vec<u8>>> {
     {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(crate::chainfile::refuse_symlink(err, path)),
+        Err(err) => return Err(refuse_symlink(err, path)),
     };
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).at(path)?;
     Ok(Some(bytes))
+}
+
+/// `O_NOFOLLOW` on a symlink fails with `ELOOP`: name it for what it is.
+pub(crate) fn refuse_symlink(err: std::io::Error, path: &Path) -> StoreError {
+    if err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+        StoreError::Symlink {
+            path: path.to_path_buf(),
+        }
+    } else {
+        StoreError::Io {
+            path: path.to_path_buf(),
+            source: err,
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! a fresh shadow repository's skeleton, a loose object, a loose ref. Each
 //! is a documented on-disk format (gitrepository-layout(5)), written whole
 //! through a new file renamed into place, so a reader never sees half of
-//! one. A checkpoint starts no git process when `crate::shadow_tree` builds
+//! one. A checkpoint starts no git process when the shadow tree builder builds
 //! its tree, and two (`add`, `write-tree`) when git must: git's start-up is
 //! most of a small checkpoint's cost.
 

@@ -16,21 +16,12 @@ use reprise_core::verify::Identity;
 use serde_json::Value;
 
 use crate::agent_checkpoint::{AgentCheckpoint, BOUND_KIND, CONTINUATION_KIND, read_checkpoint};
-use crate::approvals::ApprovalBinding;
 use crate::audit::AuditSummary;
 use crate::chainfile::read_chain;
 use crate::error::Result;
 use crate::journal::{JournalVerification, verify_journal_with};
 use crate::state::StateDir;
 use crate::suspension::{AuditSuspensionRow, Release, SuspensionAudit};
-
-/// One `task.approval` row of the audit chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalRow {
-    pub seq: u64,
-    pub digest: Digest,
-    pub body: ApprovalBinding,
-}
 
 /// A task's park evidence, read once.
 #[derive(Debug, Clone)]

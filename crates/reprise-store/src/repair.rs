@@ -23,13 +23,13 @@ use reprise_core::chain::{ChainFormat, LineCheck, Reason, check_line};
 use reprise_core::digest::{AuditKey, Digest};
 use reprise_core::record::Head;
 use reprise_core::rows::{Kind, RepairBody};
-use reprise_core::verify::{ChainReport, ChainVerifier, Identity, identity, split_tail};
+use reprise_core::verify::{ChainReport, ChainVerifier, Fault, Identity, identity, split_tail};
 use reprise_core::witness::may_append;
 
 use crate::audit::{AuditLog, AuditSummary, read_audit};
-use crate::chainfile::{LockGuard, refuse_symlink};
+use crate::chainfile::LockGuard;
 use crate::error::{IoContext, Result, StoreError};
-use crate::fsutil::write_atomic;
+use crate::fsutil::{refuse_symlink, write_atomic};
 use crate::key::KeyFile;
 use crate::state::{StateDir, now_rfc3339};
 
@@ -173,22 +173,9 @@ pub fn repair(state: &StateDir, target: &Target, key: &KeyFile) -> Result<Repair
         entries.insert(row.digest);
     });
     let report = verifier.finish(tail);
-    if let Some(fault) = report.fault {
-        let last_line =
-            tail.is_empty() && memchr::memchr_iter(b'\n', lines).count() as u64 == fault.row + 1;
-        let refusal = if last_line {
-            Refusal::DamagedLastLine {
-                row: fault.row,
-                reason: fault.reason,
-            }
-        } else {
-            Refusal::Corruption {
-                row: fault.row,
-                reason: fault.reason,
-            }
-        };
+    if let Some(fault) = &report.fault {
         return Ok(RepairOutcome::Refused {
-            refusal,
+            refusal: fault_refusal(fault, lines, tail),
             rows: report.rows,
         });
     }
@@ -222,24 +209,8 @@ pub fn repair(state: &StateDir, target: &Target, key: &KeyFile) -> Result<Repair
     file.sync_all().at(&path)?;
     drop(_lock);
     let removed_bytes = (bytes.len() - cut) as u64;
-    let task = match target {
-        Target::Journal(task) | Target::Spine(task) => Some(task),
-        Target::Ledger | Target::Audit => None,
-    };
-    let body = RepairBody {
-        removed_bytes,
-        head_seq: report.head.map(|head| head.seq),
-        head_hash: report.head.map(|head| head.digest.to_hex()),
-        plan: task.map(|task| task.plan.clone()),
-        task_id: task.map(|task| task.task.clone()),
-    };
     if *target != Target::Audit || report.head.is_some() {
-        let body = serde_json::to_value(&body).expect("a repair body serialises");
-        AuditLog::open(state, key.clone())?.append(
-            target.repair_kind().as_str(),
-            &now_rfc3339(),
-            &body,
-        )?;
+        record_repair(state, key, target, removed_bytes, report.head)?;
     }
     Ok(RepairOutcome::Repaired {
         removed_bytes,
@@ -247,6 +218,52 @@ pub fn repair(state: &StateDir, target: &Target, key: &KeyFile) -> Result<Repair
         head: report.head,
         backup,
     })
+}
+
+/// Why a chain that breaks is not repaired: a damaged last line, or
+/// corruption further up.
+fn fault_refusal(fault: &Fault, lines: &[u8], tail: &[u8]) -> Refusal {
+    let last_line =
+        tail.is_empty() && memchr::memchr_iter(b'\n', lines).count() as u64 == fault.row + 1;
+    if last_line {
+        Refusal::DamagedLastLine {
+            row: fault.row,
+            reason: fault.reason,
+        }
+    } else {
+        Refusal::Corruption {
+            row: fault.row,
+            reason: fault.reason,
+        }
+    }
+}
+
+/// The audit row that records a repair: what was cut, and the head left.
+fn record_repair(
+    state: &StateDir,
+    key: &KeyFile,
+    target: &Target,
+    removed_bytes: u64,
+    head: Option<Head>,
+) -> Result<()> {
+    let task = match target {
+        Target::Journal(task) | Target::Spine(task) => Some(task),
+        Target::Ledger | Target::Audit => None,
+    };
+    let body = RepairBody {
+        removed_bytes,
+        head_seq: head.map(|head| head.seq),
+        head_hash: head.map(|head| head.digest.to_hex()),
+        plan: task.map(|task| task.plan.clone()),
+        task_id: task.map(|task| task.task.clone()),
+    };
+    let body = serde_json::to_value(&body).expect("a repair body serialises");
+    AuditLog::open(state, key.clone())?.append(
+        target.repair_kind().as_str(),
+        &now_rfc3339(),
+        &body,
+    )?;
+    Ok(())
 }
 
 /// The heads the audit chain says the file must still hold.

@@ -340,8 +340,8 @@ impl RetryPolicy {
     }
 
     /// The mode asked for, unless it is chosen at each retry (`auto`).
-    pub fn fixed(self) -> Option<crate::retry::RetryMode> {
-        use crate::retry::RetryMode;
+    pub fn fixed(self) -> Option<crate::retry_mode::RetryMode> {
+        use crate::retry_mode::RetryMode;
         match self {
             Self::Warm => Some(RetryMode::Warm),
             Self::Fork => Some(RetryMode::Fork),

@@ -173,6 +173,35 @@ struct Settings {
     writable_shm: Option<bool>,
 }
 
+impl Settings {
+    /// These settings, each one left unset taken from `defaults`.
+    fn or(self, defaults: &Settings) -> Settings {
+        Settings {
+            agent: self.agent.or(defaults.agent),
+            retry_policy: self.retry_policy.or(defaults.retry_policy),
+            max_retries: self.max_retries.or(defaults.max_retries),
+            timeout: self.timeout.or(defaults.timeout),
+            agent_restart_between_retries: self
+                .agent_restart_between_retries
+                .or(defaults.agent_restart_between_retries),
+            budget_micro_usd: self.budget_micro_usd.or(defaults.budget_micro_usd),
+            sandbox: self.sandbox.or(defaults.sandbox),
+            read_only: self.read_only.or(defaults.read_only),
+            checkpoint_max_file_bytes: self
+                .checkpoint_max_file_bytes
+                .or(defaults.checkpoint_max_file_bytes),
+            rollback_on_retry: self.rollback_on_retry.or(defaults.rollback_on_retry),
+            containment: self.containment.or(defaults.containment),
+            max_output_bytes: self.max_output_bytes.or(defaults.max_output_bytes),
+            idle_timeout: self.idle_timeout.or(defaults.idle_timeout),
+            park_when_idle: self.park_when_idle.or(defaults.park_when_idle),
+            pause_upgrade_after: self.pause_upgrade_after.or(defaults.pause_upgrade_after),
+            pass_env: self.pass_env.or_else(|| defaults.pass_env.clone()),
+            writable_shm: self.writable_shm.or(defaults.writable_shm),
+        }
+    }
+}
+
 /// A `depends_on` entry, kept with its position until every id is known.
 struct Dependency {
     id: TaskId,
@@ -591,41 +620,9 @@ impl Reader<'_> {
             )?,
             &fields.path_of("prompt"),
         )?;
-        let settings = self.settings(&fields, pool_micro_usd)?;
-        let agent = self.task_agent(&fields, settings.agent.or(defaults.agent))?;
-        let mut dependencies: Vec<Dependency> = Vec::new();
-        let mut named: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
-        if let Some(node) = fields.get("depends_on") {
-            let list_path = fields.path_of("depends_on");
-            for (index, item) in self
-                .seq(node, &list_path, "a list of task ids")?
-                .iter()
-                .enumerate()
-            {
-                let entry_path = item_path(&list_path, index);
-                let dependency = self.task_id(item, &entry_path)?;
-                let problem = if dependency == id {
-                    Some(PlanErrorKind::SelfDependency {
-                        id: dependency.clone(),
-                    })
-                } else if named.contains(&dependency) {
-                    Some(PlanErrorKind::DuplicateDependency {
-                        id: dependency.clone(),
-                    })
-                } else {
-                    None
-                };
-                if let Some(problem) = problem {
-                    return Err(self.error(&item.mark, &entry_path, problem));
-                }
-                named.insert(dependency.clone());
-                dependencies.push(Dependency {
-                    id: dependency,
-                    mark: item.mark.clone(),
-                    path: entry_path,
-                });
-            }
-        }
+        let settings = self.settings(&fields, pool_micro_usd)?.or(defaults);
+        let agent = self.task_agent(&fields, settings.agent)?;
+        let dependencies = self.dependencies(&fields, &id)?;
         let gates = match fields.get("gates") {
             Some(node) => self.gates(node, &fields.path_of("gates"))?,
             None => Vec::new(),
@@ -640,75 +637,31 @@ impl Reader<'_> {
             Some(node) => Some(self.fraction(node, &fields.path_of("accept_partial"))?),
             None => None,
         };
-        let allowed_paths = match fields.get("allowed_paths") {
-            Some(node) => {
-                let list_path = fields.path_of("allowed_paths");
-                self.seq(
-                    node,
-                    &list_path,
-                    "a list of paths or globs relative to the worktree",
-                )?
-                .iter()
-                .enumerate()
-                .map(|(index, item)| self.non_empty_string(item, &item_path(&list_path, index)))
-                .collect::<Result<Vec<_>>>()?
-            }
-            None => Vec::new(),
-        };
+        let allowed_paths = self.allowed_paths(&fields)?;
         let task = Task {
             id,
             accept_partial_basis_points,
             allowed_paths,
             prompt,
             agent,
-            retry_policy: settings
-                .retry_policy
-                .or(defaults.retry_policy)
-                .unwrap_or(RetryPolicy::Warm),
-            max_retries: settings
-                .max_retries
-                .or(defaults.max_retries)
-                .unwrap_or(DEFAULT_MAX_RETRIES),
-            timeout: settings
-                .timeout
-                .or(defaults.timeout)
-                .unwrap_or(DEFAULT_TASK_TIMEOUT),
-            agent_restart_between_retries: settings
-                .agent_restart_between_retries
-                .or(defaults.agent_restart_between_retries)
-                .unwrap_or(false),
-            budget_micro_usd: settings.budget_micro_usd.or(defaults.budget_micro_usd),
-            sandbox: settings
-                .sandbox
-                .or(defaults.sandbox)
-                .unwrap_or(Sandbox::Worktree),
-            read_only: settings.read_only.or(defaults.read_only).unwrap_or(false),
+            retry_policy: settings.retry_policy.unwrap_or(RetryPolicy::Warm),
+            max_retries: settings.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+            timeout: settings.timeout.unwrap_or(DEFAULT_TASK_TIMEOUT),
+            agent_restart_between_retries: settings.agent_restart_between_retries.unwrap_or(false),
+            budget_micro_usd: settings.budget_micro_usd,
+            sandbox: settings.sandbox.unwrap_or(Sandbox::Worktree),
+            read_only: settings.read_only.unwrap_or(false),
             checkpoint_max_file_bytes: settings
                 .checkpoint_max_file_bytes
-                .or(defaults.checkpoint_max_file_bytes)
                 .unwrap_or(DEFAULT_CHECKPOINT_MAX_FILE_BYTES),
-            rollback_on_retry: settings
-                .rollback_on_retry
-                .or(defaults.rollback_on_retry)
-                .unwrap_or(RollbackOnRetry::Auto),
-            containment: settings
-                .containment
-                .or(defaults.containment)
-                .unwrap_or(Containment::Strict),
-            max_output_bytes: settings.max_output_bytes.or(defaults.max_output_bytes),
-            idle_timeout: settings.idle_timeout.or(defaults.idle_timeout),
-            park_when_idle: settings.park_when_idle.or(defaults.park_when_idle),
-            pause_upgrade_after: settings
-                .pause_upgrade_after
-                .or(defaults.pause_upgrade_after),
-            pass_env: settings
-                .pass_env
-                .or_else(|| defaults.pass_env.clone())
-                .unwrap_or_default(),
-            writable_shm: settings
-                .writable_shm
-                .or(defaults.writable_shm)
-                .unwrap_or(false),
+            rollback_on_retry: settings.rollback_on_retry.unwrap_or(RollbackOnRetry::Auto),
+            containment: settings.containment.unwrap_or(Containment::Strict),
+            max_output_bytes: settings.max_output_bytes,
+            idle_timeout: settings.idle_timeout,
+            park_when_idle: settings.park_when_idle,
+            pause_upgrade_after: settings.pause_upgrade_after,
+            pass_env: settings.pass_env.unwrap_or_default(),
+            writable_shm: settings.writable_shm.unwrap_or(false),
             on_needs_context,
             depends_on: dependencies
                 .iter()
@@ -717,6 +670,64 @@ impl Reader<'_> {
             gates,
         };
         Ok((task, dependencies))
+    }
+
+    /// A task's `depends_on` entries, each with where it was written: none
+    /// may name the task itself or repeat an earlier one (whether each names
+    /// a task is known only once every task is read).
+    fn dependencies(&self, fields: &Fields<'_>, id: &TaskId) -> Result<Vec<Dependency>> {
+        let mut dependencies: Vec<Dependency> = Vec::new();
+        let mut named: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
+        let Some(node) = fields.get("depends_on") else {
+            return Ok(dependencies);
+        };
+        let list_path = fields.path_of("depends_on");
+        for (index, item) in self
+            .seq(node, &list_path, "a list of task ids")?
+            .iter()
+            .enumerate()
+        {
+            let entry_path = item_path(&list_path, index);
+            let dependency = self.task_id(item, &entry_path)?;
+            let problem = if &dependency == id {
+                Some(PlanErrorKind::SelfDependency {
+                    id: dependency.clone(),
+                })
+            } else if named.contains(&dependency) {
+                Some(PlanErrorKind::DuplicateDependency {
+                    id: dependency.clone(),
+                })
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(self.error(&item.mark, &entry_path, problem));
+            }
+            named.insert(dependency.clone());
+            dependencies.push(Dependency {
+                id: dependency,
+                mark: item.mark.clone(),
+                path: entry_path,
+            });
+        }
+        Ok(dependencies)
+    }
+
+    /// A task's `allowed_paths`: paths or globs relative to the worktree.
+    fn allowed_paths(&self, fields: &Fields<'_>) -> Result<Vec<String>> {
+        let Some(node) = fields.get("allowed_paths") else {
+            return Ok(Vec::new());
+        };
+        let list_path = fields.path_of("allowed_paths");
+        self.seq(
+            node,
+            &list_path,
+            "a list of paths or globs relative to the worktree",
+        )?
+        .iter()
+        .enumerate()
+        .map(|(index, item)| self.non_empty_string(item, &item_path(&list_path, index)))
+        .collect()
     }
 
     /// What changes for the retry after an agent asked for context.

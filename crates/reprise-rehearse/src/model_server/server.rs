@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -366,6 +366,19 @@ struct Seen {
     body: Vec<u8>,
 }
 
+/// One request to an API, read and counted: what its reply and its log
+/// line are made from.
+struct ApiRequest<'a> {
+    seen: &'a Seen,
+    api: Api,
+    summary: Summary,
+    prompt: Prompt,
+    /// Its count among the API requests, which names its kept body.
+    number: u64,
+    /// When it came, on the clock cache lifetimes are measured on.
+    now: Duration,
+}
+
 /// Splits `/t/<task>/rest` into the task and `/rest`; other paths have no task.
 fn split_task(path: &str) -> (Option<&str>, &str) {
     let Some(after) = path.strip_prefix("/t/") else {
@@ -397,6 +410,8 @@ impl Shared {
             .map_or_else(|| self.started.elapsed(), ManualClock::now)
     }
 
+    /// Routes one request and answers it: a probe or an unknown route, a
+    /// body that is no JSON, a Gemini side call, or a turn's request.
     fn answer(&self, seen: &Seen) -> io::Result<Answer> {
         let (task, route) = split_task(&seen.path);
         let gemini_call = gemini::route(route).filter(|_| seen.method == "POST");
@@ -411,27 +426,7 @@ impl Shared {
             ..Observed::default()
         };
         let Some(api) = api else {
-            // Clients probe the base URL before they call the API: answer those.
-            let probe = matches!(seen.method.as_str(), "GET" | "HEAD");
-            let outcome = Outcome {
-                status: Some(if probe { 200 } else { 404 }),
-                ..Outcome::default()
-            };
-            self.record(
-                seen,
-                None,
-                &Summary::default(),
-                &observed,
-                None,
-                &outcome,
-                0,
-            )?;
-            if probe {
-                return Ok(Answer::Now(http::json(200, Vec::new())));
-            }
-            let message = format!("no route for {} {}", seen.method, seen.path);
-            let body = messages::error_body(404, &message).to_string();
-            return Ok(Answer::Now(http::json(404, body.into_bytes())));
+            return self.unrouted(seen, &observed);
         };
         let Ok(body) = serde_json::from_slice::<Value>(&seen.body) else {
             let outcome = Outcome {
@@ -460,43 +455,90 @@ impl Shared {
         let now = self.now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.requests += 1;
-        let number = state.requests;
-        if let Some((model, call)) = gemini_call
-            .as_ref()
-            .filter(|(_, call)| *call != Call::Stream)
-        {
-            // A side call: answered, logged and priced, never a turn.
-            let task_state = state.tasks.entry(observed.task.clone()).or_default();
-            let for_next =
-                summary.prompt_text.is_some() && summary.prompt_text != task_state.prompt;
-            let observed = Observed {
-                prompt_text: summary.prompt_text.clone(),
-                tool_result: true,
-                turn: task_state.turn + u64::from(for_next),
-                ..observed
-            };
-            let input = state.cache.openai(&prompt, now);
-            drop(state);
-            let (body, usage) = if *call == Call::CountTokens {
-                (json!({"totalTokens": prompt.total_tokens()}), None)
-            } else {
-                let usage = TokenUsage {
-                    fresh_input: input.fresh,
-                    cache_read: input.cache_read,
-                    output: 1,
-                    ..TokenUsage::default()
-                };
-                (gemini::side_reply(model, &input), Some(usage))
-            };
-            let outcome = Outcome {
-                reply: Some("side"),
-                status: Some(200),
-                usage,
-                ..Outcome::default()
-            };
-            self.keep_and_record(seen, api, &summary, &observed, number, &outcome, &prompt)?;
-            return Ok(Answer::Now(http::json(200, body.to_string().into_bytes())));
+        let request = ApiRequest {
+            seen,
+            api,
+            summary,
+            prompt,
+            number: state.requests,
+            now,
+        };
+        match gemini_call.filter(|(_, call)| *call != Call::Stream) {
+            Some((model, call)) => self.side_call(&request, state, observed, &model, call),
+            None => self.turn(&request, state, observed),
         }
+    }
+
+    /// A request to no API: clients probe the base URL before they call
+    /// the API, so a GET or HEAD is answered; anything else is not found.
+    fn unrouted(&self, seen: &Seen, observed: &Observed) -> io::Result<Answer> {
+        let probe = matches!(seen.method.as_str(), "GET" | "HEAD");
+        let outcome = Outcome {
+            status: Some(if probe { 200 } else { 404 }),
+            ..Outcome::default()
+        };
+        self.record(seen, None, &Summary::default(), observed, None, &outcome, 0)?;
+        if probe {
+            return Ok(Answer::Now(http::json(200, Vec::new())));
+        }
+        let message = format!("no route for {} {}", seen.method, seen.path);
+        let body = messages::error_body(404, &message).to_string();
+        Ok(Answer::Now(http::json(404, body.into_bytes())))
+    }
+
+    /// A Gemini call beside the stream (counting tokens, a side question):
+    /// answered, logged and priced, never a turn.
+    fn side_call(
+        &self,
+        request: &ApiRequest<'_>,
+        mut state: MutexGuard<'_, State>,
+        observed: Observed,
+        model: &str,
+        call: Call,
+    ) -> io::Result<Answer> {
+        let summary = &request.summary;
+        let task_state = state.tasks.entry(observed.task.clone()).or_default();
+        let for_next = summary.prompt_text.is_some() && summary.prompt_text != task_state.prompt;
+        let observed = Observed {
+            prompt_text: summary.prompt_text.clone(),
+            tool_result: true,
+            turn: task_state.turn + u64::from(for_next),
+            ..observed
+        };
+        let input = state.cache.openai(&request.prompt, request.now);
+        drop(state);
+        let (body, usage) = if call == Call::CountTokens {
+            (json!({"totalTokens": request.prompt.total_tokens()}), None)
+        } else {
+            let usage = TokenUsage {
+                fresh_input: input.fresh,
+                cache_read: input.cache_read,
+                output: 1,
+                ..TokenUsage::default()
+            };
+            (gemini::side_reply(model, &input), Some(usage))
+        };
+        let outcome = Outcome {
+            reply: Some("side"),
+            status: Some(200),
+            usage,
+            ..Outcome::default()
+        };
+        self.keep_and_record(request, &observed, &outcome)?;
+        Ok(Answer::Now(http::json(200, body.to_string().into_bytes())))
+    }
+
+    /// A request of a turn: a new prompt starts the task's next turn, a
+    /// tool result goes on with the current one. The scenario's first
+    /// matching rule answers, unless the turn has sent too many requests.
+    fn turn(
+        &self,
+        request: &ApiRequest<'_>,
+        mut guard: MutexGuard<'_, State>,
+        observed: Observed,
+    ) -> io::Result<Answer> {
+        let state = &mut *guard;
+        let summary = &request.summary;
         let tool_result = summary.last_user_text.is_none();
         let task_state = state.tasks.entry(observed.task.clone()).or_default();
         if !tool_result {
@@ -524,7 +566,7 @@ impl Shared {
             looped,
             ..Outcome::default()
         };
-        let answer = match rule.map(|rule| (rule, &self.scenario.rules[rule].reply)) {
+        let answer = match rule {
             _ if looped => {
                 outcome.reply = Some("loop");
                 outcome.status = Some(400);
@@ -533,7 +575,7 @@ impl Shared {
                     observed.task.as_deref().unwrap_or("-"),
                     observed.turn
                 );
-                Answer::Now(error(api, 400, &message))
+                Answer::Now(error(request.api, 400, &message))
             }
             None => {
                 outcome.status = Some(400);
@@ -543,12 +585,33 @@ impl Shared {
                     observed.turn,
                     observed.prompt_text.as_deref().unwrap_or("")
                 );
-                Answer::Now(error(api, 400, &message))
+                Answer::Now(error(request.api, 400, &message))
             }
-            Some((_, Reply::Error(reply))) => {
+            Some(rule) => {
+                let played = task_state.steps_played.entry(rule).or_default();
+                self.play(rule, request, played, &mut state.cache, &mut outcome)
+            }
+        };
+        drop(guard);
+        self.keep_and_record(request, &observed, &outcome)?;
+        Ok(answer)
+    }
+
+    /// The reply of the scenario's rule `rule`; `played`: how many of its
+    /// steps this turn has played so far (the last is repeated).
+    fn play(
+        &self,
+        rule: usize,
+        request: &ApiRequest<'_>,
+        played: &mut usize,
+        cache: &mut PromptCache,
+        outcome: &mut Outcome,
+    ) -> Answer {
+        match &self.scenario.rules[rule].reply {
+            Reply::Error(reply) => {
                 outcome.reply = Some("error");
                 outcome.status = Some(reply.status);
-                let mut response = error(api, reply.status, &reply.message);
+                let mut response = error(request.api, reply.status, &reply.message);
                 for (name, value) in &reply.headers {
                     // Checked when the scenario was read.
                     if let (Ok(name), Ok(value)) = (
@@ -560,55 +623,48 @@ impl Shared {
                 }
                 Answer::Now(response)
             }
-            Some((_, Reply::Hang)) => {
+            Reply::Hang => {
                 outcome.reply = Some("hang");
                 Answer::Hang
             }
-            Some((rule, Reply::Steps(steps))) => {
-                let played = task_state.steps_played.entry(rule).or_default();
+            Reply::Steps(steps) => {
                 let index = (*played).min(steps.len() - 1);
                 *played += 1;
                 let step = &steps[index];
-                let input = match api {
-                    Api::Messages => state.cache.anthropic(&prompt, now),
-                    Api::Responses | Api::Gemini => state.cache.openai(&prompt, now),
+                let input = match request.api {
+                    Api::Messages => cache.anthropic(&request.prompt, request.now),
+                    Api::Responses | Api::Gemini => cache.openai(&request.prompt, request.now),
                 };
                 outcome.reply = Some("message");
                 outcome.status = Some(200);
                 outcome.step = (steps.len() > 1).then_some(index);
                 outcome.usage = Some(token_usage(input, step));
-                Answer::Now(reply(api, &summary, number, input, step))
+                let summary = &request.summary;
+                Answer::Now(reply(request.api, summary, request.number, input, step))
             }
-        };
-        drop(state);
-        self.keep_and_record(seen, api, &summary, &observed, number, &outcome, &prompt)?;
-        Ok(answer)
+        }
     }
 
     /// An API request's body kept (with `--keep-requests`) and its log line,
     /// with every input token of its prompt.
-    #[expect(clippy::too_many_arguments)]
     fn keep_and_record(
         &self,
-        seen: &Seen,
-        api: Api,
-        summary: &Summary,
+        request: &ApiRequest<'_>,
         observed: &Observed,
-        number: u64,
         outcome: &Outcome,
-        prompt: &super::cache::Prompt,
     ) -> io::Result<()> {
+        let number = request.number;
         if let Some(dir) = &self.bodies {
-            std::fs::write(dir.join(format!("{number:06}.json")), &seen.body)?;
+            std::fs::write(dir.join(format!("{number:06}.json")), &request.seen.body)?;
         }
         self.record(
-            seen,
-            Some(api),
-            summary,
+            request.seen,
+            Some(request.api),
+            &request.summary,
             observed,
             Some(number),
             outcome,
-            prompt.total_tokens(),
+            request.prompt.total_tokens(),
         )
     }
 
