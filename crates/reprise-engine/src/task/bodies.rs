@@ -198,7 +198,7 @@ mod tests {
         ] {
             assert_eq!(
                 serde_json::to_value(outcome_row(&outcome)).unwrap(),
-                serde_json::to_value(&outcome).unwrap()
+                serde_json::to_value(outcome).unwrap()
             );
             assert_eq!(outcome_of(outcome_row(&outcome)), outcome);
         }
