@@ -175,7 +175,7 @@ pub struct Task {
     /// a pause waits until it is lifted.
     pub pause_upgrade_after: Option<Duration>,
     /// Variables of reprise's own environment the task's agent and gates
-    /// get besides the allow-list (ARCHITECTURE.md, "Environment").
+    /// get besides the allow-list (docs/threat-model.md, "Environment").
     pub pass_env: Vec<String>,
     /// Whether its agent and gates may write `/dev/shm` (a contained
     /// process may not otherwise: it would outlive the attempt).
@@ -418,8 +418,8 @@ impl fmt::Display for Sandbox {
     }
 }
 
-/// Whether a task's agent and gates are confined (ARCHITECTURE.md, threat
-/// model): `strict` confines them where the kernel can and warns where it
+/// Whether a task's agent and gates are confined (docs/threat-model.md,
+/// the agent as the untrusted party): `strict` confines them where the kernel can and warns where it
 /// cannot, `required` refuses to run without confinement, `off` does not
 /// confine them (supervision and the clean environment still apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
