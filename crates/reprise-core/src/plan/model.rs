@@ -419,9 +419,10 @@ impl fmt::Display for Sandbox {
 }
 
 /// Whether a task's agent and gates are confined (docs/threat-model.md,
-/// the agent as the untrusted party): `strict` confines them where the kernel can and warns where it
-/// cannot, `required` refuses to run without confinement, `off` does not
-/// confine them (supervision and the clean environment still apply).
+/// the agent as the untrusted party): `strict` confines them where the
+/// kernel can and warns where it cannot, `required` refuses to run without
+/// confinement, `off` does not confine them (supervision and the clean
+/// environment still apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Containment {
     Strict,
