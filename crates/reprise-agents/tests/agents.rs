@@ -4,7 +4,6 @@
 //! arguments, stdin and environment and print recorded outputs.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -60,8 +59,8 @@ impl World {
 
     fn script(&self, name: &str, body: &str) -> PathBuf {
         let path = self.dir.path().join(name);
-        fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write script");
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+        reprise_testkit::write_executable(&path, &format!("#!/bin/sh\n{body}"))
+            .expect("write script");
         path
     }
 
@@ -222,8 +221,7 @@ fn command_exit_codes_are_replies_not_infrastructure() {
 fn command_relative_paths_resolve_in_the_sandbox() {
     let world = World::new();
     let agent = world.sandbox().join("agent.sh");
-    fs::write(&agent, "#!/bin/sh\necho from the sandbox\n").expect("write");
-    fs::set_permissions(&agent, fs::Permissions::from_mode(0o755)).expect("chmod");
+    reprise_testkit::write_executable(&agent, "#!/bin/sh\necho from the sandbox\n").expect("write");
     let report = CommandAdapter::new(vec!["./agent.sh".into()]).run(
         &world.request(SessionMode::New { session_id: None }),
         &CancelToken::new(),

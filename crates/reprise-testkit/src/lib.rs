@@ -105,3 +105,27 @@ pub fn write_journal_bulk(path: &Path, task: &TaskId, rows: u64) -> Result<Optio
         .sync_all()?;
     Ok(head)
 }
+
+/// Writes an executable script at `path` through a child process (`cp`),
+/// never through a descriptor of this one. A test binary runs its tests on
+/// threads that fork: a child forked while this process held the script
+/// open for writing keeps that descriptor until its own exec, and running
+/// the script meanwhile fails with "Text file busy" (ETXTBSY). The text is
+/// written to a file beside it first, which is never executed.
+pub fn write_executable(path: &Path, text: &str) -> Result<()> {
+    let draft = path.with_extension("draft");
+    fs::write(&draft, text)?;
+    fs::set_permissions(&draft, fs::Permissions::from_mode(0o755))?;
+    let status = std::process::Command::new("cp")
+        .arg("--preserve=mode")
+        .arg(&draft)
+        .arg(path)
+        .status()?;
+    fs::remove_file(&draft)?;
+    anyhow::ensure!(
+        status.success(),
+        "cp of {} failed: {status}",
+        path.display()
+    );
+    Ok(())
+}
