@@ -121,8 +121,7 @@ fn a_gate_whose_tool_is_missing_stops_check_and_run_before_anything_is_written()
 fn check_reports_what_it_found_and_writes_nothing() {
     let env = Env::new();
     let bin = env.project().join("fake-claude");
-    fs::write(&bin, "#!/bin/sh\necho '9.9.9 (Claude Code)'\n").unwrap();
-    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    reprise_testkit::write_executable(&bin, "#!/bin/sh\necho '9.9.9 (Claude Code)'\n").unwrap();
     write(
         &env,
         "plan.yaml",
@@ -704,19 +703,14 @@ fn agent_settings_reach_the_cli_as_its_own_flags_and_environment() {
     env.init();
     // A stand-in for Claude Code that keeps what it was given.
     let fake = env.project().join("fake-claude");
-    fs::write(
-        &fake,
-        r#"#!/bin/sh
+    reprise_testkit::write_executable(&fake, r#"#!/bin/sh
 if [ "$1" = "--version" ]; then echo "2.1.197 (Claude Code)"; exit 0; fi
 printf '%s\n' "$@" > args.txt
 printf '%s\n' "$H16_SETTING" > env.txt
 sid=""; prev=""
 for arg in "$@"; do [ "$prev" = "--session-id" ] && sid="$arg"; prev="$arg"; done
 printf '{"type":"result","subtype":"success","is_error":false,"result":"DONE","session_id":"%s","total_cost_usd":0}\n' "$sid"
-"#,
-    )
-    .unwrap();
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+"#).unwrap();
     write(
         &env,
         "plan.yaml",
@@ -802,9 +796,7 @@ fn four_claude_tasks_starting_together_ask_the_binary_its_version_once() {
     // Each probe notes itself, then waits (bounded) for a second probe to
     // show up, so probes that overlap are all counted, whatever the timing.
     let fake = env.project().join("fake-claude");
-    fs::write(
-        &fake,
-        format!(
+    reprise_testkit::write_executable(&fake, &format!(
             r#"#!/bin/sh
 if [ "$1" = "--version" ]; then
   echo probe >> '{probes}'
@@ -817,10 +809,7 @@ for arg in "$@"; do [ "$prev" = "--session-id" ] && sid="$arg"; prev="$arg"; don
 printf '{{"type":"result","subtype":"success","is_error":false,"result":"DONE","session_id":"%s","total_cost_usd":0}}\n' "$sid"
 "#,
             probes = probes.display()
-        ),
-    )
-    .unwrap();
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+        )).unwrap();
     write(
         &env,
         "plan.yaml",

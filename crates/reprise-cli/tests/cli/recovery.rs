@@ -710,19 +710,13 @@ fn fake_claude(env: &Env, dir: &Path, first: &str, then: &str) -> PathBuf {
     let _ = env;
     let script = dir.join("claude");
     let count = dir.join("count");
-    fs::write(
-        &script,
-        format!(
+    reprise_testkit::write_executable(&script, &format!(
             "#!/bin/sh\ncase \"$1\" in --version) echo '2.0.0 (Claude Code)'; exit 0;; esac\n{counting}\nprintf '%s\\n' \"$@\" > '{dir}/args.'$n\nif [ $n = 1 ]; then cat '{first}'; else cat '{then}'; fi\n",
             counting = count_attempt(&count),
             dir = dir.display(),
             first = first_file.display(),
             then = then_file.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        )).unwrap();
     script
 }
 

@@ -45,8 +45,7 @@ fn two_agents_held_to_a_budget_run_at_once_under_a_pool_each_on_its_share() {
     env.init();
     let meet = meeting_dir(&env);
     let fake = env.temp.path().join("fake-claude");
-    fs::write(&fake, MEETING_CLAUDE).unwrap();
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    reprise_testkit::write_executable(&fake, MEETING_CLAUDE).unwrap();
     let plan = write_plan(
         &env,
         "pooled",

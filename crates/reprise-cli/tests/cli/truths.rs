@@ -139,18 +139,13 @@ fn fake_codex(dir: &Path, ids: &[&str]) -> PathBuf {
         cases.push_str(&format!("{}) id={id};; ", index + 1));
     }
     let script = dir.join("codex");
-    fs::write(
-        &script,
-        format!(
+    reprise_testkit::write_executable(&script, &format!(
             "#!/bin/sh\ncase \"$1\" in --version) echo 'codex-cli 0.50.0'; exit 0;; esac\n{counting}\ncase $n in {cases}esac\n\
              printf '%s\\n' '{{\"type\":\"thread.started\",\"thread_id\":\"'$id'\"}}' '{{\"type\":\"turn.started\"}}' \
              '{{\"type\":\"item.completed\",\"item\":{{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"DONE\"}}}}' \
              '{{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":10,\"cached_input_tokens\":0,\"output_tokens\":1}}}}'\n",
             counting = count_attempt(&count),
-        ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        )).unwrap();
     script
 }
 

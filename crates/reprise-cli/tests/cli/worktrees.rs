@@ -286,12 +286,11 @@ fn user_branches_survive_byte_identical_and_hooks_never_run() {
         "reference-transaction",
     ] {
         let path = env.project().join(".git/hooks").join(hook);
-        fs::write(
+        reprise_testkit::write_executable(
             &path,
-            format!("#!/bin/sh\necho {hook} >> '{}'\n", marker.display()),
+            &format!("#!/bin/sh\necho {hook} >> '{}'\n", marker.display()),
         )
         .unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
     }
     let before = git(
         &env,
