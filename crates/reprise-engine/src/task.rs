@@ -685,14 +685,7 @@ impl TaskRun<'_> {
                 (taxonomy::AttemptOutcome::Infra(*kind), None, Vec::new())
             }
             AttemptOutcome::Replied { exit_code, reply } => {
-                let unjudged = match taxonomy::needs_context(reply) {
-                    Some(what) => Some(taxonomy::AttemptOutcome::NeedsContext(what.to_owned())),
-                    None if *exit_code != 0 => Some(agent_exit_outcome(*exit_code, reply)),
-                    None => None,
-                };
-                match unjudged {
-                    // The agent asked for more, or exited non-zero: no gate
-                    // runs.
+                match unjudged_reply(*exit_code, reply) {
                     Some(outcome) => (outcome, Some(*exit_code), Vec::new()),
                     None => {
                         let gates_started = Instant::now();
@@ -1171,6 +1164,17 @@ fn mint() -> Option<Nonce> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;
     Some(Nonce::new(bytes))
+}
+
+/// What a reply comes to without its gates, which do not run on it: a
+/// request for more context, or an agent that exited non-zero. `None` for a
+/// reply the gates judge.
+fn unjudged_reply(exit_code: i32, reply: &str) -> Option<taxonomy::AttemptOutcome> {
+    match taxonomy::needs_context(reply) {
+        Some(what) => Some(taxonomy::AttemptOutcome::NeedsContext(what.to_owned())),
+        None if exit_code != 0 => Some(agent_exit_outcome(exit_code, reply)),
+        None => None,
+    }
 }
 
 /// An agent that exited non-zero: a verdict on its work when it replied,

@@ -79,11 +79,11 @@ impl Executor<'_, '_> {
     ) -> Result<(AttemptSummary, Classified, bool)> {
         let run = self.run;
         let task = run.task;
-        // The gates run only on a reply that is not a request for context.
+        // The gates run only on a reply `judge` does not settle without them.
         let judged_by_gates = matches!(
             &report.outcome,
-            AttemptOutcome::Replied { exit_code: 0, reply }
-                if reprise_core::outcome::needs_context(reply).is_none()
+            AttemptOutcome::Replied { exit_code, reply }
+                if super::unjudged_reply(*exit_code, reply).is_none()
         );
         if judged_by_gates && !task.gates.is_empty() {
             run.emit(Event::Phase {
