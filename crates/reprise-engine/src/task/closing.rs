@@ -6,7 +6,6 @@ use reprise_core::rows::TaskFinished;
 use reprise_store::audit::seal_journal_after;
 use reprise_store::state::now_rfc3339;
 
-use super::bodies::status_row;
 use super::executor::Executor;
 use crate::checkpoints;
 use crate::error::Result;
@@ -67,7 +66,7 @@ impl Executor<'_, '_> {
             &now_rfc3339(),
             &TaskFinished {
                 run_id: run.run_id.to_owned(),
-                state: status_row(self.result.status),
+                state: self.result.status,
                 reason: self.result.reason.clone(),
                 attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
                 spent_micro_usd: self.result.spent_micro_usd,

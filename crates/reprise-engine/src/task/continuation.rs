@@ -20,7 +20,7 @@ use reprise_store::journal::Journal;
 use reprise_store::snapshot::Checkpoint;
 use reprise_store::state::{StateDir, now_rfc3339};
 
-use super::bodies::{status_of, summary_of};
+use super::bodies::summary_of;
 use super::executor::Executor;
 use super::{NextAttempt, TaskResult, TaskRun};
 use crate::error::{EngineError, Result};
@@ -536,9 +536,7 @@ impl TaskRun<'_> {
         let finished = body::<TaskFinished>(finished);
         result.status = finished
             .as_ref()
-            .map_or(crate::state::TaskStatus::Failed, |finished| {
-                status_of(finished.state)
-            });
+            .map_or(crate::state::TaskStatus::Failed, |finished| finished.state);
         result.reason = finished.and_then(|finished| finished.reason);
         result.judged = taken.attempts.last().is_some_and(|attempt| attempt.judged);
         result.spent_micro_usd = taken
