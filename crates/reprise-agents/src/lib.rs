@@ -26,6 +26,7 @@ mod outcome;
 mod park;
 mod process;
 mod request;
+mod rulesets;
 mod sim;
 pub mod supervise;
 

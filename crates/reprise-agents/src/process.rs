@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -31,7 +32,7 @@ use crate::outcome::{
 };
 use crate::park::{Clock, last_words, settle_usage_limit};
 use crate::request::{AttemptRequest, CancelToken, Watch};
-use crate::supervise::{Supervision, record_finished, supervisor_args};
+use crate::supervise::{Handover, Supervision, record_finished, supervised_command};
 
 /// How much of each output stream is kept; the rest is counted, not stored.
 pub(crate) const OUTPUT_CAP_BYTES: usize = 16 << 20;
@@ -134,15 +135,32 @@ pub(crate) fn run_process(
     watch: Watch,
 ) -> io::Result<Finished> {
     let started = Instant::now();
-    let mut child = command_for(invocation, cwd, supervision)?.spawn()?;
+    let (mut command, handover) = command_for(invocation, cwd, supervision)?;
+    let mut child = command.spawn()?;
     let pid = Pid::from_child(&child);
+    let mut prompt_pipe = None;
+    if let Some(handover) = handover {
+        match hand_over(handover, &invocation.stdin) {
+            Ok(pipe) => prompt_pipe = pipe,
+            Err(err) => {
+                let _ = kill_process_group(pid, Signal::KILL);
+                let _ = child.wait();
+                return Err(err);
+            }
+        }
+    }
     // The supervisor records itself before it starts the program (one
     // that cannot does not start it); the record goes once it is reaped.
     let records = supervision.and_then(|supervision| supervision.records.as_deref());
 
     // Written on its own thread: a child that does not read stdin must not
     // block the driver. The thread ends when the pipe's reader is gone.
-    if let (Some(mut pipe), Stdin::Text(text)) = (child.stdin.take(), &invocation.stdin) {
+    let pipe = child
+        .stdin
+        .take()
+        .map(|stdin| std::fs::File::from(OwnedFd::from(stdin)))
+        .or(prompt_pipe);
+    if let (Some(mut pipe), Stdin::Text(text)) = (pipe, &invocation.stdin) {
         let text = text.clone();
         thread::spawn(move || {
             let _ = pipe.write_all(text.as_bytes());
@@ -187,14 +205,32 @@ pub(crate) fn run_process(
     })
 }
 
+/// Sends a spawned supervisor its ruleset and the program's stdin: the
+/// read end of a pipe for a prompt (its write end returned, to write the
+/// prompt into), else `/dev/null`.
+fn hand_over(handover: Handover, stdin: &Stdin) -> io::Result<Option<std::fs::File>> {
+    match stdin {
+        Stdin::Null => {
+            handover.send(std::fs::File::open("/dev/null")?.into())?;
+            Ok(None)
+        }
+        Stdin::Text(_) => {
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+            handover.send(read)?;
+            Ok(Some(write.into()))
+        }
+    }
+}
+
 /// The command that runs `invocation` in `cwd`, in its own process group,
-/// under the supervisor when there is one.
+/// under the supervisor when there is one, and the handover the spawned
+/// supervisor is to be sent when its sandbox's ruleset was prepared.
 fn command_for(
     invocation: &Invocation,
     cwd: &Path,
     supervision: Option<&Supervision>,
-) -> io::Result<Command> {
-    let mut command = match supervision {
+) -> io::Result<(Command, Option<Handover>)> {
+    let (mut command, handover) = match supervision {
         Some(supervision) => {
             // The supervisor would only fail later, inside the attempt: a
             // program that cannot be found is a spawn error, as it is without it.
@@ -208,18 +244,12 @@ fn command_for(
                     ),
                 ));
             }
-            let mut command = Command::new(&supervision.supervisor);
-            command.args(supervisor_args(
-                supervision,
-                &invocation.program,
-                &invocation.args,
-            ));
-            command
+            supervised_command(supervision, &invocation.program, &invocation.args)
         }
         None => {
             let mut command = Command::new(&invocation.program);
             command.args(&invocation.args);
-            command
+            (command, None)
         }
     };
     // The child starts from an allow-list of reprise's environment, not
@@ -234,14 +264,18 @@ fn command_for(
         ))
         .envs(invocation.env.iter().map(|(key, value)| (key, value)))
         .current_dir(cwd)
-        .stdin(match invocation.stdin {
-            Stdin::Null => Stdio::null(),
-            Stdin::Text(_) => Stdio::piped(),
-        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    Ok(command)
+    // With a handover the supervisor's stdin is its socket, and the
+    // program's stdin travels on it.
+    if handover.is_none() {
+        command.stdin(match invocation.stdin {
+            Stdin::Null => Stdio::null(),
+            Stdin::Text(_) => Stdio::piped(),
+        });
+    }
+    Ok((command, handover))
 }
 
 /// Watches the child led by `pid` until it exits, `cancel` fires, the

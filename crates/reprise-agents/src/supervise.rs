@@ -56,6 +56,8 @@ use rustix::process::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use crate::rulesets::Handover;
+
 /// The binary, installed beside `reprise`, that runs the two hops.
 pub const SUPERVISOR_BINARY: &str = "reprise-supervisor";
 /// The subcommand of the supervisor binary that supervises one attempt
@@ -91,7 +93,7 @@ pub struct Supervision {
 
 /// What a contained process may touch. Everything not hidden stays
 /// readable; only `writable` (and a few device files) may be written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SandboxRules {
     /// Trees reprise gives the process to read and write: the worktree,
     /// the attempt's `TMPDIR`, the CLI's config home. A writable tree inside
@@ -174,11 +176,43 @@ struct Spec {
     /// so a dead reprise never leaves an unrecorded program behind.
     #[serde(default)]
     records: Option<PathBuf>,
+    /// Whether the supervisor's stdin is the socket on which the driver
+    /// hands over the sandbox's ruleset, built once for every process with
+    /// the same rules, and the program's stdin (`crate::rulesets`);
+    /// otherwise the supervisor builds the ruleset itself.
+    #[serde(default)]
+    handoff: bool,
+}
+
+/// The command that runs `program args` through `supervision`'s
+/// supervisor, with the sandbox's ruleset prepared for it when it has one
+/// (built once for every process with the same rules; the supervisor builds
+/// its own when there is none). With a [`Handover`], the command's stdin is
+/// taken: set no other, and once it is spawned send the handover the stdin
+/// meant for the program.
+pub fn supervised_command(
+    supervision: &Supervision,
+    program: &Path,
+    args: &[String],
+) -> (Command, Option<Handover>) {
+    let mut command = Command::new(&supervision.supervisor);
+    let handover = supervision
+        .sandbox
+        .as_ref()
+        .and_then(|rules| Handover::attach(rules, &mut command));
+    command.args(supervisor_args(
+        supervision,
+        handover.is_some(),
+        program,
+        args,
+    ));
+    (command, handover)
 }
 
 /// The argv (after the program) that runs `program args` under `supervision`.
 pub(crate) fn supervisor_args(
     supervision: &Supervision,
+    handoff: bool,
     program: &Path,
     args: &[String],
 ) -> Vec<OsString> {
@@ -188,6 +222,7 @@ pub(crate) fn supervisor_args(
         parent_death: supervision.parent_death,
         sandbox: supervision.sandbox.clone(),
         records: supervision.records.clone(),
+        handoff,
     };
     let mut argv: Vec<OsString> = vec![
         SUPERVISE_COMMAND.into(),
@@ -262,17 +297,23 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     ] {
         register(signal, stops).map_err(SuperviseError::Spawn)?;
     }
-    // The ruleset is built here, before the fork (it allocates and opens
-    // files); the child only enforces it on itself before its exec.
+    // The ruleset the driver prepared for these rules, or else one built
+    // here, before the fork (it allocates and opens files); the child only
+    // enforces it on itself before its exec.
+    let mut command = Command::new(&program);
+    command.args(&rest);
     let (ruleset, opened) = match &spec.sandbox {
+        Some(_) if spec.handoff => {
+            let (ruleset, stdin) = crate::rulesets::receive().map_err(SuperviseError::Spawn)?;
+            command.stdin(stdin);
+            (Some(Enforce::Handed(ruleset)), Vec::new())
+        }
         Some(rules) => {
             let sandbox = build_sandbox(rules).map_err(SuperviseError::Landlock)?;
-            (Some(sandbox.ruleset), sandbox.opened)
+            (Some(Enforce::Built(sandbox.ruleset)), sandbox.opened)
         }
         None => (None, Vec::new()),
     };
-    let mut command = Command::new(&program);
-    command.args(&rest);
     contain_child(&mut command, me, spec.parent_death, ruleset);
     let child = command
         .spawn()
@@ -502,9 +543,14 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// `reprise __contain SPEC -- PROGRAM ARGS...`: takes the parent-death
-/// signal, applies the sandbox to itself and execs the program. Returns only
-/// on failure.
+/// A ruleset the program's child side enforces on itself.
+enum Enforce {
+    /// Built by this supervisor.
+    Built(landlock::RulesetCreated),
+    /// Prepared by the driver and handed over (`crate::rulesets`).
+    Handed(std::os::fd::OwnedFd),
+}
+
 /// Has the child `command` starts take a parent-death signal (SIGKILL)
 /// from the supervisor, check the supervisor is still its parent, and
 /// enforce `sandbox` on itself, all between its fork and its exec. A spawn
@@ -515,7 +561,7 @@ fn contain_child(
     command: &mut Command,
     supervisor: Pid,
     parent_death: bool,
-    sandbox: Option<landlock::RulesetCreated>,
+    sandbox: Option<Enforce>,
 ) {
     let mut sandbox = sandbox;
     let step = move || -> io::Result<()> {
@@ -525,9 +571,20 @@ fn contain_child(
         if getppid() != Some(supervisor) {
             return Err(Errno::SRCH.into());
         }
-        if let Some(ruleset) = sandbox.take()
-            && ruleset.restrict_self().is_err()
-        {
+        let enforced = match sandbox.take() {
+            None => true,
+            Some(Enforce::Built(ruleset)) => ruleset.restrict_self().is_ok(),
+            Some(Enforce::Handed(ruleset)) => {
+                rustix::thread::set_no_new_privs(true)?;
+                // SAFETY: a plain system call on a descriptor this closure
+                // owns; it neither allocates nor touches memory.
+                let done = unsafe {
+                    libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
+                };
+                done == 0
+            }
+        };
+        if !enforced {
             return Err(Errno::NOTRECOVERABLE.into());
         }
         Ok(())
@@ -537,8 +594,9 @@ fn contain_child(
     // supervisor has none (it waits through a socket pair and signal
     // handlers, see `supervise_main`), and `step` makes system calls only:
     // prctl(PR_SET_PDEATHSIG), getppid, prctl(PR_SET_NO_NEW_PRIVS) and
-    // landlock_restrict_self on the ruleset built before the fork; on
-    // success it neither allocates nor takes a lock. Its errors are plain
+    // landlock_restrict_self on the ruleset built before the fork or handed
+    // over by the driver; on success it neither allocates nor takes a lock
+    // (dropping the taken ruleset closes a descriptor). Its errors are plain
     // errnos. This replaced a second exec of the supervisor binary (a
     // `__contain` hop) that did the same from a fresh process: the measured
     // need is the spawn's cost (`scripts/bench-containment`).
@@ -549,19 +607,28 @@ fn contain_child(
 
 /// A Landlock ruleset ready to be enforced, and the descriptors its rules
 /// were added through.
-struct Sandbox {
-    ruleset: landlock::RulesetCreated,
+pub(crate) struct Sandbox {
+    pub(crate) ruleset: landlock::RulesetCreated,
     /// One `O_PATH` descriptor per rule. The kernel holds what each rule
     /// names by itself once the rule is added, so these only need closing;
     /// they are closed after the program has started (`Sandbox::opened`),
     /// off the path to its exec: a close per rule was a tenth of the spawn.
     opened: Vec<PathFd>,
+    /// The directories read to cut the hidden trees out: a change to any
+    /// of them can change the rules (`crate::rulesets` watches them).
+    pub(crate) walked: Vec<PathBuf>,
+}
+
+/// Builds the Landlock ruleset for `rules` and lets it go: what one build
+/// costs (`scripts/bench-containment` reports it beside the spawns).
+pub fn build_ruleset(rules: &SandboxRules) -> Result<(), String> {
+    build_sandbox(rules).map(drop)
 }
 
 /// Builds the Landlock ruleset for `rules`, ready to be enforced: every
 /// tree not hidden is readable, the writable ones writable. Nothing is
 /// enforced yet.
-fn build_sandbox(rules: &SandboxRules) -> Result<Sandbox, String> {
+pub(crate) fn build_sandbox(rules: &SandboxRules) -> Result<Sandbox, String> {
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let ruleset = Ruleset::default()
@@ -569,16 +636,18 @@ fn build_sandbox(rules: &SandboxRules) -> Result<Sandbox, String> {
         .and_then(|ruleset| ruleset.scope(Scope::Signal))
         .and_then(Ruleset::create)
         .map_err(|err| err.to_string())?;
-    let mut sandbox = Sandbox {
-        ruleset,
-        opened: Vec::with_capacity(128),
-    };
     let hidden: Vec<PathBuf> = rules
         .hidden
         .iter()
         .filter_map(|path| path.canonicalize().ok())
         .collect();
-    for path in granted_roots(Path::new("/"), &hidden) {
+    let (roots, walked) = granted_roots(Path::new("/"), &hidden);
+    let mut sandbox = Sandbox {
+        ruleset,
+        opened: Vec::with_capacity(roots.len() + 16),
+        walked: walked.into_iter().collect(),
+    };
+    for path in roots {
         sandbox.grant(&path, read)?;
     }
     // The device files reprise grants for convenience, and `/dev/shm` when
@@ -670,19 +739,20 @@ impl Sandbox {
 /// The trees that together grant `top` except `hidden` (canonical paths):
 /// Landlock only grants, so a hidden tree inside `top` is cut out by
 /// granting each sibling along the way down to it instead of `top` itself.
-/// Nothing when `top` is itself inside a hidden tree.
-fn granted_roots(top: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
+/// Nothing when `top` is itself inside a hidden tree. Also the
+/// directories the walk read.
+fn granted_roots(top: &Path, hidden: &[PathBuf]) -> (Vec<PathBuf>, BTreeSet<PathBuf>) {
     let real = top.canonicalize().unwrap_or_else(|_| top.to_path_buf());
+    let mut walked = BTreeSet::new();
     if hidden.iter().any(|secret| real.starts_with(secret)) {
-        return Vec::new();
+        return (Vec::new(), walked);
     }
     if !hidden.iter().any(|secret| secret.starts_with(&real)) {
-        return vec![top.to_path_buf()];
+        return (vec![top.to_path_buf()], walked);
     }
     let mut roots = Vec::new();
-    let mut walked = BTreeSet::new();
     walk_granted(&real, hidden, &mut walked, &mut roots);
-    roots
+    (roots, walked)
 }
 
 fn walk_granted(
@@ -917,7 +987,8 @@ mod tests {
             base.join("project/.reprise"),
             base.join("home/.local/state/reprise"),
         ];
-        let roots = granted_roots(Path::new("/"), &hidden);
+        let (roots, walked) = granted_roots(Path::new("/"), &hidden);
+        assert!(walked.contains(&base.join("project")), "{walked:?}");
         assert!(roots.contains(&base.join("project/src")), "{roots:?}");
         assert!(roots.contains(&base.join("project/README")));
         assert!(roots.contains(&PathBuf::from("/usr")) || !Path::new("/usr").exists());
@@ -942,7 +1013,12 @@ mod tests {
             records: None,
             parent_death: true,
         };
-        let argv = supervisor_args(&supervision, Path::new("sh"), &["-c".into(), "x".into()]);
+        let argv = supervisor_args(
+            &supervision,
+            false,
+            Path::new("sh"),
+            &["-c".into(), "x".into()],
+        );
         assert_eq!(argv[0], SUPERVISE_COMMAND);
         let (spec, program, rest) = split_args(&argv[1..], SUPERVISE_COMMAND).expect("split");
         let spec: Spec = serde_json::from_str(&spec).expect("spec");

@@ -1,7 +1,10 @@
 //! What supervision and containment cost per attempt: the median wall time
 //! of 100 spawns of `true`, run directly (the reference), through the
-//! supervisor without a sandbox (`containment: off`), and through the
-//! supervisor with the Landlock sandbox (`containment: strict`). Run by
+//! supervisor without a sandbox (`containment: off`), through the
+//! supervisor with the Landlock sandbox (`containment: strict`) built by the
+//! supervisor, and the same with the ruleset the driver prepared and hands
+//! over (as every process after the first with the same rules gets it), plus
+//! the driver's one build of that ruleset. Run by
 //! `scripts/bench-containment`, which may name other supervisor binaries
 //! (another build's `reprise-supervisor`, or an older `reprise`, which ran
 //! the same `__supervise` itself): each is measured too, in the same rounds,
@@ -9,8 +12,8 @@
 
 #![allow(clippy::print_stdout)]
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reprise-supervisor");
@@ -19,12 +22,12 @@ const SPAWNS: usize = 100;
 /// The median of each command's wall time over `SPAWNS` rounds, each round
 /// one spawn of every command in turn (so a burst of load on the machine
 /// falls on all of them alike).
-fn medians(commands: &mut [Box<dyn FnMut() -> Command + '_>]) -> Vec<Duration> {
+fn medians(commands: &mut [Box<dyn FnMut() -> ExitStatus + '_>]) -> Vec<Duration> {
     let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(SPAWNS); commands.len()];
     for _ in 0..SPAWNS {
         for (command, times) in commands.iter_mut().zip(&mut times) {
             let started = Instant::now();
-            let status = command().status().expect("spawn");
+            let status = command();
             let elapsed = started.elapsed();
             assert!(status.success(), "{status}");
             times.push(elapsed);
@@ -72,17 +75,43 @@ fn main() {
         "writable": [worktree, tmp],
         "hidden": [temp.path().join("project/.reprise"), key_dir],
     });
+    let prepared = reprise_agents::Supervision {
+        supervisor: PathBuf::from(BIN),
+        sandbox: Some(reprise_agents::SandboxRules {
+            writable: vec![worktree, tmp],
+            granted: Vec::new(),
+            hidden: vec![temp.path().join("project/.reprise"), key_dir],
+            writable_shm: false,
+        }),
+        records: None,
+        parent_death: true,
+    };
     let supervisors: Vec<&str> = std::iter::once(BIN)
         .chain(others.iter().map(String::as_str))
         .collect();
-    let mut commands: Vec<Box<dyn FnMut() -> Command + '_>> =
-        vec![Box::new(|| Command::new("true"))];
+    let status = |mut command: Command| command.status().expect("spawn");
+    let mut commands: Vec<Box<dyn FnMut() -> ExitStatus + '_>> = vec![
+        Box::new(|| status(Command::new("true"))),
+        Box::new(|| {
+            let (mut command, handover) =
+                reprise_agents::supervise::supervised_command(&prepared, Path::new("true"), &[]);
+            let mut child = command.spawn().expect("spawn");
+            let null = std::fs::File::open("/dev/null").expect("/dev/null");
+            handover
+                .expect("a ruleset")
+                .send(null.into())
+                .expect("handover");
+            child.wait().expect("wait")
+        }),
+    ];
     for &supervisor in &supervisors {
         commands.push(Box::new(move || {
-            supervised(supervisor, serde_json::Value::Null)
+            status(supervised(supervisor, serde_json::Value::Null))
         }));
         let rules = &rules;
-        commands.push(Box::new(move || supervised(supervisor, rules.clone())));
+        commands.push(Box::new(move || {
+            status(supervised(supervisor, rules.clone()))
+        }));
     }
     let times = medians(&mut commands);
     let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
@@ -92,7 +121,7 @@ fn main() {
         ms(times[0])
     );
     for (index, supervisor) in supervisors.iter().enumerate() {
-        let (off, strict) = (times[1 + 2 * index], times[2 + 2 * index]);
+        let (off, strict) = (times[2 + 2 * index], times[3 + 2 * index]);
         println!("through {}", Path::new(supervisor).display());
         println!("  supervised, containment off:        {:.3} ms", ms(off));
         println!("  supervised, containment strict:     {:.3} ms", ms(strict));
@@ -104,5 +133,25 @@ fn main() {
             "  supervision and sandbox (strict - direct): {:.3} ms",
             ms(strict.saturating_sub(times[0]))
         );
+        if index == 0 {
+            println!(
+                "  supervised, strict, ruleset handed over by the driver: {:.3} ms",
+                ms(times[1])
+            );
+        }
     }
+    let builds: Vec<Duration> = (0..SPAWNS)
+        .map(|_| {
+            let started = Instant::now();
+            reprise_agents::supervise::build_ruleset(prepared.sandbox.as_ref().expect("rules"))
+                .expect("ruleset");
+            started.elapsed()
+        })
+        .collect();
+    let mut builds = builds;
+    builds.sort();
+    println!(
+        "the driver's build of that ruleset, once per set of rules: {:.3} ms",
+        ms(builds[SPAWNS / 2])
+    );
 }

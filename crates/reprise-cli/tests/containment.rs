@@ -1806,3 +1806,61 @@ fn the_supervisor_records_itself_before_the_program_runs() {
     assert_ne!(supervisor, i64::from(std::process::id()));
     assert!(fs::exists(records.join(format!("{supervisor}.json"))).unwrap());
 }
+
+/// What a contained process writes to `NAME` in its worktree about its
+/// descriptors and its supervisor's: a shell script for a plan.
+fn fd_survey(name: &str) -> String {
+    format!(
+        "{{ echo \"stdin $(readlink /proc/self/fd/0)\"; \
+         for f in /proc/self/fd/*; do echo \"fd $(readlink $f)\"; done; \
+         ls -l /proc/$PPID/fd/ 2>&1 | sed 's/^/parent /'; \
+         for f in /proc/$PPID/fd/*; do head -c 64 $f </dev/null 2>&1 | sed 's/^/opened /'; done; \
+         echo \"spec $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"; }} > {name}"
+    )
+}
+
+/// The driver builds each sandbox's ruleset once and hands it to every
+/// supervisor with the same rules. A ruleset's descriptor can add rules to
+/// it, so a program holding one could open the state directory for the
+/// next process: neither the agent nor a gate may find one among its own
+/// descriptors or its supervisor's, and none gets the handover's socket.
+#[test]
+fn no_contained_process_can_reach_the_ruleset_its_supervisor_was_handed() {
+    let env = Env::git();
+    assert_success(&env.run(&["init"]));
+    env.plan(&format!(
+        r#"
+version: 1
+name: handover
+defaults: {{ agent: command, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: survey
+    prompt: "p"
+    command: ["sh", "-c", {agent:?}]
+    gates:
+      - {{ name: first, run: {first:?} }}
+      - {{ name: second, run: {second:?} }}
+"#,
+        agent = fd_survey("seen-agent.txt"),
+        first = fd_survey("seen-first.txt"),
+        second = fd_survey("seen-second.txt"),
+    ));
+    let output = env.run(&["run", "plan.yaml", "--keep-worktrees", "--json"]);
+    assert_success(&output);
+    let worktree = worktree_of(&env, "survey");
+    for name in ["seen-agent.txt", "seen-first.txt", "seen-second.txt"] {
+        let seen = fs::read_to_string(worktree.join(name)).unwrap();
+        assert!(
+            seen.contains("\"handoff\":true"),
+            "{name}: the supervisor was not handed its ruleset:\n{seen}"
+        );
+        assert!(
+            !seen.contains("landlock-ruleset"),
+            "{name}: a ruleset is within reach:\n{seen}"
+        );
+        assert!(
+            !seen.lines().any(|line| line.starts_with("stdin socket:")),
+            "{name}: the handover's socket is the program's stdin:\n{seen}"
+        );
+    }
+}
