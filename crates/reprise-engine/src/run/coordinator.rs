@@ -525,7 +525,7 @@ impl<'a, 'k> Coordinator<'a, 'k> {
         let (plan, options) = (shared.plan, &shared.options);
         let run = TaskRun {
             state: shared.state,
-            key: options.key.clone(),
+            signing: crate::evidence::Signing::Key(options.key.clone()),
             run_id: options.run_id.as_str(),
             plan: plan.id(),
             task,

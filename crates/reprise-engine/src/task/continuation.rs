@@ -272,8 +272,12 @@ impl TaskRun<'_> {
         // before anything is made or written, and a refusal leaves the
         // task parked as it was.
         if let Continuation::Resume { point, .. } = continuation
-            && let Err(refusal) =
-                crate::resume::recheck_before_resume(self.state, &self.key, &key, point)
+            && let Err(refusal) = crate::resume::recheck_before_resume(
+                self.state,
+                self.key_file("resuming a park")?,
+                &key,
+                point,
+            )
         {
             result.status = crate::state::TaskStatus::Suspended;
             result.reason = Some(refusal.to_string());
@@ -560,7 +564,8 @@ impl TaskRun<'_> {
                 .any(|seal| seal.seq == head.seq && seal.digest == head.digest)
         });
         if !sealed {
-            let mut audit = reprise_store::audit::AuditLog::open(self.state, self.key.clone())?;
+            let key_file = self.key_file("sealing a journal taken up again")?.clone();
+            let mut audit = reprise_store::audit::AuditLog::open(self.state, key_file)?;
             reprise_store::audit::seal_journal_after(
                 self.state,
                 &mut audit,

@@ -406,7 +406,7 @@ impl Executor<'_, '_> {
         (resource, detail): (Resource, &Value),
     ) -> Result<()> {
         crate::park::write_release(
-            &mut self.audit,
+            self.signer.audit("a park's release")?,
             &self.key,
             self.run.run_id,
             head.digest,
@@ -507,7 +507,12 @@ impl Executor<'_, '_> {
             )?;
         }
         crate::park::hold_at("suspend");
-        let receipt = crate::park::write_receipt(&mut self.audit, &self.key, &body, head)?;
+        let receipt = crate::park::write_receipt(
+            self.signer.audit("a park's receipt")?,
+            &self.key,
+            &body,
+            head,
+        )?;
         Ok(RecordedPark {
             body,
             head,

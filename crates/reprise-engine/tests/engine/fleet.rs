@@ -1,0 +1,309 @@
+//! A run's tasks on fleet workers: rows a worker ships are appended byte
+//! for byte and signed on the coordinator; a plan run through the remote
+//! seats ends as a local run does; the workspace travels through a git
+//! remote.
+
+use std::sync::mpsc::channel;
+
+use reprise_engine::{
+    Fleet, InProcessTransport, Outbox, Shipment, TaskOrder, WorkerHost, ingest, run_order,
+    run_plan_on_fleet,
+};
+use reprise_store::state::StateDir;
+
+use super::*;
+
+/// A worker host of `world`: its own state directory (no audit key) and
+/// its own project directory, under the world's temporary directory.
+fn host(world: &World, name: &str) -> WorkerHost {
+    let root = world
+        .aside
+        .parent()
+        .expect("temp")
+        .join(format!("host-{name}"));
+    fs::create_dir_all(root.join("project")).expect("host project");
+    let (state, _) = StateDir::create(&root.join(".reprise")).expect("host state");
+    WorkerHost {
+        host_id: name.to_owned(),
+        state,
+        project: root.join("project"),
+        supervisor: None,
+    }
+}
+
+/// The order for `task` of `plan_text` as a fresh run's coordinator
+/// would send it, in place (no base, no remote).
+fn order(world: &World, plan_text: &str, task: &str) -> TaskOrder {
+    let text = world.expand(plan_text);
+    let plan = parse_plan(&text, "plan.yaml").expect("plan");
+    *world.plan.borrow_mut() = Some(plan.id().clone());
+    TaskOrder {
+        run_id: new_run_id(),
+        plan_hash: TaskOrder::plan_hash(&text),
+        plan_text: text,
+        plan_file: "plan.yaml".to_owned(),
+        task: World::id(task),
+        base: None,
+        remote: None,
+        subdir: PathBuf::new(),
+        journal: String::new(),
+        envelope_micro_usd: None,
+        carried_reply: None,
+        retry_budget: None,
+        setup: Default::default(),
+        dependencies: Vec::new(),
+        keep_worktree: false,
+    }
+}
+
+/// Runs `order` on `host` and returns what it shipped, with the result.
+fn run_on(host: &WorkerHost, order: &TaskOrder) -> (Vec<Shipment>, reprise_engine::ShippedResult) {
+    let (ship, shipped) = channel();
+    let (events, _heard) = channel();
+    let result = run_order(host, order, Outbox::new(ship), &events, &CancelToken::new())
+        .expect("the worker runs the order");
+    (shipped.try_iter().collect(), result)
+}
+
+#[test]
+fn a_worker_s_shipped_rows_make_the_coordinator_s_journal_byte_for_byte_and_it_verifies() {
+    let world = World::new();
+    let worker = host(&world, "one");
+    let order = order(&world, WARM_PLAN, "greet");
+    let (shipped, result) = run_on(&worker, &order);
+    assert_eq!(result.status, TaskStatus::Passed);
+    assert_eq!(
+        result
+            .attempts
+            .iter()
+            .map(|a| a.mode.as_str())
+            .collect::<Vec<_>>(),
+        ["new", "warm"]
+    );
+    // The worker wrote its journal and nothing it would need the key for.
+    let key = world.key("greet");
+    assert!(
+        !worker.state.audit_path().exists(),
+        "a worker has no audit chain"
+    );
+    assert!(
+        !worker.state.spine_path(&key).exists(),
+        "a worker writes no spine"
+    );
+    assert_eq!(
+        shipped.last(),
+        Some(&Shipment::Intent {
+            intent: reprise_engine::AuditIntent::Seal
+        })
+    );
+
+    let ingested = ingest(
+        &world.fixture.state,
+        &world.fixture.key,
+        &key,
+        &[],
+        &shipped,
+    )
+    .expect("ingest");
+    assert!(ingested.sealed);
+    let worker_journal = fs::read(worker.state.journal_path(&key)).expect("worker journal");
+    assert_eq!(
+        ingested.rows,
+        worker_journal
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count() as u64
+    );
+    assert_eq!(
+        fs::read(world.fixture.state.journal_path(&key)).expect("coordinator journal"),
+        worker_journal,
+        "the coordinator's journal is the worker's, byte for byte"
+    );
+    // The decision is in all three chains on the coordinator, bound as a
+    // local run binds it, and everything verifies and is sealed.
+    let records = world.assert_recorded("greet");
+    assert_eq!(records.len(), 1);
+    world.assert_verified("greet");
+}
+
+#[test]
+fn a_tampered_or_unlinked_shipped_row_is_refused_and_nothing_after_it_is_taken() {
+    let world = World::new();
+    let worker = host(&world, "one");
+    let order = order(&world, WARM_PLAN, "greet");
+    let (shipped, _) = run_on(&worker, &order);
+    let key = world.key("greet");
+    let line = |shipment: &Shipment| match shipment {
+        Shipment::Row { line } => line.clone(),
+        Shipment::Intent { .. } => panic!("a row"),
+    };
+
+    // A body changed in transit: its hash no longer matches.
+    let mut tampered = shipped.clone();
+    tampered[1] = Shipment::Row {
+        line: line(&shipped[1]).replacen("\"run_id\":\"R-", "\"run_id\":\"X-", 1),
+    };
+    assert_ne!(tampered[1], shipped[1], "the row was changed");
+    let err = ingest(
+        &world.fixture.state,
+        &world.fixture.key,
+        &key,
+        &[],
+        &tampered,
+    )
+    .expect_err("a tampered row is refused");
+    assert!(err.to_string().contains("event_hash_mismatch"), "{err}");
+    let kept = fs::read_to_string(world.fixture.state.journal_path(&key)).expect("journal");
+    assert_eq!(kept, line(&shipped[0]), "only the row before it was taken");
+
+    // A row that skips one does not link to the coordinator's head.
+    let err = ingest(
+        &world.fixture.state,
+        &world.fixture.key,
+        &key,
+        &[],
+        &shipped[2..3],
+    )
+    .expect_err("an unlinked row is refused");
+    assert!(err.to_string().contains("seq_gap"), "{err}");
+    assert_eq!(
+        fs::read_to_string(world.fixture.state.journal_path(&key)).expect("journal"),
+        line(&shipped[0])
+    );
+}
+
+/// Three tasks, one failing its gate once and retried warm. One seat: in
+/// place, tasks running together would change each other's workspace (and
+/// a warm retry would go cold), here as in a local run.
+const FLEET_PLAN: &str = r#"
+version: 1
+name: fleet
+defaults: { agent: sim, timeout: 30s }
+seats: 1
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    retry_policy: warm
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" } }
+      - { reply: "DONE: it says hello.", write: { greeting.txt: "hello\n" } }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+  - id: count
+    prompt: "Create count.txt containing 3"
+    sim:
+      - { reply: "DONE", write: { count.txt: "3\n" } }
+    gates:
+      - { name: content, run: "grep -qx 3 count.txt", timeout: 10s }
+  - id: after
+    prompt: "Create after.txt"
+    depends_on: [greet, count]
+    sim:
+      - { reply: "DONE", write: { after.txt: "after\n" } }
+    gates:
+      - { name: there, run: "test -e after.txt", timeout: 10s }
+"#;
+
+impl World {
+    /// Runs `plan` on `fleet`'s workers, as `run` runs it here.
+    fn run_on_fleet(&self, plan: &str, fleet: &Fleet<'_>) -> Ran {
+        let text = self.expand(plan);
+        let parsed = parse_plan(&text, "plan.yaml").unwrap_or_else(|err| panic!("{err}"));
+        *self.plan.borrow_mut() = Some(parsed.id().clone());
+        let mut recorder = Recorder::default();
+        let state = run_plan_on_fleet(
+            &self.fixture.state,
+            &parsed,
+            RunOptions {
+                run_id: new_run_id(),
+                plan_path: PathBuf::from("plan.yaml"),
+                project: self.project.clone(),
+                seats: None,
+                retry_of: None,
+                retry_budget: None,
+                agent_setup: Default::default(),
+                key: self.fixture.key.clone(),
+                include_uncommitted: false,
+                supervisor: None,
+                continuing: None,
+                keep_worktrees: false,
+            },
+            &CancelToken::new(),
+            &mut recorder,
+            fleet,
+        )
+        .expect("fleet run");
+        assert_eq!(
+            load_run(&self.fixture.state, &state.run_id).expect("state.json"),
+            state
+        );
+        Ran {
+            state,
+            events: recorder.0,
+        }
+    }
+}
+
+/// A task's id, state, and its attempts' modes and outcomes.
+type TaskSummary = (String, TaskStatus, Vec<(String, Outcome)>);
+
+/// What a run's summary says of each task: its state, its attempts'
+/// modes and outcomes.
+fn summary(ran: &Ran) -> Vec<TaskSummary> {
+    ran.state
+        .tasks
+        .iter()
+        .map(|task| {
+            (
+                task.task_id.to_string(),
+                task.state,
+                task.attempts
+                    .iter()
+                    .map(|attempt| (attempt.mode.clone(), attempt.outcome))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_plan_on_two_in_process_workers_ends_as_a_local_run_with_chains_that_verify() {
+    let local = World::new();
+    let here = local.run(FLEET_PLAN);
+
+    let world = World::new();
+    let transport = InProcessTransport::start(
+        vec![host(&world, "one"), host(&world, "two")],
+        &CancelToken::new(),
+    );
+    let fleet = Fleet {
+        transport: &transport,
+        remote: None,
+        plan_text: world.expand(FLEET_PLAN),
+    };
+    let there = world.run_on_fleet(FLEET_PLAN, &fleet);
+
+    assert_eq!(there.state.ok, Some(true));
+    assert_eq!(there.state.ok, here.state.ok);
+    assert_eq!(summary(&there), summary(&here));
+    let greet = task(&there, "greet");
+    assert_eq!(
+        session(&greet.attempts[1]),
+        session(&greet.attempts[0]),
+        "the warm retry resumed its session on the host that held it"
+    );
+    // Every task's evidence is on the coordinator, signed there, and whole.
+    assert_eq!(world.assert_recorded("greet").len(), 1);
+    for id in ["greet", "count", "after"] {
+        world.assert_verified(id);
+    }
+    // The events a local run reports were relayed.
+    let finished = |ran: &Ran| {
+        ran.events
+            .iter()
+            .filter(|event| matches!(event, Event::TaskFinished { .. }))
+            .count()
+    };
+    assert_eq!(finished(&there), 3);
+    assert_eq!(finished(&there), finished(&here));
+}
