@@ -307,3 +307,108 @@ fn a_plan_on_two_in_process_workers_ends_as_a_local_run_with_chains_that_verify(
     assert_eq!(finished(&there), 3);
     assert_eq!(finished(&there), finished(&here));
 }
+
+/// A bare repository beside `world`'s project: the remote every host reaches.
+fn bare_remote(world: &World) -> String {
+    let remote = world.aside.parent().expect("temp").join("remote.git");
+    let status = Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&remote)
+        .status()
+        .expect("git");
+    assert!(status.success());
+    remote.display().to_string()
+}
+
+/// `path` as `rev` holds it in the project's repository.
+fn shown(world: &World, rev: &str, path: &str) -> String {
+    let output = Command::new("git")
+        .args(["show", &format!("{rev}:{path}")])
+        .current_dir(&world.project)
+        .output()
+        .expect("git");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+const WORKTREE_PLAN: &str = r#"
+version: 1
+name: travel
+defaults: { agent: sim, timeout: 30s }
+seats: 2
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    retry_policy: warm
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" } }
+      - { reply: "DONE: it says hello.", write: { greeting.txt: "hello\n" } }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+  - id: count
+    prompt: "Create count.txt containing 3"
+    sim:
+      - { reply: "DONE", write: { count.txt: "3\n" } }
+    gates:
+      - { name: content, run: "grep -qx 3 count.txt", timeout: 10s }
+  - id: after
+    prompt: "Create after.txt, beside greeting.txt and count.txt"
+    depends_on: [greet, count]
+    sim:
+      - { reply: "DONE", write: { after.txt: "after\n" } }
+    gates:
+      - { name: both, run: "grep -qx hello greeting.txt && grep -qx 3 count.txt", timeout: 10s }
+"#;
+
+#[test]
+fn the_workspace_travels_through_a_git_remote_and_results_apply_as_after_a_local_run() {
+    let local = World::git();
+    let here = local.run(WORKTREE_PLAN);
+
+    let world = World::git();
+    let remote = bare_remote(&world);
+    let transport = InProcessTransport::start(
+        vec![host(&world, "one"), host(&world, "two")],
+        &CancelToken::new(),
+    );
+    let fleet = Fleet {
+        transport: &transport,
+        remote: Some(remote),
+        plan_text: world.expand(WORKTREE_PLAN),
+    };
+    let there = world.run_on_fleet(WORKTREE_PLAN, &fleet);
+    assert_eq!(there.state.ok, Some(true), "{:?}", summary(&there));
+    assert_eq!(summary(&there), summary(&here));
+
+    // Each result branch was fetched into the project's repository, named
+    // as a local run names it; the dependent started from both results.
+    let run_id = &there.state.run_id;
+    let after = task(&there, "after").output.clone().expect("a result");
+    assert_eq!(
+        after.branch.as_deref(),
+        Some(format!("reprise/{run_id}/after").as_str())
+    );
+    assert_eq!(
+        shown(&world, &format!("reprise/{run_id}/greet"), "greeting.txt"),
+        "hello\n"
+    );
+    assert_eq!(
+        shown(&world, &format!("reprise/{run_id}/after"), "count.txt"),
+        "3\n"
+    );
+    for id in ["greet", "count", "after"] {
+        world.assert_verified(id);
+    }
+
+    // `diff` and `apply` work on them as after a local run.
+    let report = reprise_engine::diff(
+        &world.fixture.state,
+        &there.state,
+        Some(&World::id("after")),
+    )
+    .expect("diff");
+    assert!(format!("{report:?}").contains("after.txt"), "{report:?}");
+    let plan = reprise_engine::plan_apply(&there.state, None, None).expect("plan apply");
+    reprise_engine::apply(&plan).expect("apply");
+    assert_eq!(shown(&world, "HEAD", "after.txt"), "after\n");
+    assert_eq!(shown(&world, "HEAD", "greeting.txt"), "hello\n");
+}
