@@ -59,7 +59,8 @@ pub use park::{
 pub use records::{DecisionRow, read_decisions};
 pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
 pub use run::fleet::{
-    InProcessTransport, Report, ShippedResult, TaskOrder, Transport, WorkerHost, run_order,
+    InProcessHost, InProcessTransport, Report, ShippedResult, TaskOrder, Transport, WorkerHost,
+    run_order,
 };
 pub use run::{
     AgentSetup, Continuing, Fleet, Resume, RunOptions, Supervisor, load_plan, lock_tasks,

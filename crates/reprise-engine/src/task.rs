@@ -98,6 +98,10 @@ pub(crate) struct TaskRun<'a> {
     /// What the run knows of the task's attempts that the task does not,
     /// for its checkpoints.
     pub(crate) context: HeldContext,
+    /// A fleet task taken over after its host was lost: the sessions and
+    /// file checkpoints its journal names are on that host, so none of them
+    /// is resumed or restored here.
+    pub(crate) taken_over: bool,
 }
 
 /// The plan's model and agent variables for the task's CLI, and the state
@@ -782,6 +786,7 @@ impl TaskRun<'_> {
             live_workspace_hash: trusted.live,
             fresh_pinned: task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
+            session_elsewhere: self.taken_over,
         };
         let decision = decide(input);
         let (built, instruction_hash) = corrective(

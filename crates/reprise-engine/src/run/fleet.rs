@@ -12,7 +12,7 @@ mod remote_git;
 mod remote_seats;
 mod worker;
 
-pub use in_process::InProcessTransport;
+pub use in_process::{InProcessHost, InProcessTransport};
 pub use order::{ShippedResult, TaskOrder};
 pub(crate) use remote_seats::{PlanText, RemoteSeats};
 pub use worker::{WorkerHost, run_order};

@@ -303,7 +303,15 @@ impl TaskRun<'_> {
         };
         let resumption = match continuation {
             Continuation::Interrupted | Continuation::Cancelled => {
-                self.after_interruption(&found, &mut materialised.journal, result)?
+                let resumption =
+                    self.after_interruption(&found, &mut materialised.journal, result)?;
+                if let GoOn::Checkpointing { attempt, .. } = resumption.go_on
+                    && self.taken_over
+                    && attempt > 1
+                {
+                    self.record_takeover(&mut materialised, attempt, result)?;
+                }
+                resumption
             }
             Continuation::Resume {
                 point,
@@ -312,6 +320,56 @@ impl TaskRun<'_> {
             } => self.resume_park(&found, &mut materialised, point, *mode, *approval, result)?,
         };
         self.go_on(found, materialised, resumption, result)
+    }
+
+    /// A fleet task taken over from a lost host between attempts: its retry
+    /// is decided here, where no session or checkpoint of that host is (so
+    /// it goes cold, `session_on_other_host`, unless an earlier rule says
+    /// otherwise), and recorded before the attempt runs.
+    fn record_takeover(
+        &self,
+        materialised: &mut super::Materialised,
+        attempt: u32,
+        result: &mut TaskResult,
+    ) -> Result<()> {
+        use reprise_core::retry::{DecisionInput, DecisionRecord, decide};
+        let mut verified = None;
+        let trusted = crate::records::trusted_checkpoint(
+            self.state,
+            &materialised.key,
+            &mut materialised.journal,
+            &mut verified,
+        )?;
+        let session = trusted
+            .checkpoint
+            .as_ref()
+            .and_then(|checkpoint| checkpoint.session_id.as_deref());
+        let input = DecisionInput {
+            requested: self.requested_mode_only(session),
+            capability: self.adapter.strategy().capability(),
+            checkpoint: trusted.checkpoint.as_ref(),
+            live_workspace_hash: self.workspace_hash(&materialised.cwd)?,
+            fresh_pinned: self.task.agent_restart_between_retries,
+            chain_verified: trusted.chain_verified,
+            session_elsewhere: true,
+        };
+        let decision = decide(input);
+        let record =
+            DecisionRecord::new(&self.task.id, self.adapter.name(), &input, decision, None);
+        crate::records::record_decision(
+            &mut materialised.journal,
+            &mut materialised.signer,
+            self.run_id,
+            attempt,
+            &record,
+            None,
+        )?;
+        result.metadata = record.metadata(None)?;
+        self.emit(crate::events::Event::Decision {
+            task: self.task.id.clone(),
+            record: Box::new(record),
+        });
+        Ok(())
     }
 
     /// How a task the process's death or the run's stop cut short goes on;

@@ -261,7 +261,9 @@ impl<'r, 'a> Executor<'r, 'a> {
                 let _ = budget.consume();
             }
         }
-        if let Some(store) = &self.snapshots {
+        // A task taken over from a lost host finds none of that host's
+        // checkpoints here: its next attempt takes its own.
+        if let Some(store) = self.snapshots.as_ref().filter(|_| !self.run.taken_over) {
             let find = |found: Option<(String, Digest)>| -> Result<Option<(Checkpoint, Digest)>> {
                 Ok(match found {
                     Some((id, hash)) => Some((store.find(&id)?, hash)),

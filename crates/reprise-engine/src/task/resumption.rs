@@ -179,6 +179,7 @@ impl TaskRun<'_> {
             live_workspace_hash: live,
             fresh_pinned: asked.is_none() && self.task.agent_restart_between_retries,
             chain_verified: true,
+            session_elsewhere: false,
         };
         let mut decision = decide(input);
         let session_ok = parked_session

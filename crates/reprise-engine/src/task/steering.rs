@@ -346,6 +346,7 @@ impl Executor<'_, '_> {
             live_workspace_hash: live,
             fresh_pinned: run.task.agent_restart_between_retries,
             chain_verified: true,
+            session_elsewhere: false,
         });
         let session_ok = session_id.is_some_and(|id| run.ensure_session(id, &self.cwd));
         if decision.mode != RetryMode::Cold && !session_ok {

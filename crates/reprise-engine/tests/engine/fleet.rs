@@ -6,8 +6,8 @@
 use std::sync::mpsc::channel;
 
 use reprise_engine::{
-    Fleet, InProcessTransport, Outbox, Shipment, TaskOrder, WorkerHost, ingest, run_order,
-    run_plan_on_fleet,
+    Fleet, InProcessHost, InProcessTransport, Outbox, Shipment, TaskOrder, WorkerHost, ingest,
+    run_order, run_plan_on_fleet,
 };
 use reprise_store::state::StateDir;
 
@@ -53,6 +53,7 @@ fn order(world: &World, plan_text: &str, task: &str) -> TaskOrder {
         setup: Default::default(),
         dependencies: Vec::new(),
         keep_worktree: false,
+        taken_over_from: None,
     }
 }
 
@@ -411,4 +412,54 @@ fn the_workspace_travels_through_a_git_remote_and_results_apply_as_after_a_local
     reprise_engine::apply(&plan).expect("apply");
     assert_eq!(shown(&world, "HEAD", "after.txt"), "after\n");
     assert_eq!(shown(&world, "HEAD", "greeting.txt"), "hello\n");
+}
+
+/// The kind of a shipped row.
+fn kind_of(shipment: &Shipment) -> Option<String> {
+    match shipment {
+        Shipment::Row { line } => serde_json::from_str::<JournalRow>(line)
+            .ok()
+            .map(|row| row.kind),
+        Shipment::Intent { .. } => None,
+    }
+}
+
+#[test]
+fn a_task_whose_host_is_lost_goes_on_from_its_journal_on_another_and_retries_cold() {
+    // How many rows the task ships before its first retry decision.
+    let probe = World::new();
+    let (shipped, _) = run_on(&host(&probe, "probe"), &order(&probe, WARM_PLAN, "greet"));
+    let before_decision = shipped
+        .iter()
+        .position(|shipment| kind_of(shipment).as_deref() == Some("retry.decision"))
+        .expect("a decision");
+
+    // Host one is lost just before it would ship that decision.
+    let world = World::new();
+    let one = InProcessHost {
+        host: host(&world, "one"),
+        lost_after_rows: Some(before_decision),
+    };
+    let two = InProcessHost::from(host(&world, "two"));
+    let transport = InProcessTransport::start(vec![one, two], &CancelToken::new());
+    let fleet = Fleet {
+        transport: &transport,
+        remote: None,
+        plan_text: world.expand(WARM_PLAN),
+    };
+    let ran = world.run_on_fleet(WARM_PLAN, &fleet);
+
+    let greet = task(&ran, "greet");
+    assert_eq!(greet.state, TaskStatus::Passed, "{greet:?}");
+    assert_eq!(modes(greet), ["new", "cold"]);
+    let records = world.assert_recorded("greet");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].requested_mode, RetryMode::Warm);
+    assert_eq!(
+        records[0].downgrade_reason,
+        Some(DowngradeReason::SessionOnOtherHost)
+    );
+    // Host two went on from the rows host one shipped: one journal, whole
+    // and sealed on the coordinator.
+    world.assert_verified("greet");
 }

@@ -19,21 +19,42 @@ type Queued = (TaskOrder, Sender<Report>);
 /// Worker hosts on threads of this process.
 #[derive(Debug)]
 pub struct InProcessTransport {
-    queues: Vec<Sender<Queued>>,
+    /// Each host's id and order queue.
+    queues: Vec<(String, Sender<Queued>)>,
     threads: Vec<JoinHandle<()>>,
     next: AtomicUsize,
 }
 
+/// A host of an in-process fleet, and when (if ever) it is lost: after
+/// shipping that many rows of its first order, it reports the order lost
+/// and nothing more of it reaches the coordinator (its agent runs on, as a
+/// partitioned worker's would).
+#[derive(Debug, Clone)]
+pub struct InProcessHost {
+    pub host: WorkerHost,
+    pub lost_after_rows: Option<usize>,
+}
+
+impl From<WorkerHost> for InProcessHost {
+    fn from(host: WorkerHost) -> Self {
+        Self {
+            host,
+            lost_after_rows: None,
+        }
+    }
+}
+
 impl InProcessTransport {
     /// Starts a thread for each host; `cancel` stops their attempts.
-    pub fn start(hosts: Vec<WorkerHost>, cancel: &CancelToken) -> Self {
+    pub fn start(hosts: Vec<impl Into<InProcessHost>>, cancel: &CancelToken) -> Self {
         let mut queues = Vec::new();
         let mut threads = Vec::new();
         for host in hosts {
+            let host: InProcessHost = host.into();
             let (sender, orders) = channel::<Queued>();
             let cancel = cancel.clone();
-            queues.push(sender);
-            threads.push(std::thread::spawn(move || serve(&host, &orders, &cancel)));
+            queues.push((host.host.host_id.clone(), sender));
+            threads.push(std::thread::spawn(move || serve(host, &orders, &cancel)));
         }
         Self {
             queues,
@@ -50,8 +71,21 @@ impl Transport for InProcessTransport {
                 "the fleet has no worker hosts; start one".to_owned(),
             ));
         }
-        let host = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
-        self.queues[host]
+        // Round robin, never back to the host that lost the task.
+        let lost = order.taken_over_from.as_deref();
+        let open: Vec<&Sender<Queued>> = self
+            .queues
+            .iter()
+            .filter(|(host, _)| Some(host.as_str()) != lost)
+            .map(|(_, queue)| queue)
+            .collect();
+        if open.is_empty() {
+            return Err(EngineError::Lifecycle(
+                "no other worker host can take the task over; start another".to_owned(),
+            ));
+        }
+        let pick = self.next.fetch_add(1, Ordering::Relaxed) % open.len();
+        open[pick]
             .send((order, reports))
             .map_err(|_| EngineError::Lifecycle("a worker host has stopped".to_owned()))
     }
@@ -68,24 +102,28 @@ impl Drop for InProcessTransport {
 
 /// One host's loop: each order run to its end, its rows and events
 /// reported as they come, then its result.
-fn serve(host: &WorkerHost, orders: &Receiver<Queued>, cancel: &CancelToken) {
+fn serve(host: InProcessHost, orders: &Receiver<Queued>, cancel: &CancelToken) {
+    let mut lost_after_rows = host.lost_after_rows;
+    let host = host.host;
     for (order, reports) in orders {
         let (ship, shipped) = channel();
         let (events, event_reports) = channel();
+        let partition = Partition::new(lost_after_rows.take(), &host.host_id);
         let outcome = std::thread::scope(|scope| {
             let rows_to = reports.clone();
+            let partition = &partition;
             scope.spawn(move || {
                 for shipment in shipped {
-                    let _ = rows_to.send(Report::Shipped(vec![shipment]));
+                    partition.pass(&rows_to, Report::Shipped(vec![shipment]));
                 }
             });
             let events_to = reports.clone();
             scope.spawn(move || {
                 for event in event_reports {
-                    let _ = events_to.send(Report::Event(event));
+                    partition.pass(&events_to, Report::Event(event));
                 }
             });
-            let outcome = run_order(host, &order, Outbox::new(ship), &events, cancel);
+            let outcome = run_order(&host, &order, Outbox::new(ship), &events, cancel);
             drop(events);
             outcome
         });
@@ -96,6 +134,45 @@ fn serve(host: &WorkerHost, orders: &Receiver<Queued>, cancel: &CancelToken) {
                 reason: err.to_string(),
             },
         };
-        let _ = reports.send(last);
+        partition.pass(&reports, last);
+    }
+}
+
+/// Cuts a host off from the coordinator after some rows: the order is
+/// reported lost, and nothing of it passes after that.
+struct Partition {
+    rows_left: Option<std::sync::Mutex<usize>>,
+    host: String,
+}
+
+impl Partition {
+    fn new(rows: Option<usize>, host: &str) -> Self {
+        Self {
+            rows_left: rows.map(std::sync::Mutex::new),
+            host: host.to_owned(),
+        }
+    }
+
+    /// Sends `report` unless the host is cut off; the row that uses up its
+    /// allowance is followed by `Lost`.
+    fn pass(&self, to: &Sender<Report>, report: Report) {
+        let Some(rows_left) = &self.rows_left else {
+            let _ = to.send(report);
+            return;
+        };
+        let mut left = rows_left.lock().expect("a partition's count");
+        if *left == 0 {
+            return;
+        }
+        if matches!(report, Report::Shipped(_)) {
+            *left -= 1;
+        }
+        let _ = to.send(report);
+        if *left == 0 {
+            let _ = to.send(Report::Lost {
+                host: self.host.clone(),
+                reason: "its lease expired (partitioned in a test)".to_owned(),
+            });
+        }
     }
 }

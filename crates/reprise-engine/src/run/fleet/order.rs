@@ -47,6 +47,10 @@ pub struct TaskOrder {
     /// `{task, state, commit}` of each dependency, for its checkpoints.
     pub dependencies: Vec<Value>,
     pub keep_worktree: bool,
+    /// The host that held the task before it was lost, if it was: the
+    /// task goes on from its journal, and no session of that host's can be
+    /// resumed here.
+    pub taken_over_from: Option<String>,
 }
 
 impl TaskOrder {

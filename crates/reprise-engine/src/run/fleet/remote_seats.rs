@@ -89,6 +89,7 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
             setup: run.setup.clone(),
             dependencies: run.context.dependencies.clone(),
             keep_worktree: job.keep_worktree,
+            taken_over_from: None,
         })
     }
 }
@@ -107,66 +108,141 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
             return;
         }
         let (sender, reports) = channel();
-        let submitted = self
-            .order_of(&job)
-            .and_then(|order| self.transport.submit(order, sender));
-        if let Err(err) = submitted {
-            let result = ShippedResult::failed(format!("its order could not be sent: {err}"));
-            let _ = job
-                .run
-                .events
-                .send(Message::Done(job.run.task.id.clone(), result.into_result()));
-            return;
-        }
-        let (key, remote) = (self.key.clone(), self.remote.clone());
+        let order = self.order_of(&job);
+        let submitted = order.and_then(|order| {
+            self.transport.submit(order.clone(), sender)?;
+            Ok(order)
+        });
+        let order = match submitted {
+            Ok(order) => order,
+            Err(err) => {
+                let result = ShippedResult::failed(format!("its order could not be sent: {err}"));
+                let _ = job
+                    .run
+                    .events
+                    .send(Message::Done(job.run.task.id.clone(), result.into_result()));
+                return;
+            }
+        };
+        let follow = Follow {
+            transport: self.transport,
+            key: self.key.clone(),
+        };
         self.scope
-            .spawn(move || follow(&job, &reports, &key, remote.as_deref()));
+            .spawn(move || follow.until_done(&job, order, reports));
     }
 }
 
-/// Relays what a worker reports about `job` until its end: rows ingested,
-/// events passed on, then the result (its branch fetched) as `Done`.
-fn follow(job: &Job<'_>, reports: &Receiver<Report>, key: &KeyFile, remote: Option<&str>) {
-    let run = &job.run;
-    let task_key = TaskKey::new(run.plan.clone(), run.task.id.clone());
-    let mut refused: Option<String> = None;
-    let shipped = loop {
-        match reports.recv() {
-            Ok(Report::Shipped(batch)) => {
-                if refused.is_none()
-                    && let Err(err) = ingest(run.state, key, &task_key, &run.prior_seals, &batch)
-                {
-                    refused = Some(format!("its worker's rows were refused: {err}"));
+/// How many times a task is handed to another host after its host was lost.
+const TAKEOVERS: u32 = 3;
+
+/// What following one task's reports needs.
+struct Follow<'env> {
+    transport: &'env dyn Transport,
+    key: KeyFile,
+}
+
+impl Follow<'_> {
+    /// Relays what workers report about `job` until its end: rows
+    /// ingested, events passed on, a lost host's task handed to another
+    /// (from the journal as ingested so far), then the result (its branch
+    /// fetched) as `Done`.
+    fn until_done(&self, job: &Job<'_>, mut order: TaskOrder, mut reports: Receiver<Report>) {
+        let run = &job.run;
+        let mut takeovers = 0;
+        let (shipped, refused) = loop {
+            match self.relay(job, &reports) {
+                Ended::Lost { host, reason } if takeovers < TAKEOVERS => {
+                    takeovers += 1;
+                    match self.take_over(job, &mut order, host) {
+                        Ok(next) => reports = next,
+                        Err(err) => {
+                            let failed = format!("lost ({reason}) and not taken over: {err}");
+                            break (ShippedResult::failed(failed), None);
+                        }
+                    }
+                }
+                Ended::Lost { host, reason } => {
+                    break (
+                        ShippedResult::failed(format!("lost on host {host}: {reason}")),
+                        None,
+                    );
+                }
+                Ended::Done(result, refused) => break (result, refused),
+            }
+        };
+        let mut result = shipped.into_result();
+        if let Some(reason) = refused {
+            result.status = crate::state::TaskStatus::Failed;
+            result.reason = Some(reason);
+            result.output = None;
+        }
+        if let (Some(remote), Some(branch)) = (
+            order.remote.as_deref(),
+            result
+                .output
+                .as_ref()
+                .and_then(|output| output.branch.clone()),
+        ) && let Err(err) =
+            super::remote_git::fetch_result(run.workspace, remote, &run.task.id, &branch)
+        {
+            result.status = crate::state::TaskStatus::Failed;
+            result.reason = Some(err.to_string());
+            result.output = None;
+        }
+        let _ = run.events.send(Message::Done(run.task.id.clone(), result));
+    }
+
+    /// One host's reports, until it ends the task or is lost.
+    fn relay(&self, job: &Job<'_>, reports: &Receiver<Report>) -> Ended {
+        let run = &job.run;
+        let task_key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        let mut refused: Option<String> = None;
+        loop {
+            match reports.recv() {
+                Ok(Report::Shipped(batch)) => {
+                    if refused.is_none()
+                        && let Err(err) =
+                            ingest(run.state, &self.key, &task_key, &run.prior_seals, &batch)
+                    {
+                        refused = Some(format!("its worker's rows were refused: {err}"));
+                    }
+                }
+                Ok(Report::Event(event)) => {
+                    let _ = run.events.send(Message::Event(event));
+                }
+                Ok(Report::Done(result)) => return Ended::Done(*result, refused),
+                Ok(Report::Lost { host, reason }) => return Ended::Lost { host, reason },
+                Err(_) => {
+                    let failed = ShippedResult::failed("its worker stopped reporting".to_owned());
+                    return Ended::Done(failed, refused);
                 }
             }
-            Ok(Report::Event(event)) => {
-                let _ = run.events.send(Message::Event(event));
-            }
-            Ok(Report::Done(result)) => break *result,
-            Ok(Report::Lost { host, reason }) => {
-                break ShippedResult::failed(format!("lost on host {host}: {reason}"));
-            }
-            Err(_) => break ShippedResult::failed("its worker stopped reporting".to_owned()),
         }
-    };
-    let mut result = shipped.into_result();
-    if let Some(reason) = refused {
-        result.status = crate::state::TaskStatus::Failed;
-        result.reason = Some(reason);
-        result.output = None;
     }
-    if let (Some(remote), Some(branch)) = (
-        remote,
-        result
-            .output
-            .as_ref()
-            .and_then(|output| output.branch.clone()),
-    ) && let Err(err) =
-        super::remote_git::fetch_result(run.workspace, remote, &run.task.id, &branch)
-    {
-        result.status = crate::state::TaskStatus::Failed;
-        result.reason = Some(err.to_string());
-        result.output = None;
+
+    /// Hands the task of a lost host to another, from the journal as this
+    /// host holds it now.
+    fn take_over(
+        &self,
+        job: &Job<'_>,
+        order: &mut TaskOrder,
+        lost: String,
+    ) -> Result<Receiver<Report>> {
+        let run = &job.run;
+        let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        let journal =
+            reprise_store::read_no_follow(&run.state.journal_path(&key))?.unwrap_or_default();
+        order.journal = String::from_utf8_lossy(&journal).into_owned();
+        order.taken_over_from = Some(lost);
+        let (sender, reports) = channel();
+        self.transport.submit(order.clone(), sender)?;
+        Ok(reports)
     }
-    let _ = run.events.send(Message::Done(run.task.id.clone(), result));
+}
+
+/// How one host's part of a task ended.
+enum Ended {
+    Done(ShippedResult, Option<String>),
+    Lost { host: String, reason: String },
 }

@@ -103,6 +103,19 @@ fn adopt_journal(state: &StateDir, key: &TaskKey, journal: &str) -> Result<()> {
     Ok(())
 }
 
+/// How a task whose journal already holds rows of this run goes on: as
+/// after a crash, from where those rows leave it.
+fn taken_over(
+    host: &WorkerHost,
+    order: &TaskOrder,
+    plan: &Plan,
+    task: &Task,
+) -> Option<crate::task::Continuation> {
+    let key = TaskKey::new(plan.id().clone(), task.id.clone());
+    let rows = crate::resume::rows_of_run(&host.state, &key, &order.run_id);
+    (!rows.is_empty()).then_some(crate::task::Continuation::Interrupted)
+}
+
 /// The task's run on this host, its events forwarded as they come.
 fn run_task(
     host: &WorkerHost,
@@ -153,7 +166,9 @@ fn run_task(
             events: sender,
             control: &control,
             spent_before: 0,
-            continuation: None,
+            // Taken over from a lost host: it goes on from its journal, as
+            // after a crash.
+            continuation: taken_over(host, order, plan, task),
             grant: reprise_core::grant::grant_of(task, plan),
             context: HeldContext {
                 model: options_of_cli.model,
@@ -164,6 +179,10 @@ fn run_task(
                     .collect(),
                 dependencies: order.dependencies.clone(),
             },
+            taken_over: order
+                .taken_over_from
+                .as_ref()
+                .is_some_and(|lost| *lost != host.host_id),
         };
         run.execute()
     })
