@@ -24,7 +24,8 @@ use crate::events::Event;
 use crate::evidence::Shipment;
 
 /// What comes back from a worker about one order, in the order it happened.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "report", content = "body", rename_all = "snake_case")]
 pub enum Report {
     /// Rows (and intents) the worker wrote, to be ingested in order.
     Shipped(Vec<Shipment>),
@@ -45,4 +46,41 @@ pub trait Transport: Sync {
     /// Hands `order` to a worker; everything about it comes back on
     /// `reports`, ending with `Done` or `Lost`.
     fn submit(&self, order: TaskOrder, reports: Sender<Report>) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::AuditIntent;
+
+    /// Every report a worker sends survives a trip through JSON, as a
+    /// database's transport carries it.
+    #[test]
+    fn reports_travel_as_json() {
+        let task = reprise_core::TaskId::parse("greet").expect("id");
+        let reports = vec![
+            Report::Shipped(vec![
+                Shipment::Row {
+                    line: "{\"seq\":0}\n".to_owned(),
+                },
+                Shipment::Intent {
+                    intent: AuditIntent::Seal,
+                },
+            ]),
+            Report::Event(Event::Warning {
+                task: Some(task),
+                message: "hello".to_owned(),
+            }),
+            Report::Done(Box::new(ShippedResult::failed("gone".to_owned()))),
+            Report::Lost {
+                host: "one".to_owned(),
+                reason: "lease expired".to_owned(),
+            },
+        ];
+        for report in reports {
+            let text = serde_json::to_string(&report).expect("serialises");
+            let back: Report = serde_json::from_str(&text).expect("parses");
+            assert_eq!(format!("{back:?}"), format!("{report:?}"), "{text}");
+        }
+    }
 }
