@@ -98,10 +98,10 @@ pub(crate) struct TaskRun<'a> {
     /// What the run knows of the task's attempts that the task does not,
     /// for its checkpoints.
     pub(crate) context: HeldContext,
-    /// A fleet task taken over after its host was lost: the sessions and
-    /// file checkpoints its journal names are on that host, so none of them
-    /// is resumed or restored here.
-    pub(crate) taken_over: bool,
+    /// For a fleet task taken over after its host was lost, the sessions
+    /// that host's rows name: they, and its file checkpoints, are on that
+    /// host, so none of them is resumed or restored here.
+    pub(crate) lost_sessions: Option<std::collections::BTreeSet<String>>,
 }
 
 /// The plan's model and agent variables for the task's CLI, and the state
@@ -188,7 +188,7 @@ mod resumption;
 mod retrying;
 mod steering;
 
-pub(crate) use continuation::{Continuation, taken_up as journal_attempts};
+pub(crate) use continuation::{Continuation, sessions_named, taken_up as journal_attempts};
 use executor::Executor;
 
 impl TaskRun<'_> {
@@ -349,6 +349,18 @@ impl TaskRun<'_> {
             mode: self.task.containment.as_str().to_owned(),
             sandboxed,
             denied,
+        }
+    }
+
+    /// `checkpoint`'s session was saved on a lost fleet host.
+    pub(crate) fn on_lost_host(
+        &self,
+        checkpoint: Option<&reprise_core::retry::Checkpoint>,
+    ) -> bool {
+        let session = checkpoint.and_then(|checkpoint| checkpoint.session_id.as_ref());
+        match (&self.lost_sessions, session) {
+            (Some(lost), Some(session)) => lost.contains(session),
+            _ => false,
         }
     }
 
@@ -786,7 +798,7 @@ impl TaskRun<'_> {
             live_workspace_hash: trusted.live,
             fresh_pinned: task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
-            session_elsewhere: self.taken_over,
+            session_elsewhere: self.on_lost_host(checkpoint),
         };
         let decision = decide(input);
         let (built, instruction_hash) = corrective(

@@ -555,7 +555,7 @@ impl<'a, 'k> Coordinator<'a, 'k> {
             continuation,
             grant: reprise_core::grant::grant_of(task, plan),
             context: self.held_context(task),
-            taken_over: false,
+            lost_sessions: None,
         };
         Job {
             run,

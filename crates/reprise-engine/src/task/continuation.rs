@@ -127,6 +127,26 @@ pub(crate) fn last_agent_end(state: &StateDir, key: &TaskKey, run_id: &str) -> O
         .map(|row| row.event_hash)
 }
 
+/// Every session `rows` name: started, resumed or forked by an attempt, or
+/// reported at an agent's end.
+pub(crate) fn sessions_named(rows: &[JournalRow]) -> std::collections::BTreeSet<String> {
+    let mut sessions = std::collections::BTreeSet::new();
+    for row in rows {
+        if let Some(started) = body::<AttemptStarted>(row) {
+            match started.session {
+                SessionUse::New { new } => sessions.extend(new),
+                SessionUse::Fork { fork, new } => sessions.extend(new.into_iter().chain([fork])),
+                SessionUse::Resume { resume } => {
+                    sessions.insert(resume);
+                }
+            }
+        } else if let Some(ended) = body::<TaskCheckpoint>(row) {
+            sessions.extend(ended.session_id);
+        }
+    }
+    sessions
+}
+
 /// The mode and session the latest `attempt.started` row named: the new
 /// session's chosen id, the resumed one, or a fork's new one.
 fn started_session(rows: &[JournalRow]) -> (AttemptMode, Option<String>) {
@@ -306,7 +326,7 @@ impl TaskRun<'_> {
                 let resumption =
                     self.after_interruption(&found, &mut materialised.journal, result)?;
                 if let GoOn::Checkpointing { attempt, .. } = resumption.go_on
-                    && self.taken_over
+                    && self.lost_sessions.is_some()
                     && attempt > 1
                 {
                     self.record_takeover(&mut materialised, attempt, result)?;
@@ -351,7 +371,7 @@ impl TaskRun<'_> {
             live_workspace_hash: self.workspace_hash(&materialised.cwd)?,
             fresh_pinned: self.task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
-            session_elsewhere: true,
+            session_elsewhere: self.on_lost_host(trusted.checkpoint.as_ref()),
         };
         let decision = decide(input);
         let record =

@@ -263,7 +263,11 @@ impl<'r, 'a> Executor<'r, 'a> {
         }
         // A task taken over from a lost host finds none of that host's
         // checkpoints here: its next attempt takes its own.
-        if let Some(store) = self.snapshots.as_ref().filter(|_| !self.run.taken_over) {
+        if let Some(store) = self
+            .snapshots
+            .as_ref()
+            .filter(|_| self.run.lost_sessions.is_none())
+        {
             let find = |found: Option<(String, Digest)>| -> Result<Option<(Checkpoint, Digest)>> {
                 Ok(match found {
                     Some((id, hash)) => Some((store.find(&id)?, hash)),

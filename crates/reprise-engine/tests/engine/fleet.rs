@@ -463,3 +463,68 @@ fn a_task_whose_host_is_lost_goes_on_from_its_journal_on_another_and_retries_col
     // and sealed on the coordinator.
     world.assert_verified("greet");
 }
+
+const THREE_TRIES_PLAN: &str = r#"
+version: 1
+name: three
+defaults: { agent: sim, timeout: 30s }
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    retry_policy: warm
+    max_retries: 2
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" } }
+      - { reply: "I wrote it again.", write: { greeting.txt: "hey\n" } }
+      - { reply: "DONE: it says hello.", write: { greeting.txt: "hello\n" } }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+"#;
+
+#[test]
+fn a_host_lost_mid_attempt_leaves_its_session_behind_and_the_new_host_s_own_session_resumes_warm() {
+    // Host one is lost right after its first attempt started.
+    let probe = World::new();
+    let (shipped, _) = run_on(
+        &host(&probe, "probe"),
+        &order(&probe, THREE_TRIES_PLAN, "greet"),
+    );
+    let started = shipped
+        .iter()
+        .position(|shipment| kind_of(shipment).as_deref() == Some("attempt.started"))
+        .expect("an attempt");
+    let world = World::new();
+    let one = InProcessHost {
+        host: host(&world, "one"),
+        lost_after_rows: Some(started + 1),
+    };
+    let two = InProcessHost::from(host(&world, "two"));
+    let transport = InProcessTransport::start(vec![one, two], &CancelToken::new());
+    let fleet = Fleet {
+        transport: &transport,
+        remote: None,
+        plan_text: world.expand(THREE_TRIES_PLAN),
+    };
+    let ran = world.run_on_fleet(THREE_TRIES_PLAN, &fleet);
+
+    let greet = task(&ran, "greet");
+    assert_eq!(greet.state, TaskStatus::Passed, "{greet:?}");
+    // The session host one started stays there: the retry after the
+    // attempt it left goes cold; the session host two then started is
+    // resumed warm, on host two.
+    assert_eq!(modes(greet), ["new", "cold", "warm"]);
+    let records = world.assert_recorded("greet");
+    let reasons: Vec<_> = records
+        .iter()
+        .map(|record| (record.retry_mode, record.downgrade_reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (RetryMode::Cold, Some(DowngradeReason::SessionOnOtherHost)),
+            (RetryMode::Warm, None)
+        ]
+    );
+    assert_eq!(session(&greet.attempts[2]), session(&greet.attempts[1]));
+    world.assert_verified("greet");
+}

@@ -104,16 +104,26 @@ fn adopt_journal(state: &StateDir, key: &TaskKey, journal: &str) -> Result<()> {
 }
 
 /// How a task whose journal already holds rows of this run goes on: as
-/// after a crash, from where those rows leave it.
+/// after a crash, from where those rows leave it; and when another host
+/// wrote them (it was lost), the sessions they name.
 fn taken_over(
     host: &WorkerHost,
     order: &TaskOrder,
     plan: &Plan,
     task: &Task,
-) -> Option<crate::task::Continuation> {
+) -> (
+    Option<crate::task::Continuation>,
+    Option<std::collections::BTreeSet<String>>,
+) {
     let key = TaskKey::new(plan.id().clone(), task.id.clone());
     let rows = crate::resume::rows_of_run(&host.state, &key, &order.run_id);
-    (!rows.is_empty()).then_some(crate::task::Continuation::Interrupted)
+    let continuation = (!rows.is_empty()).then_some(crate::task::Continuation::Interrupted);
+    let lost = order
+        .taken_over_from
+        .as_ref()
+        .filter(|lost| **lost != host.host_id)
+        .map(|_| crate::task::sessions_named(&rows));
+    (continuation, lost)
 }
 
 /// The task's run on this host, its events forwarded as they come.
@@ -135,6 +145,7 @@ fn run_task(
     let pool = SharedPool::new(None);
     let control = TaskControl::default();
     let options_of_cli = crate::run::adapters::cli_options(plan, task.agent.kind());
+    let (continuation, lost_sessions) = taken_over(host, order, plan, task);
     let (sender, receiver) = mpsc::channel::<Message>();
     std::thread::scope(|scope| {
         scope.spawn(move || {
@@ -168,7 +179,7 @@ fn run_task(
             spent_before: 0,
             // Taken over from a lost host: it goes on from its journal, as
             // after a crash.
-            continuation: taken_over(host, order, plan, task),
+            continuation,
             grant: reprise_core::grant::grant_of(task, plan),
             context: HeldContext {
                 model: options_of_cli.model,
@@ -179,10 +190,7 @@ fn run_task(
                     .collect(),
                 dependencies: order.dependencies.clone(),
             },
-            taken_over: order
-                .taken_over_from
-                .as_ref()
-                .is_some_and(|lost| *lost != host.host_id),
+            lost_sessions,
         };
         run.execute()
     })
