@@ -528,3 +528,53 @@ fn a_host_lost_mid_attempt_leaves_its_session_behind_and_the_new_host_s_own_sess
     assert_eq!(session(&greet.attempts[2]), session(&greet.attempts[1]));
     world.assert_verified("greet");
 }
+
+const COLD_PLAN: &str = r#"
+version: 1
+name: cold
+defaults: { agent: sim, timeout: 30s }
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    retry_policy: cold
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" } }
+      - { reply: "DONE: it says hello.", write: { greeting.txt: "hello\n" } }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+"#;
+
+#[test]
+fn a_rollback_on_a_worker_is_bound_in_the_coordinator_s_audit_chain_as_a_local_one_is() {
+    let local = World::new();
+    local.run(COLD_PLAN);
+    let audit_kinds = |world: &World| -> Vec<String> {
+        world
+            .audit()
+            .into_iter()
+            .filter(|row| row.body.get("task_id").and_then(Value::as_str) == Some("greet"))
+            .map(|row| row.kind)
+            .collect()
+    };
+    let here = audit_kinds(&local);
+    assert!(
+        here.iter().any(|kind| kind == "checkpoint.restored"),
+        "the local run rolled back: {here:?}"
+    );
+
+    let world = World::new();
+    let worker = host(&world, "one");
+    let (shipped, result) = run_on(&worker, &order(&world, COLD_PLAN, "greet"));
+    assert_eq!(result.status, TaskStatus::Passed);
+    let key = world.key("greet");
+    ingest(
+        &world.fixture.state,
+        &world.fixture.key,
+        &key,
+        &[],
+        &shipped,
+    )
+    .expect("ingest");
+    assert_eq!(audit_kinds(&world), here);
+    world.assert_verified("greet");
+}
