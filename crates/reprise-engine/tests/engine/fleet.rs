@@ -293,8 +293,25 @@ fn a_plan_on_two_in_process_workers_ends_as_a_local_run_with_chains_that_verify(
         session(&greet.attempts[0]),
         "the warm retry resumed its session on the host that held it"
     );
-    // Every task's evidence is on the coordinator, signed there, and whole.
+    // Every task's evidence is on the coordinator, signed there, and whole:
+    // each journal is the one its worker wrote, byte for byte.
     assert_eq!(world.assert_recorded("greet").len(), 1);
+    for id in ["greet", "count", "after"] {
+        let key = world.key(id);
+        let here = fs::read(world.fixture.state.journal_path(&key)).expect("journal");
+        let on_a_host = ["one", "two"].iter().any(|name| {
+            let path = world
+                .aside
+                .parent()
+                .expect("temp")
+                .join(format!("host-{name}/.reprise"));
+            StateDir::open(&path)
+                .ok()
+                .and_then(|state| fs::read(state.journal_path(&key)).ok())
+                .is_some_and(|there| there == here)
+        });
+        assert!(on_a_host, "{id}'s journal is a worker's, byte for byte");
+    }
     for id in ["greet", "count", "after"] {
         world.assert_verified(id);
     }
@@ -577,4 +594,25 @@ fn a_rollback_on_a_worker_is_bound_in_the_coordinator_s_audit_chain_as_a_local_o
     .expect("ingest");
     assert_eq!(audit_kinds(&world), here);
     world.assert_verified("greet");
+}
+
+#[test]
+fn a_worker_refuses_an_order_whose_plan_does_not_match_its_hash() {
+    let world = World::new();
+    let worker = host(&world, "one");
+    let mut order = order(&world, WARM_PLAN, "greet");
+    order.plan_text = order.plan_text.replace("hello", "goodbye");
+    let (ship, shipped) = channel();
+    let (events, _heard) = channel();
+    let err = run_order(
+        &worker,
+        &order,
+        Outbox::new(ship),
+        &events,
+        &CancelToken::new(),
+    )
+    .expect_err("refused");
+    assert!(err.to_string().contains("does not match its hash"), "{err}");
+    assert_eq!(shipped.try_iter().count(), 0, "nothing ran");
+    assert!(!worker.state.journal_path(&world.key("greet")).exists());
 }
