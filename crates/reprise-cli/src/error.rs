@@ -143,6 +143,7 @@ pub(crate) fn store_error_kind(err: &StoreError) -> ErrorKind {
         | StoreError::DamagedTail { .. }
         | StoreError::Unsealable { .. }
         | StoreError::Poisoned { .. }
+        | StoreError::ShippedRowRefused { .. }
         | StoreError::Io { .. }
         | StoreError::Encode(_)
         | StoreError::Random(_)

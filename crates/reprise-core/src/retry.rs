@@ -35,6 +35,10 @@ pub enum DowngradeReason {
     /// looks (its session store could not be written): nothing to resume.
     SessionNotSaved,
     WorkspaceHashMismatch,
+    /// The session was saved on a fleet worker this attempt does not run
+    /// on (the task was taken over after that host was lost): it cannot be
+    /// resumed here.
+    SessionOnOtherHost,
     ForkUnsupported,
     /// Recorded by the second decision, when the session could not be resumed.
     SessionUnavailable,
@@ -53,6 +57,7 @@ impl DowngradeReason {
             Self::NoSessionId => "no_session_id",
             Self::SessionNotSaved => "session_not_saved",
             Self::WorkspaceHashMismatch => "workspace_hash_mismatch",
+            Self::SessionOnOtherHost => "session_on_other_host",
             Self::ForkUnsupported => "fork_unsupported",
             Self::SessionUnavailable => "session_unavailable",
             Self::DecisionFailed => "decision_failed",
@@ -89,6 +94,9 @@ pub struct DecisionInput<'a> {
     pub fresh_pinned: bool,
     /// The journal's whole chain verified.
     pub chain_verified: bool,
+    /// The checkpoint's session is held by another host than the one the
+    /// retry runs on (a fleet task taken over after its host was lost).
+    pub session_elsewhere: bool,
 }
 
 /// The mode a retry runs in, and why it is not the requested one.
@@ -147,6 +155,9 @@ pub fn decide(input: DecisionInput<'_>) -> Decision {
     }
     if !checkpoint.session_saved {
         return Decision::cold(requested, Some(SessionNotSaved));
+    }
+    if input.session_elsewhere {
+        return Decision::cold(requested, Some(SessionOnOtherHost));
     }
     if checkpoint.workspace_hash != input.live_workspace_hash {
         return Decision::cold(requested, Some(WorkspaceHashMismatch));
@@ -355,10 +366,10 @@ mod tests {
         saved: bool,
         chain_ok: bool,
         workspace_match: bool,
-        pinned: bool,
+        (pinned, elsewhere): (bool, bool),
     ) -> (RetryMode, Option<DowngradeReason>) {
         use DowngradeReason::*;
-        let rows: [(bool, RetryMode, Option<DowngradeReason>); 9] = [
+        let rows: [(bool, RetryMode, Option<DowngradeReason>); 10] = [
             (pinned, RetryMode::Cold, Some(FreshContextPinned)),
             (requested == RetryMode::Cold, RetryMode::Cold, None),
             (
@@ -370,6 +381,7 @@ mod tests {
             (!has_checkpoint, RetryMode::Cold, Some(NoCheckpoint)),
             (!has_session, RetryMode::Cold, Some(NoSessionId)),
             (!saved, RetryMode::Cold, Some(SessionNotSaved)),
+            (elsewhere, RetryMode::Cold, Some(SessionOnOtherHost)),
             (
                 !workspace_match,
                 RetryMode::Cold,
@@ -398,7 +410,10 @@ mod tests {
                         for saved in [false, true] {
                             for chain_ok in [false, true] {
                                 for workspace_match in [false, true] {
-                                    for pinned in [false, true] {
+                                    for (pinned, elsewhere) in [false, true]
+                                        .into_iter()
+                                        .flat_map(|pinned| [(pinned, false), (pinned, true)])
+                                    {
                                         let checkpoint = Checkpoint {
                                             session_id: has_session.then(|| "s-1".to_owned()),
                                             session_saved: saved,
@@ -417,6 +432,7 @@ mod tests {
                                             live_workspace_hash: live,
                                             fresh_pinned: pinned,
                                             chain_verified: chain_ok,
+                                            session_elsewhere: elsewhere,
                                         });
                                         let want = expected(
                                             requested,
@@ -426,13 +442,13 @@ mod tests {
                                             saved,
                                             chain_ok,
                                             workspace_match,
-                                            pinned,
+                                            (pinned, elsewhere),
                                         );
                                         assert_eq!(
                                             (decision.mode, decision.downgrade_reason),
                                             want,
                                             "{requested:?} {capability:?} cp={has_checkpoint} session={has_session} saved={saved} \
-                                         chain={chain_ok} match={workspace_match} pinned={pinned}"
+                                         chain={chain_ok} match={workspace_match} pinned={pinned} elsewhere={elsewhere}"
                                         );
                                         assert_eq!(decision.requested, requested);
                                         seen.insert(format!(
@@ -448,9 +464,9 @@ mod tests {
                 }
             }
         }
-        assert_eq!(count, 3 * 3 * 2 * 2 * 2 * 2 * 2 * 2);
+        assert_eq!(count, 3 * 3 * 2 * 2 * 2 * 2 * 2 * 2 * 2);
         // Every row of the table is reached, plus warm and fork as requested.
-        assert_eq!(seen.len(), 11, "{seen:?}");
+        assert_eq!(seen.len(), 12, "{seen:?}");
     }
 
     #[test]
@@ -494,6 +510,7 @@ mod tests {
             live_workspace_hash: Digest([0x11; 32]),
             fresh_pinned: false,
             chain_verified: true,
+            session_elsewhere: false,
         };
         let decision = decide(input);
         DecisionRecord::new(

@@ -14,8 +14,7 @@ use reprise_core::TaskKey;
 use reprise_core::digest::Digest;
 use reprise_core::plan::Task;
 use reprise_core::rows::{
-    AttemptContext, CheckpointRestored, CheckpointTaken, DependencyState, Kind, RestoredBinding,
-    SkippedFile,
+    AttemptContext, CheckpointRestored, CheckpointTaken, DependencyState, Kind, SkippedFile,
 };
 use reprise_store::audit::AuditLog;
 use reprise_store::journal::Journal;
@@ -217,7 +216,8 @@ pub struct Restored {
     pub matches: bool,
 }
 
-/// Restores `checkpoint` and records it in the journal and the audit chain.
+/// Restores `checkpoint` and records it in the journal and the audit chain
+/// (`None` on a fleet worker: the coordinator binds the shipped row).
 /// `hash_now` hashes the workspace after the restore; `expected` is the hash
 /// recorded with the checkpoint.
 #[expect(clippy::too_many_arguments)]
@@ -225,7 +225,7 @@ pub fn restore(
     store: &SnapshotStore,
     checkpoint: &Checkpoint,
     journal: &mut Journal,
-    audit: &mut AuditLog,
+    audit: Option<&mut AuditLog>,
     key: &TaskKey,
     run_id: &str,
     reason: &str,
@@ -241,33 +241,23 @@ pub fn restore(
     store.restore(checkpoint)?;
     let workspace_hash = hash_now()?;
     let matches = expected.is_none_or(|expected| expected == workspace_hash);
-    let head = journal.append_row(
-        &now_rfc3339(),
-        &CheckpointRestored {
-            run_id: run_id.to_owned(),
-            checkpoint: checkpoint.id.clone(),
-            reason: reason.to_owned(),
-            workspace_hash,
-            matches_checkpoint: matches,
-            not_restored: checkpoint
-                .manifest
-                .skipped
-                .iter()
-                .map(|(path, _)| path.clone())
-                .collect(),
-        },
-    )?;
-    audit.append_row(
-        &now_rfc3339(),
-        &RestoredBinding {
-            plan: key.plan.clone(),
-            task_id: key.task.clone(),
-            checkpoint: checkpoint.id.clone(),
-            journal_seq: head.seq,
-            journal_hash: head.digest,
-            workspace_hash,
-        },
-    )?;
+    let body = CheckpointRestored {
+        run_id: run_id.to_owned(),
+        checkpoint: checkpoint.id.clone(),
+        reason: reason.to_owned(),
+        workspace_hash,
+        matches_checkpoint: matches,
+        not_restored: checkpoint
+            .manifest
+            .skipped
+            .iter()
+            .map(|(path, _)| path.clone())
+            .collect(),
+    };
+    let head = journal.append_row(&now_rfc3339(), &body)?;
+    if let Some(audit) = audit {
+        crate::evidence::bind_restored(audit, key, &body, head)?;
+    }
     Ok(Restored {
         workspace_hash,
         matches,

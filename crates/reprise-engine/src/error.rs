@@ -33,6 +33,20 @@ pub enum EngineError {
         "task {task} is being run by {run} (pid {pid}); wait for that run to end, or run another plan"
     )]
     TaskBusy { task: String, run: String, pid: u32 },
+    /// A fleet worker was asked to write what only the audit key's holder
+    /// writes.
+    #[error(
+        "{what} needs the audit key, which a fleet worker does not hold; run the task where the key is (the coordinator)"
+    )]
+    NeedsKey { what: &'static str },
+    /// A worker's outbox has no coordinator behind it any more.
+    #[error(
+        "the task's outbox is closed: its coordinator no longer takes its rows; the task is lost"
+    )]
+    OutboxClosed,
+    /// A row a worker shipped is not a journal row.
+    #[error("a row shipped for task {task} does not parse ({reason}); nothing after it was taken")]
+    ShippedRow { task: String, reason: String },
     #[error("file checkpoint: {0}")]
     Checkpoint(String),
     /// A file a gate is judged by could not be checked or put back.

@@ -5,8 +5,10 @@ use reprise_core::retry::DecisionRecord;
 
 use crate::state::{AttemptSummary, TaskStatus, Waiting};
 
-/// One thing that happened in a run, in the order it happened.
-#[derive(Debug, Clone)]
+/// One thing that happened in a run, in the order it happened. It
+/// serialises so a fleet's transport can carry a worker's events.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     RunStarted {
         run_id: String,
@@ -66,7 +68,7 @@ pub enum Event {
 }
 
 /// The phases of an attempt, as progress shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// The agent is at work.

@@ -14,6 +14,7 @@ mod control;
 mod delivery;
 mod error;
 mod events;
+mod evidence;
 mod gate_files;
 mod gates;
 mod linkage;
@@ -49,6 +50,7 @@ pub use delivery::{
 };
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};
+pub use evidence::{AuditIntent, Ingested, Outbox, Shipment, ingest};
 pub use liveness::{Liveness, TaskProgress, catch_up, liveness, task_lifecycle};
 pub use park::{
     ParkRequest, Parked, ParkedAnswer, ReleasedResource, complete_cut_parks, complete_park,
@@ -56,9 +58,13 @@ pub use park::{
 };
 pub use records::{DecisionRow, read_decisions};
 pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
+pub use run::fleet::{
+    InProcessHost, InProcessTransport, Report, ShippedResult, TaskOrder, Transport, WorkerHost,
+    run_order,
+};
 pub use run::{
-    AgentSetup, Continuing, Resume, RunOptions, Supervisor, load_plan, lock_tasks, new_run_id,
-    run_plan,
+    AgentSetup, Continuing, Fleet, Resume, RunOptions, Supervisor, load_plan, lock_tasks,
+    new_run_id, run_plan, run_plan_on_fleet,
 };
 pub use sandbox::{TaskOutput, Workspace, result_branch};
 pub use state::{

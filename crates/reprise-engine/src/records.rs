@@ -7,15 +7,15 @@ use reprise_core::chain::ChainFormat;
 use reprise_core::digest::Digest;
 use reprise_core::record::{Head, JournalRow};
 use reprise_core::retry::{Checkpoint, DecisionRecord};
-use reprise_core::rows::{DecisionBinding, Kind, RetryDecision, TaskCheckpoint};
+use reprise_core::rows::{Kind, RetryDecision, RowBody, TaskCheckpoint};
 use reprise_core::verify::ChainVerifier;
-use reprise_store::audit::AuditLog;
-use reprise_store::journal::{Journal, Spine};
+use reprise_store::journal::Journal;
 use reprise_store::read_chain_from;
 use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::Value;
 
 use crate::error::Result;
+use crate::evidence::Signer;
 
 /// Journal row kind written after every attempt.
 pub(crate) const CHECKPOINT_KIND: &str = reprise_core::lifecycle::rows::AGENT_ENDED;
@@ -108,23 +108,21 @@ pub(crate) fn trusted_checkpoint(
 }
 
 /// Records a decision: journal row, then spine seal (at that row's seq), then
-/// the audit row binding both. Returns the decision hash.
+/// the audit row binding both (on a fleet worker, the row alone: the
+/// coordinator writes the other two from it). Returns the decision hash.
 pub(crate) fn record_decision(
     journal: &mut Journal,
-    spine: &mut Spine,
-    audit: &mut AuditLog,
+    signer: &mut Signer,
     run_id: &str,
     next_attempt: u32,
     record: &DecisionRecord,
     modification: Option<&Value>,
 ) -> Result<Digest> {
     let decision_hash = record.hash()?;
-    let decision = record.to_value();
     // What can be checked before the first row is: the spine file opens and
     // the audit chain would take the binding. A decision is then either in
     // all three places or (with a failure here) in none.
-    spine.ready()?;
-    audit.ready()?;
+    signer.ready()?;
     let body = RetryDecision {
         run_id: run_id.to_owned(),
         attempt: next_attempt,
@@ -135,16 +133,8 @@ pub(crate) fn record_decision(
         modification: modification.cloned(),
     };
     let journal_head = journal.append_row(&now_rfc3339(), &body)?;
-    let spine_head = spine.append(DECISION_KIND, &decision, journal_head.seq)?;
-    // The binding names the plan too: task ids are unique only per plan, and
-    // verification matches a spine to the bindings of its own plan's task.
-    let binding = DecisionBinding::of(
-        &journal.task().plan,
-        record,
-        journal_head.digest,
-        spine_head.digest,
-    )?;
-    audit.append_row(&now_rfc3339(), &binding)?;
+    let task = journal.task().clone();
+    signer.countersign(&task, DECISION_KIND, &body.to_body(), journal_head)?;
     Ok(decision_hash)
 }
 

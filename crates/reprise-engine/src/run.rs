@@ -4,12 +4,13 @@
 //! kept current. The coordinator (`coordinator.rs`) decides and records; a
 //! seat source (`seats.rs`) runs the tasks.
 
-mod adapters;
+pub(crate) mod adapters;
 mod answers;
 mod coordinator;
+pub(crate) mod fleet;
 mod record;
 mod requests;
-mod seats;
+pub(crate) mod seats;
 mod take_up;
 
 use std::collections::BTreeMap;
@@ -140,7 +141,54 @@ pub fn run_plan(
     cancel: &CancelToken,
     sink: &mut dyn EventSink,
 ) -> Result<RunState> {
+    run_on(state, plan, options, cancel, sink, None)
+}
+
+/// Where a fleet run's tasks go: the transport to its workers and the git
+/// remote every host reaches (`None`: tasks run in place on their workers).
+#[expect(
+    missing_debug_implementations,
+    reason = "a transport need not be Debug"
+)]
+pub struct Fleet<'t> {
+    pub transport: &'t dyn fleet::Transport,
+    pub remote: Option<String>,
+    /// The plan's text, as the workers parse it (the plan run here is its
+    /// parse).
+    pub plan_text: String,
+}
+
+/// Runs `plan` as `run_plan` does, each task on a worker `fleet` reaches:
+/// the same records, events, summary and statuses, with every task's
+/// evidence ingested into this state directory's chains and signed here.
+pub fn run_plan_on_fleet(
+    state: &StateDir,
+    plan: &Plan,
+    options: RunOptions,
+    cancel: &CancelToken,
+    sink: &mut dyn EventSink,
+    fleet: &Fleet<'_>,
+) -> Result<RunState> {
+    run_on(state, plan, options, cancel, sink, Some(fleet))
+}
+
+fn run_on(
+    state: &StateDir,
+    plan: &Plan,
+    options: RunOptions,
+    cancel: &CancelToken,
+    sink: &mut dyn EventSink,
+    fleet: Option<&Fleet<'_>>,
+) -> Result<RunState> {
     let seats = options.seats.unwrap_or(plan.seats()).max(1) as usize;
+    let remote_plan = fleet.map(|fleet| {
+        let text = fleet::PlanText {
+            text: fleet.plan_text.clone(),
+            file: options.plan_path.display().to_string(),
+        };
+        (text, fleet)
+    });
+    let key = options.key.clone();
     let (shared, run, warnings) = Shared::prepare(state, plan, options, cancel)?;
     let (sender, receiver) = mpsc::channel::<Message>();
     let mut coordinator = Coordinator::open(&shared, sink, run, warnings, sender.clone())?;
@@ -154,7 +202,19 @@ pub fn run_plan(
         }
         // The socket's thread ends when the run's loop does, however it ends.
         let _stop_serving = StopOnDrop(&serving);
-        coordinator.drive(&LocalSeats::new(scope, seats), &receiver)
+        match remote_plan {
+            Some((text, fleet)) => coordinator.drive(
+                &fleet::RemoteSeats::new(
+                    scope,
+                    seats,
+                    fleet.transport,
+                    (text, fleet.remote.clone()),
+                    key,
+                ),
+                &receiver,
+            ),
+            None => coordinator.drive(&LocalSeats::new(scope, seats), &receiver),
+        }
     })?;
     coordinator.close(&receiver)
 }

@@ -26,7 +26,7 @@ pub struct Supervisor {
 /// environment is the child's only; the config home is the CLI's
 /// (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `GEMINI_CLI_HOME`) and is where the
 /// engine looks for the CLI's transcripts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentSetup {
     pub env: Vec<(String, String)>,
     pub config_home: Option<PathBuf>,

@@ -25,8 +25,7 @@ use reprise_core::retry::{
 use reprise_core::retry_cost::{AutoChoice, CostInput, choose};
 use reprise_core::rows::{self as row, AttemptMode, Containment, TaskStarted};
 use reprise_core::{PlanId, TaskKey};
-use reprise_store::audit::AuditLog;
-use reprise_store::journal::{Journal, Spine};
+use reprise_store::journal::Journal;
 use reprise_store::replies::{drop_kept_reply, keep_reply};
 use reprise_store::state::{StateDir, now_rfc3339};
 use reprise_store::workspace::hash_workspace_cached;
@@ -36,6 +35,7 @@ use serde_json::Value;
 use crate::checkpoints;
 use crate::error::Result;
 use crate::events::Event;
+use crate::evidence::Signer;
 use crate::gates::GateRun;
 pub(crate) use crate::messages::{Message, ParkedTask, TaskResult};
 use crate::records::{VerifiedPrefix, record_decision, trusted_checkpoint};
@@ -52,7 +52,9 @@ pub(crate) type CriterionLadder = (String, Vec<i64>);
 /// Everything one task's run needs.
 pub(crate) struct TaskRun<'a> {
     pub(crate) state: &'a StateDir,
-    pub(crate) key: reprise_store::key::KeyFile,
+    /// Who signs the task's evidence: this host with its key, or (on a
+    /// fleet worker) the coordinator its rows are shipped to.
+    pub(crate) signing: crate::evidence::Signing,
     pub(crate) run_id: &'a str,
     /// The plan the task belongs to: its journal is the plan's.
     pub(crate) plan: &'a PlanId,
@@ -96,6 +98,10 @@ pub(crate) struct TaskRun<'a> {
     /// What the run knows of the task's attempts that the task does not,
     /// for its checkpoints.
     pub(crate) context: HeldContext,
+    /// For a fleet task taken over after its host was lost, the sessions
+    /// that host's rows name: they, and its file checkpoints, are on that
+    /// host, so none of them is resumed or restored here.
+    pub(crate) lost_sessions: Option<std::collections::BTreeSet<String>>,
 }
 
 /// The plan's model and agent variables for the task's CLI, and the state
@@ -110,11 +116,10 @@ pub(crate) struct HeldContext {
     pub(crate) dependencies: Vec<Value>,
 }
 
-/// A task's three chains, open for appending.
+/// A task's journal and what signs beside it, open for appending.
 struct Chains<'a> {
     journal: &'a mut Journal,
-    spine: &'a mut Spine,
-    audit: &'a mut AuditLog,
+    signer: &'a mut Signer,
 }
 
 /// What a retry is decided from.
@@ -183,7 +188,7 @@ mod resumption;
 mod retrying;
 mod steering;
 
-pub(crate) use continuation::{Continuation, taken_up as journal_attempts};
+pub(crate) use continuation::{Continuation, sessions_named, taken_up as journal_attempts};
 use executor::Executor;
 
 impl TaskRun<'_> {
@@ -347,6 +352,25 @@ impl TaskRun<'_> {
         }
     }
 
+    /// `checkpoint`'s session was saved on a lost fleet host.
+    pub(crate) fn on_lost_host(
+        &self,
+        checkpoint: Option<&reprise_core::retry::Checkpoint>,
+    ) -> bool {
+        let session = checkpoint.and_then(|checkpoint| checkpoint.session_id.as_ref());
+        match (&self.lost_sessions, session) {
+            (Some(lost), Some(session)) => lost.contains(session),
+            _ => false,
+        }
+    }
+
+    /// The audit key, for `what`, which only its holder may do.
+    pub(crate) fn key_file(&self, what: &'static str) -> Result<&reprise_store::key::KeyFile> {
+        self.signing
+            .key()
+            .ok_or(crate::error::EngineError::NeedsKey { what })
+    }
+
     fn emit(&self, event: Event) {
         // The coordinator outlives every task; a closed channel means it is
         // shutting down and progress no longer matters.
@@ -368,9 +392,7 @@ impl TaskRun<'_> {
         )?;
         result.cwd = Some(cwd.clone());
         let key = TaskKey::new(self.plan.clone(), task.id.clone());
-        let journal = Journal::open(self.state, &key)?;
-        let spine = Spine::open(self.state, &key)?;
-        let audit = AuditLog::open(self.state, self.key.clone())?;
+        let (journal, signer) = self.signing.open(self.state, &key)?;
         let isolated = self.workspace.isolates(task) && self.base.is_some();
         let snapshots = checkpoints::open_store(
             self.state,
@@ -402,8 +424,7 @@ impl TaskRun<'_> {
             cwd,
             isolated,
             journal,
-            spine,
-            audit,
+            signer,
             snapshots,
             budget,
         })
@@ -504,7 +525,7 @@ impl TaskRun<'_> {
         store: &reprise_store::snapshot::SnapshotStore,
         (checkpoint, hash): (&Checkpoint, Digest),
         journal: &mut Journal,
-        audit: &mut AuditLog,
+        signer: &mut Signer,
         key: &TaskKey,
         reason: &str,
         cwd: &Path,
@@ -513,7 +534,7 @@ impl TaskRun<'_> {
             store,
             checkpoint,
             journal,
-            audit,
+            signer.local_audit(),
             key,
             self.run_id,
             reason,
@@ -777,6 +798,7 @@ impl TaskRun<'_> {
             live_workspace_hash: trusted.live,
             fresh_pinned: task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
+            session_elsewhere: self.on_lost_host(checkpoint),
         };
         let decision = decide(input);
         let (built, instruction_hash) = corrective(
@@ -850,11 +872,7 @@ impl TaskRun<'_> {
     /// the decision that holds, and its record.
     fn record_retry_decision(
         &self,
-        Chains {
-            journal,
-            spine,
-            audit,
-        }: Chains<'_>,
+        Chains { journal, signer }: Chains<'_>,
         (mut decision, mut record): (Decision, DecisionRecord),
         basis: &RetryBasis<'_>,
         cwd: &Path,
@@ -862,8 +880,7 @@ impl TaskRun<'_> {
         let mut write = |record: &DecisionRecord| -> Result<()> {
             record_decision(
                 journal,
-                spine,
-                audit,
+                signer,
                 self.run_id,
                 basis.next_attempt,
                 record,
@@ -1062,8 +1079,7 @@ pub(crate) struct Materialised {
     /// In a worktree of its own, from the run's base.
     pub(crate) isolated: bool,
     pub(crate) journal: Journal,
-    pub(crate) spine: Spine,
-    pub(crate) audit: AuditLog,
+    pub(crate) signer: Signer,
     pub(crate) snapshots: Option<reprise_store::snapshot::SnapshotStore>,
     pub(crate) budget: Option<RetryBudget>,
 }
@@ -1111,6 +1127,12 @@ impl Previous {
                 })
                 .collect(),
         }
+    }
+
+    /// The reply a carried-over judged attempt is known by, for an order
+    /// to a fleet worker (see `carried`).
+    pub(crate) fn carried_reply(&self) -> Option<&str> {
+        self.judged.then_some(self.reply.as_str())
     }
 
     /// A judged attempt of an earlier run, known only by its kept reply.

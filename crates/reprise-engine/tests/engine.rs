@@ -1909,3 +1909,6 @@ fn a_failed_decision_path_leaves_no_row_that_contradicts_what_ran() {
     assert!(summary.ok(), "{summary:?}");
     assert_eq!(summary.seals_of(&id).len(), 1, "the journal was sealed");
 }
+
+#[path = "engine/fleet.rs"]
+mod fleet;

@@ -75,6 +75,10 @@ pub enum StoreError {
         row: u64,
         reason: &'static str,
     },
+    #[error(
+        "a shipped row was refused for {path} ({reason}); nothing was appended: the worker's copy of the journal is not this one's, so run the task again"
+    )]
+    ShippedRowRefused { path: PathBuf, reason: &'static str },
     #[error("{path} has an earlier failed write; reopen it to continue")]
     Poisoned { path: PathBuf },
     #[error("no journal for task {task} at {path}")]

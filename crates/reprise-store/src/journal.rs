@@ -24,6 +24,30 @@ use crate::state::StateDir;
 pub struct Journal {
     task: TaskKey,
     file: ChainFile,
+    /// Told each appended row's exact bytes once it is durable (a fleet
+    /// worker ships them to the coordinator).
+    tap: Option<RowTap>,
+}
+
+/// What hears each row a journal appends, as the bytes stored (the line
+/// with its newline).
+pub struct RowTap(Box<dyn Hear>);
+
+/// A row tap's function: hears a row's stored bytes.
+trait Hear: FnMut(&[u8]) + Send {}
+
+impl<F: FnMut(&[u8]) + Send> Hear for F {}
+
+impl RowTap {
+    pub fn new(tap: impl FnMut(&[u8]) + Send + 'static) -> Self {
+        Self(Box::new(tap))
+    }
+}
+
+impl std::fmt::Debug for RowTap {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("RowTap")
+    }
 }
 
 impl Journal {
@@ -44,17 +68,46 @@ impl Journal {
         Ok(Self {
             task: task.clone(),
             file,
+            tap: None,
         })
+    }
+
+    /// From now on, `tap` hears every row this handle appends.
+    pub fn tap(&mut self, tap: RowTap) {
+        self.tap = Some(tap);
     }
 
     /// Appends one row durably and returns the new head.
     pub fn append(&mut self, kind: &str, at: &str, body: &Value) -> Result<Head> {
         let task = &self.task;
-        let head = self
-            .file
-            .append(|previous| Ok(encode_journal_row(previous, &task.task, kind, at, body)?))?;
+        let mut written = None;
+        let head = self.file.append(|previous| {
+            let row = encode_journal_row(previous, &task.task, kind, at, body)?;
+            written = Some(row.line.clone());
+            Ok(row)
+        })?;
         crate::io::crash_point(task.task.as_str(), kind);
+        if let (Some(tap), Some(line)) = (self.tap.as_mut(), written) {
+            (tap.0)(&line);
+        }
         Ok(head)
+    }
+
+    /// Appends a row another host wrote to its copy of this journal, byte
+    /// for byte: refused (nothing written) unless it is a whole row of this
+    /// task whose digest matches its bytes and which links to this
+    /// journal's head. `line` ends with its newline.
+    pub fn append_shipped(&mut self, line: &[u8]) -> Result<Head> {
+        let task = self.task.task.as_str().to_owned();
+        let path = self.file.path().to_path_buf();
+        self.file.append(|previous| {
+            let head = shipped_row_head(&task, previous, line)
+                .map_err(|reason| StoreError::ShippedRowRefused { path, reason })?;
+            Ok(reprise_core::record::EncodedRow {
+                line: line.to_vec(),
+                head,
+            })
+        })
     }
 
     /// Appends one row of the typed schema (`reprise_core::rows`): the
@@ -91,6 +144,44 @@ impl Journal {
     /// See `ChainFile::only_own_appends_since_mark`.
     pub fn only_own_appends_since_mark(&self) -> Result<bool> {
         self.file.only_own_appends_since_mark()
+    }
+}
+
+/// The head a shipped journal row of `task` makes on top of `previous`, or
+/// why it is refused.
+fn shipped_row_head(
+    task: &str,
+    previous: Option<Head>,
+    line: &[u8],
+) -> std::result::Result<Head, &'static str> {
+    use reprise_core::chain::{LineCheck, check_line};
+    let Some(stored) = line.strip_suffix(b"\n").filter(|row| !row.contains(&b'\n')) else {
+        return Err("not one whole line");
+    };
+    let row = match check_line(ChainFormat::Journal, None, stored) {
+        LineCheck::Row(row) => row,
+        LineCheck::NotObject => return Err("not a journal row"),
+        LineCheck::Fault(reason) => return Err(ChainFormat::Journal.reason_name(reason)),
+    };
+    use reprise_core::chain::Reason;
+    let (seq, prev) = previous.map_or((0, Digest::ZERO), |head| (head.seq + 1, head.digest));
+    let refused = if !row.digest_ok {
+        Some(Reason::DigestMismatch)
+    } else if row.task_id.as_deref() != Some(task) {
+        Some(Reason::ForeignTask)
+    } else if row.seq != seq {
+        Some(Reason::SeqGap)
+    } else if row.prev != prev {
+        Some(Reason::PrevLinkBreak)
+    } else {
+        None
+    };
+    match refused {
+        Some(reason) => Err(ChainFormat::Journal.reason_name(reason)),
+        None => Ok(Head {
+            seq: row.seq,
+            digest: row.digest,
+        }),
     }
 }
 

@@ -309,7 +309,7 @@ fn restore_recorded(
         store,
         checkpoint,
         &mut journal,
-        &mut audit,
+        Some(&mut audit),
         key,
         &run.run_id,
         "reprise checkpoint restore",

@@ -16,7 +16,7 @@ use reprise_store::state::StateDir;
 /// One adapter per task; one per agent CLI for the whole run, so its
 /// version cache asks each binary `--version` once however many tasks start
 /// together.
-pub(super) fn adapters_of(
+pub(crate) fn adapters_of(
     order: &[&Task],
     plan: &Plan,
     state: &StateDir,
@@ -40,7 +40,7 @@ pub(super) fn adapters_of(
 
 /// The binary a plan names for an adapter (`agents: {claude: {bin: ...}}`);
 /// otherwise the adapter looks at `REPRISE_<NAME>_BIN`, then PATH.
-pub(super) fn bin_for(plan: &Plan, kind: AgentKind) -> Option<PathBuf> {
+pub(crate) fn bin_for(plan: &Plan, kind: AgentKind) -> Option<PathBuf> {
     plan.agent_settings(kind)
         .and_then(|settings| settings.bin.clone())
         .map(PathBuf::from)
@@ -86,7 +86,7 @@ fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
 }
 
 /// The plan's `agents.<cli>.model`, `.args` and `.env` for an adapter.
-pub(super) fn cli_options(plan: &Plan, kind: AgentKind) -> CliOptions {
+pub(crate) fn cli_options(plan: &Plan, kind: AgentKind) -> CliOptions {
     plan.agent_settings(kind)
         .map(|settings| CliOptions {
             model: settings.model.clone(),

@@ -525,7 +525,7 @@ impl<'a, 'k> Coordinator<'a, 'k> {
         let (plan, options) = (shared.plan, &shared.options);
         let run = TaskRun {
             state: shared.state,
-            key: options.key.clone(),
+            signing: crate::evidence::Signing::Key(options.key.clone()),
             run_id: options.run_id.as_str(),
             plan: plan.id(),
             task,
@@ -555,6 +555,7 @@ impl<'a, 'k> Coordinator<'a, 'k> {
             continuation,
             grant: reprise_core::grant::grant_of(task, plan),
             context: self.held_context(task),
+            lost_sessions: None,
         };
         Job {
             run,

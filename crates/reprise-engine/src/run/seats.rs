@@ -50,7 +50,7 @@ impl<'env> SeatSource<'env> for LocalSeats<'_, 'env> {
 /// Runs a task here; then, once its seat is given back, removes the
 /// worktree of a task that delivered (removing a big tree should not hold
 /// up the next task).
-fn run_on_this_host(job: Job<'_>) {
+pub(crate) fn run_on_this_host(job: Job<'_>) {
     let Job { run, keep_worktree } = job;
     let (state, workspace, run_id) = (run.state, run.workspace, run.run_id);
     let task = run.task.id.clone();

@@ -3,7 +3,6 @@
 
 use reprise_core::lifecycle::{Failure, TaskEvent, TaskState, Terminal};
 use reprise_core::rows::TaskFinished;
-use reprise_store::audit::seal_journal_after;
 use reprise_store::state::now_rfc3339;
 
 use super::executor::Executor;
@@ -118,13 +117,7 @@ impl Executor<'_, '_> {
                     "journal not sealed: it was written to behind the engine's back during the task"
                         .to_owned(),
             });
-        } else if let Err(err) = seal_journal_after(
-            run.state,
-            &mut self.audit,
-            &self.key,
-            &now_rfc3339(),
-            &run.prior_seals,
-        ) {
+        } else if let Err(err) = self.signer.seal(run.state, &self.key, &run.prior_seals) {
             run.emit(Event::Warning {
                 task: Some(task.id.clone()),
                 message: format!("journal not sealed: {err}"),

@@ -127,6 +127,26 @@ pub(crate) fn last_agent_end(state: &StateDir, key: &TaskKey, run_id: &str) -> O
         .map(|row| row.event_hash)
 }
 
+/// Every session `rows` name: started, resumed or forked by an attempt, or
+/// reported at an agent's end.
+pub(crate) fn sessions_named(rows: &[JournalRow]) -> std::collections::BTreeSet<String> {
+    let mut sessions = std::collections::BTreeSet::new();
+    for row in rows {
+        if let Some(started) = body::<AttemptStarted>(row) {
+            match started.session {
+                SessionUse::New { new } => sessions.extend(new),
+                SessionUse::Fork { fork, new } => sessions.extend(new.into_iter().chain([fork])),
+                SessionUse::Resume { resume } => {
+                    sessions.insert(resume);
+                }
+            }
+        } else if let Some(ended) = body::<TaskCheckpoint>(row) {
+            sessions.extend(ended.session_id);
+        }
+    }
+    sessions
+}
+
 /// The mode and session the latest `attempt.started` row named: the new
 /// session's chosen id, the resumed one, or a fork's new one.
 fn started_session(rows: &[JournalRow]) -> (AttemptMode, Option<String>) {
@@ -272,8 +292,12 @@ impl TaskRun<'_> {
         // before anything is made or written, and a refusal leaves the
         // task parked as it was.
         if let Continuation::Resume { point, .. } = continuation
-            && let Err(refusal) =
-                crate::resume::recheck_before_resume(self.state, &self.key, &key, point)
+            && let Err(refusal) = crate::resume::recheck_before_resume(
+                self.state,
+                self.key_file("resuming a park")?,
+                &key,
+                point,
+            )
         {
             result.status = crate::state::TaskStatus::Suspended;
             result.reason = Some(refusal.to_string());
@@ -299,7 +323,15 @@ impl TaskRun<'_> {
         };
         let resumption = match continuation {
             Continuation::Interrupted | Continuation::Cancelled => {
-                self.after_interruption(&found, &mut materialised.journal, result)?
+                let resumption =
+                    self.after_interruption(&found, &mut materialised.journal, result)?;
+                if let GoOn::Checkpointing { attempt, .. } = resumption.go_on
+                    && self.lost_sessions.is_some()
+                    && attempt > 1
+                {
+                    self.record_takeover(&mut materialised, attempt, result)?;
+                }
+                resumption
             }
             Continuation::Resume {
                 point,
@@ -308,6 +340,56 @@ impl TaskRun<'_> {
             } => self.resume_park(&found, &mut materialised, point, *mode, *approval, result)?,
         };
         self.go_on(found, materialised, resumption, result)
+    }
+
+    /// A fleet task taken over from a lost host between attempts: its retry
+    /// is decided here, where no session or checkpoint of that host is (so
+    /// it goes cold, `session_on_other_host`, unless an earlier rule says
+    /// otherwise), and recorded before the attempt runs.
+    fn record_takeover(
+        &self,
+        materialised: &mut super::Materialised,
+        attempt: u32,
+        result: &mut TaskResult,
+    ) -> Result<()> {
+        use reprise_core::retry::{DecisionInput, DecisionRecord, decide};
+        let mut verified = None;
+        let trusted = crate::records::trusted_checkpoint(
+            self.state,
+            &materialised.key,
+            &mut materialised.journal,
+            &mut verified,
+        )?;
+        let session = trusted
+            .checkpoint
+            .as_ref()
+            .and_then(|checkpoint| checkpoint.session_id.as_deref());
+        let input = DecisionInput {
+            requested: self.requested_mode_only(session),
+            capability: self.adapter.strategy().capability(),
+            checkpoint: trusted.checkpoint.as_ref(),
+            live_workspace_hash: self.workspace_hash(&materialised.cwd)?,
+            fresh_pinned: self.task.agent_restart_between_retries,
+            chain_verified: trusted.chain_verified,
+            session_elsewhere: self.on_lost_host(trusted.checkpoint.as_ref()),
+        };
+        let decision = decide(input);
+        let record =
+            DecisionRecord::new(&self.task.id, self.adapter.name(), &input, decision, None);
+        crate::records::record_decision(
+            &mut materialised.journal,
+            &mut materialised.signer,
+            self.run_id,
+            attempt,
+            &record,
+            None,
+        )?;
+        result.metadata = record.metadata(None)?;
+        self.emit(crate::events::Event::Decision {
+            task: self.task.id.clone(),
+            record: Box::new(record),
+        });
+        Ok(())
     }
 
     /// How a task the process's death or the run's stop cut short goes on;
@@ -560,7 +642,8 @@ impl TaskRun<'_> {
                 .any(|seal| seal.seq == head.seq && seal.digest == head.digest)
         });
         if !sealed {
-            let mut audit = reprise_store::audit::AuditLog::open(self.state, self.key.clone())?;
+            let key_file = self.key_file("sealing a journal taken up again")?.clone();
+            let mut audit = reprise_store::audit::AuditLog::open(self.state, key_file)?;
             reprise_store::audit::seal_journal_after(
                 self.state,
                 &mut audit,

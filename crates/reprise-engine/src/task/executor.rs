@@ -25,8 +25,7 @@ use reprise_core::retry::DecisionRecord;
 use reprise_core::rows::{
     AttemptContext, AttemptMode, AttemptStarted, JournalTailRepaired, TaskCheckpoint,
 };
-use reprise_store::audit::AuditLog;
-use reprise_store::journal::{Journal, Spine};
+use reprise_store::journal::Journal;
 use reprise_store::logs::keep_attempt_logs;
 use reprise_store::snapshot::{Checkpoint, SnapshotStore};
 use reprise_store::state::now_rfc3339;
@@ -51,8 +50,7 @@ pub(super) struct Executor<'r, 'a> {
     pub(super) cwd: PathBuf,
     pub(super) isolated: bool,
     pub(super) journal: Journal,
-    pub(super) spine: Spine,
-    pub(super) audit: AuditLog,
+    pub(super) signer: crate::evidence::Signer,
     pub(super) snapshots: Option<SnapshotStore>,
     pub(super) env: Vec<(String, String)>,
     pub(super) budget: Option<RetryBudget>,
@@ -118,8 +116,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             cwd,
             isolated,
             journal,
-            spine,
-            audit,
+            signer,
             snapshots,
             budget,
         } = materialised;
@@ -130,8 +127,7 @@ impl<'r, 'a> Executor<'r, 'a> {
             cwd,
             isolated,
             journal,
-            spine,
-            audit,
+            signer,
             snapshots,
             env: run.task_env(),
             budget,
@@ -265,7 +261,13 @@ impl<'r, 'a> Executor<'r, 'a> {
                 let _ = budget.consume();
             }
         }
-        if let Some(store) = &self.snapshots {
+        // A task taken over from a lost host finds none of that host's
+        // checkpoints here: its next attempt takes its own.
+        if let Some(store) = self
+            .snapshots
+            .as_ref()
+            .filter(|_| self.run.lost_sessions.is_none())
+        {
             let find = |found: Option<(String, Digest)>| -> Result<Option<(Checkpoint, Digest)>> {
                 Ok(match found {
                     Some((id, hash)) => Some((store.find(&id)?, hash)),
@@ -327,12 +329,17 @@ impl<'r, 'a> Executor<'r, 'a> {
             Err(err) => return Err(err.into()),
         };
         let run = self.run;
+        // A worker holds no key: it cannot check the audit chain a repair
+        // consults, so the torn journal stays the task's error.
+        let Some(key) = run.signing.key() else {
+            return Err(torn.into());
+        };
         let RepairOutcome::Repaired {
             removed_bytes,
             head,
             backup,
             ..
-        } = repair(run.state, &Target::Journal(self.key.clone()), &run.key)?
+        } = repair(run.state, &Target::Journal(self.key.clone()), key)?
         else {
             return Err(torn.into());
         };
@@ -893,8 +900,7 @@ impl<'r, 'a> Executor<'r, 'a> {
     pub(super) fn chains(&mut self) -> Chains<'_> {
         Chains {
             journal: &mut self.journal,
-            spine: &mut self.spine,
-            audit: &mut self.audit,
+            signer: &mut self.signer,
         }
     }
 

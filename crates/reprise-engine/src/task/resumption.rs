@@ -128,7 +128,7 @@ impl TaskRun<'_> {
             store,
             &checkpoint,
             &mut materialised.journal,
-            &mut materialised.audit,
+            Some(materialised.signer.audit("a resume's rollback")?),
             key,
             self.run_id,
             "resume",
@@ -179,6 +179,7 @@ impl TaskRun<'_> {
             live_workspace_hash: live,
             fresh_pinned: asked.is_none() && self.task.agent_restart_between_retries,
             chain_verified: true,
+            session_elsewhere: false,
         };
         let mut decision = decide(input);
         let session_ok = parked_session
@@ -234,18 +235,19 @@ impl TaskRun<'_> {
         };
         // The append checks again what it relies on: the park unsettled,
         // its approval there and bound by the chain.
-        crate::resume::recheck_before_resume(self.state, &self.key, &found.key, point)
-            .map_err(|refusal| EngineError::Park(refusal.to_string()))?;
+        crate::resume::recheck_before_resume(
+            self.state,
+            self.key_file("resuming a park")?,
+            &found.key,
+            point,
+        )
+        .map_err(|refusal| EngineError::Park(refusal.to_string()))?;
         let Materialised {
-            journal,
-            spine,
-            audit,
-            ..
+            journal, signer, ..
         } = materialised;
         let decision_hash = crate::records::record_decision(
             journal,
-            spine,
-            audit,
+            signer,
             self.run_id,
             facts.attempt,
             &chosen.record,
@@ -289,7 +291,8 @@ impl TaskRun<'_> {
         resume: Digest,
     ) -> Result<()> {
         let key = &found.key;
-        let receipt = materialised.audit.append_row(
+        let audit = materialised.signer.audit("a resume's receipt")?;
+        let receipt = audit.append_row(
             &now_rfc3339(),
             &ResumeReceipt {
                 plan: key.plan.clone(),
@@ -305,7 +308,7 @@ impl TaskRun<'_> {
         )?;
         // The grant the park bound goes on with the task.
         if !point.body.grant_hash.is_empty() {
-            materialised.audit.append_row(
+            audit.append_row(
                 &now_rfc3339(),
                 &GrantContinuation {
                     plan: key.plan.clone(),

@@ -47,7 +47,7 @@ impl Executor<'_, '_> {
             store,
             (&checkpoint, hash),
             &mut self.journal,
-            &mut self.audit,
+            &mut self.signer,
             &self.key,
             &why,
             &self.cwd,
@@ -172,8 +172,7 @@ impl Executor<'_, '_> {
         let chains = self.chains();
         match record_decision(
             chains.journal,
-            chains.spine,
-            chains.audit,
+            chains.signer,
             run.run_id,
             next_attempt,
             &fallback,
@@ -215,8 +214,7 @@ impl Executor<'_, '_> {
             let chains = self.chains();
             record_decision(
                 chains.journal,
-                chains.spine,
-                chains.audit,
+                chains.signer,
                 run.run_id,
                 attempt,
                 &second,

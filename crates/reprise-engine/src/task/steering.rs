@@ -346,6 +346,7 @@ impl Executor<'_, '_> {
             live_workspace_hash: live,
             fresh_pinned: run.task.agent_restart_between_retries,
             chain_verified: true,
+            session_elsewhere: false,
         });
         let session_ok = session_id.is_some_and(|id| run.ensure_session(id, &self.cwd));
         if decision.mode != RetryMode::Cold && !session_ok {
@@ -406,7 +407,7 @@ impl Executor<'_, '_> {
         (resource, detail): (Resource, &Value),
     ) -> Result<()> {
         crate::park::write_release(
-            &mut self.audit,
+            self.signer.audit("a park's release")?,
             &self.key,
             self.run.run_id,
             head.digest,
@@ -507,7 +508,12 @@ impl Executor<'_, '_> {
             )?;
         }
         crate::park::hold_at("suspend");
-        let receipt = crate::park::write_receipt(&mut self.audit, &self.key, &body, head)?;
+        let receipt = crate::park::write_receipt(
+            self.signer.audit("a park's receipt")?,
+            &self.key,
+            &body,
+            head,
+        )?;
         Ok(RecordedPark {
             body,
             head,

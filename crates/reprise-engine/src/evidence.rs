@@ -1,0 +1,284 @@
+//! Where a task's evidence goes besides its journal. On a host that holds
+//! the audit key (a local run, a fleet's coordinator) the spine and the
+//! audit chain are written beside the journal rows that call for them. A
+//! fleet worker holds no key: it writes its own copy of the journal only,
+//! and ships each row's exact bytes (and what only the key's holder can
+//! write, as a typed intent) to an outbox; the coordinator's `ingest`
+//! appends the same bytes to its journal and writes the spine and audit
+//! rows from them with the same functions a local run uses.
+
+use std::sync::mpsc::Sender;
+
+use reprise_core::TaskKey;
+use reprise_core::record::Head;
+use reprise_core::retry::DecisionRecord;
+use reprise_core::rows::{
+    CheckpointRestored, DecisionBinding, RestoredBinding, RetryDecision, RowBody, body_of,
+};
+use reprise_store::audit::{AuditLog, seal_journal_after};
+use reprise_store::journal::{Journal, RowTap, Spine};
+use reprise_store::key::KeyFile;
+use reprise_store::state::{StateDir, now_rfc3339};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{EngineError, Result};
+
+/// What a worker ships for one task, in the order it wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "shipment", rename_all = "snake_case")]
+pub enum Shipment {
+    /// A journal row: the line as stored, newline included.
+    Row { line: String },
+    /// A record only the holder of the audit key writes.
+    Intent { intent: AuditIntent },
+}
+
+/// What a worker asks the coordinator to sign, where the rows alone do not
+/// say it. (A retry decision's spine row and binding, and a rollback's
+/// binding, follow from their journal rows and travel as nothing more.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditIntent {
+    /// Seal the journal's head: the task ended and its journal is whole.
+    Seal,
+}
+
+/// Where a worker's shipments go: the transport's side of its task.
+#[derive(Debug, Clone)]
+pub struct Outbox(Sender<Shipment>);
+
+impl Outbox {
+    pub fn new(sender: Sender<Shipment>) -> Self {
+        Self(sender)
+    }
+
+    fn ship(&self, shipment: Shipment) -> Result<()> {
+        self.0.send(shipment).map_err(|_| EngineError::OutboxClosed)
+    }
+
+    /// A tap for the task's journal: each appended row, shipped.
+    fn tap(&self) -> RowTap {
+        let sender = self.0.clone();
+        RowTap::new(move |line| {
+            // A closed outbox is caught at the next intent or the task's end:
+            // the transport then reports the task lost.
+            let _ = sender.send(Shipment::Row {
+                line: String::from_utf8_lossy(line).into_owned(),
+            });
+        })
+    }
+}
+
+/// Who signs a task's evidence: this host, with the key, or the
+/// coordinator a worker ships to.
+#[derive(Debug, Clone)]
+pub(crate) enum Signing {
+    Key(KeyFile),
+    Worker(Outbox),
+}
+
+impl Signing {
+    /// The key, where this host holds one.
+    pub(crate) fn key(&self) -> Option<&KeyFile> {
+        match self {
+            Self::Key(key) => Some(key),
+            Self::Worker(_) => None,
+        }
+    }
+
+    /// The task's journal and its signer, open: a worker's journal ships
+    /// every row it appends.
+    pub(crate) fn open(&self, state: &StateDir, task: &TaskKey) -> Result<(Journal, Signer)> {
+        let mut journal = Journal::open(state, task)?;
+        let signer = match self {
+            Self::Key(key) => Signer::Local {
+                spine: Spine::open(state, task)?,
+                audit: AuditLog::open(state, key.clone())?,
+            },
+            Self::Worker(outbox) => {
+                journal.tap(outbox.tap());
+                Signer::Worker(outbox.clone())
+            }
+        };
+        Ok((journal, signer))
+    }
+}
+
+/// The spine and audit chain beside a task's journal, or the outbox that
+/// carries what they would record to the coordinator.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per running task, and the local variant is the common one"
+)]
+pub(crate) enum Signer {
+    Local { spine: Spine, audit: AuditLog },
+    Worker(Outbox),
+}
+
+impl Signer {
+    /// Checks, before a row that calls for them is appended, that the spine
+    /// and the audit chain would take theirs: a decision is then in all
+    /// three chains or (with a failure here) in none.
+    pub(crate) fn ready(&mut self) -> Result<()> {
+        if let Self::Local { spine, audit } = self {
+            spine.ready()?;
+            audit.ready()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what `kind`'s row at `head` calls for in the spine and the
+    /// audit chain. A worker writes nothing: its journal's tap shipped the
+    /// row, and the coordinator derives the same records from it.
+    pub(crate) fn countersign(
+        &mut self,
+        task: &TaskKey,
+        kind: &str,
+        body: &Value,
+        head: Head,
+    ) -> Result<()> {
+        match self {
+            Self::Local { spine, audit } => countersign(spine, audit, task, kind, body, head),
+            Self::Worker(_) => Ok(()),
+        }
+    }
+
+    /// Seals the journal's head (here, or by asking the coordinator to).
+    pub(crate) fn seal(
+        &mut self,
+        state: &StateDir,
+        task: &TaskKey,
+        prior_seals: &[Head],
+    ) -> Result<()> {
+        match self {
+            Self::Local { audit, .. } => {
+                seal_journal_after(state, audit, task, &now_rfc3339(), prior_seals)?;
+                Ok(())
+            }
+            Self::Worker(outbox) => outbox.ship(Shipment::Intent {
+                intent: AuditIntent::Seal,
+            }),
+        }
+    }
+
+    /// The audit chain, for what only the key's holder writes (a park's
+    /// receipt and releases, a resume's binding): a worker has none.
+    pub(crate) fn audit(&mut self, what: &'static str) -> Result<&mut AuditLog> {
+        match self {
+            Self::Local { audit, .. } => Ok(audit),
+            Self::Worker(_) => Err(EngineError::NeedsKey { what }),
+        }
+    }
+
+    /// The audit chain where this host holds it.
+    pub(crate) fn local_audit(&mut self) -> Option<&mut AuditLog> {
+        match self {
+            Self::Local { audit, .. } => Some(audit),
+            Self::Worker(_) => None,
+        }
+    }
+}
+
+/// The spine and audit records a journal row of `kind` at `head` calls for:
+/// a retry decision's spine row and binding, a rollback's binding. The one
+/// place they are derived, for a local run and for the coordinator's ingest.
+fn countersign(
+    spine: &mut Spine,
+    audit: &mut AuditLog,
+    task: &TaskKey,
+    kind: &str,
+    body: &Value,
+    head: Head,
+) -> Result<()> {
+    if let Some(decision) = body_of::<RetryDecision>(kind, body) {
+        bind_decision(spine, audit, task, &decision.decision, head)?;
+    } else if let Some(restored) = body_of::<CheckpointRestored>(kind, body) {
+        bind_restored(audit, task, &restored, head)?;
+    }
+    Ok(())
+}
+
+/// A decision's spine seal (at its journal row's seq), then the audit row
+/// binding both.
+fn bind_decision(
+    spine: &mut Spine,
+    audit: &mut AuditLog,
+    task: &TaskKey,
+    record: &DecisionRecord,
+    head: Head,
+) -> Result<()> {
+    let spine_head = spine.append(RetryDecision::KIND.as_str(), &record.to_value(), head.seq)?;
+    // The binding names the plan too: task ids are unique only per plan, and
+    // verification matches a spine to the bindings of its own plan's task.
+    let binding = DecisionBinding::of(&task.plan, record, head.digest, spine_head.digest)?;
+    audit.append_row(&now_rfc3339(), &binding)?;
+    Ok(())
+}
+
+/// A rollback's binding in the audit chain.
+pub(crate) fn bind_restored(
+    audit: &mut AuditLog,
+    task: &TaskKey,
+    restored: &CheckpointRestored,
+    head: Head,
+) -> Result<()> {
+    audit.append_row(
+        &now_rfc3339(),
+        &RestoredBinding {
+            plan: task.plan.clone(),
+            task_id: task.task.clone(),
+            checkpoint: restored.checkpoint.clone(),
+            journal_seq: head.seq,
+            journal_hash: head.digest,
+            workspace_hash: restored.workspace_hash,
+        },
+    )?;
+    Ok(())
+}
+
+/// What one `ingest` appended and signed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ingested {
+    pub rows: u64,
+    pub sealed: bool,
+}
+
+/// On the coordinator: appends what a worker shipped for `task` to the
+/// task's journal byte for byte (a row that does not link to the journal's
+/// head, or whose hash is wrong, is refused, and nothing after it is
+/// taken), and writes the spine and audit records and the seal as a local
+/// run does. `prior_seals` are the audit chain's seals of the task before
+/// this run (see `seal_journal_after`).
+pub fn ingest(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    prior_seals: &[Head],
+    shipments: &[Shipment],
+) -> Result<Ingested> {
+    let (mut journal, mut signer) = Signing::Key(key.clone()).open(state, task)?;
+    let mut ingested = Ingested::default();
+    for shipment in shipments {
+        match shipment {
+            Shipment::Row { line } => {
+                let head = journal.append_shipped(line.as_bytes())?;
+                let row: reprise_core::record::JournalRow =
+                    serde_json::from_str(line).map_err(|err| EngineError::ShippedRow {
+                        task: task.to_string(),
+                        reason: err.to_string(),
+                    })?;
+                signer.countersign(task, &row.kind, &row.body, head)?;
+                ingested.rows += 1;
+            }
+            Shipment::Intent {
+                intent: AuditIntent::Seal,
+            } => {
+                signer.seal(state, task, prior_seals)?;
+                ingested.sealed = true;
+            }
+        }
+    }
+    Ok(ingested)
+}

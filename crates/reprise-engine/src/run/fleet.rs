@@ -1,0 +1,86 @@
+//! A run whose tasks execute on other hosts: the coordinator hands each
+//! seated task to a `Transport` as a `TaskOrder`, a worker runs it whole
+//! (every attempt, so a warm or fork retry stays with the session it
+//! resumes) and ships back its journal rows, its events and its result; the
+//! coordinator ingests the rows into its own chains (`crate::evidence`)
+//! before it hears the task ended. The transport is a seam: an in-process
+//! one here for tests, a database's in a fleet.
+
+mod in_process;
+mod order;
+mod remote_git;
+mod remote_seats;
+mod worker;
+
+pub use in_process::{InProcessHost, InProcessTransport};
+pub use order::{ShippedResult, TaskOrder};
+pub(crate) use remote_seats::{PlanText, RemoteSeats};
+pub use worker::{WorkerHost, run_order};
+
+use std::sync::mpsc::Sender;
+
+use crate::error::Result;
+use crate::events::Event;
+use crate::evidence::Shipment;
+
+/// What comes back from a worker about one order, in the order it happened.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "report", content = "body", rename_all = "snake_case")]
+pub enum Report {
+    /// Rows (and intents) the worker wrote, to be ingested in order.
+    Shipped(Vec<Shipment>),
+    Event(Event),
+    /// The task ended on the worker; nothing more comes for this order.
+    Done(Box<ShippedResult>),
+    /// The worker that held the order is gone (its lease expired); nothing
+    /// more comes from it.
+    Lost {
+        host: String,
+        reason: String,
+    },
+}
+
+/// Where orders go and reports come from: the coordinator's only view of
+/// its workers.
+pub trait Transport: Sync {
+    /// Hands `order` to a worker; everything about it comes back on
+    /// `reports`, ending with `Done` or `Lost`.
+    fn submit(&self, order: TaskOrder, reports: Sender<Report>) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::AuditIntent;
+
+    /// Every report a worker sends survives a trip through JSON, as a
+    /// database's transport carries it.
+    #[test]
+    fn reports_travel_as_json() {
+        let task = reprise_core::TaskId::parse("greet").expect("id");
+        let reports = vec![
+            Report::Shipped(vec![
+                Shipment::Row {
+                    line: "{\"seq\":0}\n".to_owned(),
+                },
+                Shipment::Intent {
+                    intent: AuditIntent::Seal,
+                },
+            ]),
+            Report::Event(Event::Warning {
+                task: Some(task),
+                message: "hello".to_owned(),
+            }),
+            Report::Done(Box::new(ShippedResult::failed("gone".to_owned()))),
+            Report::Lost {
+                host: "one".to_owned(),
+                reason: "lease expired".to_owned(),
+            },
+        ];
+        for report in reports {
+            let text = serde_json::to_string(&report).expect("serialises");
+            let back: Report = serde_json::from_str(&text).expect("parses");
+            assert_eq!(format!("{back:?}"), format!("{report:?}"), "{text}");
+        }
+    }
+}

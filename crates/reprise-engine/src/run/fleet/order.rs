@@ -1,0 +1,123 @@
+//! What travels between the coordinator and a worker for one task: the
+//! order (everything a worker needs to run it) and the result (what the
+//! coordinator's record of the task needs back). Both serialise, so any
+//! transport can carry them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use reprise_core::TaskId;
+use reprise_core::digest::{Digest, tagged_sha256};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::messages::TaskResult;
+use crate::sandbox::TaskOutput;
+use crate::settings::AgentSetup;
+use crate::state::{AttemptSummary, TaskStatus};
+
+/// The domain tag a plan's text is hashed under in an order.
+const PLAN_TAG: &[u8] = b"reprise/fleet-plan/v1";
+
+/// One task to run on a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskOrder {
+    pub run_id: String,
+    /// The plan's text as the coordinator read it, its file name (for
+    /// errors) and its hash: a worker refuses text that does not match.
+    pub plan_text: String,
+    pub plan_file: String,
+    pub plan_hash: Digest,
+    pub task: TaskId,
+    /// The commit the task starts from (`None`: in place) and the git
+    /// remote it is fetched from and the result pushed to.
+    pub base: Option<String>,
+    pub remote: Option<String>,
+    /// Where the project is inside the repository.
+    pub subdir: PathBuf,
+    /// The coordinator's journal of the task as it stands: the worker's
+    /// copy starts from exactly these bytes, so the rows it ships link on.
+    pub journal: String,
+    pub envelope_micro_usd: Option<u64>,
+    /// A `--retry-failed` leg's kept reply of the task's judged failure.
+    pub carried_reply: Option<String>,
+    /// The run's retry budget, as its spec.
+    pub retry_budget: Option<String>,
+    pub setup: AgentSetup,
+    /// `{task, state, commit}` of each dependency, for its checkpoints.
+    pub dependencies: Vec<Value>,
+    pub keep_worktree: bool,
+    /// The host that held the task before it was lost, if it was: the
+    /// task goes on from its journal, and no session of that host's can be
+    /// resumed here.
+    pub taken_over_from: Option<String>,
+}
+
+impl TaskOrder {
+    /// The hash an order names its plan's text by.
+    pub fn plan_hash(text: &str) -> Digest {
+        tagged_sha256(PLAN_TAG, &[text.as_bytes()])
+    }
+}
+
+/// How a task's run on a worker ended: a `TaskResult` without a park (a
+/// worker holds no key to sign one with).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShippedResult {
+    pub status: TaskStatus,
+    pub judged: bool,
+    pub reason: Option<String>,
+    pub attempts: Vec<AttemptSummary>,
+    pub spent_micro_usd: u64,
+    pub metadata: BTreeMap<String, Value>,
+    /// Where the task worked, on its worker.
+    pub cwd: Option<PathBuf>,
+    pub output: Option<TaskOutput>,
+    pub gaps: Vec<String>,
+}
+
+impl ShippedResult {
+    pub(crate) fn of(result: TaskResult) -> Self {
+        Self {
+            status: result.status,
+            judged: result.judged,
+            reason: result.reason,
+            attempts: result.attempts,
+            spent_micro_usd: result.spent_micro_usd,
+            metadata: result.metadata,
+            cwd: result.cwd,
+            output: result.output,
+            gaps: result.gaps,
+        }
+    }
+
+    pub(crate) fn into_result(self) -> TaskResult {
+        TaskResult {
+            status: self.status,
+            judged: self.judged,
+            reason: self.reason,
+            attempts: self.attempts,
+            spent_micro_usd: self.spent_micro_usd,
+            metadata: self.metadata,
+            cwd: self.cwd,
+            output: self.output,
+            gaps: self.gaps,
+            parked: None,
+        }
+    }
+
+    /// A task that ended without a result from its worker.
+    pub(crate) fn failed(reason: String) -> Self {
+        Self {
+            status: TaskStatus::Failed,
+            judged: false,
+            reason: Some(reason),
+            attempts: Vec::new(),
+            spent_micro_usd: 0,
+            metadata: BTreeMap::new(),
+            cwd: None,
+            output: None,
+            gaps: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Seats on other hosts: each seated task goes to the transport as an
+//! order, and what comes back becomes the coordinator's own messages. The
+//! rows a worker ships are ingested into the coordinator's chains before
+//! any later report is relayed, so when `Message::Done` arrives the task's
+//! journal, spine and audit rows (and its seal) are already there, as
+//! after a local task.
+
+use std::sync::mpsc::{Receiver, channel};
+use std::thread::Scope;
+
+use reprise_core::TaskKey;
+use reprise_store::key::KeyFile;
+
+use super::order::{ShippedResult, TaskOrder};
+use super::{Report, Transport};
+use crate::error::Result;
+use crate::evidence::ingest;
+use crate::messages::Message;
+use crate::run::seats::{Job, SeatSource};
+use crate::sandbox::Workspace;
+
+/// The plan as orders carry it.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanText {
+    pub(crate) text: String,
+    pub(crate) file: String,
+}
+
+/// Seats a transport's workers hold.
+pub(crate) struct RemoteSeats<'scope, 'env> {
+    scope: &'scope Scope<'scope, 'env>,
+    seats: usize,
+    transport: &'env dyn Transport,
+    plan: PlanText,
+    /// The git remote bases and results travel through.
+    remote: Option<String>,
+    key: KeyFile,
+}
+
+impl<'scope, 'env> RemoteSeats<'scope, 'env> {
+    pub(crate) fn new(
+        scope: &'scope Scope<'scope, 'env>,
+        seats: usize,
+        transport: &'env dyn Transport,
+        (plan, remote): (PlanText, Option<String>),
+        key: KeyFile,
+    ) -> Self {
+        Self {
+            scope,
+            seats,
+            transport,
+            plan,
+            remote,
+            key,
+        }
+    }
+
+    /// Everything a worker needs to run the job's task; its base is
+    /// published to the remote first.
+    fn order_of(&self, job: &Job<'env>) -> Result<TaskOrder> {
+        let run = &job.run;
+        let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        if let (Some(remote), Some(base)) = (&self.remote, &run.base) {
+            super::remote_git::publish_base(run.workspace, remote, run.run_id, &run.task.id, base)?;
+        }
+        let journal =
+            reprise_store::read_no_follow(&run.state.journal_path(&key))?.unwrap_or_default();
+        let subdir = match run.workspace {
+            Workspace::Worktrees { subdir, .. } => subdir.clone(),
+            Workspace::InPlace { .. } => std::path::PathBuf::new(),
+        };
+        Ok(TaskOrder {
+            run_id: run.run_id.to_owned(),
+            plan_text: self.plan.text.clone(),
+            plan_file: self.plan.file.clone(),
+            plan_hash: TaskOrder::plan_hash(&self.plan.text),
+            task: run.task.id.clone(),
+            base: run.base.clone(),
+            remote: self.remote.clone(),
+            subdir,
+            journal: String::from_utf8_lossy(&journal).into_owned(),
+            envelope_micro_usd: run.envelope_micro_usd,
+            carried_reply: run
+                .carried
+                .as_ref()
+                .and_then(|previous| previous.carried_reply())
+                .map(str::to_owned),
+            retry_budget: run.budget.map(|(spec, _)| spec.to_string()),
+            setup: run.setup.clone(),
+            dependencies: run.context.dependencies.clone(),
+            keep_worktree: job.keep_worktree,
+            taken_over_from: None,
+        })
+    }
+}
+
+impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
+    fn seats(&self) -> usize {
+        self.seats
+    }
+
+    fn start(&self, job: Job<'env>) {
+        // A task taken up again from its journal (after a crash, a stop or
+        // a park) goes on here, where the key that checks its park is.
+        if job.run.continuation.is_some() {
+            self.scope
+                .spawn(move || crate::run::seats::run_on_this_host(job));
+            return;
+        }
+        let (sender, reports) = channel();
+        let order = self.order_of(&job);
+        let submitted = order.and_then(|order| {
+            self.transport.submit(order.clone(), sender)?;
+            Ok(order)
+        });
+        let order = match submitted {
+            Ok(order) => order,
+            Err(err) => {
+                let result = ShippedResult::failed(format!("its order could not be sent: {err}"));
+                let _ = job
+                    .run
+                    .events
+                    .send(Message::Done(job.run.task.id.clone(), result.into_result()));
+                return;
+            }
+        };
+        let follow = Follow {
+            transport: self.transport,
+            key: self.key.clone(),
+        };
+        self.scope
+            .spawn(move || follow.until_done(&job, order, reports));
+    }
+}
+
+/// How many times a task is handed to another host after its host was lost.
+const TAKEOVERS: u32 = 3;
+
+/// What following one task's reports needs.
+struct Follow<'env> {
+    transport: &'env dyn Transport,
+    key: KeyFile,
+}
+
+impl Follow<'_> {
+    /// Relays what workers report about `job` until its end: rows
+    /// ingested, events passed on, a lost host's task handed to another
+    /// (from the journal as ingested so far), then the result (its branch
+    /// fetched) as `Done`.
+    fn until_done(&self, job: &Job<'_>, mut order: TaskOrder, mut reports: Receiver<Report>) {
+        let run = &job.run;
+        let mut takeovers = 0;
+        let (shipped, refused) = loop {
+            match self.relay(job, &reports) {
+                Ended::Lost { host, reason } if takeovers < TAKEOVERS => {
+                    takeovers += 1;
+                    match self.take_over(job, &mut order, host) {
+                        Ok(next) => reports = next,
+                        Err(err) => {
+                            let failed = format!("lost ({reason}) and not taken over: {err}");
+                            break (ShippedResult::failed(failed), None);
+                        }
+                    }
+                }
+                Ended::Lost { host, reason } => {
+                    break (
+                        ShippedResult::failed(format!("lost on host {host}: {reason}")),
+                        None,
+                    );
+                }
+                Ended::Done(result, refused) => break (result, refused),
+            }
+        };
+        let mut result = shipped.into_result();
+        if let Some(reason) = refused {
+            result.status = crate::state::TaskStatus::Failed;
+            result.reason = Some(reason);
+            result.output = None;
+        }
+        if let (Some(remote), Some(branch)) = (
+            order.remote.as_deref(),
+            result
+                .output
+                .as_ref()
+                .and_then(|output| output.branch.clone()),
+        ) && let Err(err) =
+            super::remote_git::fetch_result(run.workspace, remote, &run.task.id, &branch)
+        {
+            result.status = crate::state::TaskStatus::Failed;
+            result.reason = Some(err.to_string());
+            result.output = None;
+        }
+        let _ = run.events.send(Message::Done(run.task.id.clone(), result));
+    }
+
+    /// One host's reports, until it ends the task or is lost.
+    fn relay(&self, job: &Job<'_>, reports: &Receiver<Report>) -> Ended {
+        let run = &job.run;
+        let task_key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        let mut refused: Option<String> = None;
+        loop {
+            match reports.recv() {
+                Ok(Report::Shipped(batch)) => {
+                    if refused.is_none()
+                        && let Err(err) =
+                            ingest(run.state, &self.key, &task_key, &run.prior_seals, &batch)
+                    {
+                        refused = Some(format!("its worker's rows were refused: {err}"));
+                    }
+                }
+                Ok(Report::Event(event)) => {
+                    let _ = run.events.send(Message::Event(event));
+                }
+                Ok(Report::Done(result)) => return Ended::Done(*result, refused),
+                Ok(Report::Lost { host, reason }) => return Ended::Lost { host, reason },
+                Err(_) => {
+                    let failed = ShippedResult::failed("its worker stopped reporting".to_owned());
+                    return Ended::Done(failed, refused);
+                }
+            }
+        }
+    }
+
+    /// Hands the task of a lost host to another, from the journal as this
+    /// host holds it now.
+    fn take_over(
+        &self,
+        job: &Job<'_>,
+        order: &mut TaskOrder,
+        lost: String,
+    ) -> Result<Receiver<Report>> {
+        let run = &job.run;
+        let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        let journal =
+            reprise_store::read_no_follow(&run.state.journal_path(&key))?.unwrap_or_default();
+        order.journal = String::from_utf8_lossy(&journal).into_owned();
+        order.taken_over_from = Some(lost);
+        let (sender, reports) = channel();
+        self.transport.submit(order.clone(), sender)?;
+        Ok(reports)
+    }
+}
+
+/// How one host's part of a task ended.
+enum Ended {
+    Done(ShippedResult, Option<String>),
+    Lost { host: String, reason: String },
+}
