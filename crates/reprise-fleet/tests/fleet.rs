@@ -573,15 +573,23 @@ fn a_partitioned_worker_stops_and_its_late_completion_is_refused() -> Result<()>
     assert!(wait_until(PATIENCE, || held_by(&client, "t1", "cut-off")));
     proxy.cut();
 
+    // The other worker takes the expired lease and completes only once the
+    // cut-off worker's late completion has been tried, so that completion
+    // meets a task another holder runs.
+    let cut_off_worker = cut_off.worker.clone();
     let other = RunningWorker::start(
         client.clone(),
         "other",
         1,
-        executor(|_| Finish::Complete(json!("by other"))),
+        executor(move |_| {
+            wait_until(PATIENCE, || cut_off_worker.held().is_empty());
+            Finish::Complete(json!("by other"))
+        }),
     );
-    assert!(wait_until(PATIENCE, || other.worker.counters().completed == 1));
+    assert!(wait_until(PATIENCE, || held_by(&client, "t1", "other")));
     proxy.restore();
     assert!(wait_until(PATIENCE, || cut_off.worker.counters().refused == 1));
+    assert!(wait_until(PATIENCE, || other.worker.counters().completed == 1));
     assert!(
         saw_lost.load(Ordering::SeqCst),
         "the cut-off worker stopped its execution"
@@ -605,7 +613,8 @@ fn a_partitioned_worker_stops_and_its_late_completion_is_refused() -> Result<()>
 }
 
 /// Ships rows one by one, noting each acknowledged one, until `restarted`
-/// is set and 20 more were acknowledged after it.
+/// is set and 20 more were acknowledged after it; a ship that fails parks
+/// the task with the error.
 fn shipping_executor(
     acknowledged: Arc<Mutex<Vec<i64>>>,
     restarted: Arc<AtomicBool>,
@@ -613,8 +622,8 @@ fn shipping_executor(
     executor(move |execution| {
         let mut after_restart = 0;
         for seq in 0.. {
-            if execution.ship(&[row(seq)]).is_err() {
-                return Finish::Release;
+            if let Err(error) = execution.ship(&[row(seq)]) {
+                return Finish::Park(json!({"ship_failed": error.to_string()}));
             }
             acknowledged.lock().unwrap().push(seq);
             if restarted.load(Ordering::SeqCst) {
@@ -653,7 +662,10 @@ fn nothing_acknowledged_is_lost_when_postgresql_restarts_mid_run() -> Result<()>
     server.stop()?;
     server.start_again()?;
     restarted.store(true, Ordering::SeqCst);
-    assert!(wait_until(PATIENCE, || worker.worker.counters().completed == 1));
+    assert!(wait_until(PATIENCE, || {
+        let counters = worker.worker.counters();
+        counters.completed + counters.parked == 1
+    }));
 
     let shipped: BTreeSet<i64> = collected(&client)?
         .into_iter()
@@ -662,6 +674,16 @@ fn nothing_acknowledged_is_lost_when_postgresql_restarts_mid_run() -> Result<()>
             Collected::Outcome { .. } => None,
         })
         .collect();
+    assert_eq!(
+        outcomes(&client)?,
+        vec![(
+            "t1".to_owned(),
+            1,
+            OutcomeKind::Completed,
+            "shipper".to_owned()
+        )],
+        "the worker waited the restart out under its first lease"
+    );
     let acknowledged: BTreeSet<i64> = acknowledged.lock().unwrap().iter().copied().collect();
     assert!(acknowledged.len() > 20);
     assert_eq!(
