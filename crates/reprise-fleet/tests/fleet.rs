@@ -398,6 +398,35 @@ fn collect_gives_rows_and_outcomes_in_order_and_wakes_on_notify() -> Result<()> 
 }
 
 #[test]
+fn a_submit_wakes_waiting_workers_and_a_ship_wakes_the_coordinator() -> Result<()> {
+    // No polling fallback within the test's patience: only a notification
+    // ends these waits with `true`.
+    let (_database, client) = fleet(Timings {
+        poll: Duration::from_secs(3_600),
+        ..quick()
+    })?;
+    let mut work = client.work_waiter();
+    let mut collect = client.collect_waiter();
+    let submitter = {
+        let client = client.clone();
+        thread::spawn(move || client.submit(RUN, "t1", &json!({}), &Affinity::Any))
+    };
+    assert!(work.wait(PATIENCE), "the submit's NOTIFY woke the worker");
+    submitter.join().unwrap()?;
+    let lease = client.claim("a", 1)?.remove(0).key;
+    let shipper = {
+        let client = client.clone();
+        thread::spawn(move || client.ship(&lease, &[row(0)]))
+    };
+    assert!(
+        collect.wait(PATIENCE),
+        "the ship's NOTIFY woke the coordinator"
+    );
+    shipper.join().unwrap()?;
+    Ok(())
+}
+
+#[test]
 fn a_submit_of_a_held_task_or_an_unknown_run_is_refused() -> Result<()> {
     let (_database, client) = fleet(quick())?;
     client.submit(RUN, "t1", &json!({}), &Affinity::Any)?;
