@@ -414,10 +414,7 @@ fn a_submit_wakes_waiting_workers_and_a_ship_wakes_the_coordinator() -> Result<(
     assert!(work.wait(PATIENCE), "the submit's NOTIFY woke the worker");
     submitter.join().unwrap()?;
     let lease = client.claim("a", 1)?.remove(0).key;
-    let shipper = {
-        let client = client.clone();
-        thread::spawn(move || client.ship(&lease, &[row(0)]))
-    };
+    let shipper = { thread::spawn(move || client.ship(&lease, &[row(0)])) };
     assert!(
         collect.wait(PATIENCE),
         "the ship's NOTIFY woke the coordinator"
