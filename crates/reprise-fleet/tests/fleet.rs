@@ -33,8 +33,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// lives several beats, so a loaded machine does not lose one by accident.
 fn quick() -> Timings {
     Timings {
-        heartbeat: Duration::from_millis(150),
-        lease_timeout: Duration::from_millis(1_500),
+        heartbeat: Duration::from_millis(200),
+        lease_timeout: Duration::from_secs(3),
         retry_for: Duration::from_secs(60),
         poll: Duration::from_millis(200),
     }
@@ -253,7 +253,7 @@ fn a_claim_bumps_the_epoch_and_a_stale_holder_s_writes_are_refused() -> Result<(
 #[test]
 fn heartbeats_keep_a_lease_and_report_the_ones_lost() -> Result<()> {
     let timings = Timings {
-        lease_timeout: Duration::from_millis(400),
+        lease_timeout: Duration::from_secs(1),
         ..quick()
     };
     let (_database, client) = fleet(timings)?;
