@@ -34,6 +34,12 @@ pub(crate) fn command() -> clap::Command {
         ("replay", help!("reprise replay repair --all")),
         ("workspace", help!("reprise workspace hash")),
         ("plan", help!("reprise plan check plan.yaml")),
+        (
+            "fleet",
+            help!(
+                "reprise fleet init --db postgres://user@db.internal/reprise\n  reprise fleet status --db postgres://user@db.internal/reprise"
+            ),
+        ),
     ];
     groups
         .into_iter()
@@ -42,7 +48,7 @@ pub(crate) fn command() -> clap::Command {
         })
 }
 
-const GROUP_COUNT: usize = 9;
+const GROUP_COUNT: usize = 10;
 
 /// Run coding-agent tasks, check them with gates, and recover provably.
 #[derive(Debug, Parser)]

@@ -54,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) agent_bins: std::collections::BTreeMap<&'static str, String>,
     /// `USER`: who an approval names.
     pub(crate) user: Option<String>,
+    /// `REPRISE_DATABASE_URL`: the fleet's database when `--db` is not given.
+    pub(crate) database_url: Option<String>,
 }
 
 impl Settings {
@@ -96,6 +98,7 @@ impl Settings {
             path_var: env("PATH"),
             agent_bins,
             user: env("USER"),
+            database_url: env("REPRISE_DATABASE_URL").filter(|value| !value.is_empty()),
             cwd,
         }
     }
@@ -148,6 +151,7 @@ impl Settings {
             path_var: self.path_var.clone(),
             agent_bins: self.agent_bins.clone(),
             user: self.user.clone(),
+            database_url: self.database_url.clone(),
         }
     }
 

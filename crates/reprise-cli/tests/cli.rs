@@ -1283,6 +1283,10 @@ mod seeds;
 #[path = "cli/crashes.rs"]
 mod crashes;
 
+// ---- The fleet's database (issue 29) ----
+#[path = "cli/fleet.rs"]
+mod fleet;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -8,6 +8,7 @@
 pub use reprise_rehearse::model_server;
 
 pub mod parks;
+pub mod pg;
 pub mod wait;
 
 pub use wait::{holds_for, wait_for, wait_for_the_file_clock_to_tick, wait_until};

@@ -9,6 +9,7 @@ mod budget;
 mod check;
 mod checkpoint;
 mod deliver;
+mod fleet;
 mod init;
 mod journal;
 mod lineage;
@@ -142,6 +143,10 @@ pub(crate) enum Command {
     /// List a task's file checkpoints, or roll its tree back to one.
     #[command(subcommand)]
     Checkpoint(checkpoint::CheckpointCommand),
+    /// Set up or inspect a fleet: many hosts running one plan through a
+    /// PostgreSQL database.
+    #[command(subcommand)]
+    Fleet(fleet::FleetCommand),
 }
 
 /// Which plan a TASK argument belongs to: task ids are unique only within a
@@ -186,6 +191,7 @@ pub(crate) fn run(
         Command::Replay(command) => command.run(settings)?,
         Command::Workspace(command) => command.run(settings)?,
         Command::Checkpoint(command) => command.run(settings)?,
+        Command::Fleet(command) => command.run(settings)?,
     };
     if !streamed {
         outcome.print(settings.json);

@@ -652,6 +652,9 @@ fn every_help_has_a_summary_examples_environment_and_exit_codes() {
         &["checkpoint"],
         &["checkpoint", "list"],
         &["checkpoint", "restore"],
+        &["fleet"],
+        &["fleet", "init"],
+        &["fleet", "status"],
     ];
     for command in commands {
         let mut args = command.to_vec();

@@ -1,0 +1,126 @@
+//! `reprise fleet init` and `reprise fleet status`: the fleet's tables in a
+//! PostgreSQL database, and what its workers and tasks are doing. The
+//! database comes from `--db`, else `REPRISE_DATABASE_URL`.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use reprise_fleet::{FleetClient, FleetError, FleetStatus, Timings};
+use serde_json::json;
+
+use crate::error::{CliError, ErrorKind};
+use crate::output::Outcome;
+use crate::settings::Settings;
+
+/// How long a command waits for an unreachable server before it says so.
+const COMMAND_RETRY: Duration = Duration::from_secs(3);
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum FleetCommand {
+    /// Create the fleet's tables in a PostgreSQL database, or bring them to
+    /// this version; at the latest version it changes nothing.
+    #[command(after_help = help!("\
+  reprise fleet init --db postgres://user@db.internal:5432/reprise
+  REPRISE_DATABASE_URL=postgres://user@localhost/reprise reprise fleet init"))]
+    Init(DatabaseArgs),
+    /// Show the fleet's workers (host, capacity, last heartbeat) and tasks
+    /// (state, holder, lease epoch, since).
+    #[command(after_help = help!("\
+  reprise fleet status --db postgres://user@db.internal:5432/reprise
+  reprise fleet status --json"))]
+    Status(DatabaseArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DatabaseArgs {
+    /// The fleet's PostgreSQL database, as a postgres:// URL (default:
+    /// REPRISE_DATABASE_URL).
+    #[arg(long = "db", value_name = "URL")]
+    db: Option<String>,
+}
+
+impl FleetCommand {
+    pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
+        match self {
+            Self::Init(args) => init(&connect(settings, args)?),
+            Self::Status(args) => status(&connect(settings, args)?),
+        }
+    }
+}
+
+fn connect(settings: &Settings, args: DatabaseArgs) -> Result<FleetClient, CliError> {
+    let url = args.db.or_else(|| settings.database_url.clone()).ok_or_else(|| {
+        CliError::usage("no fleet database given: pass --db postgres://USER@HOST/DB or set REPRISE_DATABASE_URL")
+    })?;
+    let timings = Timings {
+        retry_for: COMMAND_RETRY,
+        ..Timings::default()
+    };
+    FleetClient::connect(&url, timings).map_err(fleet_error)
+}
+
+fn init(client: &FleetClient) -> Result<Outcome, CliError> {
+    let migrated = client.init().map_err(fleet_error)?;
+    let text = if migrated.from == migrated.to {
+        format!(
+            "fleet schema in {} is at version {}: nothing to do\n",
+            client.target(),
+            migrated.to
+        )
+    } else {
+        format!(
+            "fleet schema in {} brought from version {} to {}\n",
+            client.target(),
+            migrated.from,
+            migrated.to
+        )
+    };
+    Ok(Outcome {
+        json: json!({"database": client.target(), "from_version": migrated.from, "version": migrated.to}),
+        text,
+        ok: true,
+        exit: None,
+    })
+}
+
+fn status(client: &FleetClient) -> Result<Outcome, CliError> {
+    let status = client.status().map_err(fleet_error)?;
+    Ok(Outcome {
+        json: serde_json::to_value(&status).map_err(|error| CliError::failed(error.to_string()))?,
+        text: status_text(&status),
+        ok: true,
+        exit: None,
+    })
+}
+
+fn status_text(status: &FleetStatus) -> String {
+    let mut text = format!("workers: {}\n", status.workers.len());
+    for worker in &status.workers {
+        let draining = if worker.draining { "  draining" } else { "" };
+        let _ = writeln!(
+            text,
+            "  {}  capacity {}  last heartbeat {}{draining}",
+            worker.host_id, worker.capacity, worker.heartbeat_at
+        );
+    }
+    let _ = writeln!(text, "tasks: {}", status.tasks.len());
+    for task in &status.tasks {
+        let holder = task.holder.as_deref().unwrap_or("-");
+        let _ = writeln!(
+            text,
+            "  {} {}  {}  holder {holder}  epoch {}  since {}",
+            task.run_id, task.task_id, task.state, task.lease_epoch, task.since
+        );
+    }
+    text
+}
+
+/// A bad URL or id is bad input (2); anything the database says or does
+/// not say is a failure (1).
+fn fleet_error(error: FleetError) -> CliError {
+    let kind = match error {
+        FleetError::BadUrl { .. } | FleetError::BadId(_) => ErrorKind::Usage,
+        _ => ErrorKind::Failed,
+    };
+    CliError::from_source(kind, error)
+}

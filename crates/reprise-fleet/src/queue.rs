@@ -1,0 +1,768 @@
+//! The fleet's operations on PostgreSQL, async.
+//!
+//! The fence: every write a lease holder makes (renewal, shipped rows,
+//! completion, park, release) is an `update ... where run_id = $1 and
+//! task_id = $2 and lease_epoch = $3 and state = 'running' and
+//! lease_expires_at >= now()`. A claim bumps the epoch in the statement
+//! that takes the task (`for update skip locked`), so a holder whose lease
+//! was taken, or expired, touches zero rows: `Fenced`. An expired lease is
+//! lost even before anyone takes it, so "expired" and "lost" never differ.
+//!
+//! Shipped rows and outcomes take their collect positions from the run's
+//! row under its lock (`take_positions`), so positions commit in the order
+//! they were handed out and the coordinator's cursor never passes a row
+//! that commits later.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use reprise_core::{TaskId, check_run_id};
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{PgPool, Postgres, Row, Transaction};
+
+use crate::error::{FleetError, Result};
+use crate::retry::with_retries;
+use crate::schema::{self, COLLECT_CHANNEL, Migrated, WORK_CHANNEL};
+use crate::types::{
+    Affinity, Collected, FleetStatus, Lease, LeaseKey, OutcomeKind, RunSpec, ShippedRow,
+    TaskStatus, Timings, WorkerStatus,
+};
+
+/// A connection pool to the fleet's database and the timings it runs by.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    pool: PgPool,
+    timings: Timings,
+    /// host:port/database, for messages (never the password).
+    target: String,
+}
+
+impl Fleet {
+    /// A pool for `url`; nothing is sent until the first call.
+    pub fn connect_lazy(url: &str, timings: Timings) -> Result<Self> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(FleetError::BadUrl {
+                url: redact(url),
+                reason: "it does not start with postgres:// or postgresql://".to_owned(),
+            });
+        }
+        let options = PgConnectOptions::from_str(url).map_err(|error| FleetError::BadUrl {
+            url: redact(url),
+            reason: error.to_string(),
+        })?;
+        let target = format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("")
+        );
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(
+                timings
+                    .retry_for
+                    .clamp(Duration::from_millis(200), Duration::from_secs(2)),
+            )
+            .connect_lazy_with(options);
+        Ok(Self {
+            pool,
+            timings,
+            target,
+        })
+    }
+
+    /// Where this fleet's database is, for messages.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    pub fn timings(&self) -> Timings {
+        self.timings
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn retried<T>(&self, call: impl AsyncFnMut() -> Result<T>) -> Result<T> {
+        with_retries(&self.target, self.timings.retry_for, call).await
+    }
+
+    /// Creates or migrates the schema: a no-op at the latest version.
+    pub async fn init(&self) -> Result<Migrated> {
+        self.retried(async || schema::migrate(&self.pool).await)
+            .await
+    }
+
+    /// Refuses a database without the schema this build needs.
+    pub async fn check_schema(&self) -> Result<()> {
+        self.retried(async || schema::check_version(&self.pool).await)
+            .await
+    }
+
+    /// Registers (or re-registers) worker `host` with `capacity` seats; it
+    /// is live and not draining.
+    pub async fn register_worker(&self, host: &str, capacity: u32) -> Result<()> {
+        check_host(host)?;
+        let capacity = i32::try_from(capacity.max(1)).unwrap_or(i32::MAX);
+        self.retried(async || {
+            sqlx::query(
+                "insert into reprise_fleet.workers (host_id, capacity) values ($1, $2)
+                 on conflict (host_id) do update
+                 set capacity = excluded.capacity, heartbeat_at = now(), draining = false",
+            )
+            .bind(host)
+            .bind(capacity)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Marks worker `host` as draining: it claims nothing more.
+    pub async fn drain(&self, host: &str) -> Result<()> {
+        self.retried(async || {
+            sqlx::query("update reprise_fleet.workers set draining = true where host_id = $1")
+                .bind(host)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Renews, in one statement, every lease in `held` that worker `host`
+    /// still holds, and records its heartbeat. Returns the leases of `held`
+    /// it lost: taken by another worker, expired, or ended. The worker stops
+    /// those agents. A lease the worker does not list is not renewed, so
+    /// one whose claim it never heard of expires.
+    pub async fn heartbeat(&self, host: &str, held: &[LeaseKey]) -> Result<Vec<LeaseKey>> {
+        let runs: Vec<&str> = held.iter().map(|key| key.run_id.as_str()).collect();
+        let tasks: Vec<&str> = held.iter().map(|key| key.task_id.as_str()).collect();
+        let epochs: Vec<i64> = held.iter().map(|key| key.epoch).collect();
+        let window = self.timings.heartbeat.min(self.timings.retry_for);
+        let renewed: Vec<LeaseKey> = with_retries(&self.target, window, async || {
+            let rows = sqlx::query(
+                "with renewed as (
+                    update reprise_fleet.tasks t
+                    set lease_expires_at = now() + $5 * interval '1 millisecond'
+                    from unnest($2::text[], $3::text[], $4::bigint[]) as h(run_id, task_id, epoch)
+                    where t.run_id = h.run_id and t.task_id = h.task_id
+                      and t.lease_epoch = h.epoch and t.holder = $1
+                      and t.state = 'running' and t.lease_expires_at >= now()
+                    returning t.run_id, t.task_id, t.lease_epoch),
+                 beat as (
+                    update reprise_fleet.workers set heartbeat_at = now() where host_id = $1)
+                 select run_id, task_id, lease_epoch from renewed",
+            )
+            .bind(host)
+            .bind(&runs)
+            .bind(&tasks)
+            .bind(&epochs)
+            .bind(millis(self.timings.lease_timeout))
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows.iter().map(lease_key).collect())
+        })
+        .await?;
+        Ok(held
+            .iter()
+            .filter(|key| !renewed.contains(key))
+            .cloned()
+            .collect())
+    }
+
+    /// Opens a run: the coordinator does this before it submits the run's
+    /// tasks. Opening it again changes nothing.
+    pub async fn open_run(&self, run: &RunSpec) -> Result<()> {
+        check_run_id(&run.run_id).map_err(|error| FleetError::BadId(error.to_string()))?;
+        self.retried(async || {
+            sqlx::query(
+                "insert into reprise_fleet.runs (run_id, plan_id, coordinator_host, remote)
+                 values ($1, $2, $3, $4) on conflict (run_id) do nothing",
+            )
+            .bind(&run.run_id)
+            .bind(&run.plan_id)
+            .bind(&run.coordinator_host)
+            .bind(&run.remote)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Marks a run finished; its tasks stay for `status`.
+    pub async fn finish_run(&self, run: &str) -> Result<()> {
+        self.retried(async || {
+            sqlx::query("update reprise_fleet.runs set state = 'finished' where run_id = $1")
+                .bind(run)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Queues task `task` of run `run` with `payload`, or queues it again
+    /// (a retry, a parked task's resume) with a new payload. A task a worker
+    /// holds is refused (`Held`). Waiting workers are woken.
+    pub async fn submit(
+        &self,
+        run: &str,
+        task: &str,
+        payload: &Value,
+        affinity: &Affinity,
+    ) -> Result<()> {
+        TaskId::parse(task).map_err(|error| FleetError::BadId(error.to_string()))?;
+        let (host, hard_for) = match affinity {
+            Affinity::Any => (None, 0),
+            Affinity::Host { host, hard_for } => (Some(host.as_str()), millis(*hard_for)),
+        };
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            let queued = sqlx::query(
+                "insert into reprise_fleet.tasks
+                    (run_id, task_id, state, payload, affinity_host, affinity_until)
+                 values ($1, $2, 'queued', $3, $4,
+                    case when $4::text is null then null
+                         else now() + $5 * interval '1 millisecond' end)
+                 on conflict (run_id, task_id) do update
+                 set state = 'queued', payload = excluded.payload,
+                     affinity_host = excluded.affinity_host,
+                     affinity_until = excluded.affinity_until,
+                     since = now(), result = null, snapshot = null
+                 where reprise_fleet.tasks.state <> 'running'",
+            )
+            .bind(run)
+            .bind(task)
+            .bind(payload)
+            .bind(host)
+            .bind(hard_for)
+            .execute(&mut *tx)
+            .await
+            .map_err(|error| unknown_run(error, run))?;
+            if queued.rows_affected() == 0 {
+                return Err(FleetError::Held {
+                    run: run.to_owned(),
+                    task: task.to_owned(),
+                });
+            }
+            notify(&mut tx, WORK_CHANNEL, run).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Claims up to `max` claimable tasks for worker `host`: queued ones and
+    /// running ones whose lease expired (their attempt is recorded lost).
+    /// Each claim bumps the task's epoch. A task with a hard affinity to
+    /// another host is left alone until its deadline; after it, its host
+    /// still comes first.
+    pub async fn claim(&self, host: &str, max: u32) -> Result<Vec<Lease>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            let rows = sqlx::query(
+                "with candidates as (
+                    select run_id, task_id, state as old_state, holder as old_holder,
+                           lease_epoch as old_epoch
+                    from reprise_fleet.tasks
+                    where (state = 'queued' or (state = 'running' and lease_expires_at < now()))
+                      and (affinity_host is null or affinity_host = $1 or affinity_until <= now())
+                      and not exists (select 1 from reprise_fleet.workers w
+                                      where w.host_id = $1 and w.draining)
+                    order by coalesce(affinity_host = $1, false) desc, since, run_id, task_id
+                    limit $2
+                    for update skip locked)
+                 update reprise_fleet.tasks t
+                 set state = 'running', holder = $1, lease_epoch = t.lease_epoch + 1,
+                     lease_expires_at = now() + $3 * interval '1 millisecond', since = now()
+                 from candidates c
+                 where t.run_id = c.run_id and t.task_id = c.task_id
+                 returning t.run_id, t.task_id, t.lease_epoch, t.payload,
+                           c.old_state, c.old_holder, c.old_epoch",
+            )
+            .bind(host)
+            .bind(i64::from(max))
+            .bind(millis(self.timings.lease_timeout))
+            .fetch_all(&mut *tx)
+            .await?;
+            let lost: Vec<(LeaseKey, String)> = rows
+                .iter()
+                .filter(|row| row.get::<String, _>("old_state") == "running")
+                .map(|row| {
+                    let key = LeaseKey {
+                        run_id: row.get("run_id"),
+                        task_id: row.get("task_id"),
+                        epoch: row.get("old_epoch"),
+                    };
+                    (key, row.get::<String, _>("old_holder"))
+                })
+                .collect();
+            record_lost(&mut tx, &lost).await?;
+            tx.commit().await?;
+            Ok(rows
+                .iter()
+                .map(|row| Lease {
+                    key: lease_key(row),
+                    payload: row.get("payload"),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// Ships `rows` under `lease` in one transaction with the lease check:
+    /// all of them or, when the lease is no longer held, none (`Fenced`).
+    /// A row already shipped under this lease (a retry whose answer was
+    /// lost) is skipped.
+    pub async fn ship(&self, lease: &LeaseKey, rows: &[ShippedRow]) -> Result<()> {
+        let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
+        let bytes: Vec<&[u8]> = rows.iter().map(|row| row.bytes.as_slice()).collect();
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            fence(&mut tx, lease).await?;
+            let first = take_positions(&mut tx, &lease.run_id, seqs.len()).await?;
+            sqlx::query(
+                "insert into reprise_fleet.shipped_rows
+                    (run_id, position, task_id, lease_epoch, seq, bytes)
+                 select $1, $2 + r.ordinal - 1, $3, $4, r.seq, r.bytes
+                 from unnest($5::bigint[], $6::bytea[]) with ordinality as r(seq, bytes, ordinal)
+                 on conflict (run_id, task_id, lease_epoch, seq) do nothing",
+            )
+            .bind(&lease.run_id)
+            .bind(first)
+            .bind(&lease.task_id)
+            .bind(lease.epoch)
+            .bind(&seqs)
+            .bind(&bytes)
+            .execute(&mut *tx)
+            .await?;
+            notify(&mut tx, COLLECT_CHANNEL, &lease.run_id).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Completes the task under `lease` with `result`.
+    pub async fn complete(&self, lease: &LeaseKey, result: &Value) -> Result<()> {
+        self.end_lease(lease, OutcomeKind::Completed, Some(result))
+            .await
+    }
+
+    /// Parks the task under `lease` with `snapshot`, which any host can
+    /// resume from once the coordinator submits it again.
+    pub async fn park(&self, lease: &LeaseKey, snapshot: &Value) -> Result<()> {
+        self.end_lease(lease, OutcomeKind::Parked, Some(snapshot))
+            .await
+    }
+
+    /// Gives the task under `lease` back to the queue unfinished (a drain).
+    pub async fn release(&self, lease: &LeaseKey) -> Result<()> {
+        self.end_lease(lease, OutcomeKind::Released, None).await
+    }
+
+    /// Ends a lease, fenced, and records the outcome for the coordinator.
+    /// Sent again after a commit whose answer was lost, it finds its own
+    /// outcome recorded and succeeds.
+    async fn end_lease(
+        &self,
+        lease: &LeaseKey,
+        kind: OutcomeKind,
+        body: Option<&Value>,
+    ) -> Result<()> {
+        let state = match kind {
+            OutcomeKind::Completed => "done",
+            OutcomeKind::Parked => "parked",
+            OutcomeKind::Released | OutcomeKind::Lost => "queued",
+        };
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            let holder = match fence(&mut tx, lease).await {
+                Ok(holder) => holder,
+                Err(FleetError::Fenced { .. }) => {
+                    drop(tx);
+                    return self.already_ended(lease, kind).await;
+                }
+                Err(error) => return Err(error),
+            };
+            sqlx::query(
+                "update reprise_fleet.tasks
+                 set state = $4, holder = null, lease_expires_at = null, since = now(),
+                     result = case when $5 = 'completed' then $6 else result end,
+                     snapshot = case when $5 = 'parked' then $6 else snapshot end
+                 where run_id = $1 and task_id = $2 and lease_epoch = $3 and state = 'running'",
+            )
+            .bind(&lease.run_id)
+            .bind(&lease.task_id)
+            .bind(lease.epoch)
+            .bind(state)
+            .bind(kind.as_str())
+            .bind(body)
+            .execute(&mut *tx)
+            .await?;
+            let position = take_positions(&mut tx, &lease.run_id, 1).await?;
+            insert_outcome(&mut tx, position, lease, kind, &holder, body).await?;
+            notify(&mut tx, COLLECT_CHANNEL, &lease.run_id).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `Ok` when `kind` is already recorded for exactly this lease (the
+    /// answer to an earlier try was lost), else `Fenced`.
+    async fn already_ended(&self, lease: &LeaseKey, kind: OutcomeKind) -> Result<()> {
+        let recorded: bool = sqlx::query(
+            "select exists (select 1 from reprise_fleet.outcomes
+                            where run_id = $1 and task_id = $2 and lease_epoch = $3 and kind = $4) as e",
+        )
+        .bind(&lease.run_id)
+        .bind(&lease.task_id)
+        .bind(lease.epoch)
+        .bind(kind.as_str())
+        .fetch_one(&self.pool)
+        .await?
+        .get("e");
+        if recorded { Ok(()) } else { Err(fenced(lease)) }
+    }
+
+    /// Makes every expired lease's task claimable again and records each
+    /// lost attempt for the coordinator. Returns the leases that expired.
+    pub async fn expire_leases(&self) -> Result<Vec<LeaseKey>> {
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            let rows = sqlx::query(
+                "with expired as (
+                    select run_id, task_id, holder as old_holder
+                    from reprise_fleet.tasks
+                    where state = 'running' and lease_expires_at < now()
+                    for update skip locked)
+                 update reprise_fleet.tasks t
+                 set state = 'queued', holder = null, lease_expires_at = null, since = now()
+                 from expired e
+                 where t.run_id = e.run_id and t.task_id = e.task_id
+                 returning t.run_id, t.task_id, t.lease_epoch, e.old_holder",
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            let lost: Vec<(LeaseKey, String)> = rows
+                .iter()
+                .map(|row| (lease_key(row), row.get::<String, _>("old_holder")))
+                .collect();
+            record_lost(&mut tx, &lost).await?;
+            if !lost.is_empty() {
+                notify(&mut tx, WORK_CHANNEL, "expired").await?;
+            }
+            tx.commit().await?;
+            Ok(lost.into_iter().map(|(key, _)| key).collect())
+        })
+        .await
+    }
+
+    /// What run `run` has collected past `after`, in order, at most `limit`
+    /// items: shipped rows and lease outcomes.
+    pub async fn collect(&self, run: &str, after: i64, limit: u32) -> Result<Vec<Collected>> {
+        let limit = i64::from(limit.max(1));
+        self.retried(async || {
+            let rows = sqlx::query(
+                "select position, task_id, lease_epoch, seq, bytes from reprise_fleet.shipped_rows
+                 where run_id = $1 and position > $2 order by position limit $3",
+            )
+            .bind(run)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+            let outcomes = sqlx::query(
+                "select position, task_id, lease_epoch, kind, holder, body from reprise_fleet.outcomes
+                 where run_id = $1 and position > $2 order by position limit $3",
+            )
+            .bind(run)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(merge(&rows, &outcomes, limit as usize))
+        })
+        .await
+    }
+
+    /// Forgets what run `run` collected up to `through`: those rows are in
+    /// the coordinator's chains now.
+    pub async fn prune(&self, run: &str, through: i64) -> Result<()> {
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            for statement in [
+                "delete from reprise_fleet.shipped_rows where run_id = $1 and position <= $2",
+                "delete from reprise_fleet.outcomes where run_id = $1 and position <= $2",
+            ] {
+                sqlx::query(statement)
+                    .bind(run)
+                    .bind(through)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every worker and every task, for `reprise fleet status`.
+    pub async fn status(&self) -> Result<FleetStatus> {
+        self.check_schema().await?;
+        self.retried(async || {
+            let workers = sqlx::query(
+                r#"select host_id, capacity, draining,
+                    to_char(heartbeat_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+                      as heartbeat_at
+                 from reprise_fleet.workers order by host_id"#,
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            let tasks = sqlx::query(
+                r#"select run_id, task_id, state, holder, lease_epoch,
+                    to_char(since at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as since
+                 from reprise_fleet.tasks order by run_id, task_id"#,
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(FleetStatus {
+                workers: workers.iter().map(worker_status).collect(),
+                tasks: tasks.iter().map(task_status).collect(),
+            })
+        })
+        .await
+    }
+}
+
+fn worker_status(row: &PgRow) -> WorkerStatus {
+    WorkerStatus {
+        host_id: row.get("host_id"),
+        capacity: row.get("capacity"),
+        heartbeat_at: row.get("heartbeat_at"),
+        draining: row.get("draining"),
+    }
+}
+
+fn task_status(row: &PgRow) -> TaskStatus {
+    TaskStatus {
+        run_id: row.get("run_id"),
+        task_id: row.get("task_id"),
+        state: row.get("state"),
+        holder: row.get("holder"),
+        lease_epoch: row.get("lease_epoch"),
+        since: row.get("since"),
+    }
+}
+
+/// The two position-ordered lists as one, cut at `limit`: each list holds
+/// everything of its kind up to its own last position, so the first `limit`
+/// of the merge are whole.
+fn merge(rows: &[PgRow], outcomes: &[PgRow], limit: usize) -> Vec<Collected> {
+    let mut items: Vec<Collected> = rows
+        .iter()
+        .map(|row| Collected::Row {
+            position: row.get("position"),
+            task_id: row.get("task_id"),
+            epoch: row.get("lease_epoch"),
+            row: ShippedRow {
+                seq: row.get("seq"),
+                bytes: row.get("bytes"),
+            },
+        })
+        .chain(outcomes.iter().filter_map(|row| {
+            Some(Collected::Outcome {
+                position: row.get("position"),
+                task_id: row.get("task_id"),
+                epoch: row.get("lease_epoch"),
+                kind: OutcomeKind::parse(row.get("kind"))?,
+                holder: row.get("holder"),
+                body: row.get("body"),
+            })
+        }))
+        .collect();
+    items.sort_by_key(Collected::position);
+    items.truncate(limit);
+    items
+}
+
+/// Locks the task's row if `lease` still holds it and returns its holder,
+/// else `Fenced`.
+async fn fence(tx: &mut Transaction<'_, Postgres>, lease: &LeaseKey) -> Result<String> {
+    let held = sqlx::query(
+        "select holder from reprise_fleet.tasks
+         where run_id = $1 and task_id = $2 and lease_epoch = $3
+           and state = 'running' and lease_expires_at >= now()
+         for update",
+    )
+    .bind(&lease.run_id)
+    .bind(&lease.task_id)
+    .bind(lease.epoch)
+    .fetch_optional(&mut **tx)
+    .await?;
+    match held {
+        Some(row) => Ok(row.get("holder")),
+        None => Err(fenced(lease)),
+    }
+}
+
+/// Hands out `count` consecutive collect positions of run `run`; the run's
+/// row stays locked until the transaction ends. The first is returned.
+async fn take_positions(
+    tx: &mut Transaction<'_, Postgres>,
+    run: &str,
+    count: usize,
+) -> Result<i64> {
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    let last: i64 = sqlx::query(
+        "update reprise_fleet.runs set collect_position = collect_position + $2
+         where run_id = $1 returning collect_position",
+    )
+    .bind(run)
+    .bind(count)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| FleetError::UnknownRun {
+        run: run.to_owned(),
+    })?
+    .get("collect_position");
+    Ok(last - count + 1)
+}
+
+async fn insert_outcome(
+    tx: &mut Transaction<'_, Postgres>,
+    position: i64,
+    lease: &LeaseKey,
+    kind: OutcomeKind,
+    holder: &str,
+    body: Option<&Value>,
+) -> Result<()> {
+    sqlx::query(
+        "insert into reprise_fleet.outcomes
+            (run_id, position, task_id, lease_epoch, kind, holder, body)
+         values ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(&lease.run_id)
+    .bind(position)
+    .bind(&lease.task_id)
+    .bind(lease.epoch)
+    .bind(kind.as_str())
+    .bind(holder)
+    .bind(body)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Records each lost attempt (a lease that expired) as an outcome the
+/// coordinator collects, and wakes it.
+async fn record_lost(
+    tx: &mut Transaction<'_, Postgres>,
+    lost: &[(LeaseKey, String)],
+) -> Result<()> {
+    for (lease, holder) in lost {
+        let position = take_positions(tx, &lease.run_id, 1).await?;
+        insert_outcome(tx, position, lease, OutcomeKind::Lost, holder, None).await?;
+        notify(tx, COLLECT_CHANNEL, &lease.run_id).await?;
+    }
+    Ok(())
+}
+
+async fn notify(tx: &mut Transaction<'_, Postgres>, channel: &str, payload: &str) -> Result<()> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+fn lease_key(row: &PgRow) -> LeaseKey {
+    LeaseKey {
+        run_id: row.get("run_id"),
+        task_id: row.get("task_id"),
+        epoch: row.get("lease_epoch"),
+    }
+}
+
+fn fenced(lease: &LeaseKey) -> FleetError {
+    FleetError::Fenced {
+        run: lease.run_id.clone(),
+        task: lease.task_id.clone(),
+        epoch: lease.epoch,
+    }
+}
+
+/// A foreign-key failure on the run is `UnknownRun`; anything else as is.
+fn unknown_run(error: sqlx::Error, run: &str) -> FleetError {
+    match &error {
+        sqlx::Error::Database(database) if database.code().as_deref() == Some("23503") => {
+            FleetError::UnknownRun {
+                run: run.to_owned(),
+            }
+        }
+        _ => FleetError::Database(error),
+    }
+}
+
+fn check_host(host: &str) -> Result<()> {
+    let valid = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(FleetError::BadId(format!(
+            "host id {host:?} is not 1-255 letters, digits, '-', '_' or '.': give another --host-id"
+        )))
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `url` without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user_info = &url[scheme + 3..at];
+            let user = user_info.split(':').next().unwrap_or("");
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_reaches_a_message() {
+        assert_eq!(
+            redact("postgres://me:secret@db:5432/x"),
+            "postgres://me@db:5432/x"
+        );
+        assert_eq!(redact("postgres://db/x"), "postgres://db/x");
+    }
+
+    #[test]
+    fn host_ids_are_checked_not_sanitised() {
+        assert!(check_host("worker-1.example").is_ok());
+        assert!(check_host("").is_err());
+        assert!(check_host("a b").is_err());
+        assert!(check_host("a/b").is_err());
+    }
+}
