@@ -93,6 +93,35 @@ impl Stat {
         }
     }
 
+    /// The same from a raw `lstat` (as `rustix` gives it). The casts
+    /// truncate to the index's 32 bits, as git does.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "field types differ between architectures"
+    )]
+    fn of_lstat(stat: &rustix::fs::Stat) -> Self {
+        let mode = stat.st_mode as u32;
+        let git_mode = match mode & 0o170000 {
+            0o120000 => 0o120000,
+            0o100000 if mode & 0o100 != 0 => 0o100755,
+            0o100000 => 0o100644,
+            // Neither a file nor a link: never an entry's.
+            other => other,
+        };
+        Self {
+            ctime_secs: stat.st_ctime as u32,
+            ctime_nanos: stat.st_ctime_nsec as u32,
+            mtime_secs: stat.st_mtime as u32,
+            mtime_nanos: stat.st_mtime_nsec as u32,
+            dev: stat.st_dev as u32,
+            ino: stat.st_ino as u32,
+            mode: git_mode,
+            uid: stat.st_uid as u32,
+            gid: stat.st_gid as u32,
+            size: stat.st_size as u32,
+        }
+    }
+
     /// Whether a file whose stat data are `now` is unchanged since this
     /// entry: git's comparison (device numbers aside), nanoseconds included.
     fn matches(&self, now: &Self) -> bool {
@@ -249,6 +278,61 @@ pub(crate) fn settle_index(index: &Path, tree: &Path, to: &Path) -> io::Result<b
     let _ = fs::remove_file(to);
     write_index(to, &entries, started)?;
     Ok(true)
+}
+
+/// A checkout's index as a claim about its files: each entry names the blob
+/// its file was written from, with the stat data the file had then.
+#[derive(Debug)]
+pub(crate) struct CheckoutIndex {
+    entries: Vec<Entry>,
+    /// When the index was written, to the nanosecond.
+    written: (i64, u32),
+}
+
+impl CheckoutIndex {
+    /// The index at `path`; `None` when there is none or it is in a form
+    /// read only by git.
+    pub(crate) fn read(path: &Path) -> io::Result<Option<Self>> {
+        let mut file = match File::open(path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let meta = file.metadata()?;
+        let written = (meta.mtime(), meta.mtime_nsec() as u32);
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(parse_index(&bytes).map(|entries| Self { entries, written }))
+    }
+
+    /// The entries' paths (from the tree's top, sorted) and blob ids.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8; 20])> {
+        self.entries
+            .iter()
+            .map(|entry| (entry.path.as_slice(), &entry.id))
+    }
+
+    /// Whether the file of entry `at`, whose `lstat` is `now`, still holds
+    /// the entry's blob by git's rule, made exact: a regular file whose stat
+    /// data are the entry's (change time and inode included, to the
+    /// nanosecond), recorded strictly before the index was written (not
+    /// racily clean: a same-size rewrite in the tick the entry was recorded
+    /// in would leave every field as it was), and not smudged (size 0 for a
+    /// blob that is not empty). A change made to the file after its entry
+    /// was recorded sets its change time later, and no process can set a
+    /// change time back.
+    pub(crate) fn holds_blob(&self, at: usize, now: &rustix::fs::Stat) -> bool {
+        let Some(entry) = self.entries.get(at) else {
+            return false;
+        };
+        let stat = &entry.stat;
+        let before_index = |secs: u32, nanos: u32| (i64::from(secs), nanos) < self.written;
+        entry.stat.mode != 0o120000
+            && stat.matches(&Stat::of_lstat(now))
+            && before_index(stat.mtime_secs, stat.mtime_nanos)
+            && before_index(stat.ctime_secs, stat.ctime_nanos)
+            && (stat.size != 0 || entry.id == EMPTY_BLOB)
+    }
 }
 
 /// Whether `path` is `prefix` or lies under it.

@@ -73,9 +73,11 @@
 //! that keeps a file changed in the same timestamp tick from being trusted,
 //! are in `stat_cache.rs`.
 
+mod blob_digests;
 mod cached;
 mod error;
 mod hash;
+mod seed;
 mod stat_cache;
 #[cfg(test)]
 mod test_support;
@@ -84,3 +86,4 @@ mod walk;
 pub use cached::hash_workspace_cached;
 pub use error::{Result, WorkspaceError};
 pub use hash::{WorkspaceHash, hash_workspace};
+pub use seed::{Checkout, SeedReport, seed_stat_cache};
