@@ -255,10 +255,13 @@ pub(crate) fn write_tree(
 ///
 /// git built without nanosecond times reads again every entry written in
 /// the same second as its index: after a checkout, every file. The copy is
-/// written now, so git takes the entries left as they are on their stat
-/// data, which is sound because a change to a file after its entry was
-/// recorded sets its change time later than recorded (no process can set a
-/// change time back), and so smudges its entry here.
+/// dated one second ahead of now, so git takes the entries left as they
+/// are on their stat data, even those of files written in this second,
+/// which is sound because a change to a file after its entry was recorded
+/// sets its change time later than recorded (no process can set a change
+/// time back), and so smudges its entry here; a change after this check
+/// would not be seen, so nothing may write the tree until the command that
+/// reads the copy has, after which `honest_time` puts its real time back.
 pub(crate) fn settle_index(index: &Path, tree: &Path, to: &Path) -> io::Result<bool> {
     let Some((mut entries, _)) = read_index(index)? else {
         return Ok(false);
@@ -277,7 +280,27 @@ pub(crate) fn settle_index(index: &Path, tree: &Path, to: &Path) -> io::Result<b
         .map_or((0, 0), |since| (since.as_secs(), since.subsec_nanos()));
     let _ = fs::remove_file(to);
     write_index(to, &entries, started)?;
+    File::options()
+        .write(true)
+        .open(to)?
+        .set_modified(SystemTime::now() + std::time::Duration::from_secs(1))?;
     Ok(true)
+}
+
+/// Puts the modification time of the index at `path` back to now when it
+/// is ahead of it (`settle_index`), so a file changed later in this same
+/// second is again read by git, not taken on its stat data.
+pub(crate) fn honest_time(path: &Path) {
+    let now = SystemTime::now();
+    if fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .is_ok_and(|modified| modified > now)
+    {
+        let _ = File::options()
+            .write(true)
+            .open(path)
+            .and_then(|file| file.set_modified(now));
+    }
 }
 
 /// A checkout's index as a claim about its files: each entry names the blob
@@ -541,6 +564,47 @@ mod tests {
         for name in [".gitignore", ".github", "a.git", "git", "main.rs", "x~"] {
             assert!(plain_name(name.as_bytes()), "{name}");
         }
+    }
+
+    /// The settled copy is dated a second ahead, so git without nanosecond
+    /// times takes its entries on their stat data even when their files
+    /// were written in this very second; `honest_time` puts the real time
+    /// back. An entry whose file changed is smudged either way.
+    #[test]
+    fn a_settled_index_is_dated_ahead_until_its_time_is_put_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let tree = dir.path().join("tree");
+        fs::create_dir(&tree).expect("tree");
+        fs::write(tree.join("a.txt"), "one\n").expect("write");
+        fs::write(tree.join("b.txt"), "two\n").expect("write");
+        for args in [&["init", "-q"][..], &["add", "-A"]] {
+            let status = std::process::Command::new("git")
+                .current_dir(&tree)
+                .args(args)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .status()
+                .expect("git");
+            assert!(status.success());
+        }
+        fs::write(tree.join("b.txt"), "changed\n").expect("rewrite");
+        let copy = dir.path().join("settled");
+        assert!(settle_index(&tree.join(".git/index"), &tree, &copy).expect("settle"));
+        let modified = || {
+            fs::metadata(&copy)
+                .expect("stat")
+                .modified()
+                .expect("mtime")
+        };
+        let ahead = modified()
+            .duration_since(SystemTime::now())
+            .expect("dated ahead of now");
+        assert!(ahead > std::time::Duration::from_millis(500), "{ahead:?}");
+        let (entries, _) = read_index(&copy).expect("read").expect("an index");
+        let sizes: Vec<u32> = entries.iter().map(|entry| entry.stat.size).collect();
+        assert_eq!(sizes, [4, 0], "the changed file's entry is not smudged");
+
+        honest_time(&copy);
+        assert!(modified() <= SystemTime::now());
     }
 
     #[test]
