@@ -34,6 +34,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rayon::prelude::*;
 use sha1::{Digest, Sha1};
 
+use crate::dir_stat::DirStat;
+
 /// The id of the empty blob: a zero-size entry naming any other blob was
 /// smudged, and is read again.
 const EMPTY_BLOB: [u8; 20] = [
@@ -266,14 +268,17 @@ pub(crate) fn settle_index(index: &Path, tree: &Path, to: &Path) -> io::Result<b
     let Some((mut entries, _)) = read_index(index)? else {
         return Ok(false);
     };
-    entries.par_iter_mut().for_each(|entry| {
-        let full = tree.join(Path::new(std::ffi::OsStr::from_bytes(&entry.path)));
-        let same =
-            fs::symlink_metadata(&full).is_ok_and(|meta| entry.stat.matches(&Stat::of(&meta)));
-        if !same {
-            entry.stat.size = 0;
-        }
-    });
+    entries
+        .par_iter_mut()
+        .for_each_init(DirStat::default, |stat, entry| {
+            let full = tree.join(Path::new(std::ffi::OsStr::from_bytes(&entry.path)));
+            let same = stat
+                .lstat(&full)
+                .is_ok_and(|now| entry.stat.matches(&Stat::of_lstat(&now)));
+            if !same {
+                entry.stat.size = 0;
+            }
+        });
     let started = SystemTime::now()
         .checked_sub(FILE_CLOCK_LAG)
         .and_then(|time| time.duration_since(UNIX_EPOCH).ok())

@@ -30,6 +30,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::blob_digests::{BlobDigests, BlobId};
 use super::stat_cache::{self, CacheWriter, StatKey, Timestamp};
+use crate::dir_stat::DirStat;
 use crate::shadow_tree::CheckoutIndex;
 
 /// A fresh checkout, as its maker holds it.
@@ -85,9 +86,9 @@ pub fn seed_stat_cache(root: &Path, cache: &Path, checkout: &Checkout<'_>) -> Se
         .collect();
     let seeded: Vec<Option<Seeded>> = below
         .par_iter()
-        .map(|&(at, path, id)| {
+        .map_init(DirStat::default, |stat, &(at, path, id)| {
             let full = top.join(std::ffi::OsStr::from_bytes(path));
-            seed_one(&full, &index, at, digests.get(id), start)
+            seed_one(stat, &full, (&index, at), digests.get(id), start)
         })
         .collect();
 
@@ -144,13 +145,13 @@ struct Seeded {
 /// else read. `None` for what is not a regular file now, or cannot be read:
 /// the hash sees to it.
 fn seed_one(
+    stat: &mut DirStat,
     full: &Path,
-    index: &CheckoutIndex,
-    at: usize,
+    (index, at): (&CheckoutIndex, usize),
     known: Option<&[u8; 32]>,
     start: Timestamp,
 ) -> Option<Seeded> {
-    let lstat = rustix::fs::lstat(full).ok()?;
+    let lstat = stat.lstat(full).ok()?;
     let listed = StatKey::of(&lstat);
     if !listed.is_regular_file() {
         return None;
