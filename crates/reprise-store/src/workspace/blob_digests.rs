@@ -23,7 +23,6 @@
 //! Pairs are sorted by blob id, strictly increasing; `sha256` is the SHA-256
 //! of every byte before it.
 
-use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
 
@@ -39,10 +38,10 @@ const CHECKSUM_BYTES: usize = 32;
 /// A git blob id (SHA-1).
 pub(super) type BlobId = [u8; 20];
 
-/// Blob ids and their content digests.
+/// Blob ids and their content digests, sorted by id with no id twice.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct BlobDigests {
-    pairs: HashMap<BlobId, [u8; 32]>,
+    pairs: Vec<(BlobId, [u8; 32])>,
 }
 
 impl BlobDigests {
@@ -55,23 +54,41 @@ impl BlobDigests {
     }
 
     pub(super) fn get(&self, id: &BlobId) -> Option<&[u8; 32]> {
-        self.pairs.get(id)
+        self.pairs
+            .binary_search_by(|(known, _)| known.cmp(id))
+            .ok()
+            .map(|at| &self.pairs[at].1)
     }
 
-    pub(super) fn insert(&mut self, id: BlobId, digest: [u8; 32]) {
-        self.pairs.insert(id, digest);
-    }
-
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.pairs.len()
     }
 
-    /// The pairs of `ids` only: what the next checkout of the same tree
-    /// needs, so the map stays the size of one tree.
-    pub(super) fn kept<'id>(&self, ids: impl Iterator<Item = &'id BlobId>) -> Self {
-        let pairs = ids
-            .filter_map(|id| self.pairs.get(id).map(|digest| (*id, *digest)))
+    /// The pairs of `ids` only, from this map and from `learned`: what the
+    /// next checkout of the same tree needs, so the map stays the size of
+    /// one tree.
+    pub(super) fn kept<'id>(
+        &self,
+        learned: &[(BlobId, [u8; 32])],
+        ids: impl Iterator<Item = &'id BlobId>,
+    ) -> Self {
+        let mut learned = learned.to_vec();
+        learned.sort_unstable();
+        learned.dedup_by_key(|(id, _)| *id);
+        let mut pairs: Vec<_> = ids
+            .filter_map(|id| {
+                let digest = self.get(id).or_else(|| {
+                    learned
+                        .binary_search_by(|(known, _)| known.cmp(id))
+                        .ok()
+                        .map(|at| &learned[at].1)
+                })?;
+                Some((*id, *digest))
+            })
             .collect();
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|(id, _)| *id);
         Self { pairs }
     }
 
@@ -81,14 +98,12 @@ impl BlobDigests {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut sorted: Vec<_> = self.pairs.iter().collect();
-        sorted.sort_unstable_by_key(|(id, _)| **id);
         let mut bytes =
-            Vec::with_capacity(MAGIC.len() + 12 + sorted.len() * PAIR_BYTES + CHECKSUM_BYTES);
+            Vec::with_capacity(MAGIC.len() + 12 + self.pairs.len() * PAIR_BYTES + CHECKSUM_BYTES);
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&VERSION.to_le_bytes());
-        bytes.extend_from_slice(&(sorted.len() as u64).to_le_bytes());
-        for (id, digest) in sorted {
+        bytes.extend_from_slice(&(self.pairs.len() as u64).to_le_bytes());
+        for (id, digest) in &self.pairs {
             bytes.extend_from_slice(id);
             bytes.extend_from_slice(digest);
         }
@@ -116,15 +131,14 @@ fn parse(bytes: &[u8]) -> Option<BlobDigests> {
     if rest.len() != count.checked_mul(PAIR_BYTES)? {
         return None;
     }
-    let mut pairs = HashMap::with_capacity(count);
-    let mut previous: Option<&[u8]> = None;
+    let mut pairs: Vec<(BlobId, [u8; 32])> = Vec::with_capacity(count);
     for pair in rest.chunks_exact(PAIR_BYTES) {
         let (id, digest) = pair.split_at(20);
-        if previous.is_some_and(|previous| previous >= id) {
+        let id: BlobId = id.try_into().ok()?;
+        if pairs.last().is_some_and(|(previous, _)| *previous >= id) {
             return None;
         }
-        previous = Some(id);
-        pairs.insert(id.try_into().ok()?, digest.try_into().ok()?);
+        pairs.push((id, digest.try_into().ok()?));
     }
     Some(BlobDigests { pairs })
 }
@@ -134,11 +148,12 @@ mod tests {
     use super::*;
 
     fn sample() -> BlobDigests {
-        let mut map = BlobDigests::default();
-        for byte in [3u8, 1, 2] {
-            map.insert([byte; 20], [byte.wrapping_mul(7); 32]);
-        }
-        map
+        let learned: Vec<_> = [3u8, 1, 2]
+            .into_iter()
+            .map(|byte| ([byte; 20], [byte.wrapping_mul(7); 32]))
+            .collect();
+        let ids: Vec<BlobId> = learned.iter().map(|(id, _)| *id).collect();
+        BlobDigests::default().kept(&learned, ids.iter())
     }
 
     #[test]
@@ -174,9 +189,12 @@ mod tests {
     }
 
     #[test]
-    fn kept_holds_only_the_ids_asked_for_that_it_knows() {
-        let kept = sample().kept([[1u8; 20], [9u8; 20]].iter());
-        assert_eq!(kept.len(), 1);
+    fn kept_holds_only_the_ids_asked_for_that_it_knows_or_learned() {
+        let learned = [([5u8; 20], [9u8; 32])];
+        let kept = sample().kept(&learned, [[1u8; 20], [9u8; 20], [5u8; 20]].iter());
+        assert_eq!(kept.len(), 2);
         assert_eq!(kept.get(&[1u8; 20]), Some(&[7u8; 32]));
+        assert_eq!(kept.get(&[5u8; 20]), Some(&[9u8; 32]));
+        assert_eq!(kept.get(&[2u8; 20]), None);
     }
 }

@@ -94,14 +94,15 @@ pub fn seed_stat_cache(root: &Path, cache: &Path, checkout: &Checkout<'_>) -> Se
 
     let mut report = SeedReport::default();
     let mut writer = CacheWriter::new(stat_cache::root_bytes(&root), below.len());
-    let mut learned = digests.clone();
-    let before = learned.len();
+    let mut learned = Vec::new();
     for ((_, path, _), seeded) in below.iter().zip(&seeded) {
         let Some(seeded) = seeded else { continue };
         match seeded.read {
             Some(id) => {
                 report.read += 1;
-                learned.insert(id, seeded.digest);
+                if digests.get(&id).is_none() {
+                    learned.push((id, seeded.digest));
+                }
             }
             None => report.known += 1,
         }
@@ -113,9 +114,12 @@ pub fn seed_stat_cache(root: &Path, cache: &Path, checkout: &Checkout<'_>) -> Se
     if report.recorded > 0 {
         let _ = stat_cache::write_atomic(cache, &writer.finish());
     }
-    let kept = learned.kept(index.entries().map(|(_, id)| id));
-    if learned.len() != before || kept.len() != digests.len() {
-        kept.store(checkout.digests);
+    // Rewritten only when something was learned, then with this tree's
+    // blobs alone: the map never holds more than one tree's.
+    if !learned.is_empty() {
+        digests
+            .kept(&learned, index.entries().map(|(_, id)| id))
+            .store(checkout.digests);
     }
     report
 }
