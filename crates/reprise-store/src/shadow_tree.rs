@@ -315,6 +315,7 @@ pub(crate) struct CheckoutIndex {
     entries: Vec<Entry>,
     /// When the index was written, to the nanosecond.
     written: (i64, u32),
+    permissions: u32,
 }
 
 impl CheckoutIndex {
@@ -328,9 +329,14 @@ impl CheckoutIndex {
         };
         let meta = file.metadata()?;
         let written = (meta.mtime(), meta.mtime_nsec() as u32);
+        let permissions = meta.mode() & 0o777;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        Ok(parse_index(&bytes).map(|entries| Self { entries, written }))
+        Ok(parse_index(&bytes).map(|entries| Self {
+            entries,
+            written,
+            permissions,
+        }))
     }
 
     /// The entries' paths (from the tree's top, sorted) and blob ids.
@@ -340,27 +346,50 @@ impl CheckoutIndex {
             .map(|entry| (entry.path.as_slice(), &entry.id))
     }
 
-    /// Whether the file of entry `at`, whose `lstat` is `now`, still holds
-    /// the entry's blob by git's rule, made exact: a regular file whose stat
-    /// data are the entry's (change time and inode included, to the
-    /// nanosecond), recorded strictly before the index was written (not
-    /// racily clean: a same-size rewrite in the tick the entry was recorded
-    /// in would leave every field as it was), and not smudged (size 0 for a
-    /// blob that is not empty). A change made to the file after its entry
-    /// was recorded sets its change time later, and no process can set a
-    /// change time back.
-    pub(crate) fn holds_blob(&self, at: usize, now: &rustix::fs::Stat) -> bool {
-        let Some(entry) = self.entries.get(at) else {
-            return false;
-        };
+    /// The stat data entry `at` recorded for its file, when they show the
+    /// file held the entry's blob: a regular file's, recorded strictly
+    /// before the index was written (not racily clean: a same-size rewrite
+    /// in the tick the entry was recorded in would leave every field as it
+    /// was), and not smudged (size 0 for a blob that is not empty). A file
+    /// whose `lstat` is still exactly these, to the nanosecond, change time
+    /// and inode included, holds the blob still: a change made after the
+    /// entry was recorded sets the change time later, and no process can set
+    /// a change time back.
+    pub(crate) fn recorded_clean(&self, at: usize) -> Option<RecordedStat> {
+        let entry = self.entries.get(at)?;
         let stat = &entry.stat;
         let before_index = |secs: u32, nanos: u32| (i64::from(secs), nanos) < self.written;
-        entry.stat.mode != 0o120000
-            && stat.matches(&Stat::of_lstat(now))
+        let clean = matches!(stat.mode, 0o100644 | 0o100755)
             && before_index(stat.mtime_secs, stat.mtime_nanos)
             && before_index(stat.ctime_secs, stat.ctime_nanos)
-            && (stat.size != 0 || entry.id == EMPTY_BLOB)
+            && (stat.size != 0 || entry.id == EMPTY_BLOB);
+        clean.then_some(RecordedStat {
+            dev: stat.dev,
+            ino: stat.ino,
+            executable: stat.mode == 0o100755,
+            size: stat.size,
+            modified: (stat.mtime_secs, stat.mtime_nanos),
+            changed: (stat.ctime_secs, stat.ctime_nanos),
+        })
     }
+
+    /// The permission bits of the index file, which git creates as it
+    /// creates the files of a checkout (0666 less the umask).
+    pub(crate) fn file_permissions(&self) -> u32 {
+        self.permissions
+    }
+}
+
+/// What an index entry recorded of its file, as the index holds it (each
+/// field its low 32 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordedStat {
+    pub(crate) dev: u32,
+    pub(crate) ino: u32,
+    pub(crate) executable: bool,
+    pub(crate) size: u32,
+    pub(crate) modified: (u32, u32),
+    pub(crate) changed: (u32, u32),
 }
 
 /// Whether `path` is `prefix` or lies under it.

@@ -4,19 +4,22 @@
 //! A checkout writes each file from a blob and records the file's stat data
 //! beside the blob's id in its index. When the checkout wrote every file
 //! exactly as its blob (the caller establishes that: no attributes, filters
-//! or end-of-line conversion; `Git::checks_out_verbatim`), a file whose
-//! `lstat` is still its entry's, and whose entry is not racily clean, holds
-//! that blob (`CheckoutIndex::holds_blob` has the rule). Its content digest
-//! is then the blob's, from the state directory's map of blob ids to
-//! digests (`blob_digests.rs`), and it goes into the stat cache under the
-//! stat just taken, as if it had been read now. Every other file, and every
-//! file whose blob the map does not know, is read once here, and its pair
+//! or end-of-line conversion; `Git::checks_out_verbatim`), an entry that is
+//! not racily clean says: a file whose `lstat` is exactly these stat data
+//! holds this blob (`CheckoutIndex::recorded_clean` has the rule). Its
+//! content digest is the blob's, from the state directory's map of blob ids
+//! to digests (`blob_digests.rs`), so the entry goes into the stat cache as
+//! it is, keyed by the stat data the index recorded, and no file is
+//! touched: the hash that follows compares each file's fresh `lstat` with
+//! it in every field and reads the file on any difference (a change since
+//! the checkout, a field the index truncated, a mode the checkout's umask
+//! made otherwise than guessed). Every file whose blob the map does not
+//! know, or whose entry is racily clean, is read once here, and its pair
 //! added to the map for the next checkout.
 //!
-//! The stat cache's own rule still holds for what is seeded: an entry is
-//! recorded only when the file's mtime and ctime are strictly older than
-//! this seed's start (`StatKey::settled_before`), and the workspace hash
-//! that follows takes it only if its fresh `lstat` matches in every field.
+//! The stat cache's own rule holds for what is seeded: an entry is recorded
+//! only when its mtime and ctime are strictly older than this seed's start
+//! (`StatKey::settled_before`).
 
 use std::fs;
 use std::io::{self, Read};
@@ -31,7 +34,7 @@ use sha2::{Digest as _, Sha256};
 use super::blob_digests::{BlobDigests, BlobId};
 use super::stat_cache::{self, CacheWriter, StatKey, Timestamp};
 use crate::dir_stat::DirStat;
-use crate::shadow_tree::CheckoutIndex;
+use crate::shadow_tree::{CheckoutIndex, RecordedStat};
 
 /// A fresh checkout, as its maker holds it.
 #[derive(Debug, Clone, Copy)]
@@ -84,11 +87,19 @@ pub fn seed_stat_cache(root: &Path, cache: &Path, checkout: &Checkout<'_>) -> Se
         .filter(|(_, (path, _))| path.starts_with(&prefix))
         .map(|(at, (path, id))| (at, path, id))
         .collect();
+    let modes = Modes::of(index.file_permissions());
     let seeded: Vec<Option<Seeded>> = below
         .par_iter()
         .map_init(DirStat::default, |stat, &(at, path, id)| {
+            if let (Some(digest), Some(recorded)) = (digests.get(id), index.recorded_clean(at)) {
+                return Some(Seeded {
+                    digest: *digest,
+                    read: None,
+                    recordable: Some(modes.key(&recorded)).filter(|key| key.settled_before(start)),
+                });
+            }
             let full = top.join(std::ffi::OsStr::from_bytes(path));
-            seed_one(stat, &full, (&index, at), digests.get(id), start)
+            read_one(stat, &full, start)
         })
         .collect();
 
@@ -144,36 +155,57 @@ struct Seeded {
     recordable: Option<StatKey>,
 }
 
-/// The digest of the file at `full`, entry `at` of `index`: the map's when
-/// the file still holds its entry's blob and the map knows it (`known`),
-/// else read. `None` for what is not a regular file now, or cannot be read:
-/// the hash sees to it.
-fn seed_one(
-    stat: &mut DirStat,
-    full: &Path,
-    (index, at): (&CheckoutIndex, usize),
-    known: Option<&[u8; 32]>,
-    start: Timestamp,
-) -> Option<Seeded> {
-    let lstat = stat.lstat(full).ok()?;
-    let listed = StatKey::of(&lstat);
+/// The `st_mode` a checkout gives its files: git creates them as it
+/// created the index, 0666 (0777 for an executable) less the umask.
+#[derive(Debug, Clone, Copy)]
+struct Modes {
+    regular: u32,
+    executable: u32,
+}
+
+impl Modes {
+    fn of(index_permissions: u32) -> Self {
+        const REGULAR: u32 = 0o100000;
+        Self {
+            regular: REGULAR | index_permissions,
+            executable: REGULAR | index_permissions | ((index_permissions & 0o444) >> 2),
+        }
+    }
+
+    /// The full stat data a file has if it is still as `recorded`.
+    fn key(&self, recorded: &RecordedStat) -> StatKey {
+        let time = |(secs, nanos): (u32, u32)| Timestamp {
+            secs: i64::from(secs),
+            nanos,
+        };
+        StatKey {
+            dev: u64::from(recorded.dev),
+            ino: u64::from(recorded.ino),
+            mode: if recorded.executable {
+                self.executable
+            } else {
+                self.regular
+            },
+            size: u64::from(recorded.size),
+            modified: time(recorded.modified),
+            changed: time(recorded.changed),
+        }
+    }
+}
+
+/// The file at `full`, read now. `None` for what is not a regular file, or
+/// cannot be read: the hash sees to it.
+fn read_one(stat: &mut DirStat, full: &Path, start: Timestamp) -> Option<Seeded> {
+    let listed = StatKey::of(&stat.lstat(full).ok()?);
     if !listed.is_regular_file() {
         return None;
-    }
-    let settled = listed.settled_before(start).then_some(listed);
-    if let Some(digest) = known.filter(|_| index.holds_blob(at, &lstat)) {
-        return Some(Seeded {
-            digest: *digest,
-            read: None,
-            recordable: settled,
-        });
     }
     let read = read_both(full).ok()?;
     let whole = read.opened == listed && read.bytes == listed.size;
     Some(Seeded {
         digest: read.digest,
         read: whole.then_some(read.id),
-        recordable: settled.filter(|_| whole),
+        recordable: Some(listed).filter(|listed| whole && listed.settled_before(start)),
     })
 }
 
@@ -394,7 +426,7 @@ mod tests {
 
     /// The seed is a claim of the index about the file; a file changed since
     /// the checkout (same size, mtime put back: only ctime and the content
-    /// say so) is read, never given its entry's blob's digest.
+    /// say so) is read by the hash, never given its entry's blob's digest.
     #[test]
     fn a_file_changed_after_the_checkout_is_read_not_seeded() {
         let repo = repo(20);
@@ -413,10 +445,11 @@ mod tests {
         set_mtime(&changed, modified);
         repo.settle();
 
-        let seeded = seed_stat_cache(&repo.top, &repo.cache, &repo.checkout());
+        // The seed takes the index's word for the file's stat data; the
+        // hash finds them changed and reads the file.
+        seed_stat_cache(&repo.top, &repo.cache, &repo.checkout());
         let hashed = repo.hash();
-        assert_eq!((seeded.known, seeded.read), (20, 1));
-        assert_eq!((hashed.reused, hashed.read), (21, 0));
+        assert_eq!((hashed.reused, hashed.read), (20, 1));
     }
 
     /// An entry recorded in the tick its index was written is racily clean:
