@@ -273,8 +273,9 @@ impl Git {
     /// recorded are taken on their stat data, not read again as racily
     /// clean, which after a checkout of many files in one second is every
     /// file. For that the settled copy is dated a second ahead until `add`
-    /// has read it, so call this only when no process can write the tree
-    /// meanwhile (a task's tree once its attempts and gates are over).
+    /// and `write-tree` have read it, so call this only when no process can
+    /// write the tree meanwhile (a task's tree once its attempts and gates
+    /// are over).
     pub fn snapshot_index_from(
         &self,
         base: &str,
@@ -308,14 +309,18 @@ impl Git {
         let mut add = self.command();
         add.env("GIT_INDEX_FILE", &index.path)
             .args(["add", "-A", "--", "."]);
-        let added = self.output(add);
+        // `write-tree` writes the index again (with its cache tree), and git
+        // reads every racily clean entry's file before it writes an index:
+        // the date ahead holds until then.
+        let written = self.output(add).and_then(|_| {
+            let mut write = self.command();
+            write.env("GIT_INDEX_FILE", &index.path).arg("write-tree");
+            self.output(write)
+        });
         if settled {
             crate::shadow_tree::honest_time(&index.path);
         }
-        added?;
-        let mut write = self.command();
-        write.env("GIT_INDEX_FILE", &index.path).arg("write-tree");
-        let tree = stdout_line(&self.output(write)?);
+        let tree = stdout_line(&written?);
         Ok((tree, index))
     }
 
