@@ -311,8 +311,12 @@ impl Git {
             .args(["add", "-A", "--", "."]);
         // `write-tree` writes the index again (with its cache tree), and git
         // reads every racily clean entry's file before it writes an index:
-        // the date ahead holds until then.
+        // the index `add` wrote (its entries just checked) is dated ahead
+        // again for it.
         let written = self.output(add).and_then(|_| {
+            if settled {
+                crate::shadow_tree::date_ahead(&index.path);
+            }
             let mut write = self.command();
             write.env("GIT_INDEX_FILE", &index.path).arg("write-tree");
             self.output(write)
