@@ -401,17 +401,8 @@ impl TaskRun<'_> {
             &cwd,
             self.workspace.repo().filter(|_| isolated),
         )?;
-        if let Some(store) = snapshots.as_ref().filter(|_| fresh && isolated) {
-            // The checkout's index is a stat cache of exactly these files:
-            // the first checkpoint (and a park's restore) then reads and
-            // writes only what differs from the base. Without it, they do
-            // every file.
-            if let Some(linkage) = self.linkage() {
-                let _ = store.adopt_checkout_index(
-                    &linkage.worktree_git(),
-                    &linkage.stat_cache(self.state)?,
-                );
-            }
+        if fresh && isolated {
+            self.adopt_checkout(&cwd, snapshots.as_ref())?;
         }
         // The budget is validated before the run starts; building it again
         // here cannot fail unless the plan changed under us.
@@ -428,6 +419,39 @@ impl TaskRun<'_> {
             snapshots,
             budget,
         })
+    }
+
+    /// What a fresh worktree's checkout says of its files, taken up when
+    /// the checkout wrote every file as its blob. Its index is a stat cache
+    /// of exactly these files: the first checkpoint (and a park's restore)
+    /// then reads and writes only what differs from the base. And the
+    /// files whose blobs' digests the state directory knows go into the
+    /// workspace stat cache unread, so the first workspace hash reads only
+    /// the others. Without either, each reads every file.
+    fn adopt_checkout(
+        &self,
+        cwd: &Path,
+        snapshots: Option<&reprise_store::snapshot::SnapshotStore>,
+    ) -> Result<()> {
+        let Some(linkage) = self.linkage() else {
+            return Ok(());
+        };
+        if !linkage.worktree_git().checks_out_verbatim() {
+            return Ok(());
+        }
+        let index = linkage.stat_cache(self.state)?;
+        if let Some(store) = snapshots {
+            let _ = store.adopt_verbatim_index(&index);
+        }
+        let digests = self.state.blob_digests_path();
+        let checkout = reprise_store::workspace::Checkout {
+            top: &linkage.work_tree,
+            index: &index,
+            digests: &digests,
+        };
+        let cache = self.state.workspace_cache_path(cwd);
+        reprise_store::workspace::seed_stat_cache(cwd, &cache, &checkout);
+        Ok(())
     }
 
     /// Prepares the task's sandbox and chains, records `task.started`, and

@@ -272,7 +272,10 @@ impl Git {
     /// directory is the tree's top): entries whose files are exactly as
     /// recorded are taken on their stat data, not read again as racily
     /// clean, which after a checkout of many files in one second is every
-    /// file.
+    /// file. For that the settled copy is dated a second ahead until `add`
+    /// and `write-tree` have read it, so call this only when no process can
+    /// write the tree meanwhile (a task's tree once its attempts and gates
+    /// are over).
     pub fn snapshot_index_from(
         &self,
         base: &str,
@@ -292,11 +295,11 @@ impl Git {
         let index = ScratchIndex {
             path: scratch.join(format!("index-{}", ulid::Ulid::new())),
         };
-        let seeded = seed.is_some_and(|seed| {
-            (settle
-                && crate::shadow_tree::settle_index(seed, &self.dir, &index.path).unwrap_or(false))
-                || copy_with_mtime(seed, &index.path)
-        });
+        let settled = settle
+            && seed.is_some_and(|seed| {
+                crate::shadow_tree::settle_index(seed, &self.dir, &index.path).unwrap_or(false)
+            });
+        let seeded = settled || seed.is_some_and(|seed| copy_with_mtime(seed, &index.path));
         if !seeded {
             let mut read = self.command();
             read.env("GIT_INDEX_FILE", &index.path)
@@ -306,10 +309,22 @@ impl Git {
         let mut add = self.command();
         add.env("GIT_INDEX_FILE", &index.path)
             .args(["add", "-A", "--", "."]);
-        self.output(add)?;
-        let mut write = self.command();
-        write.env("GIT_INDEX_FILE", &index.path).arg("write-tree");
-        let tree = stdout_line(&self.output(write)?);
+        // `write-tree` writes the index again (with its cache tree), and git
+        // reads every racily clean entry's file before it writes an index:
+        // the index `add` wrote (its entries just checked) is dated ahead
+        // again for it.
+        let written = self.output(add).and_then(|_| {
+            if settled {
+                crate::shadow_tree::date_ahead(&index.path);
+            }
+            let mut write = self.command();
+            write.env("GIT_INDEX_FILE", &index.path).arg("write-tree");
+            self.output(write)
+        });
+        if settled {
+            crate::shadow_tree::honest_time(&index.path);
+        }
+        let tree = stdout_line(&written?);
         Ok((tree, index))
     }
 

@@ -11,6 +11,7 @@ pub mod approvals;
 pub mod audit;
 mod chainfile;
 pub mod creation;
+mod dir_stat;
 pub mod error;
 mod fsutil;
 pub mod git;

@@ -34,6 +34,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rayon::prelude::*;
 use sha1::{Digest, Sha1};
 
+use crate::dir_stat::DirStat;
+
 /// The id of the empty blob: a zero-size entry naming any other blob was
 /// smudged, and is read again.
 const EMPTY_BLOB: [u8; 20] = [
@@ -90,6 +92,35 @@ impl Stat {
             uid: meta.uid(),
             gid: meta.gid(),
             size: meta.size() as u32,
+        }
+    }
+
+    /// The same from a raw `lstat` (as `rustix` gives it). The casts
+    /// truncate to the index's 32 bits, as git does.
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "field types differ between architectures"
+    )]
+    fn of_lstat(stat: &rustix::fs::Stat) -> Self {
+        let mode = stat.st_mode as u32;
+        let git_mode = match mode & 0o170000 {
+            0o120000 => 0o120000,
+            0o100000 if mode & 0o100 != 0 => 0o100755,
+            0o100000 => 0o100644,
+            // Neither a file nor a link: never an entry's.
+            other => other,
+        };
+        Self {
+            ctime_secs: stat.st_ctime as u32,
+            ctime_nanos: stat.st_ctime_nsec as u32,
+            mtime_secs: stat.st_mtime as u32,
+            mtime_nanos: stat.st_mtime_nsec as u32,
+            dev: stat.st_dev as u32,
+            ino: stat.st_ino as u32,
+            mode: git_mode,
+            uid: stat.st_uid as u32,
+            gid: stat.st_gid as u32,
+            size: stat.st_size as u32,
         }
     }
 
@@ -226,29 +257,149 @@ pub(crate) fn write_tree(
 ///
 /// git built without nanosecond times reads again every entry written in
 /// the same second as its index: after a checkout, every file. The copy is
-/// written now, so git takes the entries left as they are on their stat
-/// data, which is sound because a change to a file after its entry was
-/// recorded sets its change time later than recorded (no process can set a
-/// change time back), and so smudges its entry here.
+/// dated one second ahead of now, so git takes the entries left as they
+/// are on their stat data, even those of files written in this second,
+/// which is sound because a change to a file after its entry was recorded
+/// sets its change time later than recorded (no process can set a change
+/// time back), and so smudges its entry here; a change after this check
+/// would not be seen, so nothing may write the tree until the command that
+/// reads the copy has, after which `honest_time` puts its real time back.
 pub(crate) fn settle_index(index: &Path, tree: &Path, to: &Path) -> io::Result<bool> {
     let Some((mut entries, _)) = read_index(index)? else {
         return Ok(false);
     };
-    entries.par_iter_mut().for_each(|entry| {
-        let full = tree.join(Path::new(std::ffi::OsStr::from_bytes(&entry.path)));
-        let same =
-            fs::symlink_metadata(&full).is_ok_and(|meta| entry.stat.matches(&Stat::of(&meta)));
-        if !same {
-            entry.stat.size = 0;
-        }
-    });
+    entries
+        .par_iter_mut()
+        .for_each_init(DirStat::default, |stat, entry| {
+            let full = tree.join(Path::new(std::ffi::OsStr::from_bytes(&entry.path)));
+            let same = stat
+                .lstat(&full)
+                .is_ok_and(|now| entry.stat.matches(&Stat::of_lstat(&now)));
+            if !same {
+                entry.stat.size = 0;
+            }
+        });
     let started = SystemTime::now()
         .checked_sub(FILE_CLOCK_LAG)
         .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
         .map_or((0, 0), |since| (since.as_secs(), since.subsec_nanos()));
     let _ = fs::remove_file(to);
     write_index(to, &entries, started)?;
+    File::options()
+        .write(true)
+        .open(to)?
+        .set_modified(SystemTime::now() + std::time::Duration::from_secs(1))?;
     Ok(true)
+}
+
+/// Dates the index at `path` one second ahead of now, as `settle_index`
+/// does, for an index git has just written from entries it checked (a
+/// failure leaves it as it is: git then reads the racy entries again).
+pub(crate) fn date_ahead(path: &Path) {
+    let _ = File::options()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_modified(SystemTime::now() + std::time::Duration::from_secs(1)));
+}
+
+/// Puts the modification time of the index at `path` back to now when it
+/// is ahead of it (`settle_index`), so a file changed later in this same
+/// second is again read by git, not taken on its stat data.
+pub(crate) fn honest_time(path: &Path) {
+    let now = SystemTime::now();
+    if fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .is_ok_and(|modified| modified > now)
+    {
+        let _ = File::options()
+            .write(true)
+            .open(path)
+            .and_then(|file| file.set_modified(now));
+    }
+}
+
+/// A checkout's index as a claim about its files: each entry names the blob
+/// its file was written from, with the stat data the file had then.
+#[derive(Debug)]
+pub(crate) struct CheckoutIndex {
+    entries: Vec<Entry>,
+    /// When the index was written, to the nanosecond.
+    written: (i64, u32),
+    permissions: u32,
+}
+
+impl CheckoutIndex {
+    /// The index at `path`; `None` when there is none or it is in a form
+    /// read only by git.
+    pub(crate) fn read(path: &Path) -> io::Result<Option<Self>> {
+        let mut file = match File::open(path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let meta = file.metadata()?;
+        let written = (meta.mtime(), meta.mtime_nsec() as u32);
+        let permissions = meta.mode() & 0o777;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(parse_index(&bytes).map(|entries| Self {
+            entries,
+            written,
+            permissions,
+        }))
+    }
+
+    /// The entries' paths (from the tree's top, sorted) and blob ids.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8; 20])> {
+        self.entries
+            .iter()
+            .map(|entry| (entry.path.as_slice(), &entry.id))
+    }
+
+    /// The stat data entry `at` recorded for its file, when they show the
+    /// file held the entry's blob: a regular file's, recorded strictly
+    /// before the index was written (not racily clean: a same-size rewrite
+    /// in the tick the entry was recorded in would leave every field as it
+    /// was), and not smudged (size 0 for a blob that is not empty). A file
+    /// whose `lstat` is still exactly these, to the nanosecond, change time
+    /// and inode included, holds the blob still: a change made after the
+    /// entry was recorded sets the change time later, and no process can set
+    /// a change time back.
+    pub(crate) fn recorded_clean(&self, at: usize) -> Option<RecordedStat> {
+        let entry = self.entries.get(at)?;
+        let stat = &entry.stat;
+        let before_index = |secs: u32, nanos: u32| (i64::from(secs), nanos) < self.written;
+        let clean = matches!(stat.mode, 0o100644 | 0o100755)
+            && before_index(stat.mtime_secs, stat.mtime_nanos)
+            && before_index(stat.ctime_secs, stat.ctime_nanos)
+            && (stat.size != 0 || entry.id == EMPTY_BLOB);
+        clean.then_some(RecordedStat {
+            dev: stat.dev,
+            ino: stat.ino,
+            executable: stat.mode == 0o100755,
+            size: stat.size,
+            modified: (stat.mtime_secs, stat.mtime_nanos),
+            changed: (stat.ctime_secs, stat.ctime_nanos),
+        })
+    }
+
+    /// The permission bits of the index file, which git creates as it
+    /// creates the files of a checkout (0666 less the umask).
+    pub(crate) fn file_permissions(&self) -> u32 {
+        self.permissions
+    }
+}
+
+/// What an index entry recorded of its file, as the index holds it (each
+/// field its low 32 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordedStat {
+    pub(crate) dev: u32,
+    pub(crate) ino: u32,
+    pub(crate) executable: bool,
+    pub(crate) size: u32,
+    pub(crate) modified: (u32, u32),
+    pub(crate) changed: (u32, u32),
 }
 
 /// Whether `path` is `prefix` or lies under it.
@@ -457,6 +608,57 @@ mod tests {
         for name in [".gitignore", ".github", "a.git", "git", "main.rs", "x~"] {
             assert!(plain_name(name.as_bytes()), "{name}");
         }
+    }
+
+    /// The settled copy is dated a second ahead, so git without nanosecond
+    /// times takes its entries on their stat data even when their files
+    /// were written in this very second; `honest_time` puts the real time
+    /// back. An entry whose file changed is smudged either way.
+    #[test]
+    fn a_settled_index_is_dated_ahead_until_its_time_is_put_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let tree = dir.path().join("tree");
+        fs::create_dir(&tree).expect("tree");
+        // Written a while ago: an entry whose file changed while the copy
+        // was settled would be smudged whatever its stat data.
+        let earlier = SystemTime::now() - std::time::Duration::from_secs(10);
+        for (name, content) in [("a.txt", "one\n"), ("b.txt", "two\n")] {
+            fs::write(tree.join(name), content).expect("write");
+            File::options()
+                .write(true)
+                .open(tree.join(name))
+                .and_then(|file| file.set_modified(earlier))
+                .expect("date the file");
+        }
+        for args in [&["init", "-q"][..], &["add", "-A"]] {
+            let status = std::process::Command::new("git")
+                .current_dir(&tree)
+                .args(args)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .status()
+                .expect("git");
+            assert!(status.success());
+        }
+        fs::write(tree.join("b.txt"), "changed\n").expect("rewrite");
+        let copy = dir.path().join("settled");
+        assert!(settle_index(&tree.join(".git/index"), &tree, &copy).expect("settle"));
+        let modified = || {
+            fs::metadata(&copy)
+                .expect("stat")
+                .modified()
+                .expect("mtime")
+        };
+        assert!(modified() > SystemTime::now(), "not dated ahead of now");
+        let (entries, _) = read_index(&copy).expect("read").expect("an index");
+        let sizes: Vec<u32> = entries.iter().map(|entry| entry.stat.size).collect();
+        assert_eq!(sizes, [4, 0], "the changed file's entry is not smudged");
+
+        honest_time(&copy);
+        assert!(modified() <= SystemTime::now());
+        date_ahead(&copy);
+        assert!(modified() > SystemTime::now(), "not dated ahead again");
+        honest_time(&copy);
+        assert!(modified() <= SystemTime::now());
     }
 
     #[test]

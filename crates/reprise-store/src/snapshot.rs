@@ -189,8 +189,13 @@ impl SnapshotStore {
     /// its checkout wrote, both as reprise holds them (never found through
     /// the tree's own `.git`, which its agent may rewrite).
     pub fn adopt_checkout_index(&self, tree: &Git, index: &Path) -> bool {
-        let adopted = tree.checks_out_verbatim()
-            && crate::git::copy_with_mtime(index, &self.git_dir.join("index"));
+        tree.checks_out_verbatim() && self.adopt_verbatim_index(index)
+    }
+
+    /// The same, for a caller that has already asked
+    /// `Git::checks_out_verbatim` of the checkout.
+    pub fn adopt_verbatim_index(&self, index: &Path) -> bool {
+        let adopted = crate::git::copy_with_mtime(index, &self.git_dir.join("index"));
         if adopted {
             self.trust_stat_data();
         }

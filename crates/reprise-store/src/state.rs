@@ -332,6 +332,13 @@ impl StateDir {
             .join("workspace")
             .join(format!("{}.bin", &name[..32]))
     }
+
+    /// `cache/blob-digests.bin`: the content digest of each git blob a
+    /// checkout's files were last seen to hold, which seeds a fresh
+    /// worktree's stat cache (`workspace::seed_stat_cache`).
+    pub fn blob_digests_path(&self) -> PathBuf {
+        self.root.join("cache").join("blob-digests.bin")
+    }
 }
 
 // The state directory's own files under a root, each named here once: its

@@ -17,6 +17,7 @@ use sha2::{Digest as _, Sha256};
 use super::error::{Result, changed_type, read_error};
 use super::stat_cache::{CacheCursor, CachedFiles, StatKey, Timestamp};
 use super::walk::{Content, Entry, TYPE_FILE, TYPE_SYMLINK, list_entries};
+use crate::dir_stat::DirStat;
 
 /// Domain tag that starts the hashed stream; bump the version with any change
 /// to the encoding.
@@ -163,6 +164,7 @@ fn read_files(entries: &mut [Entry], threads: usize, cache: Option<CacheView<'_>
     let failure = Mutex::new(None);
     let work = || {
         let mut buffer = Vec::new();
+        let mut stat = DirStat::default();
         while !stop.load(Ordering::Relaxed) {
             let next = chunks.lock().unwrap_or_else(PoisonError::into_inner).next();
             let Some(chunk) = next else { break };
@@ -170,7 +172,8 @@ fn read_files(entries: &mut [Entry], threads: usize, cache: Option<CacheView<'_>
                 .zip(chunk.first())
                 .map(|(cache, first)| cache.recorded.cursor_from(first.relative_bytes()));
             for entry in chunk {
-                if let Err(error) = read_entry(entry, cache, recorded.as_mut(), &mut buffer) {
+                let recorded = recorded.as_mut().map(|recorded| (recorded, &mut stat));
+                if let Err(error) = read_entry(entry, cache, recorded, &mut buffer) {
                     stop.store(true, Ordering::Relaxed);
                     let mut first = failure.lock().unwrap_or_else(PoisonError::into_inner);
                     first.get_or_insert(error);
@@ -206,11 +209,12 @@ fn worker_count(threads: usize) -> usize {
 }
 
 /// Fills in one entry if it is an unread file; `recorded` is the cache's
-/// cursor for this run of entries, present when `cache` is.
+/// cursor for this run of entries, present when `cache` is, with the
+/// worker's directory for `lstat`.
 fn read_entry(
     entry: &mut Entry,
     cache: Option<CacheView<'_>>,
-    recorded: Option<&mut CacheCursor<'_, '_>>,
+    recorded: Option<(&mut CacheCursor<'_, '_>, &mut DirStat)>,
     buffer: &mut Vec<u8>,
 ) -> Result<()> {
     if !matches!(entry.content, Content::Unread) {
@@ -220,7 +224,7 @@ fn read_entry(
         None => {
             hash_file(&entry.path, read_buffer(buffer))?.map(|read| read.file(Provenance::Read))
         }
-        Some((cache, recorded)) => read_cached(entry, cache.start, recorded, buffer)?,
+        Some((cache, (recorded, stat))) => read_cached(entry, cache.start, recorded, stat, buffer)?,
     };
     entry.content = hashed.map_or(Content::Vanished, Content::File);
     Ok(())
@@ -242,10 +246,11 @@ fn read_cached(
     entry: &Entry,
     start: Option<Timestamp>,
     recorded: &mut CacheCursor<'_, '_>,
+    stat: &mut DirStat,
     buffer: &mut Vec<u8>,
 ) -> Result<Option<HashedFile>> {
     let path = entry.path.as_path();
-    let listed = match rustix::fs::lstat(path) {
+    let listed = match stat.lstat(path) {
         Ok(stat) => StatKey::of(&stat),
         Err(Errno::NOENT) => return Ok(None),
         Err(errno) => return Err(read_error(path, errno.into())),

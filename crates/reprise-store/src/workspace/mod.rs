@@ -72,10 +72,18 @@
 //! file; an unchanged file is never opened. The cache's format, and the rule
 //! that keeps a file changed in the same timestamp tick from being trusted,
 //! are in `stat_cache.rs`.
+//!
+//! A fresh checkout's cache can be seeded before its first hash
+//! (`seed_stat_cache`): a file still exactly as its checkout index recorded
+//! it gets its blob's digest from the state directory's blob digest map,
+//! unread; `seed.rs` says when that is sound, `blob_digests.rs` holds the
+//! map.
 
+mod blob_digests;
 mod cached;
 mod error;
 mod hash;
+mod seed;
 mod stat_cache;
 #[cfg(test)]
 mod test_support;
@@ -84,3 +92,4 @@ mod walk;
 pub use cached::hash_workspace_cached;
 pub use error::{Result, WorkspaceError};
 pub use hash::{WorkspaceHash, hash_workspace};
+pub use seed::{Checkout, SeedReport, seed_stat_cache};
