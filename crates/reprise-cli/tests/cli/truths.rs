@@ -409,6 +409,8 @@ fn the_readme_status_names_nothing_built_as_next() {
     // lifecycle), and parks are suspended and resumed durably.
     assert!(!next.contains("lifecycle"), "{next}");
     assert!(!next.contains("suspend"), "{next}");
+    // Built: the contained spawn's cost (issue 23).
+    assert!(!next.contains("spawn"), "{next}");
 }
 
 /// An attack on the checkpoints' exactness: the agent writes a
