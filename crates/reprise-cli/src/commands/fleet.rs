@@ -117,7 +117,7 @@ fn status_text(status: &FleetStatus) -> String {
 
 /// A bad URL or id is bad input (2); anything the database says or does
 /// not say is a failure (1).
-fn fleet_error(error: FleetError) -> CliError {
+pub(crate) fn fleet_error(error: FleetError) -> CliError {
     let kind = match error {
         FleetError::BadUrl { .. } | FleetError::BadId(_) => ErrorKind::Usage,
         _ => ErrorKind::Failed,

@@ -10,6 +10,7 @@ mod check;
 mod checkpoint;
 mod deliver;
 mod fleet;
+mod fleet_transport;
 mod init;
 mod journal;
 mod lineage;
@@ -25,6 +26,7 @@ mod spend;
 mod status;
 mod suspended;
 mod task;
+mod worker;
 mod workspace;
 
 use clap::Subcommand;
@@ -147,6 +149,16 @@ pub(crate) enum Command {
     /// PostgreSQL database.
     #[command(subcommand)]
     Fleet(fleet::FleetCommand),
+    /// Run a fleet's tasks on this host.
+    ///
+    /// Claims up to --capacity tasks at a time from the fleet's database,
+    /// runs each as a local run would (in a state directory and project
+    /// clone of its own, with no audit key), and ships its rows to the
+    /// coordinator, which signs them. SIGTERM drains.
+    #[command(after_help = help!("\
+  reprise worker --db postgres://user@db.internal/reprise --capacity 4
+  REPRISE_DATABASE_URL=postgres://user@db.internal/reprise reprise worker --host-id build-2"))]
+    Worker(worker::WorkerArgs),
 }
 
 /// Which plan a TASK argument belongs to: task ids are unique only within a
@@ -192,6 +204,7 @@ pub(crate) fn run(
         Command::Workspace(command) => command.run(settings)?,
         Command::Checkpoint(command) => command.run(settings)?,
         Command::Fleet(command) => command.run(settings)?,
+        Command::Worker(args) => args.run(settings)?,
     };
     if !streamed {
         outcome.print(settings.json);

@@ -24,6 +24,7 @@ use reprise_store::state::{StateDir, now_rfc3339};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::commands::fleet_transport::PgTransport;
 use crate::commands::rehearse::Priced;
 use crate::commands::spend::{cost_text, insert_spend, spend_text};
 use crate::error::CliError;
@@ -74,6 +75,15 @@ pub(crate) struct RunArgs {
     /// `run.finished` with the whole run document.
     #[arg(long, conflicts_with = "check")]
     pub(crate) events: bool,
+    /// Run the tasks on the workers of the fleet whose PostgreSQL database
+    /// this names (`reprise worker` on each host); this process coordinates
+    /// and signs. Needs --remote.
+    #[arg(long, value_name = "URL", requires = "remote", conflicts_with_all = ["check", "continue_run"])]
+    fleet: Option<String>,
+    /// The git remote the fleet's workers fetch each task's base from and
+    /// push its result to (a URL or a path every host can reach).
+    #[arg(long, value_name = "GIT-URL", requires = "fleet")]
+    remote: Option<String>,
 }
 
 impl RunArgs {
@@ -104,6 +114,10 @@ impl RunArgs {
             WorktreeOptions {
                 include_uncommitted: self.include_uncommitted,
                 keep_worktrees: self.keep_worktrees,
+                fleet: self.fleet.map(|url| FleetTarget {
+                    url,
+                    remote: self.remote.unwrap_or_default(),
+                }),
             },
         )
     }
@@ -248,12 +262,22 @@ impl EventSink for Quiet {
 }
 
 /// What a run's worktrees start from and whether they outlive their tasks.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct WorktreeOptions {
     /// `--include-uncommitted`: the base holds the working tree's changes.
     pub(crate) include_uncommitted: bool,
     /// `--keep-worktrees`: no task's worktree is reclaimed when it ends.
     pub(crate) keep_worktrees: bool,
+    /// `--fleet URL --remote GIT-URL`: the tasks run on the fleet's workers.
+    pub(crate) fleet: Option<FleetTarget>,
+}
+
+/// Where a fleet run's tasks go: the fleet's database and the git remote
+/// its workers fetch bases from and push results to.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetTarget {
+    pub(crate) url: String,
+    pub(crate) remote: String,
 }
 
 pub(crate) fn run(
@@ -295,6 +319,7 @@ pub(crate) fn continue_run(
         WorktreeOptions {
             include_uncommitted: false,
             keep_worktrees,
+            fleet: None,
         },
     )?;
     Ok(finished(settings, &run))
@@ -683,22 +708,62 @@ pub(crate) fn execute(
         keep_worktrees: worktrees.keep_worktrees,
     };
     let rehearsal = is_rehearsal(&state, &options.run_id);
-    let ran = if settings.events {
-        run_plan(&state, &plan, options, &cancel, &mut EventStream)
-    } else if settings.json {
-        run_plan(&state, &plan, options, &cancel, &mut Quiet)
-    } else {
-        run_plan(
+    let fleet = match &worktrees.fleet {
+        Some(target) => Some(fleet_of(target, &plan, &options)?),
+        None => None,
+    };
+    let go = |sink: &mut dyn reprise_engine::EventSink| match &fleet {
+        Some((transport, text, target)) => reprise_engine::run_plan_on_fleet(
             &state,
             &plan,
             options,
             &cancel,
+            sink,
+            &reprise_engine::Fleet {
+                transport,
+                remote: Some(target.remote.clone()),
+                plan_text: text.clone(),
+            },
+        ),
+        None => run_plan(&state, &plan, options, &cancel, sink),
+    };
+    let ran = if settings.events {
+        go(&mut EventStream)
+    } else if settings.json {
+        go(&mut Quiet)
+    } else {
+        go(
             &mut crate::commands::progress::Progress::new(settings.display)
                 .for_rehearsal(rehearsal),
         )
     };
     reprise_agents::supervise::reap_adopted();
     ran.map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))
+}
+
+/// The transport to a fleet's workers for this run, the plan's text they
+/// parse, and where they are.
+fn fleet_of(
+    target: &FleetTarget,
+    plan: &Plan,
+    options: &RunOptions,
+) -> Result<(PgTransport, String, FleetTarget), CliError> {
+    let text = std::fs::read_to_string(&options.plan_path).map_err(|err| {
+        CliError::usage(format!(
+            "cannot read the plan {} to send it to the fleet: {err}",
+            options.plan_path.display()
+        ))
+    })?;
+    let client =
+        reprise_fleet::FleetClient::connect(&target.url, reprise_fleet::Timings::default())
+            .map_err(crate::commands::fleet::fleet_error)?;
+    let spec = reprise_fleet::RunSpec {
+        run_id: options.run_id.clone(),
+        plan_id: plan.id().to_string(),
+        coordinator_host: crate::commands::worker::host_name(),
+        remote: target.remote.clone(),
+    };
+    Ok((PgTransport::new(client, spec), text, target.clone()))
 }
 
 /// The signal that stopped the run (SIGINT, SIGTERM or SIGHUP), 0 if none.
@@ -744,7 +809,7 @@ pub(crate) fn landlock_available() -> bool {
 /// `reprise-supervisor` binary installed beside this one. Debug builds let
 /// tests turn the parent-death signal off (`REPRISE_TEST_NO_PARENT_DEATH=1`)
 /// to show the records alone clean up.
-fn supervisor(settings: &Settings) -> Result<Supervisor, CliError> {
+pub(crate) fn supervisor(settings: &Settings) -> Result<Supervisor, CliError> {
     let program = supervisor_program().map_err(CliError::failed)?;
     Ok(Supervisor {
         program,

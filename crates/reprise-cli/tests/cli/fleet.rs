@@ -107,3 +107,279 @@ fn fleet_commands_refuse_a_bad_url_or_an_unreachable_server_in_one_line() {
     assert_eq!(code(&uninitialised), Some(1));
     assert!(stderr(&uninitialised).contains("run `reprise fleet init --db URL` first"));
 }
+
+/// A plan for the fleet tests: one task whose first attempt fails its gate
+/// and whose warm retry passes, and one that passes at once.
+const FLEET_PLAN: &str = r#"version: 1
+name: fleet
+defaults: { agent: sim, timeout: 30s }
+seats: 2
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    retry_policy: warm
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" } }
+      - { reply: "DONE: it says hello.", write: { greeting.txt: "hello\n" } }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+  - id: count
+    prompt: "Create count.txt containing 3"
+    sim:
+      - { reply: "DONE", write: { count.txt: "3\n" } }
+    gates:
+      - { name: content, run: "grep -qx 3 count.txt", timeout: 10s }
+"#;
+
+/// `git ARGS` in `dir`, which must succeed.
+fn git_in(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?} in {}", dir.display());
+}
+
+/// The project as a clone of a bare remote, holding `plan.yaml`: the
+/// remote's path.
+fn project_with_remote(env: &Env) -> PathBuf {
+    let remote = env.temp.path().join("remote.git");
+    git_in(env.temp.path(), &["init", "-q", "--bare", "remote.git"]);
+    let project = env.project();
+    git_in(&project, &["init", "-q"]);
+    fs::write(project.join("plan.yaml"), FLEET_PLAN).unwrap();
+    git_in(&project, &["add", "plan.yaml"]);
+    git_in(&project, &["commit", "-qm", "plan"]);
+    git_in(
+        &project,
+        &[
+            "push",
+            "-q",
+            remote.to_str().unwrap(),
+            "HEAD:refs/heads/main",
+        ],
+    );
+    remote
+}
+
+/// A plan run on two `reprise worker`s ends as the same plan run locally:
+/// the same statuses, attempt modes (the warm retry on the host that holds
+/// the session), exit code and summary; its journals and audit chain verify
+/// on the coordinator, and `apply` brings the results home.
+#[test]
+fn a_plan_run_on_two_workers_ends_as_a_local_run_and_its_chains_verify() {
+    let local = Env::new();
+    project_with_remote(&local);
+    assert_success(&local.run(&["init"]));
+    let local_run = local.run(&["run", "plan.yaml", "--json"]);
+    assert_eq!(code(&local_run), Some(0), "{}", stderr(&local_run));
+
+    let env = Env::new();
+    let remote = project_with_remote(&env);
+    assert_success(&env.run(&["init"]));
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let workers: Vec<std::process::Child> = ["one", "two"]
+        .iter()
+        .map(|host| {
+            let dir = env.temp.path().join(format!("worker-{host}"));
+            env.command(&[
+                "worker",
+                "--db",
+                &database.url,
+                "--capacity",
+                "2",
+                "--host-id",
+                host,
+                "--dir",
+                dir.to_str().unwrap(),
+                "--json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let fleet_run = env.run(&[
+        "run",
+        "plan.yaml",
+        "--fleet",
+        &database.url,
+        "--remote",
+        remote.to_str().unwrap(),
+        "--json",
+    ]);
+    let drained: Vec<Value> = workers
+        .into_iter()
+        .map(|worker| {
+            let _ = Command::new("kill")
+                .args(["-TERM", &worker.id().to_string()])
+                .status();
+            let output = worker.wait_with_output().unwrap();
+            assert_eq!(code(&output), Some(0), "{}", stderr(&output));
+            json_of(&output)
+        })
+        .collect();
+    assert_eq!(code(&fleet_run), Some(0), "{}", stderr(&fleet_run));
+
+    let summary = |output: &Output| -> Vec<(String, String, Vec<String>)> {
+        json_of(output)["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|task| {
+                let modes = task["attempts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|attempt| attempt["mode"].as_str().unwrap_or_default().to_owned())
+                    .collect();
+                (
+                    task["task_id"].as_str().unwrap().to_owned(),
+                    task["state"].as_str().unwrap().to_owned(),
+                    modes,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        summary(&fleet_run),
+        summary(&local_run),
+        "{}",
+        stdout(&fleet_run)
+    );
+    assert_eq!(
+        summary(&fleet_run)[0],
+        (
+            "greet".to_owned(),
+            "passed".to_owned(),
+            vec!["new".to_owned(), "warm".to_owned()]
+        )
+    );
+    let completed: u64 = drained
+        .iter()
+        .map(|worker| worker["completed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(completed, 2, "{drained:?}");
+    for task in ["greet", "count"] {
+        assert_success(&env.run(&["journal", "verify", task]));
+    }
+    assert_success(&env.run(&["audit", "verify"]));
+    assert_success(&env.run(&["apply"]));
+    assert_eq!(
+        fs::read_to_string(env.project().join("greeting.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        fs::read_to_string(env.project().join("count.txt")).unwrap(),
+        "3\n"
+    );
+}
+
+/// A worker killed with SIGKILL mid-attempt: its lease expires, another
+/// worker takes the task over from the journal as shipped, and the run
+/// ends passed, its chains verifying on the coordinator.
+#[test]
+fn a_worker_killed_mid_attempt_loses_its_task_to_another_and_the_run_passes() {
+    let env = Env::new();
+    let remote = env.temp.path().join("remote.git");
+    git_in(env.temp.path(), &["init", "-q", "--bare", "remote.git"]);
+    let project = env.project();
+    let started = env.temp.path().join("started");
+    git_in(&project, &["init", "-q"]);
+    fs::write(
+        project.join("plan.yaml"),
+        format!(
+            r#"version: 1
+name: takeover
+defaults: {{ agent: command, timeout: 2m, containment: "off" }}
+tasks:
+  - id: slow
+    prompt: "p"
+    command: ["sh", "-c", "if [ -e {started} ]; then echo done > out.txt; echo DONE; else touch {started}; sleep 120; fi"]
+    gates:
+      - {{ name: out, run: "test -e out.txt", timeout: 10s }}
+"#,
+            started = started.display()
+        ),
+    )
+    .unwrap();
+    git_in(&project, &["add", "plan.yaml"]);
+    git_in(&project, &["commit", "-qm", "plan"]);
+    git_in(
+        &project,
+        &[
+            "push",
+            "-q",
+            remote.to_str().unwrap(),
+            "HEAD:refs/heads/main",
+        ],
+    );
+    assert_success(&env.run(&["init"]));
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = |host: &str| {
+        let dir = env.temp.path().join(format!("worker-{host}"));
+        env.command(&[
+            "worker",
+            "--db",
+            &database.url,
+            "--host-id",
+            host,
+            "--dir",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+    };
+    let mut first = worker("one");
+    let run = env
+        .command(&[
+            "run",
+            "plan.yaml",
+            "--fleet",
+            &database.url,
+            "--remote",
+            remote.to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || started.exists()),
+        "the first worker never started the agent"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = worker("two");
+    let output = run.wait_with_output().unwrap();
+    let _ = second.kill();
+    let _ = second.wait();
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}\n{}",
+        stderr(&output),
+        stdout(&output)
+    );
+    let ran = json_of(&output);
+    assert_eq!(ran["tasks"][0]["state"], "passed", "{ran}");
+    // The attempt the killed worker ran is on record, then the one that
+    // passed on the other host.
+    let attempts = ran["tasks"][0]["attempts"].as_array().unwrap();
+    assert!(attempts.len() >= 2, "{ran}");
+    assert_success(&env.run(&["journal", "verify", "slow"]));
+    assert_success(&env.run(&["audit", "verify"]));
+    let status = json_of(&env.run(&["fleet", "status", "--db", &database.url, "--json"]));
+    let task = &status["tasks"][0];
+    assert!(task["lease_epoch"].as_i64().unwrap() >= 2, "{status}");
+}

@@ -1,0 +1,314 @@
+//! The fleet's two halves joined: the engine's `Transport` over the
+//! PostgreSQL queue (the coordinator's side), and the engine as the queue's
+//! `Executor` (a worker's side). What travels is the engine's own
+//! serialised types: an order as a task's payload, each report a worker
+//! writes as one shipped row, a task's result as its lease's completion.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use reprise_agents::CancelToken;
+use reprise_engine::{Outbox, Report, ShippedResult, TaskOrder, Transport, WorkerHost, run_order};
+use reprise_fleet::{
+    Affinity, Collected, Execution, Executor, Finish, FleetClient, OutcomeKind, RunSpec,
+    ShippedRow, Stop,
+};
+use serde_json::Value;
+
+/// The coordinator's transport: orders submitted to the queue, and a thread
+/// that collects what the workers ship and hands each report to the task it
+/// is about.
+pub(crate) struct PgTransport {
+    client: FleetClient,
+    spec: RunSpec,
+    opened: Mutex<bool>,
+    routes: Arc<Mutex<HashMap<String, Sender<Report>>>>,
+    collector: Mutex<Option<JoinHandle<()>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PgTransport {
+    pub(crate) fn new(client: FleetClient, spec: RunSpec) -> Self {
+        Self {
+            client,
+            spec,
+            opened: Mutex::new(false),
+            routes: Arc::new(Mutex::new(HashMap::new())),
+            collector: Mutex::new(None),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Opens the run in the queue and starts collecting, once.
+    fn open(&self, run_id: &str) -> reprise_fleet::Result<()> {
+        let mut opened = self
+            .opened
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if *opened {
+            return Ok(());
+        }
+        let spec = RunSpec {
+            run_id: run_id.to_owned(),
+            ..self.spec.clone()
+        };
+        self.client.open_run(&spec)?;
+        let client = self.client.clone();
+        let routes = Arc::clone(&self.routes);
+        let stop = Arc::clone(&self.stop);
+        let run = run_id.to_owned();
+        let collector = std::thread::spawn(move || collect(&client, &run, &routes, &stop));
+        *self
+            .collector
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some(collector);
+        *opened = true;
+        Ok(())
+    }
+}
+
+impl Transport for PgTransport {
+    fn submit(&self, order: TaskOrder, reports: Sender<Report>) -> reprise_engine::Result<()> {
+        let failed = |err: reprise_fleet::FleetError| {
+            reprise_engine::EngineError::Lifecycle(format!(
+                "the fleet's database refused the task: {err}"
+            ))
+        };
+        self.open(&order.run_id).map_err(failed)?;
+        let task = order.task.to_string();
+        let payload = serde_json::to_value(&order)
+            .map_err(|err| reprise_engine::EngineError::Lifecycle(err.to_string()))?;
+        self.routes
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .insert(task.clone(), reports);
+        self.client
+            .submit(&order.run_id, &task, &payload, &Affinity::Any)
+            .map_err(failed)
+    }
+}
+
+impl Drop for PgTransport {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(collector) = self
+            .collector
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take()
+        {
+            let _ = collector.join();
+            let _ = self.client.finish_run(&self.spec.run_id);
+        }
+    }
+}
+
+/// Collects run `run`'s shipped rows and ends of leases until told to stop,
+/// each handed to its task's reports.
+fn collect(
+    client: &FleetClient,
+    run: &str,
+    routes: &Mutex<HashMap<String, Sender<Report>>>,
+    stop: &AtomicBool,
+) {
+    let mut waiter = client.collect_waiter();
+    let mut cursor = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let Ok(items) = client.collect_wait(&mut waiter, run, cursor, Duration::from_millis(500))
+        else {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        };
+        for item in items {
+            let (position, task, report) = report_of(item);
+            cursor = cursor.max(position);
+            let routes = routes.lock().unwrap_or_else(|poison| poison.into_inner());
+            if let (Some(report), Some(to)) = (report, routes.get(&task)) {
+                let _ = to.send(report);
+            }
+        }
+    }
+}
+
+/// What a collected item says to the coordinator: its position, its task
+/// and its report (none for a row that is not one).
+fn report_of(item: Collected) -> (i64, String, Option<Report>) {
+    match item {
+        Collected::Row {
+            position,
+            task_id,
+            row,
+            ..
+        } => (position, task_id, serde_json::from_slice(&row.bytes).ok()),
+        Collected::Outcome {
+            position,
+            task_id,
+            kind,
+            holder,
+            body,
+            ..
+        } => {
+            let report = match (kind, body) {
+                (OutcomeKind::Completed, Some(body)) => {
+                    match serde_json::from_value::<ShippedResult>(body.clone()) {
+                        Ok(result) => Report::Done(Box::new(result)),
+                        Err(_) => Report::Lost {
+                            host: holder,
+                            reason: body
+                                .get("error")
+                                .and_then(Value::as_str)
+                                .unwrap_or("its result could not be read")
+                                .to_owned(),
+                        },
+                    }
+                }
+                // A lease that expired or was given back: the queue hands
+                // the task to the next worker that claims it, which goes on
+                // from the rows this one shipped (`EngineExecutor`), so the
+                // coordinator only waits.
+                (OutcomeKind::Lost | OutcomeKind::Released | OutcomeKind::Parked, _) => {
+                    return (position, task_id, None);
+                }
+                (OutcomeKind::Completed, None) => Report::Lost {
+                    host: holder,
+                    reason: "it completed the task with no result".to_owned(),
+                },
+            };
+            (position, task_id, Some(report))
+        }
+    }
+}
+
+/// A worker's executor: each lease's order run by the engine on this host,
+/// its rows and events shipped under the lease as they come.
+pub(crate) struct EngineExecutor {
+    pub(crate) host: WorkerHost,
+    pub(crate) client: FleetClient,
+}
+
+impl EngineExecutor {
+    /// A task taken over from a lost lease (the queue gave it to this host
+    /// with the order it was first submitted with): it goes on from the
+    /// journal as the coordinator holds it, the order's journal and every
+    /// row the earlier holders shipped, and resumes no session of theirs.
+    fn take_over(&self, order: &mut TaskOrder, epoch: i64) -> reprise_fleet::Result<()> {
+        let items = self.client.collect(&order.run_id, 0, u32::MAX)?;
+        let task = order.task.to_string();
+        // Rows the order's journal already holds are not added again (an
+        // order submitted anew after a takeover carries them).
+        let mut next = order.journal.lines().count() as u64;
+        for item in items {
+            match item {
+                Collected::Row {
+                    task_id,
+                    epoch: shipped_in,
+                    row,
+                    ..
+                } if task_id == task && shipped_in < epoch => {
+                    if let Ok(Report::Shipped(shipments)) = serde_json::from_slice(&row.bytes) {
+                        for shipment in shipments {
+                            if let reprise_engine::Shipment::Row { line } = shipment
+                                && row_seq(&line) == Some(next)
+                            {
+                                order.journal.push_str(&line);
+                                next += 1;
+                            }
+                        }
+                    }
+                }
+                Collected::Outcome {
+                    task_id,
+                    epoch: ended_in,
+                    holder,
+                    ..
+                } if task_id == task && ended_in < epoch => {
+                    order.taken_over_from = Some(holder);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Executor for EngineExecutor {
+    fn execute(&self, execution: &Execution) -> Finish {
+        let mut order: TaskOrder = match serde_json::from_value(execution.lease().payload.clone()) {
+            Ok(order) => order,
+            Err(err) => return refused(&format!("the order could not be read: {err}")),
+        };
+        let epoch = execution.lease().key.epoch;
+        if epoch > 1
+            && let Err(err) = self.take_over(&mut order, epoch)
+        {
+            return refused(&format!(
+                "the earlier holder's rows could not be read: {err}"
+            ));
+        }
+        let cancel = CancelToken::new();
+        let seq = AtomicI64::new(0);
+        let ship = |report: Report| {
+            let Ok(bytes) = serde_json::to_vec(&report) else {
+                return;
+            };
+            let row = ShippedRow {
+                seq: seq.fetch_add(1, Ordering::SeqCst),
+                bytes,
+            };
+            if execution.ship(&[row]).is_err() {
+                cancel.cancel();
+            }
+        };
+        let (rows, shipped) = channel();
+        let (events, happened) = channel();
+        let done = AtomicBool::new(false);
+        let outcome = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for shipment in shipped {
+                    ship(Report::Shipped(vec![shipment]));
+                }
+            });
+            scope.spawn(|| {
+                for event in happened {
+                    ship(Report::Event(event));
+                }
+            });
+            scope.spawn(|| {
+                while !done.load(Ordering::SeqCst) {
+                    if execution.stop() == Some(Stop::LeaseLost) {
+                        cancel.cancel();
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+            let outcome = run_order(&self.host, &order, Outbox::new(rows), &events, &cancel);
+            drop(events);
+            done.store(true, Ordering::SeqCst);
+            outcome
+        });
+        match outcome {
+            Ok(result) => match serde_json::to_value(&result) {
+                Ok(body) => Finish::Complete(body),
+                Err(err) => refused(&err.to_string()),
+            },
+            Err(err) => refused(&err.to_string()),
+        }
+    }
+}
+
+/// The sequence number a journal row holds.
+fn row_seq(line: &str) -> Option<u64> {
+    serde_json::from_str::<Value>(line)
+        .ok()?
+        .get("seq")?
+        .as_u64()
+}
+
+/// The end of a lease whose order this host could not run.
+fn refused(reason: &str) -> Finish {
+    Finish::Complete(serde_json::json!({ "error": reason }))
+}
