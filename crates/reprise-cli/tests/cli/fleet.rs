@@ -144,14 +144,14 @@ fn git_in(dir: &Path, args: &[&str]) {
     assert!(status.success(), "git {args:?} in {}", dir.display());
 }
 
-/// The project as a clone of a bare remote, holding `plan.yaml`: the
-/// remote's path.
-fn project_with_remote(env: &Env) -> PathBuf {
+/// The project, committed with `plan` as `plan.yaml` and pushed to a bare
+/// remote beside it, its state directory made: the remote's path.
+fn project_with_remote(env: &Env, plan: &str) -> PathBuf {
     let remote = env.temp.path().join("remote.git");
     git_in(env.temp.path(), &["init", "-q", "--bare", "remote.git"]);
     let project = env.project();
     git_in(&project, &["init", "-q"]);
-    fs::write(project.join("plan.yaml"), FLEET_PLAN).unwrap();
+    fs::write(project.join("plan.yaml"), plan).unwrap();
     git_in(&project, &["add", "plan.yaml"]);
     git_in(&project, &["commit", "-qm", "plan"]);
     git_in(
@@ -163,7 +163,47 @@ fn project_with_remote(env: &Env) -> PathBuf {
             "HEAD:refs/heads/main",
         ],
     );
+    assert_success(&env.run(&["init"]));
     remote
+}
+
+/// `reprise worker` for host `host` of the fleet at `database`, in a
+/// directory of its own, its output piped.
+fn spawn_worker(env: &Env, database: &str, host: &str) -> std::process::Child {
+    let dir = env.temp.path().join(format!("worker-{host}"));
+    env.command(&[
+        "worker",
+        "--db",
+        database,
+        "--capacity",
+        "2",
+        "--host-id",
+        host,
+        "--dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
+/// `reprise run plan.yaml --fleet DATABASE --remote REMOTE --json`.
+fn fleet_run(env: &Env, database: &str, remote: &Path) -> Command {
+    let mut command = env.command(&[
+        "run",
+        "plan.yaml",
+        "--fleet",
+        database,
+        "--remote",
+        remote.to_str().unwrap(),
+        "--json",
+    ]);
+    command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
 }
 
 /// A plan run on two `reprise worker`s ends as the same plan run locally:
@@ -173,47 +213,19 @@ fn project_with_remote(env: &Env) -> PathBuf {
 #[test]
 fn a_plan_run_on_two_workers_ends_as_a_local_run_and_its_chains_verify() {
     let local = Env::new();
-    project_with_remote(&local);
-    assert_success(&local.run(&["init"]));
+    project_with_remote(&local, FLEET_PLAN);
     let local_run = local.run(&["run", "plan.yaml", "--json"]);
     assert_eq!(code(&local_run), Some(0), "{}", stderr(&local_run));
 
     let env = Env::new();
-    let remote = project_with_remote(&env);
-    assert_success(&env.run(&["init"]));
+    let remote = project_with_remote(&env, FLEET_PLAN);
     let database = TestDatabase::create().unwrap();
     assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
     let workers: Vec<std::process::Child> = ["one", "two"]
         .iter()
-        .map(|host| {
-            let dir = env.temp.path().join(format!("worker-{host}"));
-            env.command(&[
-                "worker",
-                "--db",
-                &database.url,
-                "--capacity",
-                "2",
-                "--host-id",
-                host,
-                "--dir",
-                dir.to_str().unwrap(),
-                "--json",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
+        .map(|host| spawn_worker(&env, &database.url, host))
         .collect();
-    let fleet_run = env.run(&[
-        "run",
-        "plan.yaml",
-        "--fleet",
-        &database.url,
-        "--remote",
-        remote.to_str().unwrap(),
-        "--json",
-    ]);
+    let fleet_run = fleet_run(&env, &database.url, &remote).output().unwrap();
     let drained: Vec<Value> = workers
         .into_iter()
         .map(|worker| {
@@ -287,14 +299,10 @@ fn a_plan_run_on_two_workers_ends_as_a_local_run_and_its_chains_verify() {
 #[test]
 fn a_worker_killed_mid_attempt_loses_its_task_to_another_and_the_run_passes() {
     let env = Env::new();
-    let remote = env.temp.path().join("remote.git");
-    git_in(env.temp.path(), &["init", "-q", "--bare", "remote.git"]);
-    let project = env.project();
     let started = env.temp.path().join("started");
-    git_in(&project, &["init", "-q"]);
-    fs::write(
-        project.join("plan.yaml"),
-        format!(
+    let remote = project_with_remote(
+        &env,
+        &format!(
             r#"version: 1
 name: takeover
 defaults: {{ agent: command, timeout: 2m, containment: "off" }}
@@ -307,60 +315,18 @@ tasks:
 "#,
             started = started.display()
         ),
-    )
-    .unwrap();
-    git_in(&project, &["add", "plan.yaml"]);
-    git_in(&project, &["commit", "-qm", "plan"]);
-    git_in(
-        &project,
-        &[
-            "push",
-            "-q",
-            remote.to_str().unwrap(),
-            "HEAD:refs/heads/main",
-        ],
     );
-    assert_success(&env.run(&["init"]));
     let database = TestDatabase::create().unwrap();
     assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
-    let worker = |host: &str| {
-        let dir = env.temp.path().join(format!("worker-{host}"));
-        env.command(&[
-            "worker",
-            "--db",
-            &database.url,
-            "--host-id",
-            host,
-            "--dir",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-    };
-    let mut first = worker("one");
-    let run = env
-        .command(&[
-            "run",
-            "plan.yaml",
-            "--fleet",
-            &database.url,
-            "--remote",
-            remote.to_str().unwrap(),
-            "--json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut first = spawn_worker(&env, &database.url, "one");
+    let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
     assert!(
         wait_until(std::time::Duration::from_secs(60), || started.exists()),
         "the first worker never started the agent"
     );
     first.kill().unwrap();
     first.wait().unwrap();
-    let mut second = worker("two");
+    let mut second = spawn_worker(&env, &database.url, "two");
     let output = run.wait_with_output().unwrap();
     let _ = second.kill();
     let _ = second.wait();
