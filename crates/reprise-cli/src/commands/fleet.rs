@@ -48,6 +48,17 @@ impl FleetCommand {
     }
 }
 
+/// Checks, before a fleet run writes anything, that the fleet's database
+/// answers within a few seconds and holds the fleet's tables.
+pub(crate) fn check_reachable(url: &str) -> Result<(), CliError> {
+    let timings = Timings {
+        retry_for: COMMAND_RETRY,
+        ..Timings::default()
+    };
+    let client = FleetClient::connect(url, timings).map_err(fleet_error)?;
+    client.check_schema().map_err(fleet_error)
+}
+
 fn connect(settings: &Settings, args: DatabaseArgs) -> Result<FleetClient, CliError> {
     let url = args.db.or_else(|| settings.database_url.clone()).ok_or_else(|| {
         CliError::usage("no fleet database given: pass --db postgres://USER@HOST/DB or set REPRISE_DATABASE_URL")

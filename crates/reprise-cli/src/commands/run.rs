@@ -96,6 +96,10 @@ impl RunArgs {
             return crate::commands::check::check(settings, plan, self.retry_budget.as_deref());
         }
         let settings = settings.with_events(self.events);
+        // A fleet that does not answer is refused before anything is written.
+        if let Some(url) = &self.fleet {
+            crate::commands::fleet::check_reachable(url)?;
+        }
         if let Some(run_id) = &self.continue_run {
             return continue_run(
                 &settings,

@@ -349,3 +349,36 @@ tasks:
     let task = &status["tasks"][0];
     assert!(task["lease_epoch"].as_i64().unwrap() >= 2, "{status}");
 }
+
+/// `run --fleet` to a database that does not answer, or holds no fleet, is
+/// one line and exit 1 before anything is written; without --remote it is
+/// a usage error.
+#[test]
+fn a_fleet_run_to_a_database_that_cannot_take_it_is_refused_before_any_write() {
+    let env = Env::new();
+    let remote = project_with_remote(&env, FLEET_PLAN);
+    let before = env.snapshot();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let unreachable = format!("postgres://postgres@{closed}/x");
+    let database = TestDatabase::create().unwrap();
+    for (url, says) in [
+        (unreachable.as_str(), "did not answer"),
+        (database.url.as_str(), "reprise fleet init"),
+    ] {
+        let output = fleet_run(&env, url, &remote).output().unwrap();
+        assert_eq!(code(&output), Some(1), "{}", stderr(&output));
+        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+        assert!(stderr(&output).contains(says), "{}", stderr(&output));
+    }
+    let no_remote = env.run(&["run", "plan.yaml", "--fleet", &database.url]);
+    assert_eq!(code(&no_remote), Some(2), "{}", stderr(&no_remote));
+    assert!(stderr(&no_remote).contains("--remote"));
+    assert_eq!(
+        env.snapshot(),
+        before,
+        "a refused fleet run wrote something"
+    );
+}
