@@ -88,7 +88,7 @@ pub(crate) fn receive() -> io::Result<(OwnedFd, OwnedFd)> {
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let mut fds: Vec<OwnedFd> = control
+    let fds: Vec<OwnedFd> = control
         .drain()
         .filter_map(|message| match message {
             RecvAncillaryMessage::ScmRights(fds) => Some(fds),
@@ -96,13 +96,11 @@ pub(crate) fn receive() -> io::Result<(OwnedFd, OwnedFd)> {
         })
         .flatten()
         .collect();
-    if received.bytes != 1 || fds.len() != 2 {
-        return Err(io::Error::other(
-            "the driver handed over no ruleset on stdin",
-        ));
+    let handed = || io::Error::other("the driver handed over no ruleset on stdin");
+    if received.bytes != 1 {
+        return Err(handed());
     }
-    let program_stdin = fds.pop().expect("two");
-    let ruleset = fds.pop().expect("two");
+    let [ruleset, program_stdin]: [OwnedFd; 2] = fds.try_into().map_err(|_| handed())?;
     Ok((ruleset, program_stdin))
 }
 
