@@ -477,11 +477,13 @@ fn a_worker_runs_claimed_tasks_to_completion() -> Result<()> {
 }
 
 /// The entry point of the worker child the process tests start: a worker
-/// whose executor runs until told to stop, draining on SIGTERM.
+/// whose executor runs until told to stop, draining on SIGTERM. In a plain
+/// test run (no `CHILD_URL`) it has nothing to do.
 #[test]
-#[ignore = "the worker child of the kill -9 and SIGTERM tests, started by them"]
 fn worker_child() -> Result<()> {
-    let url = std::env::var(CHILD_URL)?;
+    let Ok(url) = std::env::var(CHILD_URL) else {
+        return Ok(());
+    };
     let host = std::env::var(CHILD_HOST)?;
     let client = FleetClient::connect(&url, quick())?;
     let worker = Worker::new(
@@ -501,7 +503,6 @@ fn spawn_worker_child(url: &str, host: &str) -> Result<Child> {
         .args([
             "--exact",
             "worker_child",
-            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
