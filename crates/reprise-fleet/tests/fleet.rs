@@ -500,12 +500,7 @@ fn worker_child() -> Result<()> {
 
 fn spawn_worker_child(url: &str, host: &str) -> Result<Child> {
     Ok(Command::new(std::env::current_exe()?)
-        .args([
-            "--exact",
-            "worker_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "worker_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_URL, url)
         .env(CHILD_HOST, host)
         .stdin(Stdio::null())

@@ -758,6 +758,16 @@ fn fleet_of(
             options.plan_path.display()
         ))
     })?;
+    // The workers parse this text; it must be the plan this process runs
+    // (the file could have been edited since it was read).
+    let name = options.plan_path.display().to_string();
+    let same = reprise_core::plan::parse_plan(&text, &name)
+        .is_ok_and(|read| format!("{read:?}") == format!("{plan:?}"));
+    if !same {
+        return Err(CliError::usage(format!(
+            "{name} changed while the run was starting: run it again"
+        )));
+    }
     let client =
         reprise_fleet::FleetClient::connect(&target.url, reprise_fleet::Timings::default())
             .map_err(crate::commands::fleet::fleet_error)?;
