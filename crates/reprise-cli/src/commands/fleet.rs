@@ -51,23 +51,29 @@ impl FleetCommand {
 /// Checks, before a fleet run writes anything, that the fleet's database
 /// answers within a few seconds and holds the fleet's tables.
 pub(crate) fn check_reachable(url: &str) -> Result<(), CliError> {
+    command_client(url)?.check_schema().map_err(fleet_error)
+}
+
+/// The fleet database a command names: `--db`, else
+/// `REPRISE_DATABASE_URL`.
+pub(crate) fn database_url(settings: &Settings, db: Option<String>) -> Result<String, CliError> {
+    db.or_else(|| settings.database_url.clone()).ok_or_else(|| {
+        CliError::usage("no fleet database given: pass --db postgres://USER@HOST/DB or set REPRISE_DATABASE_URL")
+    })
+}
+
+/// A client for a command: an unreachable server is said after a few
+/// seconds, not after a run's minute of retries.
+fn command_client(url: &str) -> Result<FleetClient, CliError> {
     let timings = Timings {
         retry_for: COMMAND_RETRY,
         ..Timings::default()
     };
-    let client = FleetClient::connect(url, timings).map_err(fleet_error)?;
-    client.check_schema().map_err(fleet_error)
+    FleetClient::connect(url, timings).map_err(fleet_error)
 }
 
 fn connect(settings: &Settings, args: DatabaseArgs) -> Result<FleetClient, CliError> {
-    let url = args.db.or_else(|| settings.database_url.clone()).ok_or_else(|| {
-        CliError::usage("no fleet database given: pass --db postgres://USER@HOST/DB or set REPRISE_DATABASE_URL")
-    })?;
-    let timings = Timings {
-        retry_for: COMMAND_RETRY,
-        ..Timings::default()
-    };
-    FleetClient::connect(&url, timings).map_err(fleet_error)
+    command_client(&database_url(settings, args.db)?)
 }
 
 fn init(client: &FleetClient) -> Result<Outcome, CliError> {

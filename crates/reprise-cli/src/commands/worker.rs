@@ -35,9 +35,7 @@ pub(crate) struct WorkerArgs {
 
 impl WorkerArgs {
     pub(crate) fn run(self, settings: &Settings) -> Result<Outcome, CliError> {
-        let url = self.db.or_else(|| settings.database_url.clone()).ok_or_else(|| {
-            CliError::usage("no fleet database given: pass --db postgres://USER@HOST/DB or set REPRISE_DATABASE_URL")
-        })?;
+        let url = crate::commands::fleet::database_url(settings, self.db)?;
         let host_id = self.host_id.unwrap_or_else(host_name);
         let dir = self
             .dir
