@@ -243,6 +243,10 @@ pub(crate) fn bind_restored(
 pub struct Ingested {
     pub rows: u64,
     pub sealed: bool,
+    /// Rows the journal already held, byte for byte, at their `seq`: a
+    /// continued coordinator reads again what its workers shipped while it
+    /// was down, and takes each row once.
+    pub already_held: u64,
 }
 
 /// On the coordinator: appends what a worker shipped for `task` to the
@@ -251,6 +255,10 @@ pub struct Ingested {
 /// taken), and writes the spine and audit records and the seal as a local
 /// run does. `prior_seals` are the audit chain's seals of the task before
 /// this run (see `seal_journal_after`).
+///
+/// Taking shipments again is a no-op: a row the journal already holds at
+/// its `seq` with the same bytes is skipped (with other bytes it is
+/// refused), and a seal of a head already sealed is not made twice.
 pub fn ingest(
     state: &StateDir,
     key: &KeyFile,
@@ -260,25 +268,56 @@ pub fn ingest(
 ) -> Result<Ingested> {
     let (mut journal, mut signer) = Signing::Key(key.clone()).open(state, task)?;
     let mut ingested = Ingested::default();
+    let mut held: Option<Vec<Vec<u8>>> = None;
     for shipment in shipments {
         match shipment {
             Shipment::Row { line } => {
-                let head = journal.append_shipped(line.as_bytes())?;
                 let row: reprise_core::record::JournalRow =
                     serde_json::from_str(line).map_err(|err| EngineError::ShippedRow {
                         task: task.to_string(),
                         reason: err.to_string(),
                     })?;
+                if journal.head()?.is_some_and(|head| row.seq <= head.seq) {
+                    let lines = match &mut held {
+                        Some(lines) => lines,
+                        None => held.insert(journal_lines(journal.path())?),
+                    };
+                    if lines.get(row.seq as usize).map(Vec::as_slice) != Some(line.as_bytes()) {
+                        return Err(EngineError::ShippedRow {
+                            task: task.to_string(),
+                            reason: format!(
+                                "row {} differs from the row the journal holds there",
+                                row.seq
+                            ),
+                        });
+                    }
+                    ingested.already_held += 1;
+                    continue;
+                }
+                let head = journal.append_shipped(line.as_bytes())?;
                 signer.countersign(task, &row.kind, &row.body, head)?;
                 ingested.rows += 1;
             }
             Shipment::Intent {
                 intent: AuditIntent::Seal,
             } => {
+                let head = journal.head()?;
+                if head.is_some_and(|head| prior_seals.contains(&head)) {
+                    continue;
+                }
                 signer.seal(state, task, prior_seals)?;
                 ingested.sealed = true;
             }
         }
     }
     Ok(ingested)
+}
+
+/// A journal's rows as stored, each with its newline.
+fn journal_lines(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+    let bytes = reprise_store::read_no_follow(path)?.unwrap_or_default();
+    Ok(bytes
+        .split_inclusive(|byte| *byte == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect())
 }

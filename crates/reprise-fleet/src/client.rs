@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::queue::Fleet;
 use crate::schema::{COLLECT_CHANNEL, Migrated, WORK_CHANNEL};
 use crate::types::{
-    Affinity, Collected, FleetStatus, Lease, LeaseKey, RunSpec, ShippedRow, Timings,
+    Affinity, Collected, FleetStatus, Lease, LeaseKey, RunSpec, ShippedRow, TaskStatus, Timings,
 };
 
 /// A blocking handle on the fleet's database; cheap to clone and share
@@ -140,6 +140,10 @@ impl FleetClient {
 
     pub fn prune(&self, run: &str, through: i64) -> Result<()> {
         self.block(async |fleet| fleet.prune(run, through).await)
+    }
+
+    pub fn task_status(&self, run: &str, task: &str) -> Result<Option<TaskStatus>> {
+        self.block(async |fleet| fleet.task_status(run, task).await)
     }
 
     pub fn status(&self) -> Result<FleetStatus> {

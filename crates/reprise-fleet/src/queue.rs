@@ -544,6 +544,25 @@ impl Fleet {
     }
 }
 
+impl Fleet {
+    /// Task `task` of run `run` as the queue holds it, if it does.
+    pub async fn task_status(&self, run: &str, task: &str) -> Result<Option<TaskStatus>> {
+        self.retried(async || {
+            let row = sqlx::query(
+                r#"select run_id, task_id, state, holder, lease_epoch,
+                    to_char(since at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as since
+                 from reprise_fleet.tasks where run_id = $1 and task_id = $2"#,
+            )
+            .bind(run)
+            .bind(task)
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(row.as_ref().map(task_status))
+        })
+        .await
+    }
+}
+
 fn worker_status(row: &PgRow) -> WorkerStatus {
     WorkerStatus {
         host_id: row.get("host_id"),

@@ -141,3 +141,95 @@ pub(crate) fn fleet_error(error: FleetError) -> CliError {
     };
     CliError::from_source(kind, error)
 }
+
+/// Where a fleet run's tasks went, kept in its run directory so `run
+/// --continue` takes the run up on the same fleet. The database's URL is
+/// kept without its password: a continue that needs one is given it again
+/// (`--fleet URL` or `REPRISE_DATABASE_URL`).
+const FLEET_RECORD: &str = "fleet.json";
+
+/// Records that run `run_id` runs on the fleet `target`.
+pub(crate) fn record_fleet_run(
+    state: &reprise_store::state::StateDir,
+    run_id: &str,
+    target: &crate::commands::run::FleetTarget,
+) -> Result<(), CliError> {
+    let dir = state.runs_dir().join(run_id);
+    let record = json!({"database": without_password(&target.url), "remote": target.remote});
+    let bytes =
+        serde_json::to_vec_pretty(&record).map_err(|err| CliError::failed(err.to_string()))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|err| CliError::failed(format!("cannot record the run's fleet: {err}")))?;
+    reprise_store::write_atomic(&dir.join(FLEET_RECORD), &bytes, 0o600)?;
+    Ok(())
+}
+
+/// The fleet run `run_id` ran on, if it did: its database is `url` when
+/// one is given (`--fleet`, `REPRISE_DATABASE_URL`), else the recorded one.
+pub(crate) fn recorded_fleet(
+    state: &reprise_store::state::StateDir,
+    run_id: &str,
+    url: Option<String>,
+) -> Result<Option<crate::commands::run::FleetTarget>, CliError> {
+    let path = state.runs_dir().join(run_id).join(FLEET_RECORD);
+    let Some(bytes) = reprise_store::read_no_follow(&path)? else {
+        return Ok(None);
+    };
+    let record: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let field = |name: &str| {
+        record
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    let (Some(database), Some(remote)) = (field("database"), field("remote")) else {
+        return Err(CliError::failed(format!(
+            "{} is unreadable; it names the fleet run {run_id} ran on: restore it from a backup",
+            path.display()
+        )));
+    };
+    Ok(Some(crate::commands::run::FleetTarget {
+        url: url.unwrap_or(database),
+        remote,
+    }))
+}
+
+/// `url` with no password in it (`postgres://user:secret@host/db` becomes
+/// `postgres://user@host/db`).
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            format!("{scheme}://{user}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn a_recorded_database_url_keeps_no_password() {
+        assert_eq!(
+            without_password("postgres://me:s3cr@t@db:5432/fleet?sslmode=disable"),
+            "postgres://me@db:5432/fleet?sslmode=disable"
+        );
+        assert_eq!(
+            without_password("postgresql://me@db/fleet"),
+            "postgresql://me@db/fleet"
+        );
+        assert_eq!(
+            without_password("postgres://db/fleet"),
+            "postgres://db/fleet"
+        );
+    }
+}

@@ -26,9 +26,19 @@ pub(crate) struct PgTransport {
     client: FleetClient,
     spec: RunSpec,
     opened: Mutex<bool>,
-    routes: Arc<Mutex<HashMap<String, Sender<Report>>>>,
+    routes: Arc<Mutex<Routes>>,
     collector: Mutex<Option<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
+}
+
+/// Where each task's reports go, and how far the collector has handed
+/// items out (changed together, under one lock, so a task attached late
+/// gets every item once: those up to `delivered` from `attach`, the rest
+/// from the collector).
+#[derive(Default)]
+struct Routes {
+    to: HashMap<String, Sender<Report>>,
+    delivered: i64,
 }
 
 impl PgTransport {
@@ -37,7 +47,7 @@ impl PgTransport {
             client,
             spec,
             opened: Mutex::new(false),
-            routes: Arc::new(Mutex::new(HashMap::new())),
+            routes: Arc::new(Mutex::new(Routes::default())),
             collector: Mutex::new(None),
             stop: Arc::new(AtomicBool::new(false)),
         }
@@ -73,23 +83,55 @@ impl PgTransport {
 
 impl Transport for PgTransport {
     fn submit(&self, order: TaskOrder, reports: Sender<Report>) -> reprise_engine::Result<()> {
-        let failed = |err: reprise_fleet::FleetError| {
-            reprise_engine::EngineError::Lifecycle(format!(
-                "the fleet's database refused the task: {err}"
-            ))
-        };
-        self.open(&order.run_id).map_err(failed)?;
+        self.open(&order.run_id).map_err(database_refused)?;
         let task = order.task.to_string();
         let payload = serde_json::to_value(&order)
             .map_err(|err| reprise_engine::EngineError::Lifecycle(err.to_string()))?;
-        self.routes
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .insert(task.clone(), reports);
+        lock(&self.routes).to.insert(task.clone(), reports);
         self.client
             .submit(&order.run_id, &task, &payload, &Affinity::Any)
-            .map_err(failed)
+            .map_err(database_refused)
     }
+
+    fn attach(&self, order: &TaskOrder, reports: Sender<Report>) -> reprise_engine::Result<bool> {
+        self.open(&order.run_id).map_err(database_refused)?;
+        let task = order.task.to_string();
+        if self
+            .client
+            .task_status(&order.run_id, &task)
+            .map_err(database_refused)?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        // What was shipped before now, from the first row: rows and the
+        // end, not the events of then. The collector hands out the rest.
+        let mut routes = lock(&self.routes);
+        let earlier = self
+            .client
+            .collect(&order.run_id, 0, u32::MAX)
+            .map_err(database_refused)?;
+        for item in earlier {
+            let (position, of, report) = report_of(item);
+            if of == task
+                && position <= routes.delivered
+                && let Some(report) = report.filter(|report| !matches!(report, Report::Event(_)))
+            {
+                let _ = reports.send(report);
+            }
+        }
+        routes.to.insert(task, reports);
+        Ok(true)
+    }
+}
+
+/// The queue's refusal as the engine's error.
+fn database_refused(err: reprise_fleet::FleetError) -> reprise_engine::EngineError {
+    reprise_engine::EngineError::Lifecycle(format!("the fleet's database refused the task: {err}"))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 impl Drop for PgTransport {
@@ -109,12 +151,7 @@ impl Drop for PgTransport {
 
 /// Collects run `run`'s shipped rows and ends of leases until told to stop,
 /// each handed to its task's reports.
-fn collect(
-    client: &FleetClient,
-    run: &str,
-    routes: &Mutex<HashMap<String, Sender<Report>>>,
-    stop: &AtomicBool,
-) {
+fn collect(client: &FleetClient, run: &str, routes: &Mutex<Routes>, stop: &AtomicBool) {
     let mut waiter = client.collect_waiter();
     let mut cursor = 0;
     while !stop.load(Ordering::SeqCst) {
@@ -126,10 +163,11 @@ fn collect(
         for item in items {
             let (position, task, report) = report_of(item);
             cursor = cursor.max(position);
-            let routes = routes.lock().unwrap_or_else(|poison| poison.into_inner());
-            if let (Some(report), Some(to)) = (report, routes.get(&task)) {
+            let mut routes = lock(routes);
+            if let (Some(report), Some(to)) = (report, routes.to.get(&task)) {
                 let _ = to.send(report);
             }
+            routes.delivered = cursor;
         }
     }
 }

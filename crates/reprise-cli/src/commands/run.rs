@@ -78,11 +78,18 @@ pub(crate) struct RunArgs {
     /// Run the tasks on the workers of the fleet whose PostgreSQL database
     /// this names (`reprise worker` on each host); this process coordinates
     /// and signs. Needs --remote.
-    #[arg(long, value_name = "URL", requires = "remote", conflicts_with_all = ["check", "continue_run"])]
+    /// With --continue, the database of the fleet the run ran on, when the
+    /// recorded one (kept without its password) is not enough.
+    #[arg(long, value_name = "URL", conflicts_with = "check")]
     fleet: Option<String>,
     /// The git remote the fleet's workers fetch each task's base from and
     /// push its result to (a URL or a path every host can reach).
-    #[arg(long, value_name = "GIT-URL", requires = "fleet")]
+    #[arg(
+        long,
+        value_name = "GIT-URL",
+        requires = "fleet",
+        conflicts_with = "continue_run"
+    )]
     remote: Option<String>,
 }
 
@@ -96,18 +103,23 @@ impl RunArgs {
             return crate::commands::check::check(settings, plan, self.retry_budget.as_deref());
         }
         let settings = settings.with_events(self.events);
-        // A fleet that does not answer is refused before anything is written.
-        if let Some(url) = &self.fleet {
-            crate::commands::fleet::check_reachable(url)?;
-        }
         if let Some(run_id) = &self.continue_run {
             return continue_run(
                 &settings,
                 run_id,
-                self.seats,
+                (self.seats, self.fleet),
                 BTreeMap::new(),
                 self.keep_worktrees,
             );
+        }
+        if self.fleet.is_some() && self.remote.is_none() {
+            return Err(CliError::usage(
+                "--fleet needs --remote GIT-URL: the git remote every worker fetches each task's base from and pushes its result to",
+            ));
+        }
+        // A fleet that does not answer is refused before anything is written.
+        if let Some(url) = &self.fleet {
+            crate::commands::fleet::check_reachable(url)?;
         }
         run(
             &settings,
@@ -306,13 +318,32 @@ pub(crate) fn run(
 
 /// `reprise run --continue RUN`: takes up an interrupted or parked run in
 /// this process.
+/// A run that ran on a fleet goes on there: its tasks still out are
+/// followed where the workers hold them (`fleet`: the fleet's database,
+/// when the recorded one will not do).
 pub(crate) fn continue_run(
     settings: &Settings,
     run_id: &str,
-    seats: Option<u32>,
+    (seats, fleet): (Option<u32>, Option<String>),
     resume: BTreeMap<TaskId, reprise_engine::Resume>,
     keep_worktrees: bool,
 ) -> Result<Outcome, CliError> {
+    reprise_core::check_run_id(run_id).map_err(|err| CliError::usage(err.to_string()))?;
+    let url = fleet.or_else(|| settings.database_url.clone());
+    let fleet = match settings.state() {
+        Ok(state) => crate::commands::fleet::recorded_fleet(&state, run_id, url.clone())?,
+        Err(_) => None,
+    };
+    match (&fleet, url) {
+        // A fleet that does not answer is refused before anything is written.
+        (Some(target), _) => crate::commands::fleet::check_reachable(&target.url)?,
+        (None, Some(_)) => {
+            return Err(CliError::usage(format!(
+                "run {run_id} did not run on a fleet; continue it without --fleet"
+            )));
+        }
+        (None, None) => {}
+    }
     let prepared = prepare_continue(settings, run_id, resume, None)?;
     let run = execute(
         settings,
@@ -323,7 +354,7 @@ pub(crate) fn continue_run(
         WorktreeOptions {
             include_uncommitted: false,
             keep_worktrees,
-            fleet: None,
+            fleet,
         },
     )?;
     Ok(finished(settings, &run))
@@ -713,7 +744,11 @@ pub(crate) fn execute(
     };
     let rehearsal = is_rehearsal(&state, &options.run_id);
     let fleet = match &worktrees.fleet {
-        Some(target) => Some(fleet_of(target, &plan, &options)?),
+        Some(target) => {
+            let fleet = fleet_of(target, &plan, &options)?;
+            crate::commands::fleet::record_fleet_run(&state, &options.run_id, target)?;
+            Some(fleet)
+        }
         None => None,
     };
     let go = |sink: &mut dyn reprise_engine::EventSink| match &fleet {

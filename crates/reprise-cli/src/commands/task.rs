@@ -373,7 +373,7 @@ fn resume(
         },
     );
     // No live run: this command continues the run, the task first.
-    crate::commands::run::continue_run(settings, &run_id, None, resumes, false)
+    crate::commands::run::continue_run(settings, &run_id, (None, None), resumes, false)
 }
 
 /// Asks the live run that holds `task` to do `op`; its answer, or why there

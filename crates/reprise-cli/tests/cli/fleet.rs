@@ -382,3 +382,327 @@ fn a_fleet_run_to_a_database_that_cannot_take_it_is_refused_before_any_write() {
         "a refused fleet run wrote something"
     );
 }
+
+/// The run id of the only run in `env`'s state directory.
+fn only_run_id(env: &Env) -> String {
+    let runs = env.project().join(".reprise").join("runs");
+    let ids: Vec<String> = fs::read_dir(&runs)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("R-"))
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    ids[0].clone()
+}
+
+/// The fleet's state of task `task`, as `fleet status --json` shows it.
+fn fleet_task_state(env: &Env, database: &str, task: &str) -> Option<String> {
+    let status = json_of(&env.run(&["fleet", "status", "--db", database, "--json"]));
+    status["tasks"]
+        .as_array()?
+        .iter()
+        .find(|row| row["task_id"] == task)
+        .and_then(|row| row["state"].as_str().map(str::to_owned))
+}
+
+/// The coordinator killed with SIGKILL while both its tasks run on a
+/// worker: one finishes while no coordinator is there, the other after
+/// `run --continue` has taken the run up. The continued run follows both
+/// where the worker holds them (it runs nothing itself), takes every row
+/// the worker shipped once, and ends passed with chains that verify.
+#[test]
+fn a_killed_coordinator_s_fleet_run_is_continued_where_its_worker_holds_the_tasks() {
+    let env = Env::new();
+    let dir = env.temp.path().to_path_buf();
+    let agent = |task: &str| {
+        format!(
+            r#"["sh", "-c", "touch {dir}/started-{task}; while [ ! -e {dir}/go-{task} ]; do sleep 0.1; done; echo {task} > {task}.txt; echo DONE"]"#,
+            dir = dir.display()
+        )
+    };
+    let remote = project_with_remote(
+        &env,
+        &format!(
+            r#"version: 1
+name: continued
+defaults: {{ agent: command, timeout: 2m, containment: "off" }}
+seats: 2
+tasks:
+  - id: early
+    prompt: "p"
+    command: {early}
+    gates:
+      - {{ name: out, run: "test -e early.txt", timeout: 10s }}
+  - id: late
+    prompt: "p"
+    command: {late}
+    gates:
+      - {{ name: out, run: "test -e late.txt", timeout: 10s }}
+"#,
+            early = agent("early"),
+            late = agent("late"),
+        ),
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = spawn_worker(&env, &database.url, "one");
+    let mut coordinator = fleet_run(&env, &database.url, &remote).spawn().unwrap();
+    let started = |task: &str| dir.join(format!("started-{task}")).exists();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || started("early")
+            && started("late")),
+        "the worker never started both agents"
+    );
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let run_id = only_run_id(&env);
+
+    // One task ends on the worker while no coordinator listens.
+    fs::write(dir.join("go-early"), "").unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            fleet_task_state(&env, &database.url, "early").as_deref() == Some("done")
+        }),
+        "the worker never finished the first task"
+    );
+    let continued = env
+        .command(&["run", "--continue", &run_id, "--json"])
+        .env("REPRISE_DATABASE_URL", &database.url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The other ends once the continued run is (most likely) following it.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    fs::write(dir.join("go-late"), "").unwrap();
+    let output = continued.wait_with_output().unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status();
+    let drained = worker.wait_with_output().unwrap();
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}\n{}",
+        stderr(&output),
+        stdout(&output)
+    );
+    let ran = json_of(&output);
+    for task in ran["tasks"].as_array().unwrap() {
+        assert_eq!(task["state"], "passed", "{ran}");
+        // The worker's one attempt: nothing ran again on the coordinator.
+        assert_eq!(task["attempts"].as_array().unwrap().len(), 1, "{ran}");
+    }
+    assert_eq!(json_of(&drained)["completed"], 2, "{}", stdout(&drained));
+    for task in ["early", "late"] {
+        assert_success(&env.run(&["journal", "verify", task]));
+    }
+    assert_success(&env.run(&["audit", "verify"]));
+    assert_success(&env.run(&["apply"]));
+    for task in ["early", "late"] {
+        assert_eq!(
+            fs::read_to_string(env.project().join(format!("{task}.txt"))).unwrap(),
+            format!("{task}\n")
+        );
+    }
+}
+
+/// The journal file of task `task` under state directory `state`.
+fn journal_of(state: &Path, task: &str) -> Vec<u8> {
+    fn find(dir: &Path, task: &str) -> Option<PathBuf> {
+        for entry in fs::read_dir(dir).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|name| name == task)
+                    && path.join("journal.jsonl").is_file()
+                {
+                    return Some(path.join("journal.jsonl"));
+                }
+                if let Some(found) = find(&path, task) {
+                    return Some(found);
+                }
+            }
+        }
+        None
+    }
+    let path = find(state, task).unwrap_or_else(|| panic!("no journal of {task} under {state:?}"));
+    fs::read(path).unwrap()
+}
+
+/// A shell script that waits for `go` (a file) before it writes
+/// `out.txt`, noting its pid in `pid` and that it started in `started`.
+fn waiting_script(started: &Path, pid: &Path, go: &Path) -> String {
+    format!(
+        "echo $$ > {pid}; touch {started}; while [ ! -e {go} ]; do sleep 0.1; done; echo done > out.txt; echo DONE",
+        pid = pid.display(),
+        started = started.display(),
+        go = go.display()
+    )
+}
+
+/// `waiting_script` as a plan's agent command.
+fn waiting_agent(started: &Path, pid: &Path, go: &Path) -> String {
+    format!(r#"["sh", "-c", "{}"]"#, waiting_script(started, pid, go))
+}
+
+/// A worker cut off from the database mid-attempt (a proxy of the test's
+/// own drops its connections): it stops its agent once it cannot renew its
+/// lease, another worker takes the task over, and when the first one's
+/// connection comes back its late rows and completion are refused by the
+/// lease's epoch; the run passes on the second worker with chains that
+/// verify.
+#[test]
+fn a_partitioned_worker_s_late_completion_is_refused_and_its_agent_stopped() {
+    let env = Env::new();
+    let dir = env.temp.path().to_path_buf();
+    let (started, pid, go) = (dir.join("started"), dir.join("pid"), dir.join("go"));
+    // The first attempt waits for `go`, which only the test writes, after
+    // the takeover: the second attempt finds `started` and ends at once.
+    let remote = project_with_remote(
+        &env,
+        &format!(
+            r#"version: 1
+name: partition
+defaults: {{ agent: command, timeout: 2m, containment: "off" }}
+tasks:
+  - id: cut
+    prompt: "p"
+    command: ["sh", "-c", "if [ -e {started} ]; then echo done > out.txt; echo DONE; else {first}; fi"]
+    gates:
+      - {{ name: out, run: "test -e out.txt", timeout: 10s }}
+"#,
+            started = started.display(),
+            first = waiting_script(&started, &pid, &go),
+        ),
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let proxy =
+        reprise_testkit::pg::TcpProxy::start(reprise_testkit::pg::address(&database.url).unwrap())
+            .unwrap();
+    let through_proxy = reprise_testkit::pg::rehost(&database.url, proxy.addr());
+    let cut_off = spawn_worker(&env, &through_proxy, "cut-off");
+    let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || pid.exists()),
+        "the first worker never started the agent"
+    );
+    let agent_pid = fs::read_to_string(&pid).unwrap().trim().to_owned();
+    proxy.cut();
+    let other = spawn_worker(&env, &database.url, "other");
+    let epoch = || -> i64 {
+        let status = json_of(&env.run(&["fleet", "status", "--db", &database.url, "--json"]));
+        status["tasks"][0]["lease_epoch"].as_i64().unwrap_or(0)
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || epoch() >= 2),
+        "no other worker took the task over"
+    );
+    // The cut-off worker stopped its agent when it could not renew.
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            !Path::new(&format!("/proc/{agent_pid}")).exists()
+                || fs::read_to_string(format!("/proc/{agent_pid}/stat"))
+                    .is_ok_and(|stat| stat.contains(") Z "))
+        }),
+        "the cut-off worker's agent still runs"
+    );
+    // Its connection comes back: what it still holds to write is late.
+    proxy.restore();
+    let output = run.wait_with_output().unwrap();
+    let drained: Vec<Value> = [cut_off, other]
+        .into_iter()
+        .map(|worker| {
+            let _ = Command::new("kill")
+                .args(["-TERM", &worker.id().to_string()])
+                .status();
+            json_of(&worker.wait_with_output().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}\n{}",
+        stderr(&output),
+        stdout(&output)
+    );
+    assert_eq!(json_of(&output)["tasks"][0]["state"], "passed");
+    assert_eq!(drained[0]["completed"], 0, "{drained:?}");
+    assert!(
+        drained[0]["refused"].as_u64().unwrap() >= 1,
+        "the late completion was not refused: {drained:?}"
+    );
+    assert_eq!(drained[1]["completed"], 1, "{drained:?}");
+    assert_success(&env.run(&["journal", "verify", "cut"]));
+    assert_success(&env.run(&["audit", "verify"]));
+    // Nothing of the cut-off worker after the takeover reached the
+    // coordinator: its journal is the one the other worker holds.
+    assert_eq!(
+        journal_of(&env.project().join(".reprise"), "cut"),
+        journal_of(&dir.join("worker-other").join(".reprise"), "cut")
+    );
+}
+
+/// PostgreSQL (a server of the test's own) stopped mid-run while the
+/// worker's agent finishes, and started again: coordinator and worker wait
+/// and retry, the run passes, and the coordinator's journal is the
+/// worker's byte for byte (no row it shipped was lost).
+#[test]
+fn a_fleet_run_survives_its_database_restarted_mid_run_with_no_row_lost() {
+    let env = Env::new();
+    let dir = env.temp.path().to_path_buf();
+    let (started, pid, go) = (dir.join("started"), dir.join("pid"), dir.join("go"));
+    let remote = project_with_remote(
+        &env,
+        &format!(
+            r#"version: 1
+name: restart
+defaults: {{ agent: command, timeout: 2m, containment: "off" }}
+tasks:
+  - id: steady
+    prompt: "p"
+    command: {agent}
+    gates:
+      - {{ name: out, run: "test -e out.txt", timeout: 10s }}
+"#,
+            agent = waiting_agent(&started, &pid, &go)
+        ),
+    );
+    let server = reprise_testkit::pg::PgServer::start().unwrap();
+    let database = TestDatabase::create_on(&server.url("postgres")).unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = spawn_worker(&env, &database.url, "one");
+    let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || started.exists()),
+        "the worker never started the agent"
+    );
+    server.stop().unwrap();
+    // The agent ends, and its rows are written, while the server is down.
+    fs::write(&go, "").unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    server.start_again().unwrap();
+    let output = run.wait_with_output().unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status();
+    let drained = json_of(&worker.wait_with_output().unwrap());
+    assert_eq!(
+        code(&output),
+        Some(0),
+        "{}\n{}",
+        stderr(&output),
+        stdout(&output)
+    );
+    let ran = json_of(&output);
+    assert_eq!(ran["tasks"][0]["state"], "passed", "{ran}");
+    assert_eq!(ran["tasks"][0]["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(drained["completed"], 1, "{drained}");
+    assert_success(&env.run(&["journal", "verify", "steady"]));
+    assert_success(&env.run(&["audit", "verify"]));
+    assert_eq!(
+        journal_of(&env.project().join(".reprise"), "steady"),
+        journal_of(&dir.join("worker-one").join(".reprise"), "steady")
+    );
+    drop(database);
+}

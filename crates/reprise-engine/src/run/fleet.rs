@@ -46,6 +46,17 @@ pub trait Transport: Sync {
     /// Hands `order` to a worker; everything about it comes back on
     /// `reports`, ending with `Done` or `Lost`.
     fn submit(&self, order: TaskOrder, reports: Sender<Report>) -> Result<()>;
+
+    /// Follows `order`'s task where a worker may already hold it: a
+    /// coordinator that died and was continued takes its fleet run up
+    /// again. When the transport knows the task in this run, everything
+    /// workers shipped for it comes on `reports` again from the first row
+    /// (rows and its end, not past events), then what comes next, and the
+    /// answer is `true`; `false` when it never had the task.
+    fn attach(&self, order: &TaskOrder, reports: Sender<Report>) -> Result<bool> {
+        let _ = (order, reports);
+        Ok(false)
+    }
 }
 
 #[cfg(test)]

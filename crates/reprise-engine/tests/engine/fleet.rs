@@ -127,6 +127,52 @@ fn a_worker_s_shipped_rows_make_the_coordinator_s_journal_byte_for_byte_and_it_v
     world.assert_verified("greet");
 }
 
+/// A coordinator continued after a crash reads again what was shipped
+/// while it was down: rows it already holds (the same bytes at the same
+/// `seq`) and a seal it already made are taken once; a row that differs
+/// from the one held at its `seq` is refused.
+#[test]
+fn shipments_taken_again_change_nothing_and_a_different_row_at_a_held_seq_is_refused() {
+    let world = World::new();
+    let worker = host(&world, "one");
+    let order = order(&world, WARM_PLAN, "greet");
+    let (shipped, _) = run_on(&worker, &order);
+    let (state, key_file) = (&world.fixture.state, &world.fixture.key);
+    let key = world.key("greet");
+    let first = ingest(state, key_file, &key, &[], &shipped).expect("ingest");
+    let journal = fs::read(state.journal_path(&key)).expect("journal");
+    let audit = fs::read(state.audit_path()).expect("audit");
+    let seals = reprise_store::audit::read_audit(state, key_file)
+        .expect("audit summary")
+        .seals_of(&key);
+    assert_eq!(seals.len(), 1);
+
+    let again = ingest(state, key_file, &key, &seals, &shipped).expect("taken again");
+    assert_eq!(again.rows, 0);
+    assert_eq!(again.already_held, first.rows);
+    assert!(!again.sealed);
+    assert_eq!(
+        fs::read(state.journal_path(&key)).expect("journal"),
+        journal
+    );
+    assert_eq!(fs::read(state.audit_path()).expect("audit"), audit);
+    world.assert_verified("greet");
+
+    let Some(Shipment::Row { line }) = shipped.first() else {
+        panic!("the first shipment is a row");
+    };
+    let altered = Shipment::Row {
+        line: line.replacen("\"seq\":0", "\"seq\":0 ", 1),
+    };
+    assert_ne!(&altered, &shipped[0]);
+    let refused = ingest(state, key_file, &key, &seals, &[altered]).expect_err("refused");
+    assert!(refused.to_string().contains("differs"), "{refused}");
+    assert_eq!(
+        fs::read(state.journal_path(&key)).expect("journal"),
+        journal
+    );
+}
+
 #[test]
 fn a_tampered_or_unlinked_shipped_row_is_refused_and_nothing_after_it_is_taken() {
     let world = World::new();

@@ -56,11 +56,11 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
     }
 
     /// Everything a worker needs to run the job's task; its base is
-    /// published to the remote first.
-    fn order_of(&self, job: &Job<'env>) -> Result<TaskOrder> {
+    /// published to the remote first when `publish`.
+    fn order_of(&self, job: &Job<'env>, publish: bool) -> Result<TaskOrder> {
         let run = &job.run;
         let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
-        if let (Some(remote), Some(base)) = (&self.remote, &run.base) {
+        if publish && let (Some(remote), Some(base)) = (&self.remote, &run.base) {
             super::remote_git::publish_base(run.workspace, remote, run.run_id, &run.task.id, base)?;
         }
         let journal =
@@ -100,30 +100,61 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
     }
 
     fn start(&self, job: Job<'env>) {
-        // A task taken up again from its journal (after a crash, a stop or
-        // a park) goes on here, where the key that checks its park is.
-        if job.run.continuation.is_some() {
-            self.scope
-                .spawn(move || crate::run::seats::run_on_this_host(job));
-            return;
+        use crate::task::Continuation;
+        match &job.run.continuation {
+            None => self.submit(job),
+            // The coordinator died or was stopped while the task was out:
+            // a worker may hold it still, or have finished it meanwhile.
+            Some(Continuation::Interrupted | Continuation::Cancelled) => self.attach(job),
+            // A resumed park goes on here, where the key that checks it is.
+            Some(Continuation::Resume { .. }) => {
+                self.scope
+                    .spawn(move || crate::run::seats::run_on_this_host(job));
+            }
         }
+    }
+}
+
+impl<'scope, 'env> RemoteSeats<'scope, 'env> {
+    /// Sends the job's task to a worker and follows it.
+    fn submit(&self, job: Job<'env>) {
         let (sender, reports) = channel();
-        let order = self.order_of(&job);
-        let submitted = order.and_then(|order| {
+        let submitted = self.order_of(&job, true).and_then(|order| {
             self.transport.submit(order.clone(), sender)?;
             Ok(order)
         });
-        let order = match submitted {
-            Ok(order) => order,
-            Err(err) => {
-                let result = ShippedResult::failed(format!("its order could not be sent: {err}"));
-                let _ = job
-                    .run
-                    .events
-                    .send(Message::Done(job.run.task.id.clone(), result.into_result()));
-                return;
+        match submitted {
+            Ok(order) => self.follow(job, order, reports),
+            Err(err) => not_sent(&job, &err),
+        }
+    }
+
+    /// Follows a task of a continued run where the transport has it; one
+    /// it never had is sent now if it had not started in this run, and
+    /// otherwise taken up here from its journal.
+    fn attach(&self, job: Job<'env>) {
+        let (sender, reports) = channel();
+        let attached = self.order_of(&job, false).and_then(|order| {
+            let known = self.transport.attach(&order, sender)?;
+            Ok((order, known))
+        });
+        match attached {
+            Ok((order, true)) => self.follow(job, order, reports),
+            Ok((_, false)) => {
+                let run = &job.run;
+                let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+                if crate::resume::rows_of_run(run.state, &key, run.run_id).is_empty() {
+                    self.submit(job);
+                } else {
+                    self.scope
+                        .spawn(move || crate::run::seats::run_on_this_host(job));
+                }
             }
-        };
+            Err(err) => not_sent(&job, &err),
+        }
+    }
+
+    fn follow(&self, job: Job<'env>, order: TaskOrder, reports: Receiver<Report>) {
         let follow = Follow {
             transport: self.transport,
             key: self.key.clone(),
@@ -131,6 +162,15 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
         self.scope
             .spawn(move || follow.until_done(&job, order, reports));
     }
+}
+
+/// Ends a task whose order could not reach the transport.
+fn not_sent(job: &Job<'_>, err: &crate::error::EngineError) {
+    let result = ShippedResult::failed(format!("its order could not be sent: {err}"));
+    let _ = job
+        .run
+        .events
+        .send(Message::Done(job.run.task.id.clone(), result.into_result()));
 }
 
 /// How many times a task is handed to another host after its host was lost.
