@@ -142,6 +142,18 @@ impl FleetClient {
         self.block(async |fleet| fleet.prune(run, through).await)
     }
 
+    pub fn stop_run(&self, run: &str, withdrawn: &Value) -> Result<()> {
+        self.block(async |fleet| fleet.stop_run(run, withdrawn).await)
+    }
+
+    pub fn collect_position(&self, run: &str) -> Result<i64> {
+        self.block(async |fleet| fleet.collect_position(run).await)
+    }
+
+    pub fn stopping(&self, held: &[LeaseKey]) -> Result<Vec<LeaseKey>> {
+        self.block(async |fleet| fleet.stopping(held).await)
+    }
+
     pub fn task_status(&self, run: &str, task: &str) -> Result<Option<TaskStatus>> {
         self.block(async |fleet| fleet.task_status(run, task).await)
     }

@@ -181,7 +181,8 @@ impl Fleet {
         self.retried(async || {
             sqlx::query(
                 "insert into reprise_fleet.runs (run_id, plan_id, coordinator_host, remote)
-                 values ($1, $2, $3, $4) on conflict (run_id) do nothing",
+                 values ($1, $2, $3, $4)
+                 on conflict (run_id) do update set state = 'running'",
             )
             .bind(&run.run_id)
             .bind(&run.plan_id)
@@ -277,6 +278,8 @@ impl Fleet {
                       and (affinity_host is null or affinity_host = $1 or affinity_until <= now())
                       and not exists (select 1 from reprise_fleet.workers w
                                       where w.host_id = $1 and w.draining)
+                      and not exists (select 1 from reprise_fleet.runs r
+                                      where r.run_id = tasks.run_id and r.state = 'stopping')
                     order by coalesce(affinity_host = $1, false) desc, since, run_id, task_id
                     limit $2
                     for update skip locked)
@@ -545,6 +548,95 @@ impl Fleet {
 }
 
 impl Fleet {
+    /// Stops run `run`: its workers are told to stop its running tasks
+    /// (`stopping`), and each task no worker has claimed yet ends here,
+    /// with `withdrawn` as its result, an outcome the coordinator collects.
+    /// Opening the run again (a continued coordinator) lets it go on.
+    pub async fn stop_run(&self, run: &str, withdrawn: &Value) -> Result<()> {
+        self.retried(async || {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "update reprise_fleet.runs set state = 'stopping'
+                 where run_id = $1 and state = 'running'",
+            )
+            .bind(run)
+            .execute(&mut *tx)
+            .await?;
+            let queued = sqlx::query(
+                "update reprise_fleet.tasks
+                 set state = 'done', result = $2, since = now()
+                 where run_id = $1 and state = 'queued'
+                 returning run_id, task_id, lease_epoch",
+            )
+            .bind(run)
+            .bind(withdrawn)
+            .fetch_all(&mut *tx)
+            .await?;
+            if !queued.is_empty() {
+                let first = take_positions(&mut tx, run, queued.len()).await?;
+                for (offset, row) in queued.iter().enumerate() {
+                    let key = lease_key(row);
+                    let position = first + offset as i64;
+                    insert_outcome(
+                        &mut tx,
+                        position,
+                        &key,
+                        OutcomeKind::Completed,
+                        "",
+                        Some(withdrawn),
+                    )
+                    .await?;
+                }
+                notify(&mut tx, COLLECT_CHANNEL, run).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The last collect position run `run` handed out: what a coordinator
+    /// that opens the run again has already been shipped.
+    pub async fn collect_position(&self, run: &str) -> Result<i64> {
+        self.retried(async || {
+            let row =
+                sqlx::query("select collect_position from reprise_fleet.runs where run_id = $1")
+                    .bind(run)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .ok_or_else(|| FleetError::UnknownRun {
+                        run: run.to_owned(),
+                    })?;
+            Ok(row.get("collect_position"))
+        })
+        .await
+    }
+
+    /// Which of `held` belong to a run its coordinator stopped.
+    pub async fn stopping(&self, held: &[LeaseKey]) -> Result<Vec<LeaseKey>> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs: Vec<&str> = held.iter().map(|key| key.run_id.as_str()).collect();
+        let stopping: Vec<String> = self
+            .retried(async || {
+                let rows = sqlx::query(
+                    "select run_id from reprise_fleet.runs
+                     where run_id = any($1::text[]) and state = 'stopping'",
+                )
+                .bind(&runs)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.iter().map(|row| row.get("run_id")).collect())
+            })
+            .await?;
+        Ok(held
+            .iter()
+            .filter(|key| stopping.contains(&key.run_id))
+            .cloned()
+            .collect())
+    }
+
     /// Task `task` of run `run` as the queue holds it, if it does.
     pub async fn task_status(&self, run: &str, task: &str) -> Result<Option<TaskStatus>> {
         self.retried(async || {

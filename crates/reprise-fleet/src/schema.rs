@@ -86,6 +86,13 @@ const MIGRATIONS: &[&str] = &[
         primary key (run_id, position)
     );
     ",
+    // 2: a run its coordinator stops: workers stop its tasks, and no claim
+    // takes one.
+    r"
+    alter table reprise_fleet.runs drop constraint runs_state_check;
+    alter table reprise_fleet.runs add constraint runs_state_check
+        check (state in ('running', 'stopping', 'finished'));
+    ",
 ];
 
 /// The version this build migrates to.

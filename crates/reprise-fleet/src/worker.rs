@@ -44,10 +44,14 @@ pub enum Stop {
     LeaseLost,
     /// The worker drains: finish soon or release.
     Draining,
+    /// The run's coordinator stopped the run: stop the agent and end the
+    /// task as stopped, writing its end as usual (the lease still holds).
+    RunStopped,
 }
 
 const RUNNING: u8 = 0;
 const LEASE_LOST: u8 = 1;
+const RUN_STOPPED: u8 = 2;
 
 /// One running lease, as its executor sees it.
 #[derive(Debug)]
@@ -66,8 +70,11 @@ impl Execution {
 
     /// Whether, and why, the execution should stop now.
     pub fn stop(&self) -> Option<Stop> {
-        if self.state.load(Ordering::SeqCst) == LEASE_LOST {
+        let state = self.state.load(Ordering::SeqCst);
+        if state == LEASE_LOST {
             Some(Stop::LeaseLost)
+        } else if state == RUN_STOPPED {
+            Some(Stop::RunStopped)
         } else if self.draining.load(Ordering::SeqCst) {
             Some(Stop::Draining)
         } else {
@@ -84,6 +91,13 @@ impl Execution {
             self.lose();
         }
         shipped
+    }
+
+    /// Marks the execution's run stopped, unless its lease is lost.
+    fn run_stopped(&self) {
+        let _ =
+            self.state
+                .compare_exchange(RUNNING, RUN_STOPPED, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     fn lose(&self) {
@@ -262,6 +276,9 @@ impl Worker {
                     Ok(lost) => {
                         last_beat = Instant::now();
                         stop_lost(&executions, &lost);
+                        if let Ok(stopped) = client.stopping(&held) {
+                            stop_runs(&executions, &stopped);
+                        }
                         let _ = client.expire_leases();
                     }
                     Err(_) if last_beat.elapsed() >= timings.lease_timeout => {
@@ -294,6 +311,15 @@ fn write_finish(client: &FleetClient, key: &LeaseKey, finish: &Finish, counters:
         Err(_) => &counters.failed,
     };
     counter.fetch_add(1, Ordering::SeqCst);
+}
+
+fn stop_runs(executions: &Executions, stopped: &[LeaseKey]) {
+    let executions = lock(executions);
+    for key in stopped {
+        if let Some(execution) = executions.get(key) {
+            execution.run_stopped();
+        }
+    }
 }
 
 fn stop_lost(executions: &Executions, lost: &[LeaseKey]) {

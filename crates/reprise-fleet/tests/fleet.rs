@@ -21,7 +21,7 @@ use reprise_fleet::{
 };
 use reprise_testkit::pg::{PgServer, TcpProxy, TestDatabase, address, rehost};
 use reprise_testkit::{wait_for, wait_until};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const RUN: &str = "R-01JF1EET00000000000000000A";
 const CHILD_URL: &str = "REPRISE_FLEET_CHILD_URL";
@@ -124,11 +124,13 @@ fn executor(run: impl Fn(&Execution) -> Finish + Send + Sync + 'static) -> Arc<d
 }
 
 /// Runs until told to stop: a lost lease ends with a (late) completion,
-/// which the fence must refuse; a drain releases the task.
+/// which the fence must refuse; a drain releases the task; a stopped run
+/// completes it as stopped.
 fn until_stopped(execution: &Execution) -> Finish {
     let stop = wait_for(Duration::from_secs(600), || execution.stop());
     match stop {
         Some(Stop::Draining) => Finish::Release,
+        Some(Stop::RunStopped) => Finish::Complete(json!({"stopped": true})),
         Some(Stop::LeaseLost) | None => Finish::Complete(json!({"late": true})),
     }
 }
@@ -730,5 +732,100 @@ fn a_bad_url_and_an_unreachable_server_are_one_line_errors() -> Result<()> {
     let error = client.init().map(|_| ()).unwrap_err();
     assert!(matches!(error, FleetError::Unavailable { .. }), "{error}");
     assert!(!error.to_string().contains('\n'));
+    Ok(())
+}
+
+/// A stopped run: the running lease is among those `stopping` reports (its
+/// holder still owns it and may write its end), the queued task ends with
+/// the withdrawn result as an outcome the coordinator collects, an expired
+/// lease of the run is claimed by no one, and the run opened again goes on.
+#[test]
+fn a_stopped_run_tells_its_holders_withdraws_its_queued_tasks_and_goes_on_when_opened_again()
+-> Result<()> {
+    let timings = Timings {
+        lease_timeout: Duration::from_millis(400),
+        ..quick()
+    };
+    let (_database, client) = fleet(timings)?;
+    client.submit(RUN, "held", &json!({}), &Affinity::Any)?;
+    let lease = client.claim("a", 1)?.remove(0).key;
+    client.submit(RUN, "waiting", &json!({}), &Affinity::Any)?;
+    assert!(client.stopping(std::slice::from_ref(&lease))?.is_empty());
+
+    let withdrawn = json!({"status": "cancelled"});
+    client.stop_run(RUN, &withdrawn)?;
+    assert_eq!(
+        client.stopping(std::slice::from_ref(&lease))?,
+        vec![lease.clone()]
+    );
+    let waiting = client.task_status(RUN, "waiting")?.expect("known");
+    assert_eq!(waiting.state, "done");
+    let ends: Vec<(String, OutcomeKind, Option<Value>)> = client
+        .collect(RUN, 0, 100)?
+        .into_iter()
+        .filter_map(|item| match item {
+            Collected::Outcome {
+                task_id,
+                kind,
+                body,
+                ..
+            } => Some((task_id, kind, body)),
+            Collected::Row { .. } => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        vec![(
+            "waiting".to_owned(),
+            OutcomeKind::Completed,
+            Some(withdrawn)
+        )]
+    );
+    // The holder's lease stands: it writes the task's end.
+    client.ship(
+        &lease,
+        &[ShippedRow {
+            seq: 0,
+            bytes: b"row".to_vec(),
+        }],
+    )?;
+
+    client.submit(RUN, "late", &json!({}), &Affinity::Any)?;
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        client.claim("b", 4)?.is_empty(),
+        "a stopped run's tasks are claimed by no one"
+    );
+    client.open_run(&run_spec())?;
+    assert!(client.stopping(std::slice::from_ref(&lease))?.is_empty());
+    let claimed: Vec<String> = client
+        .claim("b", 4)?
+        .into_iter()
+        .map(|lease| lease.key.task_id)
+        .collect();
+    assert!(claimed.contains(&"late".to_owned()), "{claimed:?}");
+    Ok(())
+}
+
+/// A worker hears of its run's stop at its next heartbeat: the execution
+/// is told `RunStopped` and its end is written under its lease, not
+/// refused.
+#[test]
+fn a_worker_s_execution_is_told_its_run_stopped_and_its_end_is_written() -> Result<()> {
+    let (_database, client) = fleet(quick())?;
+    client.submit(RUN, "t1", &json!({}), &Affinity::Any)?;
+    let worker = RunningWorker::start(client.clone(), "a", 1, executor(until_stopped));
+    assert!(wait_until(PATIENCE, || worker.worker.counters().claimed == 1));
+    client.stop_run(RUN, &json!({"status": "cancelled"}))?;
+    assert!(wait_until(PATIENCE, || worker.worker.counters().completed == 1));
+    assert_eq!(worker.worker.counters().refused, 0);
+    let ended = client
+        .collect(RUN, 0, 100)?
+        .into_iter()
+        .find_map(|item| match item {
+            Collected::Outcome { body, .. } => body,
+            Collected::Row { .. } => None,
+        });
+    assert_eq!(ended, Some(json!({"stopped": true})));
     Ok(())
 }

@@ -67,11 +67,16 @@ impl PgTransport {
             ..self.spec.clone()
         };
         self.client.open_run(&spec)?;
+        // A run opened again (a continued coordinator) was shipped things
+        // before: those are history, which `attach` hands out; the
+        // collector starts after them.
+        let start = self.client.collect_position(run_id)?;
+        lock(&self.routes).delivered = start;
         let client = self.client.clone();
         let routes = Arc::clone(&self.routes);
         let stop = Arc::clone(&self.stop);
         let run = run_id.to_owned();
-        let collector = std::thread::spawn(move || collect(&client, &run, &routes, &stop));
+        let collector = std::thread::spawn(move || collect(&client, &run, start, &routes, &stop));
         *self
             .collector
             .lock()
@@ -107,21 +112,35 @@ impl Transport for PgTransport {
         // What was shipped before now, from the first row: rows and the
         // end, not the events of then. The collector hands out the rest.
         let mut routes = lock(&self.routes);
-        let earlier = self
+        let delivered = routes.delivered;
+        let earlier: Vec<Report> = self
             .client
             .collect(&order.run_id, 0, u32::MAX)
-            .map_err(database_refused)?;
-        for item in earlier {
-            let (position, of, report) = report_of(item);
-            if of == task
-                && position <= routes.delivered
-                && let Some(report) = report.filter(|report| !matches!(report, Report::Event(_)))
-            {
+            .map_err(database_refused)?
+            .into_iter()
+            .map(report_of)
+            .filter(|(position, of, _)| *of == task && *position <= delivered)
+            .filter_map(|(_, _, report)| report)
+            .filter(|report| !matches!(report, Report::Event(_)))
+            .collect();
+        // An end the run's stop made is not taken: the task goes on anew,
+        // from its rows.
+        let stopped = matches!(earlier.last(), Some(Report::Done(result))
+            if result.status == reprise_engine::TaskStatus::Cancelled);
+        for report in earlier {
+            if !(stopped && matches!(report, Report::Done(_))) {
                 let _ = reports.send(report);
             }
         }
-        routes.to.insert(task, reports);
-        Ok(true)
+        if !stopped {
+            routes.to.insert(task, reports);
+        }
+        Ok(!stopped)
+    }
+
+    fn stop(&self, run_id: &str) {
+        let withdrawn = serde_json::to_value(ShippedResult::withdrawn()).unwrap_or_default();
+        let _ = self.client.stop_run(run_id, &withdrawn);
     }
 }
 
@@ -151,9 +170,14 @@ impl Drop for PgTransport {
 
 /// Collects run `run`'s shipped rows and ends of leases until told to stop,
 /// each handed to its task's reports.
-fn collect(client: &FleetClient, run: &str, routes: &Mutex<Routes>, stop: &AtomicBool) {
+fn collect(
+    client: &FleetClient,
+    run: &str,
+    mut cursor: i64,
+    routes: &Mutex<Routes>,
+    stop: &AtomicBool,
+) {
     let mut waiter = client.collect_waiter();
-    let mut cursor = 0;
     while !stop.load(Ordering::SeqCst) {
         let Ok(items) = client.collect_wait(&mut waiter, run, cursor, Duration::from_millis(500))
         else {
@@ -317,7 +341,7 @@ impl Executor for EngineExecutor {
             });
             scope.spawn(|| {
                 while !done.load(Ordering::SeqCst) {
-                    if execution.stop() == Some(Stop::LeaseLost) {
+                    if matches!(execution.stop(), Some(Stop::LeaseLost | Stop::RunStopped)) {
                         cancel.cancel();
                     }
                     std::thread::sleep(Duration::from_millis(100));

@@ -12,7 +12,7 @@ fn fleet_init_twice_is_a_no_op_and_status_lists_workers_and_tasks() {
     let first = env.run(&["fleet", "init", "--db", &database.url, "--json"]);
     assert_eq!(code(&first), Some(0), "stderr: {}", stderr(&first));
     assert_eq!(json_of(&first)["from_version"], 0);
-    assert_eq!(json_of(&first)["version"], 1);
+    assert_eq!(json_of(&first)["version"], 2);
     // The second init through REPRISE_DATABASE_URL: nothing to do.
     let second = env
         .command(&["fleet", "init"])
@@ -21,7 +21,7 @@ fn fleet_init_twice_is_a_no_op_and_status_lists_workers_and_tasks() {
         .unwrap();
     assert_eq!(code(&second), Some(0), "stderr: {}", stderr(&second));
     assert!(
-        stdout(&second).contains("is at version 1: nothing to do"),
+        stdout(&second).contains("is at version 2: nothing to do"),
         "{}",
         stdout(&second)
     );
@@ -705,4 +705,118 @@ tasks:
         journal_of(&dir.join("worker-one").join(".reprise"), "steady")
     );
     drop(database);
+}
+
+/// Ctrl-C of a fleet run stops it on the workers as a local run stops: the
+/// task a worker runs has its agent stopped and ends cancelled, the task
+/// no worker took yet is withdrawn, the coordinator exits 130 naming `run
+/// --continue`; continued, both run again on the fleet and pass.
+#[test]
+fn a_stopped_fleet_run_stops_its_workers_tasks_and_is_continued_on_the_fleet() {
+    let env = Env::new();
+    let dir = env.temp.path().to_path_buf();
+    let task = |id: &str| {
+        let (started, pid, go) = (
+            dir.join(format!("started-{id}")),
+            dir.join(format!("pid-{id}")),
+            dir.join("go"),
+        );
+        format!(
+            "  - id: {id}\n    prompt: p\n    command: {}\n    gates:\n      - {{ name: out, run: \"test -e out.txt\", timeout: 10s }}\n",
+            waiting_agent(&started, &pid, &go)
+        )
+    };
+    let remote = project_with_remote(
+        &env,
+        &format!(
+            "version: 1\nname: stopped\ndefaults: {{ agent: command, timeout: 2m, containment: \"off\" }}\nseats: 2\ntasks:\n{}{}",
+            task("first"),
+            task("second")
+        ),
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    // One seat on the fleet: one task runs, the other waits in the queue.
+    let dir_of_worker = env.temp.path().join("worker-one");
+    let worker = env
+        .command(&[
+            "worker",
+            "--db",
+            &database.url,
+            "--capacity",
+            "1",
+            "--host-id",
+            "one",
+            "--dir",
+            dir_of_worker.to_str().unwrap(),
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
+    let pid_file = || {
+        ["first", "second"]
+            .iter()
+            .map(|id| dir.join(format!("pid-{id}")))
+            .find(|path| path.exists())
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || pid_file().is_some()),
+        "the worker never started an agent"
+    );
+    let agent_pid = fs::read_to_string(pid_file().unwrap())
+        .unwrap()
+        .trim()
+        .to_owned();
+    let _ = Command::new("kill")
+        .args(["-INT", &run.id().to_string()])
+        .status();
+    let stopped = run.wait_with_output().unwrap();
+    assert_eq!(
+        code(&stopped),
+        Some(130),
+        "{}\n{}",
+        stderr(&stopped),
+        stdout(&stopped)
+    );
+    let ran = json_of(&stopped);
+    for task in ran["tasks"].as_array().unwrap() {
+        assert_eq!(task["state"], "cancelled", "{ran}");
+    }
+    assert!(
+        !Path::new(&format!("/proc/{agent_pid}")).exists()
+            || fs::read_to_string(format!("/proc/{agent_pid}/stat"))
+                .is_ok_and(|stat| stat.contains(") Z ")),
+        "the worker's agent still runs after the stop"
+    );
+    let run_id = only_run_id(&env);
+    fs::write(dir.join("go"), "").unwrap();
+    let continued = env
+        .command(&["run", "--continue", &run_id, "--json"])
+        .env("REPRISE_DATABASE_URL", &database.url)
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status();
+    let drained = json_of(&worker.wait_with_output().unwrap());
+    assert_eq!(
+        code(&continued),
+        Some(0),
+        "{}\n{}",
+        stderr(&continued),
+        stdout(&continued)
+    );
+    let ran = json_of(&continued);
+    for task in ran["tasks"].as_array().unwrap() {
+        assert_eq!(task["state"], "passed", "{ran}");
+    }
+    // Every task ran on the worker: the stopped one, then both again.
+    assert_eq!(drained["completed"], 3, "{drained}");
+    for task in ["first", "second"] {
+        assert_success(&env.run(&["journal", "verify", task]));
+    }
+    assert_success(&env.run(&["audit", "verify"]));
 }

@@ -52,10 +52,21 @@ pub trait Transport: Sync {
     /// again. When the transport knows the task in this run, everything
     /// workers shipped for it comes on `reports` again from the first row
     /// (rows and its end, not past events), then what comes next, and the
-    /// answer is `true`; `false` when it never had the task.
+    /// answer is `true`; `false` when it never had the task, or when the
+    /// task ended there as the run's stop left it (`cancelled`): such a
+    /// task goes on anew, as a local run's cancelled task does, once the
+    /// rows sent on `reports` are taken.
     fn attach(&self, order: &TaskOrder, reports: Sender<Report>) -> Result<bool> {
         let _ = (order, reports);
         Ok(false)
+    }
+
+    /// The run `run_id` is stopping (Ctrl-C, SIGTERM, SIGHUP): its workers
+    /// should stop its tasks, each ending as a local task the stop caught
+    /// (`cancelled`), and a task no worker took yet ends with
+    /// `ShippedResult::withdrawn`. Said once or more; reports go on.
+    fn stop(&self, run_id: &str) {
+        let _ = run_id;
     }
 }
 

@@ -106,6 +106,14 @@ impl ShippedResult {
         }
     }
 
+    /// A task the run's stop ended before any worker took it.
+    pub fn withdrawn() -> Self {
+        Self {
+            status: TaskStatus::Cancelled,
+            ..Self::failed("cancelled before a worker took it".to_owned())
+        }
+    }
+
     /// A task that ended without a result from its worker.
     pub(crate) fn failed(reason: String) -> Self {
         Self {

@@ -129,9 +129,8 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
         }
     }
 
-    /// Follows a task of a continued run where the transport has it; one
-    /// it never had is sent now if it had not started in this run, and
-    /// otherwise taken up here from its journal.
+    /// Follows a task of a continued run where the transport has it; any
+    /// other is sent again, and a worker takes it up from its journal.
     fn attach(&self, job: Job<'env>) {
         let (sender, reports) = channel();
         let attached = self.order_of(&job, false).and_then(|order| {
@@ -141,14 +140,18 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
         match attached {
             Ok((order, true)) => self.follow(job, order, reports),
             Ok((_, false)) => {
+                // Rows shipped before the task ended as the stop left it.
                 let run = &job.run;
-                let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
-                if crate::resume::rows_of_run(run.state, &key, run.run_id).is_empty() {
-                    self.submit(job);
-                } else {
-                    self.scope
-                        .spawn(move || crate::run::seats::run_on_this_host(job));
+                let task = TaskKey::new(run.plan.clone(), run.task.id.clone());
+                for report in reports.try_iter() {
+                    if let Report::Shipped(batch) = report
+                        && let Err(err) =
+                            ingest(run.state, &self.key, &task, &run.prior_seals, &batch)
+                    {
+                        return not_sent(&job, &err);
+                    }
                 }
+                self.submit(job);
             }
             Err(err) => not_sent(&job, &err),
         }
@@ -238,8 +241,19 @@ impl Follow<'_> {
         let run = &job.run;
         let task_key = TaskKey::new(run.plan.clone(), run.task.id.clone());
         let mut refused: Option<String> = None;
+        let mut stop_said = false;
         loop {
-            match reports.recv() {
+            // The run's stop reaches the workers through the transport.
+            if !stop_said && run.cancel.is_cancelled() {
+                self.transport.stop(run.run_id);
+                stop_said = true;
+            }
+            let report = match reports.recv_timeout(std::time::Duration::from_millis(200)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(()),
+                Ok(report) => Ok(report),
+            };
+            match report {
                 Ok(Report::Shipped(batch)) => {
                     if refused.is_none()
                         && let Err(err) =
