@@ -475,6 +475,14 @@ impl Fleet {
     pub async fn collect(&self, run: &str, after: i64, limit: u32) -> Result<Vec<Collected>> {
         let limit = i64::from(limit.max(1));
         self.retried(async || {
+            // Both lists from one snapshot: read apart, a row committed
+            // between the two reads would be missing from the first while
+            // an outcome after it shows in the second, and the cursor would
+            // pass it for good.
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("set transaction isolation level repeatable read, read only")
+                .execute(&mut *tx)
+                .await?;
             let rows = sqlx::query(
                 "select position, task_id, lease_epoch, seq, bytes from reprise_fleet.shipped_rows
                  where run_id = $1 and position > $2 order by position limit $3",
@@ -482,7 +490,7 @@ impl Fleet {
             .bind(run)
             .bind(after)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
             let outcomes = sqlx::query(
                 "select position, task_id, lease_epoch, kind, holder, body from reprise_fleet.outcomes
@@ -491,8 +499,9 @@ impl Fleet {
             .bind(run)
             .bind(after)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+            tx.commit().await?;
             Ok(merge(&rows, &outcomes, limit as usize))
         })
         .await

@@ -77,19 +77,28 @@ impl Journal {
         self.tap = Some(tap);
     }
 
-    /// Appends one row durably and returns the new head.
+    /// Appends one row durably and returns the new head. The tap hears the
+    /// row once it is durable, while the journal's lock is still held: rows
+    /// several handles append (a task's threads) reach it in the journal's
+    /// own order.
     pub fn append(&mut self, kind: &str, at: &str, body: &Value) -> Result<Head> {
         let task = &self.task;
-        let mut written = None;
-        let head = self.file.append(|previous| {
-            let row = encode_journal_row(previous, &task.task, kind, at, body)?;
-            written = Some(row.line.clone());
-            Ok(row)
-        })?;
+        let written = std::cell::RefCell::new(None);
+        let tap = self.tap.as_mut();
+        let head = self.file.append_then(
+            |previous| {
+                let row = encode_journal_row(previous, &task.task, kind, at, body)?;
+                *written.borrow_mut() = Some(row.line.clone());
+                Ok(row)
+            },
+            |_| {
+                if let (Some(tap), Some(line)) = (tap, written.borrow().as_ref()) {
+                    (tap.0)(line);
+                }
+                Ok(())
+            },
+        )?;
         crate::io::crash_point(task.task.as_str(), kind);
-        if let (Some(tap), Some(line)) = (self.tap.as_mut(), written) {
-            (tap.0)(&line);
-        }
         Ok(head)
     }
 
