@@ -35,9 +35,9 @@ pub(crate) struct Source {
     runs: BTreeMap<String, WatchedRun>,
     /// Runs that were finished when first seen (and not named): not shown.
     passed_over: BTreeSet<String>,
-    /// Reads done by the last poll: files opened and read, for the bench
-    /// and the tests of the update cost.
+    /// What the last poll cost: files read, and task rows made again.
     pub(crate) last_reads: usize,
+    pub(crate) last_rebuilt: usize,
 }
 
 #[derive(Debug)]
@@ -88,6 +88,7 @@ impl Source {
             runs: BTreeMap::new(),
             passed_over: BTreeSet::new(),
             last_reads: 0,
+            last_rebuilt: 0,
         })
     }
 
@@ -99,6 +100,7 @@ impl Source {
     /// changed.
     pub(crate) fn poll(&mut self, board: &mut Board) -> Result<usize, CliError> {
         self.last_reads = 0;
+        self.last_rebuilt = 0;
         self.discover()?;
         let mut changed = 0;
         let ids: Vec<String> = self.runs.keys().cloned().collect();
@@ -114,6 +116,7 @@ impl Source {
                     continue;
                 };
                 let view = task_view(&self.state, &self.host, run, record, task);
+                self.last_rebuilt += 1;
                 if board.update(view) {
                     changed += 1;
                 }
@@ -538,4 +541,90 @@ pub(crate) fn apply_fleet(board: &mut Board, status: &reprise_fleet::FleetStatus
         }
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const RUN: &str = "R-01J00000000000000000000000";
+
+    fn row(seq: u64, kind: &str) -> String {
+        let row = JournalRow {
+            v: 1,
+            seq,
+            kind: kind.to_owned(),
+            task_id: "t".to_owned(),
+            at: "2026-12-01T18:00:00Z".to_owned(),
+            body: json!({"run_id": RUN}),
+            prev_hash: reprise_core::digest::Digest::ZERO,
+            event_hash: reprise_core::digest::Digest::ZERO,
+        };
+        format!("{}\n", serde_json::to_string(&row).unwrap())
+    }
+
+    /// A state directory with one unfinished run of `count` tasks, each
+    /// with a journal of two rows.
+    fn big_run(count: usize) -> (tempfile::TempDir, StateDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, _) = StateDir::create(&dir.path().join(".reprise")).unwrap();
+        let tasks: Vec<serde_json::Value> = (0..count)
+            .map(|n| {
+                json!({"task_id": format!("t{n:03}"), "state": "running", "agent": "sim",
+                       "attempts": [], "spent_micro_usd": 0, "reason": null, "metadata": {}})
+            })
+            .collect();
+        let run = json!({"v": 1, "run_id": RUN, "plan": "big.yaml", "plan_name": "big",
+                         "started_at": "2026-12-01T18:00:00Z", "finished_at": null, "ok": null,
+                         "tasks": tasks});
+        let path = state.run_state_path(RUN).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_vec(&run).unwrap()).unwrap();
+        for n in 0..count {
+            let key = TaskKey::new(
+                reprise_core::PlanId::parse("big").unwrap(),
+                TaskId::parse(&format!("t{n:03}")).unwrap(),
+            );
+            let journal = state.journal_path(&key);
+            std::fs::create_dir_all(journal.parent().unwrap()).unwrap();
+            std::fs::write(
+                &journal,
+                row(1, "task.started") + &row(2, "attempt.started"),
+            )
+            .unwrap();
+        }
+        (dir, state)
+    }
+
+    #[test]
+    fn a_poll_reads_only_the_files_that_changed_and_remakes_only_their_tasks() {
+        let (_dir, state) = big_run(200);
+        let journal = state.journal_path(&TaskKey::new(
+            reprise_core::PlanId::parse("big").unwrap(),
+            TaskId::parse("t007").unwrap(),
+        ));
+        let mut source = Source::new(state, None).unwrap();
+        let mut board = Board::new();
+        assert_eq!(source.poll(&mut board).unwrap(), 200);
+        assert_eq!(board.len(), 200);
+        // The run's snapshot and every journal, once.
+        assert_eq!(source.last_reads, 201);
+        assert_eq!(source.last_rebuilt, 200);
+        // Nothing changed: nothing read, nothing made again.
+        source.poll(&mut board).unwrap();
+        assert_eq!((source.last_reads, source.last_rebuilt), (0, 0));
+        // One journal grew: its new line is read, its one task made again.
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&journal)
+            .unwrap();
+        std::io::Write::write_all(&mut file, row(3, "task.checkpoint").as_bytes()).unwrap();
+        source.poll(&mut board).unwrap();
+        assert_eq!((source.last_reads, source.last_rebuilt), (1, 1));
+        // Half a line is not a row: it waits for the rest.
+        std::io::Write::write_all(&mut file, b"{\"v\":1").unwrap();
+        source.poll(&mut board).unwrap();
+        assert_eq!(source.last_rebuilt, 0);
+    }
 }
