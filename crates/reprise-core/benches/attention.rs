@@ -18,7 +18,10 @@ fn view(n: usize, flagged: bool) -> TaskView {
         costs_unknown: 1,
         host: "build-1".to_owned(),
         // One task in ten waits on someone.
-        flag: n.is_multiple_of(10).then_some(Flag::Approval).filter(|_| flagged),
+        flag: n
+            .is_multiple_of(10)
+            .then_some(Flag::Approval)
+            .filter(|_| flagged),
         live: true,
     }
 }

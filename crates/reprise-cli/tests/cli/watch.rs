@@ -288,3 +288,69 @@ fn watch_refuses_a_run_that_is_not_there_and_a_screen_that_is_not_a_terminal() {
     assert_success(&once);
     assert!(stdout(&once).contains("nothing waits on you"));
 }
+
+#[test]
+fn with_fleet_each_task_shows_the_host_that_holds_it() {
+    let env = git_env();
+    assert_success(&env.run(&["init", "--plan"]));
+    let run = json_of(&env.run(&["run", "plan.yaml", "--json"]));
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let database = reprise_testkit::pg::TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let client =
+        reprise_fleet::FleetClient::connect(&database.url, reprise_fleet::Timings::default())
+            .unwrap();
+    client.register_worker("build-2", 2).unwrap();
+    let other = "R-01JF1EET00000000000000000A";
+    for (run, task) in [(run_id.as_str(), "hello"), (other, "t1")] {
+        client
+            .open_run(&reprise_fleet::RunSpec {
+                run_id: run.into(),
+                plan_id: "starter".into(),
+                coordinator_host: "coordinator".into(),
+                remote: "origin".into(),
+            })
+            .unwrap();
+        client
+            .submit(run, task, &json!({}), &reprise_fleet::Affinity::Any)
+            .unwrap();
+    }
+    assert_eq!(client.claim("build-2", 2).unwrap().len(), 2);
+
+    // The local run's task, held by the fleet's worker, shows its host.
+    let named = json_of(&env.run(&[
+        "watch",
+        &run_id,
+        "--once",
+        "--json",
+        "--fleet",
+        &database.url,
+    ]));
+    let tasks = named["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{named}");
+    assert_eq!(tasks[0]["task_id"], "hello", "{named}");
+    assert_eq!(tasks[0]["host"], "build-2", "{named}");
+    // Every unfinished run: the fleet's task of a run this state directory
+    // does not hold is shown too, with its host.
+    let all = json_of(&env.run(&["watch", "--once", "--json", "--fleet", &database.url]));
+    let fleet_task = all["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|task| task["task_id"] == "t1")
+        .unwrap_or_else(|| panic!("{all}"));
+    assert_eq!(fleet_task["host"], "build-2", "{all}");
+    assert_eq!(fleet_task["phase"], "running (fleet)", "{all}");
+    assert_eq!(fleet_task["spent_micro_usd"], Value::Null, "{all}");
+    let text = stdout(&env.run(&["watch", "--once", "--fleet", &database.url]));
+    assert!(
+        line_with(&text, "-/t1").is_some_and(|(_, line)| line.contains("build-2")),
+        "{text}"
+    );
+    // A bad url is bad input, said in one line.
+    assert_one_line_error(
+        &env.run(&["watch", "--once", "--fleet", "mysql://nowhere"]),
+        2,
+        "postgres",
+    );
+}

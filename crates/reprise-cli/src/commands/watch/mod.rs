@@ -60,7 +60,7 @@ impl WatchArgs {
             let status = client
                 .status()
                 .map_err(crate::commands::fleet::fleet_error)?;
-            source::apply_fleet(&mut board, &status);
+            source::apply_fleet(&mut board, &status, source.named());
         }
         board.select_first();
         let mut app = App::new(board);
@@ -77,7 +77,7 @@ impl WatchArgs {
         let looped = Watch {
             settings,
             source: &mut source,
-            fleet: fleet.as_ref(),
+            fleet: fleet.map(fleet_reports),
             follow: None,
         }
         .run(&mut terminal, &mut app, &stop);
@@ -163,11 +163,33 @@ fn signal_seen(stop: &std::sync::atomic::AtomicI32) -> Option<i32> {
     }
 }
 
+/// Reads the fleet's status every [`FLEET_EVERY`] on a thread of its own,
+/// until the watch stops listening.
+fn fleet_reports(
+    client: reprise_fleet::FleetClient,
+) -> std::sync::mpsc::Receiver<reprise_fleet::FleetStatus> {
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(FLEET_EVERY);
+            // An unanswered ask is asked again next time.
+            if let Ok(status) = client.status()
+                && send.send(status).is_err()
+            {
+                break;
+            }
+        }
+    });
+    receive
+}
+
 /// The running watch: the board kept up to date, keys read, effects done.
 struct Watch<'a> {
     settings: &'a Settings,
     source: &'a mut Source,
-    fleet: Option<&'a reprise_fleet::FleetClient>,
+    /// The fleet's status as a thread of its own reads it: a slow or
+    /// unreachable database never holds up the screen.
+    fleet: Option<std::sync::mpsc::Receiver<reprise_fleet::FleetStatus>>,
     /// The live output being followed, for the output pane.
     follow: Option<(RowKey, LiveOutput)>,
 }
@@ -180,7 +202,6 @@ impl Watch<'_> {
         stop: &std::sync::atomic::AtomicI32,
     ) -> Result<(), CliError> {
         let mut polled = Instant::now();
-        let mut fleet_asked = Instant::now();
         let mut redraw = true;
         while !app.quit && signal_seen(stop).is_none() {
             if redraw {
@@ -213,13 +234,12 @@ impl Watch<'_> {
                 // A clock on screen (elapsed times) moves every poll.
                 redraw = true;
                 self.source.poll(&mut app.board)?;
-                if let Some(client) = self.fleet
-                    && fleet_asked.elapsed() >= FLEET_EVERY
+                if let Some(status) = self
+                    .fleet
+                    .as_ref()
+                    .and_then(|fleet| fleet.try_iter().last())
                 {
-                    fleet_asked = Instant::now();
-                    if let Ok(status) = client.status() {
-                        source::apply_fleet(&mut app.board, &status);
-                    }
+                    source::apply_fleet(&mut app.board, &status, self.source.named());
                 }
                 self.follow_output(app);
             }

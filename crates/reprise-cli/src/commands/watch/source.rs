@@ -96,6 +96,11 @@ impl Source {
         &self.state
     }
 
+    /// The one run asked for, if one was.
+    pub(crate) fn named(&self) -> Option<&str> {
+        self.named.as_deref()
+    }
+
     /// Brings `board` up to the state directory; returns how many rows
     /// changed.
     pub(crate) fn poll(&mut self, board: &mut Board) -> Result<usize, CliError> {
@@ -493,8 +498,13 @@ fn local_host() -> String {
 }
 
 /// Sets the host of the board's rows that a fleet's worker holds, and adds
-/// the fleet's tasks of runs this state directory does not hold.
-pub(crate) fn apply_fleet(board: &mut Board, status: &reprise_fleet::FleetStatus) -> usize {
+/// the fleet's unfinished tasks this state directory does not show (of
+/// `named` only, when one run was asked for).
+pub(crate) fn apply_fleet(
+    board: &mut Board,
+    status: &reprise_fleet::FleetStatus,
+    named: Option<&str>,
+) -> usize {
     let mut changed = 0;
     let mut by_run_task: BTreeMap<(&str, &str), Vec<RowKey>> = BTreeMap::new();
     for view in board.tasks() {
@@ -508,6 +518,9 @@ pub(crate) fn apply_fleet(board: &mut Board, status: &reprise_fleet::FleetStatus
         .map(|((run, task), keys)| ((run.to_owned(), task.to_owned()), keys))
         .collect();
     for task in &status.tasks {
+        if named.is_some_and(|named| named != task.run_id) {
+            continue;
+        }
         let host = task.holder.clone().unwrap_or_else(|| "-".to_owned());
         match by_run_task.get(&(task.run_id.clone(), task.task_id.clone())) {
             Some(keys) => {
@@ -520,6 +533,7 @@ pub(crate) fn apply_fleet(board: &mut Board, status: &reprise_fleet::FleetStatus
                     }
                 }
             }
+            None if task.state == "finished" => {}
             None => {
                 let view = TaskView {
                     run_id: task.run_id.clone(),
