@@ -21,7 +21,9 @@ use crate::plan::Spend;
 pub enum Flag {
     /// Parked until someone approves it (`reprise approve`), not approved yet.
     Approval,
-    /// Parked while its agent waits on a permission or a question.
+    /// Parked while its agent waits on a permission or a question, until
+    /// someone approves it (the engine parks these until approval); once
+    /// approved it is [`Flag::Parked`].
     Permission { question: Option<String> },
     /// Parked until a resume: by request, or approved and not resumed yet.
     Parked {
@@ -85,10 +87,7 @@ impl Flag {
     /// What wakes it, with the watch's key where one does it.
     pub fn wakes(&self, run_id: &str) -> String {
         match self {
-            Self::Approval => "approve (a), then resume (r)".to_owned(),
-            Self::Permission { .. } => {
-                "a resume (r) once the permission is granted (a cold resume re-asks)".to_owned()
-            }
+            Self::Approval | Self::Permission { .. } => "approve (a), then resume (r)".to_owned(),
             Self::Parked { .. } => "a resume (r)".to_owned(),
             Self::UsageLimit { resets_at } => {
                 format!("wakes by itself at {resets_at}; sooner: resume (r)")

@@ -425,7 +425,8 @@ fn flag_of(
         || (lifecycle.is_none() && record.state == TaskStatus::Suspended);
     if parked && let Some(park) = open_park(&task.tail.rows) {
         let body = park.body;
-        if body.cause == ParkCause::Permission {
+        let waits_for_approval = matches!(body.wake, Wake::Approval) && !task.approved;
+        if body.cause == ParkCause::Permission && waits_for_approval {
             let question = match body.question_hash {
                 Some(hash) => reprise_store::replies::read_agent_text(
                     state,
@@ -440,7 +441,7 @@ fn flag_of(
             return Some(Flag::Permission { question });
         }
         return Some(match body.wake {
-            Wake::Approval if !task.approved => Flag::Approval,
+            Wake::Approval if waits_for_approval => Flag::Approval,
             Wake::Approval => Flag::Parked {
                 approved: true,
                 reason: body.reason,
@@ -609,6 +610,144 @@ mod tests {
             .unwrap();
         }
         (dir, state)
+    }
+
+    /// A `task.suspend` row of `wake` and `cause`.
+    fn park_row(wake: Wake, cause: ParkCause, question: Option<&str>) -> JournalRow {
+        let body = SuspendBody {
+            run_id: RUN.to_owned(),
+            attempt: 1,
+            session_id: None,
+            workspace_hash: reprise_core::digest::Digest::ZERO,
+            journal_head: None,
+            envelope: Default::default(),
+            wake,
+            cause,
+            reason: Some("look first".to_owned()),
+            question: question.map(str::to_owned),
+            question_hash: None,
+            grant_hash: String::new(),
+            requested_by: None,
+        };
+        JournalRow {
+            v: 1,
+            seq: 3,
+            kind: SUSPEND_KIND.to_owned(),
+            task_id: "t".to_owned(),
+            at: "2026-12-01T18:00:00Z".to_owned(),
+            body: serde_json::to_value(body).unwrap(),
+            prev_hash: reprise_core::digest::Digest::ZERO,
+            event_hash: reprise_core::digest::Digest::ZERO,
+        }
+    }
+
+    #[test]
+    fn each_park_is_flagged_by_what_wakes_it() {
+        let (_dir, state) = big_run(1);
+        let record: TaskRecord = serde_json::from_value(json!({
+            "task_id": "t000", "state": "suspended", "agent": "sim", "attempts": [],
+            "spent_micro_usd": 0, "reason": null, "metadata": {}}))
+        .unwrap();
+        let key = TaskKey::new(
+            reprise_core::PlanId::parse("big").unwrap(),
+            TaskId::parse("t000").unwrap(),
+        );
+        let flag = |rows: Vec<JournalRow>, approved: bool| {
+            let mut tail = JournalTail::new(state.journal_path(&key));
+            tail.rows = rows;
+            let task = WatchedTask {
+                key: key.clone(),
+                tail,
+                approved,
+            };
+            flag_of(
+                &state,
+                &record,
+                &task,
+                Some(TaskState::Suspended { attempt: 1 }),
+            )
+        };
+        let at = "2026-12-01T19:00:00Z".to_owned();
+        assert_eq!(
+            flag(
+                vec![park_row(Wake::Approval, ParkCause::Request, None)],
+                false
+            ),
+            Some(Flag::Approval)
+        );
+        assert_eq!(
+            flag(
+                vec![park_row(Wake::Approval, ParkCause::Request, None)],
+                true
+            ),
+            Some(Flag::Parked {
+                approved: true,
+                reason: Some("look first".to_owned())
+            })
+        );
+        assert_eq!(
+            flag(
+                vec![park_row(
+                    Wake::Approval,
+                    ParkCause::Permission,
+                    Some("may I push?")
+                )],
+                false
+            ),
+            Some(Flag::Permission {
+                question: Some("may I push?".to_owned())
+            })
+        );
+        assert_eq!(
+            flag(
+                vec![park_row(
+                    Wake::Time { at: at.clone() },
+                    ParkCause::UsageLimit,
+                    None
+                )],
+                false
+            ),
+            Some(Flag::UsageLimit {
+                resets_at: at.clone()
+            })
+        );
+        assert_eq!(
+            flag(
+                vec![park_row(
+                    Wake::Time { at: at.clone() },
+                    ParkCause::Request,
+                    None
+                )],
+                false
+            ),
+            Some(Flag::UntilTime { at })
+        );
+        assert_eq!(
+            flag(
+                vec![park_row(Wake::Resume, ParkCause::Request, None)],
+                false
+            ),
+            Some(Flag::Parked {
+                approved: false,
+                reason: Some("look first".to_owned())
+            })
+        );
+        // A failed task of a finished journal is flagged with its reason.
+        let failed: TaskRecord = serde_json::from_value(json!({
+            "task_id": "t000", "state": "failed", "agent": "sim", "attempts": [],
+            "spent_micro_usd": 0, "reason": "out of attempts", "metadata": {}}))
+        .unwrap();
+        let task = WatchedTask {
+            key: key.clone(),
+            tail: JournalTail::new(state.journal_path(&key)),
+            approved: false,
+        };
+        assert_eq!(
+            flag_of(&state, &failed, &task, None),
+            Some(Flag::Failed {
+                reason: Some("out of attempts".to_owned())
+            })
+        );
     }
 
     #[test]
