@@ -375,6 +375,34 @@ mod tests {
     }
 
     #[test]
+    fn any_terminal_size_draws_every_mode() {
+        let mut app = app();
+        let task = app.board.selected().unwrap().key();
+        let modes = [
+            Mode::Board,
+            Mode::Help,
+            Mode::Prompt(crate::commands::watch::app::Prompt {
+                asking: Asking::SuspendReason,
+                task: task.clone(),
+                input: "why".to_owned(),
+            }),
+            Mode::Pane(crate::commands::watch::app::Pane {
+                kind: crate::commands::watch::app::PaneKind::Output,
+                task,
+                text: "line\n".repeat(100),
+                scroll: None,
+            }),
+        ];
+        for mode in modes {
+            app.set_mode(mode);
+            for (width, height) in [(1, 1), (12, 4), (40, 8), (80, 24), (200, 60)] {
+                let text = drawn(&app, width, height);
+                assert_eq!(text.lines().count(), usize::from(height));
+            }
+        }
+    }
+
+    #[test]
     fn elapsed_times_read_in_the_largest_units() {
         assert_eq!(elapsed_text(42), "42s");
         assert_eq!(elapsed_text(185), "3m05s");
