@@ -1287,6 +1287,10 @@ mod crashes;
 #[path = "cli/fleet.rs"]
 mod fleet;
 
+// ---- `reprise watch` (issue 30) ----
+#[path = "cli/watch.rs"]
+mod watch;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

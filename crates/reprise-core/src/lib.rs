@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attention;
 pub mod budget;
 pub mod canonical;
 pub mod chain;

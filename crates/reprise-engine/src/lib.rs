@@ -51,7 +51,9 @@ pub use delivery::{
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};
 pub use evidence::{AuditIntent, Ingested, Outbox, Shipment, ingest};
-pub use liveness::{Liveness, TaskProgress, catch_up, liveness, task_lifecycle};
+pub use liveness::{
+    Liveness, TaskProgress, attempts_of, catch_up, liveness, progress_of, task_lifecycle,
+};
 pub use park::{
     ParkRequest, Parked, ParkedAnswer, ReleasedResource, complete_cut_parks, complete_park,
     park_directly,

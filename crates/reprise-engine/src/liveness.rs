@@ -98,14 +98,29 @@ pub fn task_lifecycle(state: &StateDir, key: &TaskKey, run_id: &str) -> Option<T
                 .is_none_or(|id| id == run_id)
         })
         .collect();
-    Some(TaskProgress {
-        state: replay(own.iter().map(|row| (row.kind.as_str(), &row.body))),
-        attempt_started_at: own
+    Some(progress_of(own))
+}
+
+/// Where a task's rows of one run (its `task.started` on, as
+/// [`task_lifecycle`] picks them) leave it; for a reader that keeps the rows
+/// itself, a watcher tailing the journal.
+pub fn progress_of<'a>(rows: impl IntoIterator<Item = &'a JournalRow>) -> TaskProgress {
+    let rows: Vec<&JournalRow> = rows.into_iter().collect();
+    TaskProgress {
+        state: replay(rows.iter().map(|row| (row.kind.as_str(), &row.body))),
+        attempt_started_at: rows
             .iter()
             .rev()
             .find(|row| row.kind == rows::ATTEMPT_STARTED)
             .map(|row| row.at.clone()),
-    })
+    }
+}
+
+/// The attempts a task's rows of one run finished, with what each cost, and
+/// the latest attempt started (0: none), as [`catch_up`] reads them.
+pub fn attempts_of(rows: &[JournalRow]) -> (Vec<crate::state::AttemptSummary>, u32) {
+    let taken = crate::task::journal_attempts(rows);
+    (taken.attempts, taken.attempt)
 }
 
 /// Brings the attempts of an unfinished `run` up to its journals: each task

@@ -41,7 +41,13 @@ pub(crate) fn cli_error(err: ApprovalError) -> CliError {
     }
 }
 
-fn approve(settings: &Settings, task: &str, note: Option<String>) -> Result<Outcome, CliError> {
+/// Writes the signed approval of `task`'s park: `reprise approve`, and `a`
+/// in `reprise watch`.
+pub(crate) fn approve(
+    settings: &Settings,
+    task: &str,
+    note: Option<String>,
+) -> Result<Outcome, CliError> {
     let (state, key) = settings.keyed_state()?;
     let task = task_key(settings, &state, task)?;
     let approval = write_approval(

@@ -218,7 +218,13 @@ fn apply(
     })
 }
 
-fn diff(settings: &Settings, run: Option<&str>, task: Option<&str>) -> Result<Outcome, CliError> {
+/// What a run's results (or one task's) change: `reprise diff`, and `d` in
+/// `reprise watch`.
+pub(crate) fn diff(
+    settings: &Settings,
+    run: Option<&str>,
+    task: Option<&str>,
+) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let run = load(&state, run)?;
     let task = task.map(TaskId::parse).transpose()?;

@@ -72,6 +72,12 @@ fn command_client(url: &str) -> Result<FleetClient, CliError> {
     FleetClient::connect(url, timings).map_err(fleet_error)
 }
 
+/// A client for `reprise watch --fleet URL`: asked for the fleet's status
+/// as a command is.
+pub(crate) fn status_client(url: &str) -> Result<FleetClient, CliError> {
+    command_client(url)
+}
+
 fn connect(settings: &Settings, args: DatabaseArgs) -> Result<FleetClient, CliError> {
     command_client(&database_url(settings, args.db)?)
 }

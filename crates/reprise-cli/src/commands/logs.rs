@@ -171,15 +171,10 @@ pub(crate) fn follow(
     task: &str,
     run: Option<&str>,
 ) -> Result<Outcome, CliError> {
-    use std::io::{Read as _, Seek as _, Write as _};
+    use std::io::Write as _;
     let (state, key, run) = resolve(settings, task, run)?;
     let run_id = run.run_id;
-    let dir = state
-        .task_logs_dir(&run_id, &key.task)
-        .map_err(|err| CliError::usage(err.to_string()))?;
-    // How much of each file has been printed.
-    let mut printed: std::collections::BTreeMap<std::path::PathBuf, u64> = Default::default();
-    let mut attempt_shown = 0;
+    let mut tail = LiveOutput::new(&state, &run_id, &key)?;
     let mut out = std::io::stdout();
     loop {
         let current = load_run(&state, &run_id).map_err(|err| CliError::usage(err.to_string()))?;
@@ -190,39 +185,10 @@ pub(crate) fn follow(
                 reprise_engine::liveness(&state, &current),
                 reprise_engine::Liveness::Live { .. }
             );
-        let mut attempts: Vec<u32> = std::fs::read_dir(&dir)
-            .map(|entries| {
-                entries
-                    .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        attempts.sort_unstable();
-        let floor = attempt_shown.max(1);
-        for attempt in attempts.into_iter().filter(|n| *n >= floor) {
-            for name in ["agent.stdout", "agent.stderr"] {
-                let path = dir.join(attempt.to_string()).join(name);
-                let Ok(mut file) = std::fs::File::open(&path) else {
-                    continue;
-                };
-                let from = printed.get(&path).copied().unwrap_or(0);
-                let len = file.metadata().map_or(0, |meta| meta.len());
-                if len <= from {
-                    continue;
-                }
-                if attempt != attempt_shown {
-                    let _ = writeln!(out, "== attempt {attempt} ==");
-                    attempt_shown = attempt;
-                }
-                let mut fresh = Vec::new();
-                if file.seek(std::io::SeekFrom::Start(from)).is_ok()
-                    && file.read_to_end(&mut fresh).is_ok()
-                {
-                    let _ = out.write_all(&fresh);
-                    let _ = out.flush();
-                    printed.insert(path, from + fresh.len() as u64);
-                }
-            }
+        let fresh = tail.read_new();
+        if !fresh.is_empty() {
+            let _ = out.write_all(&fresh);
+            let _ = out.flush();
         }
         if ended {
             break;
@@ -238,4 +204,68 @@ pub(crate) fn follow(
         ),
         ok: true,
     })
+}
+
+/// A task's agent output in a run, read as the process driver writes it:
+/// each call hands back what was written since the last, a header as each
+/// attempt starts (`logs -f`, and `l` in `reprise watch`).
+#[derive(Debug)]
+pub(crate) struct LiveOutput {
+    dir: std::path::PathBuf,
+    /// How much of each file has been read.
+    read: std::collections::BTreeMap<std::path::PathBuf, u64>,
+    attempt_shown: u32,
+}
+
+impl LiveOutput {
+    pub(crate) fn new(state: &StateDir, run_id: &str, key: &TaskKey) -> Result<Self, CliError> {
+        let dir = state
+            .task_logs_dir(run_id, &key.task)
+            .map_err(|err| CliError::usage(err.to_string()))?;
+        Ok(Self {
+            dir,
+            read: Default::default(),
+            attempt_shown: 0,
+        })
+    }
+
+    /// What the agent wrote since the last call.
+    pub(crate) fn read_new(&mut self) -> Vec<u8> {
+        use std::io::{Read as _, Seek as _};
+        let mut out = Vec::new();
+        let mut attempts: Vec<u32> = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        attempts.sort_unstable();
+        let floor = self.attempt_shown.max(1);
+        for attempt in attempts.into_iter().filter(|n| *n >= floor) {
+            for name in ["agent.stdout", "agent.stderr"] {
+                let path = self.dir.join(attempt.to_string()).join(name);
+                let Ok(mut file) = std::fs::File::open(&path) else {
+                    continue;
+                };
+                let from = self.read.get(&path).copied().unwrap_or(0);
+                let len = file.metadata().map_or(0, |meta| meta.len());
+                if len <= from {
+                    continue;
+                }
+                if attempt != self.attempt_shown {
+                    out.extend_from_slice(format!("== attempt {attempt} ==\n").as_bytes());
+                    self.attempt_shown = attempt;
+                }
+                let mut fresh = Vec::new();
+                if file.seek(std::io::SeekFrom::Start(from)).is_ok()
+                    && file.read_to_end(&mut fresh).is_ok()
+                {
+                    out.extend_from_slice(&fresh);
+                    self.read.insert(path, from + fresh.len() as u64);
+                }
+            }
+        }
+        out
+    }
 }

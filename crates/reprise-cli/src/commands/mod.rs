@@ -26,6 +26,7 @@ mod spend;
 mod status;
 mod suspended;
 mod task;
+mod watch;
 mod worker;
 mod workspace;
 
@@ -121,6 +122,21 @@ pub(crate) enum Command {
     /// List or show tasks of the latest run, and the parked ones.
     #[command(subcommand)]
     Task(task::TaskCommand),
+    /// Watch every unfinished run in one screen, what waits on you first.
+    ///
+    /// The attention list (parks until approval, permission questions,
+    /// parks, usage limits with their reset, failed and blocked tasks) on
+    /// top, each with what wakes it; then every task's phase, attempt,
+    /// elapsed time, cost and host. Keys act on the selected task through
+    /// the commands' own code: `a` approves, `r` resumes, `p` pauses or
+    /// unpauses, `s` suspends, `l` follows its output, `d` its diff,
+    /// Enter its details, `?` help, `q` quits.
+    #[command(after_help = help!("\
+  reprise watch                     every unfinished run of this state directory
+  reprise watch R-01J...            one run
+  reprise watch --fleet postgres://user@db.internal/reprise   with the fleet's hosts
+  reprise watch --once [--json]     one frame as text (or the board as JSON)"))]
+    Watch(watch::WatchArgs),
     /// Approve a task's park that waits for approval (`--until approval`):
     /// a decision signed with the audit key, which its resume binds.
     #[command(after_help = help!("\
@@ -196,6 +212,7 @@ pub(crate) fn run(
         Command::Runs => status::runs(settings)?,
         Command::Status(args) => args.run(settings)?,
         Command::Task(command) => command.run(settings)?,
+        Command::Watch(args) => args.run(settings)?,
         Command::Approve(args) => args.run(settings)?,
         Command::Lineage(command) => command.run(settings)?,
         Command::Journal(command) => command.run(settings)?,

@@ -827,6 +827,12 @@ pub(crate) fn stopped_by() -> Option<i32> {
     }
 }
 
+/// Notes that a stop signal ended this command (`reprise watch`), for its
+/// exit code.
+pub(crate) fn note_stop_signal(signal: i32) {
+    STOPPED_BY.store(signal, Ordering::SeqCst);
+}
+
 /// SIGINT, SIGTERM and SIGHUP all stop a run the same way: every task is
 /// cancelled, its agents and gates are killed and reaped, journals sealed
 /// and the run state written. A second signal while that happens does

@@ -211,7 +211,9 @@ pub(crate) fn parse_until(until: Option<&str>) -> Result<Wake, CliError> {
     })
 }
 
-fn suspend(
+/// Parks `task`: through its live run, else directly (`task suspend`, and
+/// `s` in `reprise watch`).
+pub(crate) fn suspend(
     settings: &Settings,
     task: &str,
     until: Option<&str>,
@@ -339,26 +341,7 @@ fn resume(
         ResumeMode::Cold => RetryMode::Cold,
     });
     if let Some(holder) = task_holder(&state, &task) {
-        // The live run that parked it takes it back into one of its seats.
-        let answer = ask_holder(
-            &state,
-            &task,
-            &holder,
-            &ControlOp::Resume {
-                task: task.task.clone(),
-                mode: mode.map(|mode| mode.as_str().to_owned()),
-                receipt,
-            },
-        )?;
-        return Ok(Outcome {
-            exit: None,
-            text: format!(
-                "resumed {task} in live run {}: it runs again when a seat is free\n",
-                holder.run_id
-            ),
-            json: answer,
-            ok: true,
-        });
+        return resume_in(&state, &task, &holder, mode, receipt);
     }
     let point = reprise_engine::check_resume(&state, &key, &task, receipt)
         .map_err(|refusal| CliError::usage(refusal.to_string()))?;
@@ -374,6 +357,51 @@ fn resume(
     );
     // No live run: this command continues the run, the task first.
     crate::commands::run::continue_run(settings, &run_id, (None, None), resumes, false)
+}
+
+/// Asks the live run that parked `task` to take it back into one of its
+/// seats.
+fn resume_in(
+    state: &reprise_store::state::StateDir,
+    task: &TaskKey,
+    holder: &reprise_store::locks::Holder,
+    mode: Option<RetryMode>,
+    receipt: Option<reprise_core::digest::Digest>,
+) -> Result<Outcome, CliError> {
+    let answer = ask_holder(
+        state,
+        task,
+        holder,
+        &ControlOp::Resume {
+            task: task.task.clone(),
+            mode: mode.map(|mode| mode.as_str().to_owned()),
+            receipt,
+        },
+    )?;
+    Ok(Outcome {
+        exit: None,
+        text: format!(
+            "resumed {task} in live run {}: it runs again when a seat is free\n",
+            holder.run_id
+        ),
+        json: answer,
+        ok: true,
+    })
+}
+
+/// Resumes `task` in the live run that holds it (`r` in `reprise watch`,
+/// which cannot continue a run itself); with no live run, says which
+/// command does.
+pub(crate) fn resume_live(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+    let state = settings.state()?;
+    let task = task_key(settings, &state, task)?;
+    match task_holder(&state, &task) {
+        Some(holder) => resume_in(&state, &task, &holder, None, None),
+        None => Err(CliError::usage(format!(
+            "no live run holds task {task}: `reprise task resume {}` continues its run in a terminal of its own",
+            task.task
+        ))),
+    }
 }
 
 /// Asks the live run that holds `task` to do `op`; its answer, or why there
@@ -421,7 +449,8 @@ fn ask_holder(
     Ok(answer)
 }
 
-fn pause(
+/// Pauses `task` in its live run (`task pause`, and `p` in `reprise watch`).
+pub(crate) fn pause(
     settings: &Settings,
     task: &str,
     upgrade_after: Option<&str>,
@@ -459,7 +488,8 @@ fn pause(
     })
 }
 
-fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
+/// Lets a paused `task` go on (`task unpause`, and `p` in `reprise watch`).
+pub(crate) fn unpause(settings: &Settings, task: &str) -> Result<Outcome, CliError> {
     let state = settings.state()?;
     let task = task_key(settings, &state, task)?;
     let answer = ask_live(

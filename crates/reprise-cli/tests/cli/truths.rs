@@ -411,6 +411,8 @@ fn the_readme_status_names_nothing_built_as_next() {
     assert!(!next.contains("suspend"), "{next}");
     // Built: the contained spawn's cost (issue 23).
     assert!(!next.contains("spawn"), "{next}");
+    // Built: the attention queue in a terminal (issue 30).
+    assert!(!next.contains("watch"), "{next}");
 }
 
 /// An attack on the checkpoints' exactness: the agent writes a
