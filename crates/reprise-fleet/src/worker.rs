@@ -59,6 +59,9 @@ pub struct Execution {
     lease: Lease,
     client: FleetClient,
     state: AtomicU8,
+    /// Set once the executor returned: a lease its end is being written
+    /// for is not lost when a heartbeat no longer finds it running.
+    ended: AtomicBool,
     draining: Arc<AtomicBool>,
     counters: Arc<Counters>,
 }
@@ -101,6 +104,9 @@ impl Execution {
     }
 
     fn lose(&self) {
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
         if self.state.swap(LEASE_LOST, Ordering::SeqCst) != LEASE_LOST {
             self.counters.lost.fetch_add(1, Ordering::SeqCst);
         }
@@ -246,6 +252,7 @@ impl Worker {
             lease,
             client: self.client.clone(),
             state: AtomicU8::new(RUNNING),
+            ended: AtomicBool::new(false),
             draining: self.draining.clone(),
             counters: self.counters.clone(),
         });
@@ -255,6 +262,7 @@ impl Worker {
         let counters = self.counters.clone();
         thread::spawn(move || {
             let finish = executor.execute(&execution);
+            execution.ended.store(true, Ordering::SeqCst);
             write_finish(&client, &key, &finish, &counters);
             lock(&executions).remove(&key);
             waker.wake();
