@@ -170,13 +170,19 @@ fn project_with_remote(env: &Env, plan: &str) -> PathBuf {
 /// `reprise worker` for host `host` of the fleet at `database`, in a
 /// directory of its own, its output piped.
 fn spawn_worker(env: &Env, database: &str, host: &str) -> std::process::Child {
+    spawn_worker_of(env, database, host, 2)
+}
+
+/// `spawn_worker` with `capacity` seats.
+fn spawn_worker_of(env: &Env, database: &str, host: &str, capacity: u32) -> std::process::Child {
     let dir = env.temp.path().join(format!("worker-{host}"));
+    let capacity = capacity.to_string();
     env.command(&[
         "worker",
         "--db",
         database,
         "--capacity",
-        "2",
+        &capacity,
         "--host-id",
         host,
         "--dir",
@@ -187,6 +193,36 @@ fn spawn_worker(env: &Env, database: &str, host: &str) -> std::process::Child {
     .stderr(std::process::Stdio::piped())
     .spawn()
     .unwrap()
+}
+
+/// Sends `signal` (`-TERM`, `-INT`) to `child` and waits for its output.
+fn signal_and_wait(child: std::process::Child, signal: &str) -> Output {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+    child.wait_with_output().unwrap()
+}
+
+/// A worker drained by SIGTERM: its counters (`--json`).
+fn drain(worker: std::process::Child) -> Value {
+    json_of(&signal_and_wait(worker, "-TERM"))
+}
+
+/// `output` ended with `expected`, or the test fails showing what it said.
+fn assert_exit(output: &Output, expected: i32) {
+    assert_eq!(
+        code(output),
+        Some(expected),
+        "{}\n{}",
+        stderr(output),
+        stdout(output)
+    );
+}
+
+/// Whether process `pid` is gone (or a zombie no one reaped yet).
+fn process_gone(pid: &str) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+        || fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat.contains(") Z "))
 }
 
 /// `reprise run plan.yaml --fleet DATABASE --remote REMOTE --json`.
@@ -476,24 +512,15 @@ tasks:
     std::thread::sleep(std::time::Duration::from_secs(2));
     fs::write(dir.join("go-late"), "").unwrap();
     let output = continued.wait_with_output().unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
-        .status();
-    let drained = worker.wait_with_output().unwrap();
-    assert_eq!(
-        code(&output),
-        Some(0),
-        "{}\n{}",
-        stderr(&output),
-        stdout(&output)
-    );
+    let drained = drain(worker);
+    assert_exit(&output, 0);
     let ran = json_of(&output);
     for task in ran["tasks"].as_array().unwrap() {
         assert_eq!(task["state"], "passed", "{ran}");
         // The worker's one attempt: nothing ran again on the coordinator.
         assert_eq!(task["attempts"].as_array().unwrap().len(), 1, "{ran}");
     }
-    assert_eq!(json_of(&drained)["completed"], 2, "{}", stdout(&drained));
+    assert_eq!(drained["completed"], 2, "{drained}");
     for task in ["early", "late"] {
         assert_success(&env.run(&["journal", "verify", task]));
     }
@@ -600,32 +627,16 @@ tasks:
     );
     // The cut-off worker stopped its agent when it could not renew.
     assert!(
-        wait_until(std::time::Duration::from_secs(30), || {
-            !Path::new(&format!("/proc/{agent_pid}")).exists()
-                || fs::read_to_string(format!("/proc/{agent_pid}/stat"))
-                    .is_ok_and(|stat| stat.contains(") Z "))
-        }),
+        wait_until(std::time::Duration::from_secs(30), || process_gone(
+            &agent_pid
+        )),
         "the cut-off worker's agent still runs"
     );
     // Its connection comes back: what it still holds to write is late.
     proxy.restore();
     let output = run.wait_with_output().unwrap();
-    let drained: Vec<Value> = [cut_off, other]
-        .into_iter()
-        .map(|worker| {
-            let _ = Command::new("kill")
-                .args(["-TERM", &worker.id().to_string()])
-                .status();
-            json_of(&worker.wait_with_output().unwrap())
-        })
-        .collect();
-    assert_eq!(
-        code(&output),
-        Some(0),
-        "{}\n{}",
-        stderr(&output),
-        stdout(&output)
-    );
+    let drained: Vec<Value> = [cut_off, other].into_iter().map(drain).collect();
+    assert_exit(&output, 0);
     assert_eq!(json_of(&output)["tasks"][0]["state"], "passed");
     assert_eq!(drained[0]["completed"], 0, "{drained:?}");
     assert!(
@@ -683,17 +694,8 @@ tasks:
     std::thread::sleep(std::time::Duration::from_secs(3));
     server.start_again().unwrap();
     let output = run.wait_with_output().unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
-        .status();
-    let drained = json_of(&worker.wait_with_output().unwrap());
-    assert_eq!(
-        code(&output),
-        Some(0),
-        "{}\n{}",
-        stderr(&output),
-        stdout(&output)
-    );
+    let drained = drain(worker);
+    assert_exit(&output, 0);
     let ran = json_of(&output);
     assert_eq!(ran["tasks"][0]["state"], "passed", "{ran}");
     assert_eq!(ran["tasks"][0]["attempts"].as_array().unwrap().len(), 1);
@@ -737,24 +739,7 @@ fn a_stopped_fleet_run_stops_its_workers_tasks_and_is_continued_on_the_fleet() {
     let database = TestDatabase::create().unwrap();
     assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
     // One seat on the fleet: one task runs, the other waits in the queue.
-    let dir_of_worker = env.temp.path().join("worker-one");
-    let worker = env
-        .command(&[
-            "worker",
-            "--db",
-            &database.url,
-            "--capacity",
-            "1",
-            "--host-id",
-            "one",
-            "--dir",
-            dir_of_worker.to_str().unwrap(),
-            "--json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let worker = spawn_worker_of(&env, &database.url, "one", 1);
     let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
     let pid_file = || {
         ["first", "second"]
@@ -770,25 +755,14 @@ fn a_stopped_fleet_run_stops_its_workers_tasks_and_is_continued_on_the_fleet() {
         .unwrap()
         .trim()
         .to_owned();
-    let _ = Command::new("kill")
-        .args(["-INT", &run.id().to_string()])
-        .status();
-    let stopped = run.wait_with_output().unwrap();
-    assert_eq!(
-        code(&stopped),
-        Some(130),
-        "{}\n{}",
-        stderr(&stopped),
-        stdout(&stopped)
-    );
+    let stopped = signal_and_wait(run, "-INT");
+    assert_exit(&stopped, 130);
     let ran = json_of(&stopped);
     for task in ran["tasks"].as_array().unwrap() {
         assert_eq!(task["state"], "cancelled", "{ran}");
     }
     assert!(
-        !Path::new(&format!("/proc/{agent_pid}")).exists()
-            || fs::read_to_string(format!("/proc/{agent_pid}/stat"))
-                .is_ok_and(|stat| stat.contains(") Z ")),
+        process_gone(&agent_pid),
         "the worker's agent still runs after the stop"
     );
     let run_id = only_run_id(&env);
@@ -798,17 +772,8 @@ fn a_stopped_fleet_run_stops_its_workers_tasks_and_is_continued_on_the_fleet() {
         .env("REPRISE_DATABASE_URL", &database.url)
         .output()
         .unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &worker.id().to_string()])
-        .status();
-    let drained = json_of(&worker.wait_with_output().unwrap());
-    assert_eq!(
-        code(&continued),
-        Some(0),
-        "{}\n{}",
-        stderr(&continued),
-        stdout(&continued)
-    );
+    let drained = drain(worker);
+    assert_exit(&continued, 0);
     let ran = json_of(&continued);
     for task in ran["tasks"].as_array().unwrap() {
         assert_eq!(task["state"], "passed", "{ran}");
