@@ -784,3 +784,220 @@ fn outcome_of(heard: &Heard, finished: &Finished) -> AttemptOutcome {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::tests::request;
+
+    /// An adapter running the scripted peer (`testdata/acp/peer.js`) on
+    /// node, declaring `declare` and asking for a tool of `kind`.
+    fn peer(declare: &str, kind: &str, allowed: &[&str]) -> AcpAdapter {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/acp/peer.js");
+        AcpAdapter::new(vec!["node".into(), script.display().to_string()])
+            .with_env(vec![
+                ("PEER_DECLARE".into(), declare.into()),
+                ("PEER_TOOL_KIND".into(), kind.into()),
+            ])
+            .with_allowed_tools(allowed.iter().map(|tool| (*tool).to_owned()).collect())
+    }
+
+    fn replied(report: &AttemptReport) -> &str {
+        match &report.outcome {
+            AttemptOutcome::Replied {
+                exit_code: 0,
+                reply,
+            } => reply,
+            other => panic!("expected a reply: {other:?} {report:?}"),
+        }
+    }
+
+    #[test]
+    fn a_new_session_is_prompted_and_a_listed_tool_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let adapter = peer("{}", "edit", &["edit"]);
+        let report = adapter.run(
+            &request(SessionMode::New { session_id: None }, dir.path()),
+            &CancelToken::new(),
+        );
+        assert_eq!(replied(&report), "opened by new; permission yes");
+        assert_eq!(report.session_id.as_deref(), Some("s-new"));
+        assert_eq!(report.cli_version.as_deref(), Some("peer 1.0"));
+        // The session's cost went from nothing to $0.375 over the prompt.
+        assert_eq!(report.cost_micro_usd, Some(375_000));
+        assert!(
+            report.streams.stderr.contains(
+                "reprise: permission for tool call call-1 (name \"\", kind \"edit\", title \"Writing to a.txt\"): allowed (yes), as agents.acp.allowed_tools lists \"edit\""
+            ),
+            "{}",
+            report.streams.stderr
+        );
+        assert!(report.streams.stdout.contains("session/request_permission"));
+        // It declared nothing about sessions: no retry continues them.
+        assert_eq!(adapter.strategy(), ResumeStrategy::Unsupported);
+    }
+
+    #[test]
+    fn a_tool_not_listed_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = peer("{}", "execute", &["edit"]).run(
+            &request(SessionMode::New { session_id: None }, dir.path()),
+            &CancelToken::new(),
+        );
+        assert_eq!(replied(&report), "opened by new; permission no");
+        assert!(
+            report
+                .streams
+                .stderr
+                .contains("rejected (no): agents.acp.allowed_tools does not list it"),
+            "{}",
+            report.streams.stderr
+        );
+    }
+
+    #[test]
+    fn a_warm_retry_resumes_where_declared_else_loads_and_the_replay_is_not_the_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let warm = SessionMode::Resume {
+            session_id: "s-old".into(),
+        };
+        for (declare, method, strategy) in [
+            (
+                r#"{"loadSession": true, "sessionCapabilities": {"resume": {}}}"#,
+                "session/resume",
+                ResumeStrategy::Native,
+            ),
+            (
+                r#"{"loadSession": true}"#,
+                "session/load",
+                ResumeStrategy::Native,
+            ),
+        ] {
+            let adapter = peer(declare, "edit", &["edit"]);
+            let report = adapter.run(&request(warm.clone(), dir.path()), &CancelToken::new());
+            assert_eq!(
+                replied(&report),
+                format!("opened by {method}; permission yes")
+            );
+            assert_eq!(report.session_id.as_deref(), Some("s-old"));
+            // $0.25 before the prompt (reported while loading), $0.375 after.
+            assert_eq!(report.cost_micro_usd, Some(125_000));
+            assert_eq!(adapter.strategy(), strategy);
+        }
+        // An agent that declares neither cannot be continued.
+        let report = peer("{}", "edit", &[]).run(&request(warm, dir.path()), &CancelToken::new());
+        assert!(
+            matches!(
+                &report.outcome,
+                AttemptOutcome::Infra { kind: InfraKind::SessionUnavailable, detail } if detail.contains("retry cold")
+            ),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn a_fork_runs_only_where_declared() {
+        let dir = tempfile::tempdir().unwrap();
+        let fork = SessionMode::Fork {
+            from: "s-old".into(),
+            new_session_id: None,
+        };
+        let adapter = peer(
+            r#"{"loadSession": true, "sessionCapabilities": {"fork": {}}}"#,
+            "edit",
+            &["edit"],
+        );
+        let report = adapter.run(&request(fork.clone(), dir.path()), &CancelToken::new());
+        assert_eq!(
+            replied(&report),
+            "opened by session/fork of s-old; permission yes"
+        );
+        assert_eq!(report.session_id.as_deref(), Some("s-fork"));
+        // No cost of the forked session was heard before the prompt.
+        assert_eq!(report.cost_micro_usd, None);
+        assert_eq!(adapter.strategy(), ResumeStrategy::NativeForkable);
+        let report = peer(r#"{"loadSession": true}"#, "edit", &[])
+            .run(&request(fork, dir.path()), &CancelToken::new());
+        assert!(
+            matches!(
+                &report.outcome,
+                AttemptOutcome::Infra { kind: InfraKind::ApiError, detail } if detail.contains("fork unsupported")
+            ),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn a_handshake_alone_learns_the_strategy() {
+        let dir = tempfile::tempdir().unwrap();
+        let adapter = peer(
+            r#"{"sessionCapabilities": {"resume": {}, "fork": {}}}"#,
+            "edit",
+            &[],
+        );
+        assert_eq!(adapter.strategy(), ResumeStrategy::Unsupported);
+        let said = adapter
+            .handshake(
+                &request(SessionMode::New { session_id: None }, dir.path()),
+                &CancelToken::new(),
+            )
+            .expect("a handshake");
+        assert_eq!(said.agent.as_deref(), Some("peer 1.0"));
+        assert_eq!(
+            said.describe(),
+            "retry capability fork (warm by session/resume, fork by session/fork)"
+        );
+        assert_eq!(adapter.strategy(), ResumeStrategy::NativeForkable);
+    }
+
+    #[test]
+    fn a_timed_out_prompt_is_cancelled_then_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("peer.log");
+        let adapter = peer("{}", "edit", &[]).with_env(vec![
+            ("PEER_HANG".into(), "1".into()),
+            ("PEER_LOG".into(), log.display().to_string()),
+        ]);
+        let mut hung = request(SessionMode::New { session_id: None }, dir.path());
+        hung.timeout = Duration::from_secs(3);
+        let report = adapter.run(&hung, &CancelToken::new());
+        assert!(
+            matches!(
+                &report.outcome,
+                AttemptOutcome::Infra { kind: InfraKind::Timeout, detail } if detail.contains("session/cancel")
+            ),
+            "{report:?}"
+        );
+        let heard = fs_read(&log);
+        assert_eq!(
+            heard.lines().collect::<Vec<_>>(),
+            [
+                "initialize",
+                "session/new",
+                "session/prompt",
+                "session/cancel"
+            ],
+        );
+        assert!(report.elapsed < Duration::from_secs(20), "{report:?}");
+    }
+
+    #[test]
+    fn a_missing_program_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = AcpAdapter::new(vec!["no-such-acp-agent".into()]).run(
+            &request(SessionMode::New { session_id: None }, dir.path()),
+            &CancelToken::new(),
+        );
+        assert!(
+            matches!(
+                &report.outcome,
+                AttemptOutcome::Infra { kind: InfraKind::MissingBinary, detail } if detail.contains("fix agents.acp.command")
+            ),
+            "{report:?}"
+        );
+    }
+
+    fn fs_read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+}
