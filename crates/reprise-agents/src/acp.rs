@@ -291,6 +291,10 @@ impl Adapter for AcpAdapter {
             })
     }
 
+    fn learns_strategy(&self) -> bool {
+        self.learned().is_none()
+    }
+
     fn learn_strategy(&self, request: &AttemptRequest, cancel: &CancelToken) -> Result<(), String> {
         if self.learned().is_some() {
             return Ok(());
@@ -936,6 +940,7 @@ mod tests {
             &[],
         );
         assert_eq!(adapter.strategy(), ResumeStrategy::Unsupported);
+        assert!(adapter.learns_strategy());
         let said = adapter
             .handshake(
                 &request(SessionMode::New { session_id: None }, dir.path()),
@@ -948,6 +953,7 @@ mod tests {
             "retry capability fork (warm by session/resume, fork by session/fork)"
         );
         assert_eq!(adapter.strategy(), ResumeStrategy::NativeForkable);
+        assert!(!adapter.learns_strategy());
     }
 
     #[test]

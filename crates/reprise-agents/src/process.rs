@@ -231,13 +231,16 @@ fn run_child(
         .take()
         .map(|stdin| std::fs::File::from(OwnedFd::from(stdin)))
         .or(prompt_pipe);
-    if let (Some(pipe), Stdin::Text(text)) = (pipe.as_ref(), &invocation.stdin) {
-        let text = text.clone();
-        let mut pipe = pipe.try_clone()?;
-        thread::spawn(move || {
-            let _ = pipe.write_all(text.as_bytes());
-        });
-    }
+    let pipe = match (pipe, &invocation.stdin) {
+        (Some(mut pipe), Stdin::Text(text)) => {
+            let text = text.clone();
+            thread::spawn(move || {
+                let _ = pipe.write_all(text.as_bytes());
+            });
+            None
+        }
+        (pipe, _) => pipe,
+    };
     let (heard, conversation) = match (talk, pipe) {
         (Some(talk), Some(pipe)) => {
             let over = Arc::new(std::sync::atomic::AtomicBool::new(false));

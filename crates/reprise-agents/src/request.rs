@@ -152,6 +152,12 @@ pub trait Adapter: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether the adapter's `strategy` is still to be learned from its
+    /// agent (`learn_strategy`): an ACP agent's before its first handshake.
+    fn learns_strategy(&self) -> bool {
+        false
+    }
+
     /// Learns from the agent, before a task's first attempt, what only the
     /// agent can say: an ACP agent's declared session capabilities, which
     /// are its `strategy`. Runs the agent under `request` (its cwd,

@@ -504,6 +504,9 @@ impl TaskRun<'_> {
     /// handshake alone. One that does not answer is said as a warning; its
     /// retries start cold until an attempt's handshake says otherwise.
     fn learn_strategy(&self, cwd: &Path) {
+        if !self.adapter.learns_strategy() {
+            return;
+        }
         let tmp = self.state.attempt_tmp_dir(self.run_id, &self.task.id, 1);
         let _ = fs::create_dir_all(&tmp);
         let supervision = self.supervision(cwd, &tmp, true);
