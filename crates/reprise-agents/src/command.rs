@@ -243,7 +243,7 @@ fn read_finished(
             report.park = Some(park);
             outcome
         }
-        End::Exited => {
+        End::Exited | End::Talked => {
             let stdout = String::from_utf8_lossy(&finished.stdout);
             let stderr = String::from_utf8_lossy(&finished.stderr);
             let mut parsed = parse(finished.exit_code, &stdout);

@@ -11,6 +11,7 @@
 
 #![deny(unsafe_code)]
 
+mod acp;
 mod check;
 mod claude;
 #[cfg(test)]
@@ -30,6 +31,7 @@ mod rulesets;
 mod sim;
 pub mod supervise;
 
+pub use acp::{AcpAdapter, Handshake};
 pub use check::{AgentBinary, bin_env_var, find_program, resolve_agent_binary};
 pub use claude::ClaudeAdapter;
 pub use codex::CodexAdapter;

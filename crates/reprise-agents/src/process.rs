@@ -47,6 +47,10 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// Bound on `<bin> --version`.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an interrupted conversation gets to wind down (its prompt
+/// answered as cancelled) before the group is signalled, and how long a
+/// child whose conversation is over gets to exit on its closed stdin.
+const TALK_GRACE: Duration = Duration::from_secs(2);
 
 /// What the child reads on stdin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +59,34 @@ pub(crate) enum Stdin {
     Null,
     /// This text, written on a pipe that is then closed.
     Text(String),
+    /// A pipe kept open for a conversation ([`Talk`]): its write end is
+    /// the conversation's.
+    Open,
+}
+
+/// What hears a child's stdout as it is read.
+pub(crate) type Listener = Box<dyn FnMut(&[u8]) + Send>;
+
+/// A conversation with the child over its stdio (an ACP agent): the driver
+/// still spawns, watches, bounds and reaps it, and keeps its output.
+pub(crate) struct Talk {
+    /// Every piece of stdout as it is read, kept or not.
+    pub(crate) heard: Listener,
+    /// Talks to the child through its stdin, on a thread of its own, and
+    /// returns when the conversation is over: the driver then closes the
+    /// child's stdin and ends its group. It also returns once the child's
+    /// stdout is closed (the child gone).
+    pub(crate) converse: Box<dyn FnOnce(std::fs::File) + Send>,
+    /// Asks the agent to stop what it does (ACP's `session/cancel`): called
+    /// once, before a group that is stopped early (timeout, cancel, a
+    /// watch's bound) is signalled.
+    pub(crate) interrupt: Box<dyn Fn() + Send>,
+}
+
+impl std::fmt::Debug for Talk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Talk")
+    }
 }
 
 /// One process to run: what a pure invocation builder produces.
@@ -104,6 +136,9 @@ pub(crate) enum End {
     Idle,
     /// No output for `Watch::park_when_idle`: waiting on someone.
     ParkIdle,
+    /// The conversation with the child ([`Talk`]) is over; its group was
+    /// ended.
+    Talked,
 }
 
 /// A reaped child and what it printed.
@@ -134,6 +169,42 @@ pub(crate) fn run_process(
     supervision: Option<&Supervision>,
     watch: Watch,
 ) -> io::Result<Finished> {
+    run_child(invocation, cwd, timeout, cancel, supervision, watch, None)
+}
+
+/// [`run_process`] with a conversation over the child's stdio (its
+/// invocation's stdin is [`Stdin::Open`]): the child runs until the
+/// conversation is over, it exits, or the attempt is stopped (the
+/// conversation interrupted first); always reaped.
+pub(crate) fn run_talking(
+    invocation: &Invocation,
+    cwd: &Path,
+    timeout: Duration,
+    cancel: &CancelToken,
+    supervision: Option<&Supervision>,
+    watch: Watch,
+    talk: Talk,
+) -> io::Result<Finished> {
+    run_child(
+        invocation,
+        cwd,
+        timeout,
+        cancel,
+        supervision,
+        watch,
+        Some(talk),
+    )
+}
+
+fn run_child(
+    invocation: &Invocation,
+    cwd: &Path,
+    timeout: Duration,
+    cancel: &CancelToken,
+    supervision: Option<&Supervision>,
+    watch: Watch,
+    talk: Option<Talk>,
+) -> io::Result<Finished> {
     let started = Instant::now();
     let (mut command, handover) = command_for(invocation, cwd, supervision)?;
     let mut child = command.spawn()?;
@@ -160,23 +231,66 @@ pub(crate) fn run_process(
         .take()
         .map(|stdin| std::fs::File::from(OwnedFd::from(stdin)))
         .or(prompt_pipe);
-    if let (Some(mut pipe), Stdin::Text(text)) = (pipe, &invocation.stdin) {
-        let text = text.clone();
-        thread::spawn(move || {
-            let _ = pipe.write_all(text.as_bytes());
-        });
-    }
+    let pipe = match (pipe, &invocation.stdin) {
+        (Some(mut pipe), Stdin::Text(text)) => {
+            let text = text.clone();
+            thread::spawn(move || {
+                let _ = pipe.write_all(text.as_bytes());
+            });
+            None
+        }
+        (pipe, _) => pipe,
+    };
+    let (heard, conversation) = match (talk, pipe) {
+        (Some(talk), Some(pipe)) => {
+            let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (ended, ended_wait) = mpsc::channel();
+            let converse = talk.converse;
+            let done = Arc::clone(&over);
+            thread::spawn(move || {
+                converse(pipe);
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = ended.send(());
+            });
+            (Some(talk.heard), Some((over, ended_wait, talk.interrupt)))
+        }
+        _ => (None, None),
+    };
     let (done_sender, done) = mpsc::channel();
     let tee = |name: &str| watch.live_log.as_ref().map(|dir| dir.join(name));
     let stdout = Capture::start(
         child.stdout.take(),
         done_sender.clone(),
         tee("agent.stdout"),
+        heard,
     );
-    let stderr = Capture::start(child.stderr.take(), done_sender, tee("agent.stderr"));
+    let stderr = Capture::start(child.stderr.take(), done_sender, tee("agent.stderr"), None);
 
     let deadline = started.checked_add(timeout);
-    let end = watch_child(pid, deadline, cancel, &watch, started, &stdout, &stderr);
+    let over = conversation.as_ref().map(|(over, _, _)| over.as_ref());
+    let end = watch_child(
+        pid,
+        deadline,
+        cancel,
+        &watch,
+        started,
+        (&stdout, &stderr),
+        over,
+    );
+    if let Some((over, _, interrupt)) = &conversation
+        && !matches!(end, End::Exited | End::Talked)
+    {
+        // Asked to stop before it is signalled: an agent that answers
+        // winds its turn down and says so.
+        interrupt();
+        let wind_down = Instant::now() + TALK_GRACE;
+        while !over.load(std::sync::atomic::Ordering::SeqCst)
+            && !leader_exited(pid)
+            && Instant::now() < wind_down
+        {
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
     let exit_code = end_group(&mut child, pid, end);
     if let Some(records) = records {
         record_finished(records, pid);
@@ -191,6 +305,11 @@ pub(crate) fn run_process(
         {
             break;
         }
+    }
+    // Its stdout closed, the conversation ends; its record is whole once
+    // it has.
+    if let Some((_, ended, _)) = &conversation {
+        let _ = ended.recv_timeout(drain_over.saturating_duration_since(Instant::now()));
     }
     let (stdout, stdout_bytes) = stdout.take();
     let (stderr, stderr_bytes) = stderr.take();
@@ -214,7 +333,7 @@ fn hand_over(handover: Handover, stdin: &Stdin) -> io::Result<Option<std::fs::Fi
             handover.send(std::fs::File::open("/dev/null")?.into())?;
             Ok(None)
         }
-        Stdin::Text(_) => {
+        Stdin::Text(_) | Stdin::Open => {
             let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
             handover.send(read)?;
             Ok(Some(write.into()))
@@ -272,7 +391,7 @@ fn command_for(
     if handover.is_none() {
         command.stdin(match invocation.stdin {
             Stdin::Null => Stdio::null(),
-            Stdin::Text(_) => Stdio::piped(),
+            Stdin::Text(_) | Stdin::Open => Stdio::piped(),
         });
     }
     Ok((command, handover))
@@ -286,8 +405,8 @@ fn watch_child(
     cancel: &CancelToken,
     watch: &Watch,
     started: Instant,
-    stdout: &Capture,
-    stderr: &Capture,
+    (stdout, stderr): (&Capture, &Capture),
+    conversation_over: Option<&std::sync::atomic::AtomicBool>,
 ) -> End {
     // The leader's exit wakes the wait below at once through its pidfd; the
     // checks of cancellation, the deadline and the output run between
@@ -307,6 +426,9 @@ fn watch_child(
     loop {
         if leader_exited(pid) {
             return End::Exited;
+        }
+        if conversation_over.is_some_and(|over| over.load(std::sync::atomic::Ordering::SeqCst)) {
+            return End::Talked;
         }
         if cancel.is_cancelled() {
             return End::Cancelled;
@@ -328,7 +450,14 @@ fn watch_child(
 /// exited; SIGKILL after the grace) and reaps the leader: its exit code, or
 /// 128 + the signal that ended it, or -1 if the status could not be read.
 fn end_group(child: &mut std::process::Child, pid: Pid, end: End) -> i32 {
-    if end != End::Exited {
+    if end == End::Talked {
+        // Its stdin is closed: a child that exits on that is let go.
+        let grace_over = Instant::now() + TALK_GRACE;
+        while !leader_exited(pid) && Instant::now() < grace_over {
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+    if end != End::Exited && !leader_exited(pid) {
         let _ = kill_process_group(pid, Signal::TERM);
         let grace_over = Instant::now() + TERM_GRACE;
         while !leader_exited(pid) && Instant::now() < grace_over {
@@ -416,6 +545,7 @@ impl Capture {
         pipe: Option<impl Read + Send + 'static>,
         done: Sender<()>,
         tee: Option<PathBuf>,
+        mut heard: Option<Listener>,
     ) -> Self {
         let shared = Arc::new(Mutex::new(Captured::default()));
         let Some(mut pipe) = pipe else {
@@ -438,6 +568,9 @@ impl Capture {
                 match pipe.read(&mut buffer) {
                     Ok(0) => break,
                     Ok(read) => {
+                        if let Some(heard) = heard.as_mut() {
+                            heard(&buffer[..read]);
+                        }
                         let mut captured = writer.lock().unwrap_or_else(PoisonError::into_inner);
                         captured.total += read as u64;
                         captured.last = Some(Instant::now());
@@ -451,6 +584,8 @@ impl Capture {
                     Err(_) => break,
                 }
             }
+            // The listener hears the end of the stream.
+            drop(heard);
             let _ = done.send(());
         });
         Self { shared }
@@ -767,7 +902,7 @@ fn read_finished(
         report.park = parsed.park;
     }
     report.outcome = match finished.end {
-        End::Exited => enforce_budget(
+        End::Exited | End::Talked => enforce_budget(
             parsed.outcome,
             parsed.cost_micro_usd,
             request.budget_micro_usd,

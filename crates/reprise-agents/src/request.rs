@@ -152,6 +152,22 @@ pub trait Adapter: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether the adapter's `strategy` is still to be learned from its
+    /// agent (`learn_strategy`): an ACP agent's before its first handshake.
+    fn learns_strategy(&self) -> bool {
+        false
+    }
+
+    /// Learns from the agent, before a task's first attempt, what only the
+    /// agent can say: an ACP agent's declared session capabilities, which
+    /// are its `strategy`. Runs the agent under `request` (its cwd,
+    /// environment and supervision) for the handshake alone. Adapters whose
+    /// strategy is fixed start nothing; so does one that already learned.
+    fn learn_strategy(&self, request: &AttemptRequest, cancel: &CancelToken) -> Result<(), String> {
+        let _ = (request, cancel);
+        Ok(())
+    }
+
     /// Runs one attempt to completion (or timeout/cancel). Never panics on
     /// agent misbehaviour.
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport;

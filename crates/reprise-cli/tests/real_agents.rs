@@ -1892,3 +1892,202 @@ fn claude_that_cannot_save_its_session_retries_cold_saying_so() {
         .unwrap();
     assert_eq!(checkpoint["body"]["session_saved"], false, "{checkpoint}");
 }
+
+/// A one-task plan for Gemini CLI as an ACP agent (`gemini --acp`), its
+/// permission requests allowed for `allowed` (ACP tool kinds or names).
+fn acp_plan(task: &str, policy: &str, max_retries: u32, allowed: &str, gates: &[String]) -> String {
+    let gates: String = gates
+        .iter()
+        .map(|gate| format!("      - {gate}\n"))
+        .collect();
+    format!(
+        "version: 1\nname: real-acp\n\
+         agents: {{ acp: {{ command: [{gemini:?}, --acp], allowed_tools: [{allowed}] }} }}\n\
+         defaults: {{ agent: acp, max_retries: {max_retries}, timeout: 60s }}\n\
+         tasks:\n  - id: {task}\n    prompt: {PROMPT:?}\n    retry_policy: {policy}\n    allowed_paths: [@ASIDE@]\n    gates:\n{gates}",
+        gemini = Cli::Gemini.binary().display().to_string(),
+    )
+}
+
+/// The rows of `task`'s journal.
+fn journal_rows(project: &Project, task: &str) -> Vec<Value> {
+    project.reprise_json(&["journal", "show", task])["rows"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// What the agent printed on stderr in `attempt` of `task`, with the
+/// permission lines reprise adds.
+fn acp_stderr(project: &Project, ran: &Rehearsal, task: &str, attempt: u32) -> String {
+    let run_id = ran.json["run"]["run_id"].as_str().unwrap();
+    fs::read_to_string(project.root().join(format!(
+        ".reprise/runs/{run_id}/logs/{task}/{attempt}/agent.stderr"
+    )))
+    .unwrap_or_default()
+}
+
+/// A failed attempt, then a warm retry that loads the same ACP session
+/// (`session/load`, which Gemini CLI declares at `initialize`) and sends
+/// only the corrective instruction: its requests carry the earlier turns.
+/// Gemini CLI 0.61 in ACP mode starts a chat file for the session it loads
+/// named by the minute, emptying one of the same minute: the first
+/// attempt's gate waits for the next minute before it fails.
+#[test]
+fn acp_gemini_warm_retry_loads_the_same_session_with_only_the_instruction() {
+    let project = Project::new();
+    let next_minute = project.once("minute", "sleep $((61 - $(date +%-S)))", "true");
+    let gates = [
+        format!("{{ name: minute, run: {next_minute:?}, timeout: 90s }}"),
+        content_gate(),
+    ];
+    let ran = project.rehearse(
+        Cli::Gemini,
+        &acp_plan("greet", "warm", 1, "edit", &gates),
+        &two_attempt_scenario(Cli::Gemini, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "warm"], "{}", ran.describe());
+    let sessions = ran.sessions("greet");
+    assert!(!sessions[0].is_empty(), "{}", ran.describe());
+    assert_eq!(
+        sessions[0], sessions[1],
+        "the warm retry loaded the same session"
+    );
+    assert_eq!(
+        worktree_file(&project, &ran, "greet", "greeting.txt"),
+        "hello\n"
+    );
+    // What the agent declared is the capability, recorded when the task
+    // started and in the retry's decision.
+    let rows = journal_rows(&project, "greet");
+    let started = rows
+        .iter()
+        .find(|row| row["kind"] == "task.started")
+        .unwrap();
+    assert_eq!(started["body"]["capability"], "resume", "{started}");
+    assert_eq!(started["body"]["adapter"], "acp");
+    assert_eq!(decisions(&rows), [("warm".to_owned(), Value::Null)]);
+    // The retry's request carries the first attempt's turns, and only the
+    // corrective instruction as the new user turn.
+    let first = ran.body(&ran.turn_opener("greet", 1));
+    let retry = ran.body(&ran.turn_opener("greet", 2));
+    let instruction = ran.metadata(&project, "greet")["retry_corrective_instruction"]
+        .as_str()
+        .expect("the instruction is in the task's metadata")
+        .to_owned();
+    assert_eq!(
+        new_user_texts(Cli::Gemini, &retry),
+        std::slice::from_ref(&instruction)
+    );
+    assert!(items(Cli::Gemini, &retry).len() > items(Cli::Gemini, &first).len() + 1);
+    let history = serde_json::to_string(&items(Cli::Gemini, &retry)).unwrap();
+    assert!(
+        history.contains(PROMPT),
+        "the first prompt is in the history"
+    );
+    assert!(
+        history.contains("DONE: wrote greeting.txt"),
+        "so is the first reply"
+    );
+    // Each write was a permission the plan's `edit` allowed, recorded in
+    // the attempt's logs beside the streamed updates.
+    for attempt in [1, 2] {
+        let stderr = acp_stderr(&project, &ran, "greet", attempt);
+        assert!(
+            stderr.contains("reprise: permission for tool call")
+                && stderr
+                    .contains("allowed (proceed_once), as agents.acp.allowed_tools lists \"edit\""),
+            "attempt {attempt}: {stderr}"
+        );
+    }
+    let logs = project.reprise_json(&["logs", "greet"]);
+    assert!(
+        logs.to_string().contains("agent.stdout"),
+        "the streamed updates are kept: {logs}"
+    );
+}
+
+/// `retry_policy: cold` starts a new ACP session with the prompt rebuilt.
+#[test]
+fn acp_gemini_cold_retry_starts_a_new_session() {
+    let project = Project::new();
+    let ran = project.rehearse(
+        Cli::Gemini,
+        &acp_plan("greet", "cold", 1, "edit", &[content_gate()]),
+        &two_attempt_scenario(Cli::Gemini, "greet"),
+    );
+    ran.assert_ok();
+    assert_eq!(ran.modes("greet"), ["new", "cold"], "{}", ran.describe());
+    let sessions = ran.sessions("greet");
+    assert!(!sessions[0].is_empty() && !sessions[1].is_empty());
+    assert_ne!(sessions[0], sessions[1], "a cold retry is a new session");
+    // The retry opens with no model turn: none of the first session's.
+    let retry = ran.body(&ran.turn_opener("greet", 2));
+    assert!(
+        items(Cli::Gemini, &retry)
+            .iter()
+            .all(|item| item["role"] != "model"),
+        "the new session holds none of the first one's turns: {retry}"
+    );
+    assert_eq!(
+        worktree_file(&project, &ran, "greet", "greeting.txt"),
+        "hello\n"
+    );
+}
+
+/// A tool the plan does not list is refused when the agent asks: the write
+/// never happens, and the answer is in the attempt's logs. `run --check`
+/// shows what the agent declares at `initialize`.
+#[test]
+fn acp_gemini_permission_not_listed_is_rejected_and_recorded() {
+    let project = Project::new();
+    let plan = acp_plan("greet", "cold", 0, "execute", &[content_gate()]);
+    let ran = project.rehearse(
+        Cli::Gemini,
+        &plan,
+        &two_attempt_scenario(Cli::Gemini, "greet"),
+    );
+    assert!(!ran.ok(), "{}", ran.describe());
+    let stderr = acp_stderr(&project, &ran, "greet", 1);
+    assert!(
+        stderr.contains("kind \"edit\"")
+            && stderr.contains("rejected (")
+            && stderr.contains("): agents.acp.allowed_tools does not list it"),
+        "{stderr}"
+    );
+    assert_eq!(worktree_file(&project, &ran, "greet", "greeting.txt"), "");
+    let checked = project.reprise(&["run", "--check", "../plan.yaml"]);
+    let text = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        text.contains("[greet] agent acp: ")
+            && text.contains("gemini-cli 0.61.0; retry capability resume (warm by session/load, fork not declared)"),
+        "{text}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+/// An ACP agent whose model request hangs is sent `session/cancel` at the
+/// task's timeout, its process group killed, and nothing of it is left.
+#[test]
+fn acp_gemini_hanging_agent_is_timed_out_and_reaped() {
+    let project = Project::new();
+    let scenario = "rules:\n  - match: { task: stall }\n    reply: { hang: true }\n";
+    let plan = acp_plan("stall", "cold", 0, "edit", &[content_gate()])
+        .replace("timeout: 60s", "timeout: 10s");
+    let ran = project.rehearse(Cli::Gemini, &plan, scenario);
+    assert!(!ran.ok());
+    assert_eq!(ran.output.status.code(), Some(1));
+    let attempts = ran.attempts("stall");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["outcome"], "infra", "{}", ran.describe());
+    assert_eq!(attempts[0]["infra_kind"], "timeout");
+    assert_eq!(attempts[0]["judged"], false);
+    assert_eq!(ran.requests("stall").len(), 1, "the one request hung");
+    let homes = project.root().join(".reprise/runs");
+    assert_eq!(
+        processes_mentioning(&homes.to_string_lossy()),
+        Vec::<u32>::new(),
+        "no agent process outlives its attempt"
+    );
+}

@@ -37,7 +37,8 @@ pub struct GrantSet {
     /// The agent kind (`claude`, `codex`, ...): the role.
     pub agent: String,
     /// Tools the agent may use without asking (Claude Code's
-    /// `allowed_tools`), sorted and without repeats; empty for other agents.
+    /// `allowed_tools`, and the tools an ACP agent is allowed when it asks),
+    /// sorted and without repeats; empty for other agents.
     pub allowed_tools: Vec<String>,
     /// Globs the agent may change, sorted and without repeats; empty is
     /// everywhere.
@@ -55,11 +56,23 @@ fn sorted(items: &[String]) -> Vec<String> {
     items
 }
 
+/// The entry of `allowed_tools` that allows a tool an agent asks
+/// permission for, given the names the request calls it by (an ACP
+/// request's programmatic name, its kind such as `edit` or `execute`, its
+/// title): the first entry equal to one of them, compared as written.
+/// `None` means the request is rejected.
+pub fn allowing_entry<'a>(allowed_tools: &'a [String], names: &[&str]) -> Option<&'a str> {
+    allowed_tools
+        .iter()
+        .find(|entry| names.iter().any(|name| !name.is_empty() && name == entry))
+        .map(String::as_str)
+}
+
 /// The grant of `task` under `plan`.
 pub fn grant_of(task: &Task, plan: &Plan) -> GrantSet {
     let kind = task.agent.kind();
     let allowed_tools = match kind {
-        AgentKind::Claude => plan
+        AgentKind::Claude | AgentKind::Acp => plan
             .agent_settings(kind)
             .map(|settings| sorted(&settings.allowed_tools))
             .unwrap_or_default(),
@@ -146,6 +159,21 @@ pub fn narrowed(parked: &GrantSet, now: &GrantSet) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_is_allowed_only_by_an_entry_naming_it() {
+        let allowed = vec!["edit".to_owned(), "write_file".to_owned()];
+        assert_eq!(
+            allowing_entry(&allowed, &["write_file", "edit"]),
+            Some("edit")
+        );
+        assert_eq!(allowing_entry(&allowed, &["", "other", "WriteFile"]), None);
+        assert_eq!(
+            allowing_entry(&allowed, &["run_shell_command", "execute"]),
+            None
+        );
+        assert_eq!(allowing_entry(&[], &["edit"]), None);
+    }
     use crate::plan::parse_plan;
 
     fn set() -> GrantSet {

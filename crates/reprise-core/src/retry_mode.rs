@@ -62,6 +62,37 @@ pub enum Capability {
     None,
 }
 
+/// What an Agent Client Protocol agent declares at `initialize` about its
+/// sessions: `loadSession`, `sessionCapabilities.resume` and
+/// `sessionCapabilities.fork`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DeclaredSessions {
+    pub load: bool,
+    pub resume: bool,
+    pub fork: bool,
+}
+
+impl DeclaredSessions {
+    /// The strategy the declaration comes to: a session that can be
+    /// continued (loaded or resumed) and forked is `NativeForkable`, one
+    /// that can only be continued `Native`, any other `Unsupported`. A fork
+    /// alone is not enough for a fork retry: the decision's table has a
+    /// fork only beside a resume (a fork's session is resumed in its turn).
+    pub fn strategy(self) -> ResumeStrategy {
+        match (self.load || self.resume, self.fork) {
+            (true, true) => ResumeStrategy::NativeForkable,
+            (true, false) => ResumeStrategy::Native,
+            (false, _) => ResumeStrategy::Unsupported,
+        }
+    }
+
+    /// How a warm retry continues a session: `session/resume` where
+    /// declared (it replays nothing), else `session/load`.
+    pub fn continues_by_resume(self) -> bool {
+        self.resume
+    }
+}
+
 impl ResumeStrategy {
     pub fn capability(self) -> Capability {
         match self {
@@ -69,5 +100,42 @@ impl ResumeStrategy {
             Self::Native => Capability::Resume,
             Self::Unsupported => Capability::None,
         }
+    }
+}
+
+#[cfg(test)]
+mod declared_tests {
+    use super::*;
+
+    #[test]
+    fn an_acp_declaration_maps_onto_the_capability_table() {
+        let cases = [
+            ((false, false, false), Capability::None),
+            ((true, false, false), Capability::Resume),
+            ((false, true, false), Capability::Resume),
+            ((true, true, false), Capability::Resume),
+            ((true, false, true), Capability::Fork),
+            ((false, true, true), Capability::Fork),
+            ((false, false, true), Capability::None),
+        ];
+        for ((load, resume, fork), capability) in cases {
+            let declared = DeclaredSessions { load, resume, fork };
+            assert_eq!(declared.strategy().capability(), capability, "{declared:?}");
+        }
+        assert!(
+            DeclaredSessions {
+                load: true,
+                resume: true,
+                fork: false
+            }
+            .continues_by_resume()
+        );
+        assert!(
+            !DeclaredSessions {
+                load: true,
+                ..Default::default()
+            }
+            .continues_by_resume()
+        );
     }
 }

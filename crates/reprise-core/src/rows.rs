@@ -702,6 +702,11 @@ pub struct TaskStarted {
     pub envelope_micro_usd: Option<u64>,
     /// The policy its lifecycle runs under.
     pub lifecycle: crate::lifecycle::Policy,
+    /// The retry capability its adapter had when the task started: what
+    /// the adapter declares, or for an ACP agent what the agent declared
+    /// at `initialize`. Absent in rows written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<crate::retry::Capability>,
 }
 
 /// How an attempt ended (DESIGN.md section 7).

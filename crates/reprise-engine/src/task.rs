@@ -466,6 +466,7 @@ impl TaskRun<'_> {
             rollback: task.rollback_on_retry,
             snapshots: materialised.snapshots.is_some(),
         };
+        self.learn_strategy(&materialised.cwd);
         let started = TaskStarted {
             run_id: self.run_id.to_owned(),
             plan: self.plan.clone(),
@@ -477,6 +478,7 @@ impl TaskRun<'_> {
             max_retries: task.max_retries,
             envelope_micro_usd: self.envelope_micro_usd,
             lifecycle: policy,
+            capability: Some(self.adapter.strategy().capability()),
         };
         materialised.journal.append_row(&now_rfc3339(), &started)?;
         // From here on the journal is the engine's: anything else writing to
@@ -494,6 +496,55 @@ impl TaskRun<'_> {
             },
         };
         Executor::new(self, materialised, (next, previous), result)?.drive(&policy)
+    }
+
+    /// Lets the adapter learn what only its agent can say before the first
+    /// attempt (an ACP agent's declared sessions): the agent is started as
+    /// the first attempt will be, contained and supervised, for its
+    /// handshake alone. One that does not answer is said as a warning; its
+    /// retries start cold until an attempt's handshake says otherwise.
+    fn learn_strategy(&self, cwd: &Path) {
+        if !self.adapter.learns_strategy() {
+            return;
+        }
+        let tmp = self.state.attempt_tmp_dir(self.run_id, &self.task.id, 1);
+        let _ = fs::create_dir_all(&tmp);
+        let supervision = self.supervision(cwd, &tmp, true);
+        if supervision
+            .as_ref()
+            .is_some_and(|supervision| supervision.sandbox.is_some())
+        {
+            self.make_agent_state();
+        }
+        let mut env = self.task_env();
+        env.push(("TMPDIR".to_owned(), tmp.to_string_lossy().into_owned()));
+        if let Some(linkage) = self.linkage() {
+            env.extend(linkage.agent_env());
+        }
+        let request = reprise_agents::AttemptRequest {
+            task_id: self.task.id.clone(),
+            attempt: 1,
+            prompt: String::new(),
+            session: reprise_agents::SessionMode::New { session_id: None },
+            cwd: cwd.to_path_buf(),
+            timeout: self.task.timeout,
+            env,
+            bin: self.bin.clone(),
+            config_home: self.setup.config_home.clone(),
+            budget_micro_usd: None,
+            supervision,
+            watch: reprise_agents::Watch::default(),
+            model: None,
+        };
+        if let Err(problem) = self.adapter.learn_strategy(&request, self.cancel) {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!(
+                    "{} did not say what it can do with its sessions ({problem}); its retries start cold unless an attempt's handshake says otherwise",
+                    self.adapter.name()
+                ),
+            });
+        }
     }
 
     /// The files the task's gates are judged by, as its base has them, with

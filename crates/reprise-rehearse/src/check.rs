@@ -91,7 +91,7 @@ pub fn tools(client: Client) -> Option<&'static [&'static str]> {
             "list_mcp_resources",
             "read_mcp_resource",
         ]),
-        Client::Command => None,
+        Client::Command | Client::Acp => None,
     }
 }
 
@@ -101,6 +101,7 @@ fn client_name(client: Client) -> &'static str {
         Client::Codex => "codex",
         Client::Gemini => "gemini",
         Client::Command => "command",
+        Client::Acp => "acp",
     }
 }
 

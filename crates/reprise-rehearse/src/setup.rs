@@ -23,6 +23,13 @@ pub const CODEX_MODEL: &str = "gpt-5.5";
 /// [`client_setup`]) and no update checks or usage statistics.
 const GEMINI_SETTINGS: &str = "{\n  \"security\": { \"auth\": { \"selectedType\": \"gemini-api-key\" } },\n  \"general\": { \"disableAutoUpdate\": true, \"disableUpdateNag\": true },\n  \"privacy\": { \"usageStatisticsEnabled\": false }\n}\n";
 
+/// The same for Gemini CLI as an ACP agent (`gemini --acp`), with its
+/// session clean-up off: 0.61 in ACP mode starts each process under a
+/// session id of its own, and its start-up clean-up then deletes the chat
+/// files of the sessions it does not take for valid, the one a warm retry
+/// is to load among them.
+const GEMINI_ACP_SETTINGS: &str = "{\n  \"security\": { \"auth\": { \"selectedType\": \"gemini-api-key\" } },\n  \"general\": { \"disableAutoUpdate\": true, \"disableUpdateNag\": true, \"sessionRetention\": { \"enabled\": false } },\n  \"privacy\": { \"usageStatisticsEnabled\": false }\n}\n";
+
 /// The agent CLI a task runs, as far as rehearsal is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Client {
@@ -34,6 +41,10 @@ pub enum Client {
     Gemini,
     /// Any other command: given both base URLs and dummy keys.
     Command,
+    /// An Agent Client Protocol agent (which may be built on any of the
+    /// three APIs): every base URL the server speaks, a dummy key for each,
+    /// its own `HOME`, and Gemini CLI's settings there (API-key auth).
+    Acp,
 }
 
 /// The environment, config home and files for one task's agent.
@@ -116,6 +127,22 @@ pub fn client_setup(client: Client, server: &str, task: &str, home: &Path) -> Cl
             ],
             config_home: None,
             files: Vec::new(),
+        },
+        Client::Acp => ClientSetup {
+            env: vec![
+                home_var,
+                ("ANTHROPIC_BASE_URL".to_owned(), base.clone()),
+                ("ANTHROPIC_API_KEY".to_owned(), DUMMY_KEY.to_owned()),
+                ("OPENAI_BASE_URL".to_owned(), format!("{base}/v1")),
+                ("OPENAI_API_KEY".to_owned(), DUMMY_KEY.to_owned()),
+                ("GOOGLE_GEMINI_BASE_URL".to_owned(), base),
+                ("GEMINI_API_KEY".to_owned(), DUMMY_KEY.to_owned()),
+            ],
+            config_home: None,
+            files: vec![(
+                home.join(".gemini/settings.json"),
+                GEMINI_ACP_SETTINGS.to_owned(),
+            )],
         },
     }
 }
@@ -218,5 +245,29 @@ mod tests {
         );
         assert_eq!(value(&setup, "HOME"), None);
         assert_eq!(setup.config_home, None);
+    }
+
+    #[test]
+    fn an_acp_agent_gets_every_api_and_its_own_home() {
+        let home = Path::new("/h");
+        let setup = client_setup(Client::Acp, "http://127.0.0.1:9", "t", home);
+        assert_eq!(value(&setup, "HOME"), Some("/h"));
+        assert_eq!(
+            value(&setup, "ANTHROPIC_BASE_URL"),
+            Some("http://127.0.0.1:9/t/t")
+        );
+        assert_eq!(
+            value(&setup, "OPENAI_BASE_URL"),
+            Some("http://127.0.0.1:9/t/t/v1")
+        );
+        assert_eq!(
+            value(&setup, "GOOGLE_GEMINI_BASE_URL"),
+            Some("http://127.0.0.1:9/t/t")
+        );
+        for key in ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"] {
+            assert_eq!(value(&setup, key), Some(DUMMY_KEY), "{key}");
+        }
+        assert_eq!(setup.config_home, None);
+        assert_eq!(setup.files[0].0, home.join(".gemini/settings.json"));
     }
 }

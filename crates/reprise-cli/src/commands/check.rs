@@ -356,6 +356,7 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
     let path_var = settings.path_var.as_deref().map(OsStr::new);
     clashing_args(plan_path, plan, &mut findings);
     let mut probed: Vec<(AgentKind, Result<String, String>)> = Vec::new();
+    let mut acp_probed: Option<Result<String, String>> = None;
     for task in plan.tasks() {
         let id = task.id.as_str();
         let kind = task.agent.kind();
@@ -404,6 +405,18 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
             TaskAgent::Sim { .. } => {
                 findings.lines.push(format!("[{id}] agent sim: built in"));
             }
+            TaskAgent::Acp => {
+                let found = acp_agent(plan, (&project, path_var), probe, &mut acp_probed);
+                match found {
+                    Ok(found) => {
+                        findings.lines.push(format!("[{id}] agent acp: {found}"));
+                        findings
+                            .json
+                            .push(json!({"task": id, "agent": "acp", "found": found}));
+                    }
+                    Err(problem) => findings.problems.push(format!("task {id}: {problem}")),
+                }
+            }
         }
         for gate in &task.gates {
             if let GateCheck::Run { command, .. } = &gate.check {
@@ -420,6 +433,77 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
         }
     }
     findings
+}
+
+/// Where the ACP agent's program is and, when `probe`, what it declares
+/// at `initialize` (its name and version, and the retry capability that
+/// follows), asked once: the agent is started in the project, uncontained
+/// as a version probe is, and ended after its handshake.
+fn acp_agent(
+    plan: &Plan,
+    (project, path_var): (&Path, Option<&OsStr>),
+    probe: bool,
+    probed: &mut Option<Result<String, String>>,
+) -> Result<String, String> {
+    if let Some(found) = probed {
+        return found.clone();
+    }
+    let settings = plan.agent_settings(AgentKind::Acp);
+    let command = settings.map(|s| s.command.clone()).unwrap_or_default();
+    let found = match command.first() {
+        None => {
+            Err("agent acp has no command; set agents.acp.command, e.g. [gemini, --acp]".to_owned())
+        }
+        Some(name) => match find_program(name, project, path_var) {
+            None => Err(format!(
+                "agents.acp.command runs `{name}`, which is not an executable file or not on PATH; install it, or fix agents.acp.command"
+            )),
+            Some(program) if !probe => Ok(program.display().to_string()),
+            Some(program) => Ok(acp_handshake(settings, project, path_var).map_or_else(
+                |problem| format!("{} (no handshake: {problem})", program.display()),
+                |said| format!("{} ({said})", program.display()),
+            )),
+        },
+    };
+    *probed = Some(found.clone());
+    found
+}
+
+/// What the plan's ACP agent says at `initialize`, in a line.
+fn acp_handshake(
+    settings: Option<&reprise_core::plan::AgentSettings>,
+    project: &Path,
+    path_var: Option<&OsStr>,
+) -> Result<String, String> {
+    use reprise_agents::{AcpAdapter, AttemptRequest, CancelToken, SessionMode};
+    let settings = settings.cloned().unwrap_or_default();
+    let mut env: Vec<(String, String)> = path_var
+        .map(|path| ("PATH".to_owned(), path.to_string_lossy().into_owned()))
+        .into_iter()
+        .collect();
+    env.extend(reprise_agents::passed_env(&settings.pass_env));
+    env.extend(settings.env.clone());
+    let adapter = AcpAdapter::new(settings.command.clone()).with_args(settings.args);
+    let request = AttemptRequest {
+        task_id: reprise_core::TaskId::parse("check").map_err(|err| err.to_string())?,
+        attempt: 1,
+        prompt: String::new(),
+        session: SessionMode::New { session_id: None },
+        cwd: project.to_path_buf(),
+        timeout: std::time::Duration::from_secs(30),
+        env,
+        bin: None,
+        config_home: None,
+        budget_micro_usd: None,
+        supervision: None,
+        watch: reprise_agents::Watch::default(),
+        model: None,
+    };
+    let said = adapter.handshake(&request, &CancelToken::new())?;
+    Ok(match &said.agent {
+        Some(agent) => format!("{agent}; {}", said.describe()),
+        None => said.describe(),
+    })
 }
 
 /// Looks for the program `what` starts and records what was found.

@@ -175,6 +175,7 @@ fn client_for(kind: AgentKind) -> Option<Client> {
         AgentKind::Codex => Some(Client::Codex),
         AgentKind::Command => Some(Client::Command),
         AgentKind::Gemini => Some(Client::Gemini),
+        AgentKind::Acp => Some(Client::Acp),
         AgentKind::Sim => None,
     }
 }

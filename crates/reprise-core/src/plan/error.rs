@@ -160,6 +160,10 @@ pub enum PlanErrorKind {
     )]
     CommandMissing,
     #[error(
+        "agent acp needs the agent's command; add agents: {{acp: {{command: [gemini, --acp]}}}} with the program that speaks ACP on its stdio, then its arguments"
+    )]
+    AcpCommandMissing,
+    #[error(
         "{name:?} is not a variable name an agent can get; use letters, digits and _ (not starting with a digit, and not REPRISE_*)"
     )]
     InvalidEnvName { name: String },

@@ -214,16 +214,20 @@ pub enum AgentKind {
     Command,
     /// The built-in scripted agent.
     Sim,
+    /// Any agent that speaks the Agent Client Protocol over stdio, run as
+    /// `agents.acp.command`.
+    Acp,
 }
 
 impl AgentKind {
     /// Every agent kind, in the order the plan documentation lists them.
-    pub const ALL: [AgentKind; 5] = [
+    pub const ALL: [AgentKind; 6] = [
         AgentKind::Claude,
         AgentKind::Codex,
         AgentKind::Gemini,
         AgentKind::Command,
         AgentKind::Sim,
+        AgentKind::Acp,
     ];
 
     /// The name used in plans and records.
@@ -234,6 +238,7 @@ impl AgentKind {
             AgentKind::Gemini => "gemini",
             AgentKind::Command => "command",
             AgentKind::Sim => "sim",
+            AgentKind::Acp => "acp",
         }
     }
 }
@@ -264,6 +269,9 @@ pub enum TaskAgent {
         /// One step per attempt, the last one repeating; never empty.
         script: Vec<SimStep>,
     },
+    /// An Agent Client Protocol agent; its argv is the plan's
+    /// `agents.acp.command` (never empty: the plan is refused without it).
+    Acp,
 }
 
 impl TaskAgent {
@@ -275,6 +283,7 @@ impl TaskAgent {
             TaskAgent::Gemini => AgentKind::Gemini,
             TaskAgent::Command { .. } => AgentKind::Command,
             TaskAgent::Sim { .. } => AgentKind::Sim,
+            TaskAgent::Acp => AgentKind::Acp,
         }
     }
 }
@@ -300,6 +309,8 @@ pub struct AgentSettings {
     /// Variables of reprise's own environment this agent's process gets
     /// besides the allow-list (never its gates).
     pub pass_env: Vec<String>,
+    /// The agent's program and arguments (`agents.acp.command`); acp only.
+    pub command: Vec<String>,
 }
 
 /// One attempt of the `sim` agent.

@@ -46,6 +46,9 @@ const COMMAND_SETTINGS_KEYS: &[&str] = &["bin", "env", "pass_env"];
 const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env"];
 /// Claude Code also takes the tools it may use without asking.
 const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env", "allowed_tools"];
+/// An ACP agent takes its argv, extra arguments, environment, and the
+/// tools whose permission requests are allowed.
+const ACP_SETTINGS_KEYS: &[&str] = &["command", "args", "env", "pass_env", "allowed_tools"];
 const DEFAULTS_KEYS: &[&str] = &[
     "agent",
     "retry_policy",
@@ -108,7 +111,7 @@ const GATE_KEYS: &[&str] = &[
 ];
 
 // Names and values in the same order; a test checks them against `as_str`.
-const AGENT_NAMES: &[&str] = &["claude", "codex", "gemini", "command", "sim"];
+const AGENT_NAMES: &[&str] = &["claude", "codex", "gemini", "command", "sim", "acp"];
 const RETRY_POLICY_NAMES: &[&str] = &["warm", "fork", "cold", "auto"];
 const RETRY_POLICIES: [RetryPolicy; 4] = [
     RetryPolicy::Warm,
@@ -256,6 +259,7 @@ impl Reader<'_> {
         };
         let tasks_node = self.required(&fields, "tasks", "add tasks: with at least one task")?;
         let tasks = self.tasks(tasks_node, &defaults, budget_micro_usd)?;
+        self.acp_tasks_have_a_command(tasks_node, &tasks, &agents)?;
         Ok(Plan {
             name,
             seats,
@@ -355,6 +359,10 @@ impl Reader<'_> {
                 Some(node) => self.pass_env(node, &settings.path_of("pass_env"))?,
                 None => Vec::new(),
             };
+            let command = match settings.get("command") {
+                Some(node) => self.acp_command(node, &settings.path_of("command"))?,
+                None => Vec::new(),
+            };
             agents.insert(
                 kind,
                 AgentSettings {
@@ -365,10 +373,63 @@ impl Reader<'_> {
                     args_at,
                     env,
                     pass_env,
+                    command,
                 },
             );
         }
         Ok(agents)
+    }
+
+    /// `agents.acp.command`: the agent's program and arguments, a list
+    /// (no shell: an ACP agent talks on the program's own stdio).
+    fn acp_command(&self, node: &Node, path: &str) -> Result<Vec<String>> {
+        let items = self.seq(
+            node,
+            path,
+            "a list of strings (the agent's program, then its arguments, e.g. [gemini, --acp])",
+        )?;
+        let Some(program) = items.first() else {
+            return Err(self.error(&node.mark, path, PlanErrorKind::AcpCommandMissing));
+        };
+        self.non_empty_string(program, &item_path(path, 0))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| self.string(item, &item_path(path, index)))
+            .collect()
+    }
+
+    /// Every task whose agent is `acp` needs `agents.acp.command`: the
+    /// first one without is refused at its `agent` (or its item).
+    fn acp_tasks_have_a_command(
+        &self,
+        tasks_node: &Node,
+        tasks: &[Task],
+        agents: &BTreeMap<AgentKind, AgentSettings>,
+    ) -> Result<()> {
+        let has_command = agents
+            .get(&AgentKind::Acp)
+            .is_some_and(|settings| !settings.command.is_empty());
+        if has_command {
+            return Ok(());
+        }
+        let Some(index) = tasks.iter().position(|task| task.agent == TaskAgent::Acp) else {
+            return Ok(());
+        };
+        let items = self.seq(tasks_node, "tasks", "a list of tasks")?;
+        let item = &items[index];
+        let mark = match &item.kind {
+            Kind::Map(entries) => entries
+                .iter()
+                .find(|entry| entry.key == "agent")
+                .map_or(&item.mark, |entry| &entry.value.mark),
+            _ => &item.mark,
+        };
+        Err(self.error(
+            mark,
+            &format!("{}.agent", item_path("tasks", index)),
+            PlanErrorKind::AcpCommandMissing,
+        ))
     }
 
     /// `env:`, a mapping of variable names to string values. reprise's own
@@ -735,7 +796,7 @@ impl Reader<'_> {
         let fields = self.fields(node, path, NEEDS_CONTEXT_KEYS)?;
         if let Some(node) = fields.get("model") {
             let model_path = fields.path_of("model");
-            if matches!(agent, AgentKind::Command | AgentKind::Sim) {
+            if matches!(agent, AgentKind::Command | AgentKind::Sim | AgentKind::Acp) {
                 return Err(self.error(
                     &node.mark,
                     &model_path,
@@ -764,7 +825,7 @@ impl Reader<'_> {
                 fields.mark,
                 &fields.path_of("agent"),
                 PlanErrorKind::MissingKey {
-                    hint: "set agent (claude, codex, gemini, command or sim) here or in defaults.agent",
+                    hint: "set agent (claude, codex, gemini, command, sim or acp) here or in defaults.agent",
                 },
             ));
         };
@@ -810,6 +871,7 @@ impl Reader<'_> {
                     None => vec![SimStep::default()],
                 },
             },
+            AgentKind::Acp => TaskAgent::Acp,
         })
     }
 
@@ -1133,6 +1195,7 @@ fn agent_settings_keys(kind: AgentKind) -> &'static [&'static str] {
         AgentKind::Codex | AgentKind::Gemini => CLI_SETTINGS_KEYS,
         AgentKind::Command => COMMAND_SETTINGS_KEYS,
         AgentKind::Sim => AGENT_SETTINGS_KEYS,
+        AgentKind::Acp => ACP_SETTINGS_KEYS,
     }
 }
 

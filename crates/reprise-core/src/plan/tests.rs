@@ -357,7 +357,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\nagents:\n  clade: { bin: /x }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
             4,
             "agents",
-            "unknown key \"clade\"; did you mean \"claude\"? (expected one of claude, codex, gemini, command, sim)",
+            "unknown key \"clade\"; did you mean \"claude\"? (expected one of claude, codex, gemini, command, sim, acp)",
         ),
         bad(
             "key given twice",
@@ -374,11 +374,39 @@ fn bad_plans() -> Vec<Bad> {
             "required key is missing; add prompt:",
         ),
         bad(
+            "agent acp without agents.acp.command",
+            "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: acp\n",
+            6,
+            "tasks[0].agent",
+            "agent acp needs the agent's command; add agents: {acp: {command: [gemini, --acp]}}",
+        ),
+        bad(
+            "an empty agents.acp.command",
+            "version: 1\nname: t\nagents:\n  acp: { command: [] }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+            4,
+            "agents.acp.command",
+            "agent acp needs the agent's command",
+        ),
+        bad(
+            "agents.acp.command as a shell line",
+            "version: 1\nname: t\nagents:\n  acp: { command: \"gemini --acp\" }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+            4,
+            "agents.acp.command",
+            "e.g. [gemini, --acp]",
+        ),
+        bad(
+            "a model for agent acp",
+            "version: 1\nname: t\nagents:\n  acp: { model: m, command: [x] }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+            4,
+            "agents.acp",
+            "unknown key \"model\"",
+        ),
+        bad(
             "missing agent and no default",
             "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n",
             4,
             "tasks[0].agent",
-            "set agent (claude, codex, gemini, command or sim) here or in defaults.agent",
+            "set agent (claude, codex, gemini, command, sim or acp) here or in defaults.agent",
         ),
         // ---- version ----
         bad(
@@ -780,7 +808,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\ntasks:\n  - id: a\n    prompt: p\n    agent: clade\n",
             6,
             "tasks[0].agent",
-            "unknown agent \"clade\"; did you mean \"claude\"? (expected one of claude, codex, gemini, command, sim)",
+            "unknown agent \"clade\"; did you mean \"claude\"? (expected one of claude, codex, gemini, command, sim, acp)",
         ),
         bad(
             "unknown default agent",
@@ -1411,4 +1439,24 @@ fn a_run_gate_protects_the_globs_it_names() {
     let gates = &plan.tasks()[0].gates;
     assert_eq!(gates[0].protect, ["tests/**", "data/expected.txt"]);
     assert!(gates[1].protect.is_empty());
+}
+
+#[test]
+fn an_acp_agent_takes_its_command_args_env_and_allowed_tools() {
+    let plan = parse_plan(
+        "version: 1\nname: t\nagents:\n  acp:\n    command: [gemini, --acp]\n    args: [--debug]\n    env: { GEMINI_API_KEY: k }\n    pass_env: [HTTPS_PROXY]\n    allowed_tools: [edit, write_file]\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+        "plan.yaml",
+    )
+    .expect("a valid plan");
+    assert_eq!(plan.tasks()[0].agent, TaskAgent::Acp);
+    assert_eq!(plan.tasks()[0].agent.kind().as_str(), "acp");
+    let settings = plan.agent_settings(AgentKind::Acp).expect("acp settings");
+    assert_eq!(settings.command, ["gemini", "--acp"]);
+    assert_eq!(settings.args, ["--debug"]);
+    assert_eq!(
+        settings.env.get("GEMINI_API_KEY").map(String::as_str),
+        Some("k")
+    );
+    assert_eq!(settings.pass_env, ["HTTPS_PROXY"]);
+    assert_eq!(settings.allowed_tools, ["edit", "write_file"]);
 }

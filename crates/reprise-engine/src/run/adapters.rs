@@ -1,13 +1,14 @@
-//! Each task's agent adapter, built from the plan: one per agent CLI for the
-//! whole run, the plan's binary, model, arguments and environment for it.
+//! Each task's agent adapter, built from the plan: one per agent CLI (and
+//! one for the ACP agent) for the whole run, the plan's binary, model,
+//! arguments and environment for it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use reprise_agents::{
-    Adapter, ClaudeAdapter, CliOptions, CodexAdapter, CommandAdapter, GeminiAdapter, SimAdapter,
-    SimStep,
+    AcpAdapter, Adapter, ClaudeAdapter, CliOptions, CodexAdapter, CommandAdapter, GeminiAdapter,
+    SimAdapter, SimStep,
 };
 use reprise_core::TaskId;
 use reprise_core::plan::{AgentKind, Plan, Task, TaskAgent};
@@ -26,11 +27,13 @@ pub(crate) fn adapters_of(
         .iter()
         .map(|task| {
             let adapter = match &task.agent {
-                TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini => Arc::clone(
-                    cli_adapters
-                        .entry(task.agent.kind())
-                        .or_insert_with(|| adapter_for(task, plan, state)),
-                ),
+                TaskAgent::Claude | TaskAgent::Codex | TaskAgent::Gemini | TaskAgent::Acp => {
+                    Arc::clone(
+                        cli_adapters
+                            .entry(task.agent.kind())
+                            .or_insert_with(|| adapter_for(task, plan, state)),
+                    )
+                }
                 TaskAgent::Command { .. } | TaskAgent::Sim { .. } => adapter_for(task, plan, state),
             };
             (task.id.clone(), adapter)
@@ -81,6 +84,19 @@ fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
         }
         TaskAgent::Gemini => {
             Arc::new(GeminiAdapter::new().with_options(cli_options(plan, AgentKind::Gemini)))
+        }
+        TaskAgent::Acp => {
+            let settings = plan.agent_settings(AgentKind::Acp);
+            Arc::new(
+                AcpAdapter::new(settings.map(|s| s.command.clone()).unwrap_or_default())
+                    .with_args(settings.map(|s| s.args.clone()).unwrap_or_default())
+                    .with_env(agent_env(plan, AgentKind::Acp))
+                    .with_allowed_tools(
+                        settings
+                            .map(|s| s.allowed_tools.clone())
+                            .unwrap_or_default(),
+                    ),
+            )
         }
     }
 }
