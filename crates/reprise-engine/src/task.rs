@@ -503,7 +503,7 @@ impl TaskRun<'_> {
     /// the first attempt will be, contained and supervised, for its
     /// handshake alone. One that does not answer is said as a warning; its
     /// retries start cold until an attempt's handshake says otherwise.
-    fn learn_strategy(&self, cwd: &Path) {
+    pub(super) fn learn_strategy(&self, cwd: &Path) {
         if !self.adapter.learns_strategy() {
             return;
         }

@@ -365,3 +365,63 @@ fn a_park_cut_before_its_agent_checkpoint_is_completed_and_resumes() {
         stdout(&verified)
     );
 }
+
+/// An ACP agent's run killed mid-attempt (after its session was recorded)
+/// is continued warm in that session, as a CLI adapter's is: the continued
+/// process hears what the agent declares (here `loadSession`, from the
+/// scripted peer) before it decides the retry, instead of going cold for
+/// want of a handshake.
+#[test]
+fn an_acp_agent_s_run_killed_mid_attempt_is_continued_warm_in_its_session() {
+    let env = git_env();
+    let peer = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../reprise-agents/testdata/acp/peer.js")
+        .canonicalize()
+        .unwrap();
+    let plan = write_plan(
+        &env,
+        "acp",
+        &format!(
+            r#"
+version: 1
+name: acp
+agents:
+  acp:
+    command: [node, "{peer}"]
+    env: {{ PEER_DECLARE: '{{"loadSession": true}}', PEER_TOOL_KIND: edit }}
+    allowed_tools: [edit]
+tasks:
+  - id: t
+    agent: acp
+    prompt: p
+    retry_policy: warm
+    max_retries: 2
+    gates: [ {{ name: loaded, result_matches: "session/load" }} ]
+"#,
+            peer = peer.display()
+        ),
+    );
+    let cut = env
+        .command(&["run", &plan, "--json"])
+        .env("REPRISE_TEST_CRASH_AT", "t/task.checkpoint#1")
+        .output()
+        .unwrap();
+    assert_eq!(cut.status.signal(), Some(9), "{}", stderr(&cut));
+    let run_id = json_of(&env.run(&["status", "--json"]))["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let continued = env.run(&["run", "--continue", &run_id, "--json"]);
+    assert_success(&continued);
+    let continued = json_of(&continued);
+    let task = &continued["tasks"][0];
+    assert_eq!(task["state"], "passed", "{continued}");
+    let modes: Vec<&str> = task["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["new", "warm"], "{continued}");
+    assert_success(&env.run(&["journal", "verify", "t"]));
+}

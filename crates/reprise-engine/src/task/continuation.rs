@@ -313,6 +313,9 @@ impl TaskRun<'_> {
         // directory): as it was, or from the task's base when a park
         // removed it (the park's snapshot then restores its files).
         let mut materialised = self.materialise(result)?;
+        // An adapter that learns its strategy from its agent (ACP) has not
+        // heard it in this process yet: before any retry is decided.
+        self.learn_strategy(&materialised.cwd);
         let found = Found {
             key,
             taken: taken_up(&rows),
