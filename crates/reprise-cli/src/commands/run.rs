@@ -329,20 +329,22 @@ pub(crate) fn continue_run(
     keep_worktrees: bool,
 ) -> Result<Outcome, CliError> {
     reprise_core::check_run_id(run_id).map_err(|err| CliError::usage(err.to_string()))?;
+    let given = fleet.is_some();
     let url = fleet.or_else(|| settings.database_url.clone());
     let fleet = match settings.state() {
-        Ok(state) => crate::commands::fleet::recorded_fleet(&state, run_id, url.clone())?,
+        Ok(state) => crate::commands::fleet::recorded_fleet(&state, run_id, url)?,
         Err(_) => None,
     };
-    match (&fleet, url) {
+    match &fleet {
         // A fleet that does not answer is refused before anything is written.
-        (Some(target), _) => crate::commands::fleet::check_reachable(&target.url)?,
-        (None, Some(_)) => {
+        Some(target) => crate::commands::fleet::check_reachable(&target.url)?,
+        // REPRISE_DATABASE_URL set for other commands does not matter here.
+        None if given => {
             return Err(CliError::usage(format!(
                 "run {run_id} did not run on a fleet; continue it without --fleet"
             )));
         }
-        (None, None) => {}
+        None => {}
     }
     let prepared = prepare_continue(settings, run_id, resume, None)?;
     let run = execute(

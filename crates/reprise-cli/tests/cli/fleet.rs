@@ -785,3 +785,55 @@ fn a_stopped_fleet_run_stops_its_workers_tasks_and_is_continued_on_the_fleet() {
     }
     assert_success(&env.run(&["audit", "verify"]));
 }
+
+/// `run --continue` of a run that never ran on a fleet: `--fleet` is
+/// refused in one line with nothing written, and `REPRISE_DATABASE_URL`
+/// set for other commands changes nothing: the run goes on locally.
+#[test]
+fn a_local_run_is_continued_locally_whatever_the_environment_names() {
+    let env = Env::new();
+    let dir = env.temp.path().to_path_buf();
+    let (started, pid, go) = (dir.join("started"), dir.join("pid"), dir.join("go"));
+    project_with_remote(
+        &env,
+        &format!(
+            "version: 1\nname: local\ndefaults: {{ agent: command, timeout: 2m, containment: \"off\" }}\ntasks:\n  - {{ id: only, prompt: p, command: {} }}\n",
+            waiting_agent(&started, &pid, &go)
+        ),
+    );
+    let run = env
+        .command(&["run", "plan.yaml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || started.exists()),
+        "the agent never started"
+    );
+    assert_exit(&signal_and_wait(run, "-INT"), 130);
+    let run_id = only_run_id(&env);
+    let before = env.snapshot();
+    let refused = env.run(&[
+        "run",
+        "--continue",
+        &run_id,
+        "--fleet",
+        "postgres://postgres@127.0.0.1:1/none",
+    ]);
+    assert_exit(&refused, 2);
+    assert_eq!(stderr(&refused).lines().count(), 1, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("did not run on a fleet"));
+    assert_eq!(env.snapshot(), before, "a refused continue wrote something");
+    fs::write(&go, "").unwrap();
+    let continued = env
+        .command(&["run", "--continue", &run_id, "--json"])
+        .env(
+            "REPRISE_DATABASE_URL",
+            "postgres://postgres@127.0.0.1:1/none",
+        )
+        .output()
+        .unwrap();
+    assert_exit(&continued, 0);
+    assert_eq!(json_of(&continued)["tasks"][0]["state"], "passed");
+}
