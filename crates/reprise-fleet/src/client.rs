@@ -138,6 +138,10 @@ impl FleetClient {
         self.block(async |fleet| fleet.collect(run, after, limit).await)
     }
 
+    pub fn collect_task(&self, run: &str, task: &str, through: i64) -> Result<Vec<Collected>> {
+        self.block(async |fleet| fleet.collect_task(run, task, through).await)
+    }
+
     pub fn prune(&self, run: &str, through: i64) -> Result<()> {
         self.block(async |fleet| fleet.prune(run, through).await)
     }

@@ -29,6 +29,25 @@ use crate::types::{
     TaskStatus, Timings, WorkerStatus,
 };
 
+/// A collect's select of `$table` (`$columns`, one of the two lists below)
+/// for `run_id = $1`, positions `$2 < position <= $3`, `$of` (on `$4`),
+/// in position order, at most `$5`.
+macro_rules! collect_sql {
+    ($table:literal, ROW_COLUMNS, $of:literal) => {
+        collect_sql!(@ $table, "position, task_id, lease_epoch, seq, bytes", $of)
+    };
+    ($table:literal, OUTCOME_COLUMNS, $of:literal) => {
+        collect_sql!(@ $table, "position, task_id, lease_epoch, kind, holder, body", $of)
+    };
+    (@ $table:literal, $columns:literal, $of:literal) => {
+        concat!(
+            "select ", $columns, " from reprise_fleet.", $table,
+            " where run_id = $1 and position > $2 and position <= $3 and ", $of,
+            " order by position limit $5"
+        )
+    };
+}
+
 /// A connection pool to the fleet's database and the timings it runs by.
 #[derive(Debug, Clone)]
 pub struct Fleet {
@@ -473,7 +492,44 @@ impl Fleet {
     /// What run `run` has collected past `after`, in order, at most `limit`
     /// items: shipped rows and lease outcomes.
     pub async fn collect(&self, run: &str, after: i64, limit: u32) -> Result<Vec<Collected>> {
+        self.collect_where(run, None, (after, i64::MAX), limit)
+            .await
+    }
+
+    /// Everything shipped for task `task` of run `run` up to position
+    /// `through`, in order: one task's history, read without the others'.
+    pub async fn collect_task(
+        &self,
+        run: &str,
+        task: &str,
+        through: i64,
+    ) -> Result<Vec<Collected>> {
+        self.collect_where(run, Some(task), (0, through), u32::MAX)
+            .await
+    }
+
+    /// The run's items (of one task, when given) with positions in
+    /// `after < position <= through`, at most `limit`.
+    async fn collect_where(
+        &self,
+        run: &str,
+        task: Option<&str>,
+        (after, through): (i64, i64),
+        limit: u32,
+    ) -> Result<Vec<Collected>> {
         let limit = i64::from(limit.max(1));
+        // $4, the task, is null for the whole run.
+        let (rows_sql, outcomes_sql) = if task.is_some() {
+            (
+                collect_sql!("shipped_rows", ROW_COLUMNS, "task_id = $4"),
+                collect_sql!("outcomes", OUTCOME_COLUMNS, "task_id = $4"),
+            )
+        } else {
+            (
+                collect_sql!("shipped_rows", ROW_COLUMNS, "$4::text is null"),
+                collect_sql!("outcomes", OUTCOME_COLUMNS, "$4::text is null"),
+            )
+        };
         self.retried(async || {
             // Both lists from one snapshot: read apart, a row committed
             // between the two reads would be missing from the first while
@@ -483,26 +539,20 @@ impl Fleet {
             sqlx::query("set transaction isolation level repeatable read, read only")
                 .execute(&mut *tx)
                 .await?;
-            let rows = sqlx::query(
-                "select position, task_id, lease_epoch, seq, bytes from reprise_fleet.shipped_rows
-                 where run_id = $1 and position > $2 order by position limit $3",
-            )
-            .bind(run)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-            let outcomes = sqlx::query(
-                "select position, task_id, lease_epoch, kind, holder, body from reprise_fleet.outcomes
-                 where run_id = $1 and position > $2 order by position limit $3",
-            )
-            .bind(run)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
+            let mut lists = Vec::with_capacity(2);
+            for sql in [rows_sql, outcomes_sql] {
+                let list = sqlx::query(sql)
+                    .bind(run)
+                    .bind(after)
+                    .bind(through)
+                    .bind(task)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                lists.push(list);
+            }
             tx.commit().await?;
-            Ok(merge(&rows, &outcomes, limit as usize))
+            Ok(merge(&lists[0], &lists[1], limit as usize))
         })
         .await
     }

@@ -897,3 +897,46 @@ fn a_collector_reading_under_concurrent_writes_never_skips_a_position() -> Resul
     assert!(last >= 450 + 200, "{last}");
     Ok(())
 }
+
+/// One task's history: its rows and outcomes only, up to a position, in
+/// order (what a continued coordinator replays for a task it attaches to).
+#[test]
+fn a_task_s_history_is_its_own_items_up_to_a_position() -> Result<()> {
+    let (_database, client) = fleet(quick())?;
+    client.submit(RUN, "a", &json!({}), &Affinity::Any)?;
+    client.submit(RUN, "b", &json!({}), &Affinity::Any)?;
+    let leases = client.claim("w", 2)?;
+    for seq in 0..3 {
+        for lease in &leases {
+            client.ship(&lease.key, &[row(seq)])?;
+        }
+    }
+    let a = leases
+        .iter()
+        .find(|lease| lease.key.task_id == "a")
+        .expect("a");
+    client.complete(&a.key, &json!({"done": true}))?;
+    let everything = client.collect(RUN, 0, 100)?;
+    let of_a: Vec<i64> = everything
+        .iter()
+        .filter(|item| match item {
+            Collected::Row { task_id, .. } | Collected::Outcome { task_id, .. } => task_id == "a",
+        })
+        .map(Collected::position)
+        .collect();
+    assert_eq!(of_a.len(), 4);
+    let history: Vec<i64> = client
+        .collect_task(RUN, "a", i64::MAX)?
+        .iter()
+        .map(Collected::position)
+        .collect();
+    assert_eq!(history, of_a);
+    let through = of_a[1];
+    let early: Vec<i64> = client
+        .collect_task(RUN, "a", through)?
+        .iter()
+        .map(Collected::position)
+        .collect();
+    assert_eq!(early, of_a[..2].to_vec());
+    Ok(())
+}

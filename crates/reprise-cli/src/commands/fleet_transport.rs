@@ -115,12 +115,10 @@ impl Transport for PgTransport {
         let delivered = routes.delivered;
         let earlier: Vec<Report> = self
             .client
-            .collect(&order.run_id, 0, u32::MAX)
+            .collect_task(&order.run_id, &task, delivered)
             .map_err(database_refused)?
             .into_iter()
-            .map(report_of)
-            .filter(|(position, of, _)| *of == task && *position <= delivered)
-            .filter_map(|(_, _, report)| report)
+            .filter_map(|item| report_of(item).2)
             .filter(|report| !matches!(report, Report::Event(_)))
             .collect();
         // An end the run's stop made is not taken: the task goes on anew,
@@ -258,19 +256,18 @@ impl EngineExecutor {
     /// journal as the coordinator holds it, the order's journal and every
     /// row the earlier holders shipped, and resumes no session of theirs.
     fn take_over(&self, order: &mut TaskOrder, epoch: i64) -> reprise_fleet::Result<()> {
-        let items = self.client.collect(&order.run_id, 0, u32::MAX)?;
         let task = order.task.to_string();
+        let items = self.client.collect_task(&order.run_id, &task, i64::MAX)?;
         // Rows the order's journal already holds are not added again (an
         // order submitted anew after a takeover carries them).
         let mut next = order.journal.lines().count() as u64;
         for item in items {
             match item {
                 Collected::Row {
-                    task_id,
                     epoch: shipped_in,
                     row,
                     ..
-                } if task_id == task && shipped_in < epoch => {
+                } if shipped_in < epoch => {
                     if let Ok(Report::Shipped(shipments)) = serde_json::from_slice(&row.bytes) {
                         for shipment in shipments {
                             if let reprise_engine::Shipment::Row { line } = shipment
@@ -283,11 +280,10 @@ impl EngineExecutor {
                     }
                 }
                 Collected::Outcome {
-                    task_id,
                     epoch: ended_in,
                     holder,
                     ..
-                } if task_id == task && ended_in < epoch => {
+                } if ended_in < epoch => {
                     order.taken_over_from = Some(holder);
                 }
                 _ => {}
