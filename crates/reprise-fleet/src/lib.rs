@@ -17,7 +17,7 @@ mod worker;
 
 pub use client::{FleetClient, Waiter, Waker};
 pub use error::{FleetError, Result};
-pub use queue::Fleet;
+pub use queue::{Fleet, redact};
 pub use schema::{LATEST_VERSION, Migrated, SCHEMA};
 pub use types::{
     Affinity, Collected, FleetStatus, Lease, LeaseKey, OutcomeKind, RunSpec, ShippedRow,

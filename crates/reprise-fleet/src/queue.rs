@@ -903,15 +903,22 @@ pub(crate) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// `url` without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user_info = &url[scheme + 3..at];
-            let user = user_info.split(':').next().unwrap_or("");
-            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+/// `url` without its password (`postgres://me:secret@db/x` is
+/// `postgres://me@db/x`), for messages and for a URL kept on disk.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            format!("{scheme}://{user}@{host}{path}")
         }
-        _ => url.to_owned(),
+        None => url.to_owned(),
     }
 }
 
@@ -926,6 +933,14 @@ mod tests {
             "postgres://me@db:5432/x"
         );
         assert_eq!(redact("postgres://db/x"), "postgres://db/x");
+        assert_eq!(
+            redact("postgres://me:s3cr@t@db:5432/fleet?sslmode=disable"),
+            "postgres://me@db:5432/fleet?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgresql://me@db/fleet?x=a@b"),
+            "postgresql://me@db/fleet?x=a@b"
+        );
     }
 
     #[test]

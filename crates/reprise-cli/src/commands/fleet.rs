@@ -161,7 +161,7 @@ pub(crate) fn record_fleet_run(
     target: &crate::commands::run::FleetTarget,
 ) -> Result<(), CliError> {
     let dir = state.runs_dir().join(run_id);
-    let record = json!({"database": without_password(&target.url), "remote": target.remote});
+    let record = json!({"database": reprise_fleet::redact(&target.url), "remote": target.remote});
     let bytes =
         serde_json::to_vec_pretty(&record).map_err(|err| CliError::failed(err.to_string()))?;
     std::fs::create_dir_all(&dir)
@@ -198,44 +198,4 @@ pub(crate) fn recorded_fleet(
         url: url.unwrap_or(database),
         remote,
     }))
-}
-
-/// `url` with no password in it (`postgres://user:secret@host/db` becomes
-/// `postgres://user@host/db`).
-fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            format!("{scheme}://{user}@{host}{path}")
-        }
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn a_recorded_database_url_keeps_no_password() {
-        assert_eq!(
-            without_password("postgres://me:s3cr@t@db:5432/fleet?sslmode=disable"),
-            "postgres://me@db:5432/fleet?sslmode=disable"
-        );
-        assert_eq!(
-            without_password("postgresql://me@db/fleet"),
-            "postgresql://me@db/fleet"
-        );
-        assert_eq!(
-            without_password("postgres://db/fleet"),
-            "postgres://db/fleet"
-        );
-    }
 }
