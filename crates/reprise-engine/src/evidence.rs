@@ -269,6 +269,7 @@ pub fn ingest(
     let (mut journal, mut signer) = Signing::Key(key.clone()).open(state, task)?;
     let mut ingested = Ingested::default();
     let mut held: Option<Vec<Vec<u8>>> = None;
+    let mut head = journal.head()?;
     for shipment in shipments {
         match shipment {
             Shipment::Row { line } => {
@@ -277,7 +278,7 @@ pub fn ingest(
                         task: task.to_string(),
                         reason: err.to_string(),
                     })?;
-                if journal.head()?.is_some_and(|head| row.seq <= head.seq) {
+                if head.is_some_and(|head| row.seq <= head.seq) {
                     let lines = match &mut held {
                         Some(lines) => lines,
                         None => held.insert(journal_lines(journal.path())?),
@@ -294,14 +295,14 @@ pub fn ingest(
                     ingested.already_held += 1;
                     continue;
                 }
-                let head = journal.append_shipped(line.as_bytes())?;
-                signer.countersign(task, &row.kind, &row.body, head)?;
+                let appended = journal.append_shipped(line.as_bytes())?;
+                head = Some(appended);
+                signer.countersign(task, &row.kind, &row.body, appended)?;
                 ingested.rows += 1;
             }
             Shipment::Intent {
                 intent: AuditIntent::Seal,
             } => {
-                let head = journal.head()?;
                 if head.is_some_and(|head| prior_seals.contains(&head)) {
                     continue;
                 }
