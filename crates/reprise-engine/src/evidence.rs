@@ -32,6 +32,94 @@ pub enum Shipment {
     Row { line: String },
     /// A record only the holder of the audit key writes.
     Intent { intent: AuditIntent },
+    /// A session's transcript as the worker preserved it after an attempt,
+    /// so another host (a takeover, a park's resume on the coordinator)
+    /// can resume the session warm. Evidence of nothing: the journal's
+    /// rows say which session an attempt ran in.
+    Session(ShippedSession),
+}
+
+/// A session's preserved transcript, travelling between hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShippedSession {
+    /// The adapter whose CLI keeps the session (`claude`, `sim`, ...).
+    pub adapter: String,
+    pub session_id: String,
+    /// The transcript's bytes (the CLIs write UTF-8 JSON lines; one that is
+    /// not UTF-8 does not travel).
+    pub transcript: String,
+}
+
+/// The largest transcript that travels; a longer one stays on its host
+/// and a retry elsewhere goes cold (`session_on_other_host`).
+pub(crate) const SHIPPED_TRANSCRIPT_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+impl ShippedSession {
+    /// Whether its names can be used as file names (they arrive from
+    /// another host): an adapter reprise has, and a session id of letters,
+    /// digits, `-`, `_` and `.` that does not start with a dot.
+    pub fn well_named(&self) -> bool {
+        const ADAPTERS: [&str; 6] = ["claude", "codex", "gemini", "command", "sim", "acp"];
+        let id = &self.session_id;
+        ADAPTERS.contains(&self.adapter.as_str())
+            && !id.is_empty()
+            && id.len() <= 128
+            && !id.starts_with('.')
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    }
+
+    /// Keeps the transcript where this host preserves its own
+    /// (`sessions/<adapter>/<id>.jsonl`), so a warm retry here restores it
+    /// as it would one of its own. An ill-named or oversized one is
+    /// refused.
+    pub fn keep(&self, state: &StateDir) -> Result<()> {
+        if !self.well_named() || self.transcript.len() > SHIPPED_TRANSCRIPT_MAX_BYTES {
+            return Err(EngineError::ShippedRow {
+                task: self.session_id.clone(),
+                reason: format!(
+                    "a shipped transcript of adapter {:?} session {:?} is ill-named or larger than {SHIPPED_TRANSCRIPT_MAX_BYTES} bytes",
+                    self.adapter, self.session_id
+                ),
+            });
+        }
+        let dir = state.sessions_dir(&self.adapter);
+        std::fs::create_dir_all(&dir).map_err(|source| reprise_store::StoreError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        reprise_store::write_atomic(
+            &dir.join(format!("{}.jsonl", self.session_id)),
+            self.transcript.as_bytes(),
+            0o600,
+        )?;
+        Ok(())
+    }
+
+    /// The copy this host preserved of `adapter`'s session `session_id`,
+    /// to travel with an order; `None` when there is none it can send.
+    pub fn preserved(state: &StateDir, adapter: &str, session_id: &str) -> Option<Self> {
+        let session = Self {
+            adapter: adapter.to_owned(),
+            session_id: session_id.to_owned(),
+            transcript: String::new(),
+        };
+        if !session.well_named() {
+            return None;
+        }
+        let path = state
+            .sessions_dir(adapter)
+            .join(format!("{session_id}.jsonl"));
+        let bytes = reprise_store::read_no_follow(&path).ok()??;
+        if bytes.len() > SHIPPED_TRANSCRIPT_MAX_BYTES {
+            return None;
+        }
+        Some(Self {
+            transcript: String::from_utf8(bytes).ok()?,
+            ..session
+        })
+    }
 }
 
 /// What a worker asks the coordinator to sign, where the rows alone do not
@@ -44,22 +132,36 @@ pub enum AuditIntent {
     Seal,
 }
 
-/// Where a worker's shipments go: the transport's side of its task.
+/// Where a worker's shipments go: the transport's side of its task, and
+/// the git remote the trees it leaves go to.
 #[derive(Debug, Clone)]
-pub struct Outbox(Sender<Shipment>);
+pub struct Outbox {
+    sender: Sender<Shipment>,
+    remote: Option<String>,
+}
 
 impl Outbox {
     pub fn new(sender: Sender<Shipment>) -> Self {
-        Self(sender)
+        Self {
+            sender,
+            remote: None,
+        }
+    }
+
+    /// The same outbox, with trees going to `remote`.
+    pub(crate) fn with_remote(self, remote: Option<String>) -> Self {
+        Self { remote, ..self }
     }
 
     fn ship(&self, shipment: Shipment) -> Result<()> {
-        self.0.send(shipment).map_err(|_| EngineError::OutboxClosed)
+        self.sender
+            .send(shipment)
+            .map_err(|_| EngineError::OutboxClosed)
     }
 
     /// A tap for the task's journal: each appended row, shipped.
     fn tap(&self) -> RowTap {
-        let sender = self.0.clone();
+        let sender = self.sender.clone();
         RowTap::new(move |line| {
             // A closed outbox is caught at the next intent or the task's end:
             // the transport then reports the task lost.
@@ -84,6 +186,23 @@ impl Signing {
         match self {
             Self::Key(key) => Some(key),
             Self::Worker(_) => None,
+        }
+    }
+
+    /// The git remote a worker's trees go to; none on a host with the key.
+    pub(crate) fn remote(&self) -> Option<&str> {
+        match self {
+            Self::Key(_) => None,
+            Self::Worker(outbox) => outbox.remote.as_deref(),
+        }
+    }
+
+    /// Sends a preserved transcript on to the coordinator, from a worker;
+    /// a host with the key keeps its own and sends nothing.
+    pub(crate) fn ship_session(&self, session: ShippedSession) {
+        if let Self::Worker(outbox) = self {
+            // A closed outbox is caught at the task's next intent or end.
+            let _ = outbox.ship(Shipment::Session(session));
         }
     }
 
@@ -247,6 +366,8 @@ pub struct Ingested {
     /// continued coordinator reads again what its workers shipped while it
     /// was down, and takes each row once.
     pub already_held: u64,
+    /// Transcripts kept as this host's preserved copies.
+    pub sessions: u64,
 }
 
 /// On the coordinator: appends what a worker shipped for `task` to the
@@ -308,6 +429,10 @@ pub fn ingest(
                 }
                 signer.seal(state, task, prior_seals)?;
                 ingested.sealed = true;
+            }
+            Shipment::Session(session) => {
+                session.keep(state)?;
+                ingested.sessions += 1;
             }
         }
     }

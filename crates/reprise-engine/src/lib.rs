@@ -50,7 +50,7 @@ pub use delivery::{
 };
 pub use error::{EngineError, Result};
 pub use events::{Event, EventSink, Phase};
-pub use evidence::{AuditIntent, Ingested, Outbox, Shipment, ingest};
+pub use evidence::{AuditIntent, Ingested, Outbox, Shipment, ShippedSession, ingest};
 pub use liveness::{
     Liveness, TaskProgress, attempts_of, catch_up, liveness, progress_of, task_lifecycle,
 };

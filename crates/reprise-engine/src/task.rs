@@ -352,15 +352,105 @@ impl TaskRun<'_> {
         }
     }
 
-    /// `checkpoint`'s session was saved on a lost fleet host.
+    /// `checkpoint`'s session was saved on a lost fleet host and cannot be
+    /// had here: its transcript did not travel with the task, or this
+    /// host's CLI would not know where to put it back (one that files its
+    /// transcripts by date or by project, Codex and Gemini CLI, finds only
+    /// its own).
+    ///
+    /// Only a takeover between attempts (`travelled`) may resume a
+    /// travelled session: one taken over in the middle of an attempt stays
+    /// cold, as before transcripts travelled (a warm retry there was seen
+    /// to fail its gates on the new host for a reason not yet found).
     pub(crate) fn on_lost_host(
         &self,
         checkpoint: Option<&reprise_core::retry::Checkpoint>,
+        cwd: &Path,
+        travelled: bool,
     ) -> bool {
         let session = checkpoint.and_then(|checkpoint| checkpoint.session_id.as_ref());
-        match (&self.lost_sessions, session) {
-            (Some(lost), Some(session)) => lost.contains(session),
-            _ => false,
+        let (Some(lost), Some(session)) = (&self.lost_sessions, session) else {
+            return false;
+        };
+        if !lost.contains(session) {
+            return false;
+        }
+        if !travelled {
+            return true;
+        }
+        let travelled = self.preserved_path(session).is_file();
+        let placeable = self
+            .adapter
+            .transcript_path(session, cwd, self.setup.config_home.as_deref())
+            .is_some();
+        !(travelled && placeable)
+    }
+
+    /// The ref the tree attempt `attempt` of a fleet task left travels
+    /// under on the remote: one per attempt, so a partitioned host still
+    /// running cannot move the one a takeover's journal names.
+    fn travelling_tree_ref(&self, attempt: u32) -> String {
+        format!(
+            "refs/reprise/{}/trees/{}/{attempt}",
+            self.run_id, self.task.id
+        )
+    }
+
+    /// On a fleet worker with a remote: the tree attempt `attempt` left,
+    /// sent to the remote, so a host that takes the task over finds the
+    /// files its journal's last checkpoint row hashed. A failure is said as
+    /// a warning: a retry elsewhere then finds the base and goes cold.
+    pub(crate) fn send_tree(&self, store: &reprise_store::snapshot::SnapshotStore, attempt: u32) {
+        let Some(remote) = self.signing.remote() else {
+            return;
+        };
+        let sent = store
+            .take(&format!("attempt {attempt} left"))
+            .and_then(|checkpoint| {
+                store.push_to(&checkpoint, remote, &self.travelling_tree_ref(attempt))
+            });
+        if let Err(err) = sent {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!(
+                    "the tree attempt {attempt} left did not reach the remote {remote}: {err}; a retry on another host starts from the base"
+                ),
+            });
+        }
+    }
+
+    /// On a host taking a fleet task over from a lost one: the tree the
+    /// attempt of the journal's last `task.checkpoint` left, as that host
+    /// sent it, put in the worktree, so the retry's decision finds the
+    /// files that row hashed (it compares the hashes: a tree that does not
+    /// match makes the retry cold, as anywhere). Nothing when the lost host
+    /// sent none.
+    pub(crate) fn take_sent_tree(
+        &self,
+        store: Option<&reprise_store::snapshot::SnapshotStore>,
+        rows: &[reprise_core::record::JournalRow],
+    ) {
+        let (Some(_), Some(store), Some(remote)) =
+            (&self.lost_sessions, store, self.signing.remote())
+        else {
+            return;
+        };
+        let Some(attempt) = rows.iter().rev().find_map(|row| {
+            reprise_core::rows::body_of::<reprise_core::rows::TaskCheckpoint>(&row.kind, &row.body)
+                .map(|checkpoint| checkpoint.attempt)
+        }) else {
+            return;
+        };
+        let taken = store
+            .fetch_from(remote, &self.travelling_tree_ref(attempt))
+            .and_then(|found| found.map_or(Ok(()), |checkpoint| store.restore(&checkpoint)));
+        if let Err(err) = taken {
+            self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!(
+                    "the tree the lost host left could not be had from the remote {remote}: {err}; the task goes on from its base"
+                ),
+            });
         }
     }
 
@@ -712,6 +802,40 @@ impl TaskRun<'_> {
         }
     }
 
+    /// The attempt a task taken over from a lost fleet host runs next, as
+    /// `decision` says (warm or fork with the corrective instruction built
+    /// from `previous`, else cold), and the decision's record naming that
+    /// instruction.
+    fn taken_over_attempt(
+        &self,
+        (input, decision): (
+            &reprise_core::retry::DecisionInput<'_>,
+            reprise_core::retry::Decision,
+        ),
+        session: Option<String>,
+        attempt: u32,
+        previous: Option<&Previous>,
+    ) -> (NextAttempt, DecisionRecord) {
+        let (built, instruction_hash) =
+            corrective(&context(&self.task.prompt, attempt, previous), &mut mint);
+        let next = NextAttempt::continuing(decision.mode, session, built.text);
+        let template = next
+            .is_some()
+            .then_some((CORRECTIVE_TEMPLATE_ID, instruction_hash));
+        if next.is_some() {
+            self.warn_all(built.notices);
+        }
+        let record = DecisionRecord::new(
+            &self.task.id,
+            self.adapter.name(),
+            input,
+            decision,
+            template,
+        );
+        let next = next.unwrap_or_else(|| self.cold(attempt, previous));
+        (next, record)
+    }
+
     /// A new session, its id chosen here when the CLI lets us (so it is in
     /// `attempt.started` before the agent runs).
     fn new_session(&self) -> SessionMode {
@@ -873,7 +997,7 @@ impl TaskRun<'_> {
             live_workspace_hash: trusted.live,
             fresh_pinned: task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
-            session_elsewhere: self.on_lost_host(checkpoint),
+            session_elsewhere: self.on_lost_host(checkpoint, cwd, false),
         };
         let decision = decide(input);
         let (built, instruction_hash) = corrective(
@@ -1060,6 +1184,7 @@ impl TaskRun<'_> {
                     fs::create_dir_all(dir).map_err(|err| err.to_string())?;
                 }
                 write_atomic(&target, &bytes, 0o600).map_err(|err| err.to_string())?;
+                self.ship_session(session_id, bytes);
                 // A session's transcript stays where it is: note it once.
                 let origin_path = target.with_extension("origin");
                 let origin = native.to_string_lossy();
@@ -1075,6 +1200,33 @@ impl TaskRun<'_> {
             });
         }
         true
+    }
+
+    /// On a fleet worker, sends the transcript just preserved on to the
+    /// coordinator, so the session can be resumed on another host; one
+    /// that is not UTF-8 or is too large stays here, said as a warning.
+    fn ship_session(&self, session_id: &str, transcript: Vec<u8>) {
+        if self.signing.key().is_some() {
+            return;
+        }
+        let sendable = transcript.len() <= crate::evidence::SHIPPED_TRANSCRIPT_MAX_BYTES;
+        match String::from_utf8(transcript) {
+            Ok(transcript) if sendable => {
+                self.signing
+                    .ship_session(crate::evidence::ShippedSession {
+                        adapter: self.adapter.name().to_owned(),
+                        session_id: session_id.to_owned(),
+                        transcript,
+                    });
+            }
+            _ => self.emit(Event::Warning {
+                task: Some(self.task.id.clone()),
+                message: format!(
+                    "session {session_id}'s transcript is not UTF-8 or is larger than {} bytes: it stays on this host, and a retry elsewhere goes cold",
+                    crate::evidence::SHIPPED_TRANSCRIPT_MAX_BYTES
+                ),
+            }),
+        }
     }
 
     /// Where the CLI keeps `session_id`'s transcript: as the adapter finds
@@ -1177,6 +1329,16 @@ impl Previous {
             AttemptOutcome::Replied { reply, .. } => reply.clone(),
             AttemptOutcome::Infra { .. } => String::new(),
         };
+        Self::replied(task, summary, reply)
+    }
+
+    /// A judged attempt known only by its journal's summary (its reply
+    /// stayed on a lost fleet host): what its gates said.
+    pub(crate) fn of_summary(task: &Task, summary: &AttemptSummary) -> Self {
+        Self::replied(task, summary, String::new())
+    }
+
+    fn replied(task: &Task, summary: &AttemptSummary, reply: String) -> Self {
         let needs_context = (summary.outcome == Outcome::NeedsContext)
             .then(|| reprise_core::outcome::needs_context(&reply).map(str::to_owned))
             .flatten()

@@ -277,6 +277,42 @@ impl SnapshotStore {
         Ok(Checkpoint { id, tree, manifest })
     }
 
+    /// Sends `checkpoint` to the git remote `remote` as `refname` (moved
+    /// there whatever it named before): how a fleet worker lets another
+    /// host have the tree it left.
+    pub fn push_to(&self, checkpoint: &Checkpoint, remote: &str, refname: &str) -> Result<()> {
+        let spec = format!("+{}:{refname}", checkpoint.id);
+        self.run(&["push", "-q", remote, &spec])?;
+        Ok(())
+    }
+
+    /// Takes the checkpoint the git remote `remote` holds as `refname` into
+    /// this store under the same ref (same id, tree and manifest), for
+    /// `restore`; it is no checkpoint of this store's own list. `Ok(None)`
+    /// when the remote has no such ref.
+    pub fn fetch_from(&self, remote: &str, refname: &str) -> Result<Option<Checkpoint>> {
+        let listed = self.run(&["ls-remote", remote, refname])?;
+        if listed.trim().is_empty() {
+            return Ok(None);
+        }
+        let spec = format!("+{refname}:{refname}");
+        self.run(&["fetch", "-q", "--no-tags", remote, &spec])?;
+        let id = self.run(&[
+            "rev-parse",
+            "--verify",
+            "--end-of-options",
+            &format!("{refname}^{{commit}}"),
+        ])?;
+        let tree = self.run(&[
+            "rev-parse",
+            "--verify",
+            "--end-of-options",
+            &format!("{id}^{{tree}}"),
+        ])?;
+        let manifest = self.manifest(&id)?;
+        Ok(Some(Checkpoint { id, tree, manifest }))
+    }
+
     /// Whether `checkpoint`'s commit, read from the store's own objects,
     /// still hashes to its id and names its tree. `None` when the store
     /// holds it in no form read here (git then has to say).

@@ -254,7 +254,8 @@ impl EngineExecutor {
     /// A task taken over from a lost lease (the queue gave it to this host
     /// with the order it was first submitted with): it goes on from the
     /// journal as the coordinator holds it, the order's journal and every
-    /// row the earlier holders shipped, and resumes no session of theirs.
+    /// row the earlier holders shipped, and resumes a session of theirs
+    /// only where its shipped transcript came with them.
     fn take_over(&self, order: &mut TaskOrder, epoch: i64) -> reprise_fleet::Result<()> {
         let task = order.task.to_string();
         let items = self.client.collect_task(&order.run_id, &task, i64::MAX)?;
@@ -270,11 +271,23 @@ impl EngineExecutor {
                 } if shipped_in < epoch => {
                     if let Ok(Report::Shipped(shipments)) = serde_json::from_slice(&row.bytes) {
                         for shipment in shipments {
-                            if let reprise_engine::Shipment::Row { line } = shipment
-                                && row_seq(&line) == Some(next)
-                            {
-                                order.journal.push_str(&line);
-                                next += 1;
+                            match shipment {
+                                reprise_engine::Shipment::Row { line }
+                                    if row_seq(&line) == Some(next) =>
+                                {
+                                    order.journal.push_str(&line);
+                                    next += 1;
+                                }
+                                // The latest transcript of each session goes
+                                // with the order.
+                                reprise_engine::Shipment::Session(session) => {
+                                    order.sessions.retain(|held| {
+                                        held.session_id != session.session_id
+                                            || held.adapter != session.adapter
+                                    });
+                                    order.sessions.push(session);
+                                }
+                                _ => {}
                             }
                         }
                     }

@@ -316,6 +316,8 @@ impl TaskRun<'_> {
         // An adapter that learns its strategy from its agent (ACP) has not
         // heard it in this process yet: before any retry is decided.
         self.learn_strategy(&materialised.cwd);
+        // Taken over from a lost fleet host: the tree it last sent.
+        self.take_sent_tree(materialised.snapshots.as_ref(), &rows);
         let found = Found {
             key,
             taken: taken_up(&rows),
@@ -332,9 +334,14 @@ impl TaskRun<'_> {
                     && self.lost_sessions.is_some()
                     && attempt > 1
                 {
-                    self.record_takeover(&mut materialised, attempt, result)?;
+                    let next = self.record_takeover(&found, &mut materialised, attempt, result)?;
+                    Resumption {
+                        next: Some(next),
+                        ..resumption
+                    }
+                } else {
+                    resumption
                 }
-                resumption
             }
             Continuation::Resume {
                 point,
@@ -346,16 +353,20 @@ impl TaskRun<'_> {
     }
 
     /// A fleet task taken over from a lost host between attempts: its retry
-    /// is decided here, where no session or checkpoint of that host is (so
-    /// it goes cold, `session_on_other_host`, unless an earlier rule says
-    /// otherwise), and recorded before the attempt runs.
+    /// is decided here by the same pure decision, from the journal's last
+    /// checkpoint and the tree and session that travelled with the task (a
+    /// session whose transcript did not, or that this host's CLI cannot be
+    /// given, makes it cold, `session_on_other_host`), recorded before the
+    /// attempt runs, and the attempt runs as recorded: warm or fork with
+    /// the corrective instruction built from the failed attempt's gates.
     fn record_takeover(
         &self,
+        found: &Found,
         materialised: &mut super::Materialised,
         attempt: u32,
         result: &mut TaskResult,
-    ) -> Result<()> {
-        use reprise_core::retry::{DecisionInput, DecisionRecord, decide};
+    ) -> Result<super::NextAttempt> {
+        use reprise_core::retry::{DecisionInput, decide};
         let mut verified = None;
         let trusted = crate::records::trusted_checkpoint(
             self.state,
@@ -366,19 +377,36 @@ impl TaskRun<'_> {
         let session = trusted
             .checkpoint
             .as_ref()
-            .and_then(|checkpoint| checkpoint.session_id.as_deref());
+            .and_then(|checkpoint| checkpoint.session_id.clone());
         let input = DecisionInput {
-            requested: self.requested_mode_only(session),
+            requested: self.requested_mode_only(session.as_deref()),
             capability: self.adapter.strategy().capability(),
             checkpoint: trusted.checkpoint.as_ref(),
             live_workspace_hash: self.workspace_hash(&materialised.cwd)?,
             fresh_pinned: self.task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
-            session_elsewhere: self.on_lost_host(trusted.checkpoint.as_ref()),
+            session_elsewhere: self.on_lost_host(
+                trusted.checkpoint.as_ref(),
+                &materialised.cwd,
+                true,
+            ),
         };
-        let decision = decide(input);
-        let record =
-            DecisionRecord::new(&self.task.id, self.adapter.name(), &input, decision, None);
+        let mut decision = decide(input);
+        let session_ok = session
+            .as_deref()
+            .is_some_and(|id| self.ensure_session(id, &materialised.cwd));
+        if decision.mode != reprise_core::retry::RetryMode::Cold && !session_ok {
+            decision = reprise_core::retry::session_unavailable(decision);
+        }
+        let previous = found
+            .taken
+            .attempts
+            .last()
+            .map(|summary| super::Previous::of_summary(self.task, summary));
+        let (next, record) =
+            self.taken_over_attempt((&input, decision), session, attempt, previous.as_ref());
+        let sent =
+            (next.mode != reprise_core::rows::AttemptMode::Cold).then_some(next.prompt.as_str());
         crate::records::record_decision(
             &mut materialised.journal,
             &mut materialised.signer,
@@ -387,12 +415,12 @@ impl TaskRun<'_> {
             &record,
             None,
         )?;
-        result.metadata = record.metadata(None)?;
+        result.metadata = record.metadata(sent)?;
         self.emit(crate::events::Event::Decision {
             task: self.task.id.clone(),
             record: Box::new(record),
         });
-        Ok(())
+        Ok(next)
     }
 
     /// How a task the process's death or the run's stop cut short goes on;

@@ -809,6 +809,9 @@ impl<'r, 'a> Executor<'r, 'a> {
         // The journal may have been torn while the agent ran.
         self.mend_journal()?;
         let head = self.journal.append_row(&now_rfc3339(), &body)?;
+        if let Some(store) = &self.snapshots {
+            run.send_tree(store, attempt);
+        }
         self.attempt.agent_ended = Some(head.digest);
         self.attempt.agent_ended_at = Some(Instant::now());
         self.attempt.report = Some(report);

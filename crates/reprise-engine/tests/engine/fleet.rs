@@ -54,6 +54,7 @@ fn order(world: &World, plan_text: &str, task: &str) -> TaskOrder {
         dependencies: Vec::new(),
         keep_worktree: false,
         taken_over_from: None,
+        sessions: Vec::new(),
     }
 }
 
@@ -182,7 +183,7 @@ fn a_tampered_or_unlinked_shipped_row_is_refused_and_nothing_after_it_is_taken()
     let key = world.key("greet");
     let line = |shipment: &Shipment| match shipment {
         Shipment::Row { line } => line.clone(),
-        Shipment::Intent { .. } => panic!("a row"),
+        _ => panic!("a row"),
     };
 
     // A body changed in transit: its hash no longer matches.
@@ -384,6 +385,29 @@ fn bare_remote(world: &World) -> String {
     remote.display().to_string()
 }
 
+/// The order for `task` as a fleet run's coordinator sends it through a
+/// remote: its base (the project's HEAD) published there first.
+fn order_through_remote(world: &World, plan_text: &str, task: &str) -> TaskOrder {
+    let remote = bare_remote(world);
+    let mut order = order(world, plan_text, task);
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(&world.project)
+        .output()
+        .expect("git");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let status = Command::new("git")
+        .args(["push", "-q", &remote])
+        .arg(format!("HEAD:refs/reprise/{}/bases/{task}", order.run_id))
+        .current_dir(&world.project)
+        .status()
+        .expect("git");
+    assert!(status.success());
+    order.base = Some(head);
+    order.remote = Some(remote);
+    order
+}
+
 /// `path` as `rev` holds it in the project's repository.
 fn shown(world: &World, rev: &str, path: &str) -> String {
     let output = Command::new("git")
@@ -483,44 +507,69 @@ fn kind_of(shipment: &Shipment) -> Option<String> {
         Shipment::Row { line } => serde_json::from_str::<JournalRow>(line)
             .ok()
             .map(|row| row.kind),
-        Shipment::Intent { .. } => None,
+        Shipment::Intent { .. } | Shipment::Session(_) => None,
     }
 }
 
 #[test]
-fn a_task_whose_host_is_lost_goes_on_from_its_journal_on_another_and_retries_cold() {
-    // How many rows the task ships before its first retry decision.
-    let probe = World::new();
-    let (shipped, _) = run_on(&host(&probe, "probe"), &order(&probe, WARM_PLAN, "greet"));
+fn a_task_whose_host_is_lost_goes_on_from_its_journal_on_another_and_resumes_its_shipped_session_warm()
+ {
+    // How many shipments the task makes before its first retry decision
+    // (the first attempt's transcript among them).
+    let probe = World::git();
+    let (shipped, _) = run_on(
+        &host(&probe, "probe"),
+        &order_through_remote(&probe, WARM_PLAN, "greet"),
+    );
     let before_decision = shipped
         .iter()
         .position(|shipment| kind_of(shipment).as_deref() == Some("retry.decision"))
         .expect("a decision");
+    assert!(
+        shipped[..before_decision]
+            .iter()
+            .any(|shipment| matches!(shipment, Shipment::Session(_))),
+        "the first attempt's transcript ships before the decision"
+    );
 
-    // Host one is lost just before it would ship that decision.
-    let world = World::new();
+    // Host one is lost just before it would ship that decision; the tree
+    // its attempt left and the session's transcript travel (the first
+    // through the git remote, the second with its rows).
+    let world = World::git();
+    let remote = bare_remote(&world);
     let one = InProcessHost {
         host: host(&world, "one"),
         lost_after_rows: Some(before_decision),
     };
-    let two = InProcessHost::from(host(&world, "two"));
+    let two_host = host(&world, "two");
+    let two_store = two_host.state.sim_store();
+    let two = InProcessHost::from(two_host);
     let transport = InProcessTransport::start(vec![one, two], &CancelToken::new());
     let fleet = Fleet {
         transport: &transport,
-        remote: None,
+        remote: Some(remote),
         plan_text: world.expand(WARM_PLAN),
     };
     let ran = world.run_on_fleet(WARM_PLAN, &fleet);
 
     let greet = task(&ran, "greet");
     assert_eq!(greet.state, TaskStatus::Passed, "{greet:?}");
-    assert_eq!(modes(greet), ["new", "cold"]);
+    // The session host one started travelled with the task: host two
+    // resumed it warm, with only the instruction as the new turn.
     let records = world.assert_recorded("greet");
+    assert_eq!(modes(greet), ["new", "warm"], "{records:?}");
+    assert_eq!(session(&greet.attempts[1]), session(&greet.attempts[0]));
     assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0].requested_mode, RetryMode::Warm);
-    assert_eq!(
-        records[0].downgrade_reason,
-        Some(DowngradeReason::SessionOnOtherHost)
+    assert_eq!(records[0].retry_mode, RetryMode::Warm);
+    assert_eq!(records[0].downgrade_reason, None);
+    let turns = reprise_agents::sim_transcript(&two_store, session(&greet.attempts[0]))
+        .expect("host two holds the session");
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    assert!(
+        turns[0]
+            .prompt
+            .contains("Create greeting.txt containing hello"),
+        "{turns:?}"
     );
     // Host two went on from the rows host one shipped: one journal, whole
     // and sealed on the coordinator.

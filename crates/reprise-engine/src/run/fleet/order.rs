@@ -51,6 +51,11 @@ pub struct TaskOrder {
     /// task goes on from its journal, and no session of that host's can be
     /// resumed here.
     pub taken_over_from: Option<String>,
+    /// Transcripts of the sessions the task's journal names, as the hosts
+    /// that ran them shipped them: a host taking the task over keeps them
+    /// as its own preserved copies, and resumes those sessions warm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<crate::evidence::ShippedSession>,
 }
 
 impl TaskOrder {

@@ -1,9 +1,12 @@
 //! The workspace through a git remote every host can reach: the
 //! coordinator pushes each task's base under `refs/reprise/<run>/bases/`,
-//! a worker fetches it into its own clone and pushes its result branch
-//! `reprise/<run>/<task>`, and the coordinator fetches that branch into the
-//! user's repository (created only, never moved), so `diff` and `apply`
-//! find it as a local run leaves it.
+//! a worker fetches it into its own clone and pushes its result commit
+//! under `refs/reprise/<run>/results/<task>/<commit>`, and the coordinator
+//! makes the commit its accepted result names the user's branch
+//! `reprise/<run>/<task>` (created only, never moved), so `diff` and
+//! `apply` find it as a local run leaves it. The tree each attempt leaves
+//! travels too (`refs/reprise/<run>/trees/<task>/<attempt>`, see
+//! `TaskRun::send_tree`), for a host that takes the task over.
 
 use std::path::Path;
 
@@ -37,22 +40,70 @@ pub(crate) fn publish_base(
     Ok(())
 }
 
-/// On the coordinator: the worker's result branch, fetched into the user's
-/// repository under the same name. Fetched without force: an existing
-/// branch of that name that is not the same commit is left as it is, and
-/// the fetch fails.
+/// The ref a worker's result commit travels under on the remote: named by
+/// the commit, so a partitioned host still running cannot move the one
+/// the accepted result names, nor refuse the next holder's.
+fn result_ref(run_id: &str, task: &TaskId, commit: &str) -> String {
+    format!("refs/reprise/{run_id}/results/{task}/{commit}")
+}
+
+/// On the coordinator: the result commit the accepted result names,
+/// fetched from the remote and made the user's branch `branch` (created
+/// only, never moved: an existing branch of that name on another commit is
+/// left as it is, and this fails). A ref on the remote that does not hold
+/// the commit it is named by is refused.
 pub(crate) fn fetch_result(
     workspace: &Workspace,
     remote: &str,
-    task: &TaskId,
+    (run_id, task): (&str, &TaskId),
     branch: &str,
+    commit: &str,
 ) -> Result<()> {
     let repo = repo_of(workspace, task)?;
-    let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
-    Git::new(repo)
-        .run(["fetch", "-q", "--no-tags", remote, spec.as_str()])
+    let git = Git::new(repo);
+    let fetched = format!("refs/reprise/fetched/{run_id}/{task}");
+    let spec = format!("+{}:{fetched}", result_ref(run_id, task, commit));
+    git.run(["fetch", "-q", "--no-tags", remote, spec.as_str()])
         .map_err(|err| remote_error(task, "fetch its result", remote, &err))?;
-    Ok(())
+    let held = git.run([
+        "rev-parse",
+        "--verify",
+        "--end-of-options",
+        fetched.as_str(),
+    ]);
+    let _ = git.run(["update-ref", "-d", fetched.as_str()]);
+    let held = held.map_err(|err| remote_error(task, "fetch its result", remote, &err))?;
+    if held.trim() != commit {
+        return Err(EngineError::Sandbox {
+            task: task.to_string(),
+            detail: format!(
+                "the remote {remote} holds {} where the result names {commit}: the result was not taken",
+                held.trim()
+            ),
+        });
+    }
+    let local = format!("refs/heads/{branch}");
+    match git.run([
+        "rev-parse",
+        "--verify",
+        "-q",
+        "--end-of-options",
+        local.as_str(),
+    ]) {
+        Ok(existing) if existing.trim() == commit => Ok(()),
+        Ok(existing) => Err(EngineError::Sandbox {
+            task: task.to_string(),
+            detail: format!(
+                "the branch {branch} already exists at {}; the result {commit} was not taken: delete or rename that branch and continue the run",
+                existing.trim()
+            ),
+        }),
+        Err(_) => {
+            git.run(["update-ref", local.as_str(), commit, ""])
+                .map_err(|err| remote_error(task, "fetch its result", remote, &err))?;
+            Ok(())
+        }
+    }
 }
 
 /// On a worker: where the order runs. With a base, the host's clone (made
@@ -88,15 +139,19 @@ pub(crate) fn worker_workspace(host: &WorkerHost, order: &TaskOrder) -> Result<W
     })
 }
 
-/// On a worker: pushes the task's result branch to the remote.
-pub(crate) fn push_result(workspace: &Workspace, remote: &str, branch: &str) -> Result<()> {
-    let task = TaskId::parse(branch.rsplit('/').next().unwrap_or(branch))
-        .map_err(|err| EngineError::Lifecycle(err.to_string()))?;
-    let repo = repo_of(workspace, &task)?;
-    let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
+/// On a worker: pushes the task's result commit to the remote, under the
+/// ref its commit names.
+pub(crate) fn push_result(
+    workspace: &Workspace,
+    remote: &str,
+    (run_id, task): (&str, &TaskId),
+    commit: &str,
+) -> Result<()> {
+    let repo = repo_of(workspace, task)?;
+    let spec = format!("{commit}:{}", result_ref(run_id, task, commit));
     Git::new(repo)
-        .run(["push", "-q", remote, spec.as_str()])
-        .map_err(|err| remote_error(&task, "push its result", remote, &err))?;
+        .run(["push", "-q", "-f", remote, spec.as_str()])
+        .map_err(|err| remote_error(task, "push its result", remote, &err))?;
     Ok(())
 }
 

@@ -90,6 +90,7 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
             dependencies: run.context.dependencies.clone(),
             keep_worktree: job.keep_worktree,
             taken_over_from: None,
+            sessions: Vec::new(),
         })
     }
 }
@@ -220,14 +221,18 @@ impl Follow<'_> {
             result.reason = Some(reason);
             result.output = None;
         }
-        if let (Some(remote), Some(branch)) = (
-            order.remote.as_deref(),
-            result
-                .output
-                .as_ref()
-                .and_then(|output| output.branch.clone()),
-        ) && let Err(err) =
-            super::remote_git::fetch_result(run.workspace, remote, &run.task.id, &branch)
+        let branch = result
+            .output
+            .as_ref()
+            .and_then(|output| output.branch.clone().zip(output.commit.clone()));
+        if let (Some(remote), Some((branch, commit))) = (order.remote.as_deref(), branch)
+            && let Err(err) = super::remote_git::fetch_result(
+                run.workspace,
+                remote,
+                (run.run_id, &run.task.id),
+                &branch,
+                &commit,
+            )
         {
             result.status = crate::state::TaskStatus::Failed;
             result.reason = Some(err.to_string());
@@ -289,10 +294,26 @@ impl Follow<'_> {
             reprise_store::read_no_follow(&run.state.journal_path(&key))?.unwrap_or_default();
         order.journal = String::from_utf8_lossy(&journal).into_owned();
         order.taken_over_from = Some(lost);
+        order.sessions = travelling_sessions(run, &key);
         let (sender, reports) = channel();
         self.transport.submit(order.clone(), sender)?;
         Ok(reports)
     }
+}
+
+/// The transcripts this host keeps of the sessions `key`'s journal names in
+/// this run (shipped by the workers that ran them), to go with its order.
+fn travelling_sessions(
+    run: &crate::task::TaskRun<'_>,
+    key: &TaskKey,
+) -> Vec<crate::evidence::ShippedSession> {
+    let rows = crate::resume::rows_of_run(run.state, key, run.run_id);
+    crate::task::sessions_named(&rows)
+        .iter()
+        .filter_map(|session| {
+            crate::evidence::ShippedSession::preserved(run.state, run.adapter.name(), session)
+        })
+        .collect()
 }
 
 /// How one host's part of a task ended.

@@ -52,6 +52,9 @@ pub fn run_order(
     })?;
     let key = TaskKey::new(plan.id().clone(), task.id.clone());
     adopt_journal(&host.state, &key, &order.journal)?;
+    for session in &order.sessions {
+        session.keep(&host.state)?;
+    }
     let workspace = super::remote_git::worker_workspace(host, order)?;
     let result = run_task(
         host,
@@ -63,9 +66,9 @@ pub fn run_order(
         cancel,
     );
     if let (Some(remote), Some(output)) = (&order.remote, &result.output)
-        && let Some(branch) = &output.branch
+        && let (Some(_), Some(commit)) = (&output.branch, &output.commit)
     {
-        super::remote_git::push_result(&workspace, remote, branch)?;
+        super::remote_git::push_result(&workspace, remote, (&order.run_id, &task.id), commit)?;
     }
     let delivered = result.parked.is_none() && result.status.delivered();
     if delivered && !order.keep_worktree {
@@ -105,7 +108,8 @@ fn adopt_journal(state: &StateDir, key: &TaskKey, journal: &str) -> Result<()> {
 
 /// How a task whose journal already holds rows of this run goes on: as
 /// after a crash, from where those rows leave it; and when another host
-/// wrote them (it was lost), the sessions they name.
+/// wrote them (it was lost), the sessions they name (of which those whose
+/// transcripts came with the order can still be resumed here).
 fn taken_over(
     host: &WorkerHost,
     order: &TaskOrder,
@@ -157,7 +161,7 @@ fn run_task(
         });
         let run = TaskRun {
             state: &host.state,
-            signing: Signing::Worker(outbox),
+            signing: Signing::Worker(outbox.with_remote(order.remote.clone())),
             run_id: &order.run_id,
             plan: plan.id(),
             task,
