@@ -357,16 +357,10 @@ impl TaskRun<'_> {
     /// host's CLI would not know where to put it back (one that files its
     /// transcripts by date or by project, Codex and Gemini CLI, finds only
     /// its own).
-    ///
-    /// Only a takeover between attempts (`travelled`) may resume a
-    /// travelled session: one taken over in the middle of an attempt stays
-    /// cold, as before transcripts travelled (a warm retry there was seen
-    /// to fail its gates on the new host for a reason not yet found).
     pub(crate) fn on_lost_host(
         &self,
         checkpoint: Option<&reprise_core::retry::Checkpoint>,
         cwd: &Path,
-        travelled: bool,
     ) -> bool {
         let session = checkpoint.and_then(|checkpoint| checkpoint.session_id.as_ref());
         let (Some(lost), Some(session)) = (&self.lost_sessions, session) else {
@@ -374,9 +368,6 @@ impl TaskRun<'_> {
         };
         if !lost.contains(session) {
             return false;
-        }
-        if !travelled {
-            return true;
         }
         let travelled = self.preserved_path(session).is_file();
         let placeable = self
@@ -997,7 +988,7 @@ impl TaskRun<'_> {
             live_workspace_hash: trusted.live,
             fresh_pinned: task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
-            session_elsewhere: self.on_lost_host(checkpoint, cwd, false),
+            session_elsewhere: self.on_lost_host(checkpoint, cwd),
         };
         let decision = decide(input);
         let (built, instruction_hash) = corrective(

@@ -386,6 +386,92 @@ tasks:
     assert!(task["lease_epoch"].as_i64().unwrap() >= 2, "{status}");
 }
 
+/// A worker killed with SIGKILL in the middle of a warm retry: the tree its
+/// first attempt left (through the git remote) and the session's
+/// transcript (shipped with its rows) travel, so the worker that takes the
+/// task over resumes the same session warm, with only the corrective
+/// instruction, where it would otherwise go cold (`session_on_other_host`).
+#[test]
+fn a_worker_killed_in_a_warm_retry_leaves_its_session_to_the_next_host_which_resumes_it_warm() {
+    let env = Env::new();
+    let remote = project_with_remote(
+        &env,
+        r#"version: 1
+name: takeover
+defaults: { agent: sim, timeout: 2m }
+tasks:
+  - id: greet
+    prompt: "Create greeting.txt containing hello"
+    retry_policy: warm
+    max_retries: 2
+    sim:
+      - { reply: "I wrote greeting.txt.", write: { greeting.txt: "hi\n" } }
+      - { reply: "still at it", delay: 100s }
+      - { reply: "DONE: it says hello.", write: { greeting.txt: "hello\n" } }
+    gates:
+      - { name: content, run: "grep -qx hello greeting.txt", disclose: output, timeout: 10s }
+"#,
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let mut first = spawn_worker(&env, &database.url, "one");
+    let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
+    let state = env.project().join(".reprise");
+    let second_attempt_started = || {
+        let journal = String::from_utf8_lossy(&journal_of_if_any(&state, "greet")).into_owned();
+        journal.matches("\"kind\":\"attempt.started\"").count() >= 2
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), second_attempt_started),
+        "the first worker never started the warm retry"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = spawn_worker(&env, &database.url, "two");
+    let output = run.wait_with_output().unwrap();
+    let _ = second.kill();
+    let _ = second.wait();
+    assert_exit(&output, 0);
+    let ran = json_of(&output);
+    let task = &ran["tasks"][0];
+    assert_eq!(task["state"], "passed", "{ran}");
+    let attempts = task["attempts"].as_array().unwrap();
+    let modes: Vec<&str> = attempts
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    // The retry killed with its worker, then the same session resumed warm
+    // on the other worker.
+    assert_eq!(modes.first(), Some(&"new"), "{ran}");
+    assert_eq!(modes.last(), Some(&"warm"), "{ran}");
+    let first_session = &attempts[0]["session_id"];
+    assert_eq!(
+        &attempts.last().unwrap()["session_id"],
+        first_session,
+        "{ran}"
+    );
+    // Host two's copy of the session holds the first attempt's turn, then
+    // its own: the resume carried the earlier turn.
+    let session = first_session.as_str().unwrap();
+    let transcript = fs::read_to_string(
+        env.temp
+            .path()
+            .join(format!("worker-two/.reprise/sim/{session}.jsonl")),
+    )
+    .unwrap_or_else(|err| panic!("worker two's copy of session {session}: {err}"));
+    let turns: Vec<&str> = transcript.lines().collect();
+    assert_eq!(turns.len(), 2, "{transcript}");
+    assert!(
+        turns[0].contains("Create greeting.txt containing hello"),
+        "{transcript}"
+    );
+    // The takeover's decision was recorded warm, not `session_on_other_host`.
+    let journal = String::from_utf8_lossy(&journal_of(&state, "greet")).into_owned();
+    assert!(!journal.contains("session_on_other_host"), "{journal}");
+    assert_success(&env.run(&["journal", "verify", "greet"]));
+    assert_success(&env.run(&["audit", "verify"]));
+}
+
 /// `run --fleet` to a database that does not answer, or holds no fleet, is
 /// one line and exit 1 before anything is written; without --remote it is
 /// a usage error.
@@ -536,24 +622,34 @@ tasks:
 
 /// The journal file of task `task` under state directory `state`.
 fn journal_of(state: &Path, task: &str) -> Vec<u8> {
-    fn find(dir: &Path, task: &str) -> Option<PathBuf> {
-        for entry in fs::read_dir(dir).ok()?.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                if path.file_name().is_some_and(|name| name == task)
-                    && path.join("journal.jsonl").is_file()
-                {
-                    return Some(path.join("journal.jsonl"));
-                }
-                if let Some(found) = find(&path, task) {
-                    return Some(found);
-                }
+    let path =
+        journal_path(state, task).unwrap_or_else(|| panic!("no journal of {task} under {state:?}"));
+    fs::read(path).unwrap()
+}
+
+/// `journal_of`, or nothing while the journal is not there yet.
+fn journal_of_if_any(state: &Path, task: &str) -> Vec<u8> {
+    journal_path(state, task)
+        .and_then(|path| fs::read(path).ok())
+        .unwrap_or_default()
+}
+
+/// Where the journal of `task` is under the state directory `state`.
+fn journal_path(state: &Path, task: &str) -> Option<PathBuf> {
+    for entry in fs::read_dir(state).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name == task)
+                && path.join("journal.jsonl").is_file()
+            {
+                return Some(path.join("journal.jsonl"));
+            }
+            if let Some(found) = journal_path(&path, task) {
+                return Some(found);
             }
         }
-        None
     }
-    let path = find(state, task).unwrap_or_else(|| panic!("no journal of {task} under {state:?}"));
-    fs::read(path).unwrap()
+    None
 }
 
 /// A shell script that waits for `go` (a file) before it writes

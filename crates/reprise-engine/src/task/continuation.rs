@@ -385,11 +385,7 @@ impl TaskRun<'_> {
             live_workspace_hash: self.workspace_hash(&materialised.cwd)?,
             fresh_pinned: self.task.agent_restart_between_retries,
             chain_verified: trusted.chain_verified,
-            session_elsewhere: self.on_lost_host(
-                trusted.checkpoint.as_ref(),
-                &materialised.cwd,
-                true,
-            ),
+            session_elsewhere: self.on_lost_host(trusted.checkpoint.as_ref(), &materialised.cwd),
         };
         let mut decision = decide(input);
         let session_ok = session
