@@ -10,10 +10,12 @@
 use std::sync::mpsc::Sender;
 
 use reprise_core::TaskKey;
+use reprise_core::digest::Digest;
 use reprise_core::record::Head;
 use reprise_core::retry::DecisionRecord;
 use reprise_core::rows::{
-    CheckpointRestored, DecisionBinding, RestoredBinding, RetryDecision, RowBody, body_of,
+    AgentCheckpointBound, CheckpointRestored, DecisionBinding, Resource, RestoredBinding,
+    RetryDecision, RowBody, SuspendBody, body_of,
 };
 use reprise_store::audit::{AuditLog, seal_journal_after};
 use reprise_store::journal::{Journal, RowTap, Spine};
@@ -37,6 +39,14 @@ pub enum Shipment {
     /// can resume the session warm. Evidence of nothing: the journal's
     /// rows say which session an attempt ran in.
     Session(ShippedSession),
+    /// A park's agent checkpoint (`checkpoint.json`), whose own hash the
+    /// `task.agent_checkpoint` row shipped before it binds.
+    AgentCheckpoint {
+        checkpoint: reprise_store::agent_checkpoint::AgentCheckpoint,
+    },
+    /// What the agent asked when it parked, kept beside the chain (its
+    /// `task.suspend` row holds the text's hash).
+    AgentText { run_id: String, text: String },
 }
 
 /// A session's preserved transcript, travelling between hosts.
@@ -123,13 +133,21 @@ impl ShippedSession {
 }
 
 /// What a worker asks the coordinator to sign, where the rows alone do not
-/// say it. (A retry decision's spine row and binding, and a rollback's
-/// binding, follow from their journal rows and travel as nothing more.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// say it. (A retry decision's spine row and binding, a rollback's binding
+/// and a park's receipt follow from their journal rows and travel as
+/// nothing more.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditIntent {
     /// Seal the journal's head: the task ended and its journal is whole.
     Seal,
+    /// A resource the park at `park` gave back on the worker (already
+    /// done), recorded against that park's receipt.
+    Release {
+        park: Digest,
+        resource: Resource,
+        detail: Value,
+    },
 }
 
 /// Where a worker's shipments go: the transport's side of its task, and
@@ -282,6 +300,57 @@ impl Signer {
         }
     }
 
+    /// The receipt of the park whose `task.suspend` row is at `suspend`:
+    /// written here, or (`None`) by the coordinator when it takes the row.
+    pub(crate) fn park_receipt(
+        &mut self,
+        task: &TaskKey,
+        body: &SuspendBody,
+        suspend: Head,
+    ) -> Result<Option<Digest>> {
+        match self {
+            Self::Local { audit, .. } => Ok(Some(crate::park::write_receipt(
+                audit, task, body, suspend,
+            )?)),
+            Self::Worker(_) => Ok(None),
+        }
+    }
+
+    /// Records a resource the park at `park` gave back (already done),
+    /// against its receipt: here, or by asking the coordinator to.
+    pub(crate) fn park_release(
+        &mut self,
+        (task, run_id): (&TaskKey, &str),
+        (park, receipt): (Digest, Option<Digest>),
+        resource: Resource,
+        detail: Value,
+    ) -> Result<()> {
+        match (self, receipt) {
+            (Self::Local { audit, .. }, Some(receipt)) => {
+                crate::park::write_release(audit, task, run_id, park, receipt, resource, detail)
+            }
+            (Self::Local { .. }, None) => Err(EngineError::Park(format!(
+                "the park of {task} has no receipt to record its release against"
+            ))),
+            (Self::Worker(outbox), _) => outbox.ship(Shipment::Intent {
+                intent: AuditIntent::Release {
+                    park,
+                    resource,
+                    detail,
+                },
+            }),
+        }
+    }
+
+    /// Sends what a park keeps beside the chain (its agent checkpoint, the
+    /// agent's question) on to the coordinator, from a worker.
+    pub(crate) fn ship_kept(&mut self, shipment: Shipment) -> Result<()> {
+        match self {
+            Self::Local { .. } => Ok(()),
+            Self::Worker(outbox) => outbox.ship(shipment),
+        }
+    }
+
     /// The audit chain, for what only the key's holder writes (a park's
     /// receipt and releases, a resume's binding): a worker has none.
     pub(crate) fn audit(&mut self, what: &'static str) -> Result<&mut AuditLog> {
@@ -315,6 +384,10 @@ fn countersign(
         bind_decision(spine, audit, task, &decision.decision, head)?;
     } else if let Some(restored) = body_of::<CheckpointRestored>(kind, body) {
         bind_restored(audit, task, &restored, head)?;
+    } else if let Some(suspend) = body_of::<SuspendBody>(kind, body) {
+        // A local park writes its receipt itself, between its row and its
+        // agent checkpoint; only a worker's park reaches here, by ingest.
+        crate::park::write_receipt(audit, task, &suspend, head)?;
     }
     Ok(())
 }
@@ -434,9 +507,95 @@ pub fn ingest(
                 session.keep(state)?;
                 ingested.sessions += 1;
             }
+            Shipment::Intent {
+                intent:
+                    AuditIntent::Release {
+                        park,
+                        resource,
+                        detail,
+                    },
+            } => release_shipped(state, key, task, (*park, *resource), detail)?,
+            Shipment::AgentCheckpoint { checkpoint } => {
+                keep_agent_checkpoint(state, &journal, task, checkpoint)?;
+            }
+            Shipment::AgentText { run_id, text } => {
+                reprise_store::replies::keep_agent_text(state, run_id, &task.task, text)?;
+            }
         }
     }
     Ok(ingested)
+}
+
+/// A worker's release of the park at `park`, recorded against the receipt
+/// the coordinator wrote when it took the park's row; a park it holds no
+/// receipt of is refused.
+fn release_shipped(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    (park, resource): (Digest, Resource),
+    detail: &Value,
+) -> Result<()> {
+    let audit = reprise_store::audit::read_audit(state, key)?;
+    let point = crate::resume::latest_park(state, task, &audit)
+        .filter(|point| point.park == park)
+        .ok_or_else(|| EngineError::ShippedRow {
+            task: task.to_string(),
+            reason: format!("a release of park {park} that is not the task's latest park"),
+        })?;
+    let receipt = point.receipt.ok_or_else(|| EngineError::ShippedRow {
+        task: task.to_string(),
+        reason: format!("a release of park {park}, whose receipt is not written"),
+    })?;
+    if point
+        .released
+        .iter()
+        .any(|release| release.resource == resource)
+    {
+        // Taken again after a continued coordinator read it anew.
+        return Ok(());
+    }
+    let mut log = AuditLog::open(state, key.clone())?;
+    crate::park::write_release(
+        &mut log,
+        task,
+        &point.run_id,
+        park,
+        receipt,
+        resource,
+        detail.clone(),
+    )
+}
+
+/// A worker's park's `checkpoint.json`, kept when its own hash is the one
+/// the journal's latest `task.agent_checkpoint` row binds for its park.
+fn keep_agent_checkpoint(
+    state: &StateDir,
+    journal: &Journal,
+    task: &TaskKey,
+    checkpoint: &reprise_store::agent_checkpoint::AgentCheckpoint,
+) -> Result<()> {
+    let refused = |reason: String| EngineError::ShippedRow {
+        task: task.to_string(),
+        reason,
+    };
+    let own = checkpoint
+        .own_hash()
+        .map_err(|err| refused(format!("an agent checkpoint that does not encode: {err}")))?;
+    let bound = journal_lines(journal.path())?
+        .iter()
+        .rev()
+        .filter_map(|line| serde_json::from_slice::<reprise_core::record::JournalRow>(line).ok())
+        .find_map(|row| body_of::<AgentCheckpointBound>(&row.kind, &row.body));
+    match bound {
+        Some(bound) if bound.checkpoint == own && bound.park == checkpoint.park => {
+            reprise_store::agent_checkpoint::write_checkpoint(state, task, checkpoint)
+                .map_err(|err| refused(err.to_string()))
+        }
+        _ => Err(refused(
+            "an agent checkpoint no task.agent_checkpoint row binds".to_owned(),
+        )),
+    }
 }
 
 /// A journal's rows as stored, each with its newline.

@@ -18,6 +18,10 @@ use crate::state::{AttemptSummary, TaskStatus};
 
 /// What task threads send the coordinator.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one Done per task's end; events are the many, and boxing the result would not make them smaller"
+)]
 pub(crate) enum Message {
     Event(Event),
     Done(TaskId, TaskResult),
@@ -65,7 +69,9 @@ pub(crate) struct ControlRequest {
 #[derive(Debug, Clone)]
 pub(crate) struct ParkedTask {
     pub(crate) park: reprise_core::digest::Digest,
-    pub(crate) receipt: reprise_core::digest::Digest,
+    /// `None` from a fleet worker, until the coordinator names the receipt
+    /// it wrote.
+    pub(crate) receipt: Option<reprise_core::digest::Digest>,
     pub(crate) wake: reprise_store::suspension::Wake,
     pub(crate) released: Vec<(reprise_store::suspension::Resource, Value)>,
     pub(crate) reply: Option<crate::park::ParkReply>,

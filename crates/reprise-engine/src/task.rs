@@ -410,6 +410,44 @@ impl TaskRun<'_> {
         }
     }
 
+    /// The ref a fleet park's snapshot travels under on the remote.
+    pub(crate) fn park_snapshot_ref(run_id: &str, task: &reprise_core::TaskId, id: &str) -> String {
+        format!("refs/reprise/{run_id}/parks/{task}/{id}")
+    }
+
+    /// On a fleet worker with a remote: the park's snapshot sent there,
+    /// before the worktree it holds is removed, so the host that resumes
+    /// the park (the coordinator) can restore it. Without a remote a
+    /// worker's park cannot leave its host: refused, and nothing is
+    /// released.
+    pub(crate) fn send_park_snapshot(
+        &self,
+        store: &reprise_store::snapshot::SnapshotStore,
+        checkpoint: &reprise_store::snapshot::Checkpoint,
+    ) -> Result<()> {
+        if self.signing.key().is_some() {
+            return Ok(());
+        }
+        let remote = self.signing.remote().ok_or_else(|| {
+            crate::error::EngineError::Park(format!(
+                "task {} parked on a fleet worker with no git remote to send its files through; give the run a remote (--remote)",
+                self.task.id
+            ))
+        })?;
+        store
+            .push_to(
+                checkpoint,
+                remote,
+                &Self::park_snapshot_ref(self.run_id, &self.task.id, &checkpoint.id),
+            )
+            .map_err(|err| {
+                crate::error::EngineError::Park(format!(
+                    "the park's snapshot of {} did not reach the remote {remote}: {err}; its worktree is kept",
+                    self.task.id
+                ))
+            })
+    }
+
     /// On a host taking a fleet task over from a lost one: the tree the
     /// attempt of the journal's last `task.checkpoint` left, as that host
     /// sent it, put in the worktree, so the retry's decision finds the

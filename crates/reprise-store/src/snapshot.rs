@@ -313,6 +313,17 @@ impl SnapshotStore {
         Ok(Some(Checkpoint { id, tree, manifest }))
     }
 
+    /// Lists `checkpoint` (one `fetch_from` took) among this store's own, so
+    /// `find` names it: a fleet park's snapshot, taken by the coordinator
+    /// that resumes it.
+    pub fn keep(&self, checkpoint: &Checkpoint) -> Result<()> {
+        if self.list()?.iter().any(|held| held.id == checkpoint.id) {
+            return Ok(());
+        }
+        let name = format!("refs/checkpoints/{}", next_checkpoint_name());
+        crate::loose::write_ref(&self.git_dir, &name, &checkpoint.id).map_err(io_at(&self.git_dir))
+    }
+
     /// Whether `checkpoint`'s commit, read from the store's own objects,
     /// still hashes to its id and names its tree. `None` when the store
     /// holds it in no form read here (git then has to say).

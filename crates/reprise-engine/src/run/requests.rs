@@ -151,6 +151,11 @@ pub(super) fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> 
         running,
         pool_free,
     } = end;
+    let receipt = parked.receipt.ok_or_else(|| {
+        crate::error::EngineError::Park(format!(
+            "the park of {key} came back without its receipt; nothing was released"
+        ))
+    })?;
     let mut released = parked.released.clone();
     let seat = SeatReleased::Freed {
         seats,
@@ -170,7 +175,7 @@ pub(super) fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> 
             key,
             run_id,
             parked.park,
-            parked.receipt,
+            receipt,
             resource,
             detail.clone(),
         )?;
@@ -190,7 +195,7 @@ pub(super) fn finish_park(end: ParkEnd<'_>, parked: crate::task::ParkedTask) -> 
             run_id: run_id.to_owned(),
             task: key.clone(),
             park: parked.park,
-            receipt: parked.receipt,
+            receipt,
             released,
             wake: parked.wake,
         }));

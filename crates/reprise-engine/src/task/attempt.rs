@@ -71,7 +71,8 @@ pub(super) enum Halted {
 pub(super) struct RecordedPark {
     pub(super) body: reprise_core::rows::SuspendBody,
     pub(super) head: Head,
-    pub(super) receipt: Digest,
+    /// `None` on a fleet worker: the coordinator writes it from the row.
+    pub(super) receipt: Option<Digest>,
     pub(super) reply: Option<crate::park::ParkReply>,
 }
 

@@ -403,15 +403,12 @@ impl Executor<'_, '_> {
     /// One release of the park at `head`, citing its receipt.
     fn write_release(
         &mut self,
-        (head, receipt): (reprise_core::record::Head, Digest),
+        (head, receipt): (reprise_core::record::Head, Option<Digest>),
         (resource, detail): (Resource, &Value),
     ) -> Result<()> {
-        crate::park::write_release(
-            self.signer.audit("a park's release")?,
-            &self.key,
-            self.run.run_id,
-            head.digest,
-            receipt,
+        self.signer.park_release(
+            (&self.key, self.run.run_id),
+            (head.digest, receipt),
             resource,
             detail.clone(),
         )
@@ -506,20 +503,42 @@ impl Executor<'_, '_> {
                 &run.grant,
                 (run.run_id, head.digest, &body.grant_hash),
             )?;
+            self.ship_agent_checkpoint()?;
+        }
+        if let (Some(question), Some(_)) = (&request.question, &body.question_hash) {
+            self.signer
+                .ship_kept(crate::evidence::Shipment::AgentText {
+                    run_id: run.run_id.to_owned(),
+                    text: question.clone(),
+                })?;
         }
         crate::park::hold_at("suspend");
-        let receipt = crate::park::write_receipt(
-            self.signer.audit("a park's receipt")?,
-            &self.key,
-            &body,
-            head,
-        )?;
+        let receipt = self.signer.park_receipt(&self.key, &body, head)?;
         Ok(RecordedPark {
             body,
             head,
             receipt,
             reply,
         })
+    }
+
+    /// On a fleet worker, the park's `checkpoint.json` just written, sent
+    /// on to the coordinator (which keeps it once its row binds it).
+    fn ship_agent_checkpoint(&mut self) -> Result<()> {
+        if self.run.signing.key().is_some() {
+            return Ok(());
+        }
+        let checkpoint =
+            reprise_store::agent_checkpoint::read_checkpoint(self.run.state, &self.key)
+                .map_err(|err| crate::error::EngineError::Park(err.to_string()))?
+                .ok_or_else(|| {
+                    crate::error::EngineError::Park(format!(
+                        "the park of {} wrote no agent checkpoint",
+                        self.key
+                    ))
+                })?;
+        self.signer
+            .ship_kept(crate::evidence::Shipment::AgentCheckpoint { checkpoint })
     }
 
     /// A park or pause was asked for while attempt `attempt`'s agent runs:
@@ -577,6 +596,9 @@ impl Executor<'_, '_> {
             }
             None => None,
         };
+        if let (Some(store), Some(checkpoint)) = (&self.snapshots, &checkpoint) {
+            run.send_park_snapshot(store, checkpoint)?;
+        }
         let files = checkpoint
             .as_ref()
             .map(|checkpoint| checkpoint.manifest.files);

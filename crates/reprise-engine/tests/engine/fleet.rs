@@ -258,13 +258,16 @@ impl World {
         let text = self.expand(plan);
         let parsed = parse_plan(&text, "plan.yaml").unwrap_or_else(|err| panic!("{err}"));
         *self.plan.borrow_mut() = Some(parsed.id().clone());
+        // On disk, outside the project: a park's wake reads it again.
+        let plan_path = self.aside.parent().expect("temp").join("plan.yaml");
+        fs::write(&plan_path, &text).expect("plan file");
         let mut recorder = Recorder::default();
         let state = run_plan_on_fleet(
             &self.fixture.state,
             &parsed,
             RunOptions {
                 run_id: new_run_id(),
-                plan_path: PathBuf::from("plan.yaml"),
+                plan_path,
                 project: self.project.clone(),
                 seats: None,
                 retry_of: None,
@@ -507,7 +510,7 @@ fn kind_of(shipment: &Shipment) -> Option<String> {
         Shipment::Row { line } => serde_json::from_str::<JournalRow>(line)
             .ok()
             .map(|row| row.kind),
-        Shipment::Intent { .. } | Shipment::Session(_) => None,
+        _ => None,
     }
 }
 
@@ -710,4 +713,61 @@ fn a_worker_refuses_an_order_whose_plan_does_not_match_its_hash() {
     assert!(err.to_string().contains("does not match its hash"), "{err}");
     assert_eq!(shipped.try_iter().count(), 0, "nothing ran");
     assert!(!worker.state.journal_path(&world.key("greet")).exists());
+}
+
+const QUOTA_PLAN: &str = r#"
+version: 1
+name: quota
+defaults: { agent: sim, max_retries: 1, timeout: 60s, retry_policy: warm }
+tasks:
+  - id: busy
+    prompt: "Create done.txt"
+    sim:
+      - { reply: "usage limit reached; resets in 2 seconds", exit_code: 1, write: { started.txt: "half\n" } }
+      - { reply: "DONE", write: { done.txt: "yes\n" } }
+    gates: [ { name: done, run: "test -e done.txt && test -e started.txt" } ]
+"#;
+
+#[test]
+fn a_park_on_a_worker_is_received_and_released_on_the_coordinator_and_resumed_there_warm() {
+    let world = World::git();
+    let remote = bare_remote(&world);
+    let transport = InProcessTransport::start(
+        vec![host(&world, "one"), host(&world, "two")],
+        &CancelToken::new(),
+    );
+    let fleet = Fleet {
+        transport: &transport,
+        remote: Some(remote),
+        plan_text: world.expand(QUOTA_PLAN),
+    };
+    let ran = world.run_on_fleet(QUOTA_PLAN, &fleet);
+
+    // Parked on its worker until the reset, woken by the coordinator, and
+    // resumed there: the same session, warm, on the files the park kept.
+    let busy = task(&ran, "busy");
+    assert_eq!(
+        busy.state,
+        TaskStatus::Passed,
+        "{busy:?}: {:?}",
+        warnings(&ran, "busy")
+    );
+    assert_eq!(modes(busy), ["new", "warm"]);
+    assert_eq!(session(&busy.attempts[1]), session(&busy.attempts[0]));
+    let key = world.key("busy");
+    let audit = read_audit(&world.fixture.state, &world.fixture.key).expect("audit");
+    let point = reprise_engine::latest_park(&world.fixture.state, &key, &audit).expect("a park");
+    assert!(point.settled, "the park was resumed");
+    assert!(point.receipt.is_some(), "the coordinator wrote its receipt");
+    let mut released: Vec<String> = point
+        .released
+        .iter()
+        .map(|release| release.resource.as_str().to_owned())
+        .collect();
+    released.sort();
+    assert_eq!(released, ["budget", "process", "sandbox", "seat"]);
+    // The snapshot the worker sent came back: the resumed attempt found the
+    // file the parked one wrote (its gate asks for both).
+    assert!(point.snapshot().is_some(), "{point:?}");
+    world.assert_verified("busy");
 }

@@ -65,8 +65,9 @@ impl TaskOrder {
     }
 }
 
-/// How a task's run on a worker ended: a `TaskResult` without a park (a
-/// worker holds no key to sign one with).
+/// How a task's run on a worker ended: a `TaskResult`, its park (if it
+/// parked) without the receipt, which the coordinator wrote from the park's
+/// row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShippedResult {
     pub status: TaskStatus,
@@ -79,6 +80,20 @@ pub struct ShippedResult {
     pub cwd: Option<PathBuf>,
     pub output: Option<TaskOutput>,
     pub gaps: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<ShippedPark>,
+}
+
+/// A park a worker made: what the coordinator needs to give back the seat
+/// and the budget and to wake it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShippedPark {
+    /// The `task.suspend` row's event hash.
+    pub park: Digest,
+    pub wake: reprise_store::suspension::Wake,
+    /// What the worker gave back (the process, the sandbox), as recorded.
+    pub released: Vec<(reprise_store::suspension::Resource, Value)>,
+    pub headroom_micro_usd: u64,
 }
 
 impl ShippedResult {
@@ -93,9 +108,17 @@ impl ShippedResult {
             cwd: result.cwd,
             output: result.output,
             gaps: result.gaps,
+            parked: result.parked.map(|parked| ShippedPark {
+                park: parked.park,
+                wake: parked.wake,
+                released: parked.released,
+                headroom_micro_usd: parked.headroom_micro_usd,
+            }),
         }
     }
 
+    /// The coordinator's `TaskResult`; a park comes back with no receipt
+    /// named (`Follow` names the one it wrote).
     pub(crate) fn into_result(self) -> TaskResult {
         TaskResult {
             status: self.status,
@@ -107,7 +130,14 @@ impl ShippedResult {
             cwd: self.cwd,
             output: self.output,
             gaps: self.gaps,
-            parked: None,
+            parked: self.parked.map(|parked| crate::task::ParkedTask {
+                park: parked.park,
+                receipt: None,
+                wake: parked.wake,
+                released: parked.released,
+                reply: None,
+                headroom_micro_usd: parked.headroom_micro_usd,
+            }),
         }
     }
 
@@ -131,6 +161,7 @@ impl ShippedResult {
             cwd: None,
             output: None,
             gaps: Vec::new(),
+            parked: None,
         }
     }
 }

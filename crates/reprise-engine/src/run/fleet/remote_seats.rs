@@ -108,7 +108,13 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
             // a worker may hold it still, or have finished it meanwhile.
             Some(Continuation::Interrupted | Continuation::Cancelled) => self.attach(job),
             // A resumed park goes on here, where the key that checks it is.
+            // Its checkpoints before the park stayed on the worker (only the
+            // park's snapshot was fetched here), so none is looked for, as
+            // after a takeover; its sessions are resumed where their
+            // transcripts came with its rows.
             Some(Continuation::Resume { .. }) => {
+                let mut job = job;
+                job.run.lost_sessions = Some(std::collections::BTreeSet::new());
                 self.scope
                     .spawn(move || crate::run::seats::run_on_this_host(job));
             }
@@ -220,6 +226,14 @@ impl Follow<'_> {
             result.status = crate::state::TaskStatus::Failed;
             result.reason = Some(reason);
             result.output = None;
+            result.parked = None;
+        }
+        if let Err(err) = self.settle_park(job, &order, &mut result) {
+            result.status = crate::state::TaskStatus::Failed;
+            result.reason = Some(format!(
+                "its park on its worker could not be taken up: {err}"
+            ));
+            result.parked = None;
         }
         let branch = result
             .output
@@ -239,6 +253,63 @@ impl Follow<'_> {
             result.output = None;
         }
         let _ = run.events.send(Message::Done(run.task.id.clone(), result));
+    }
+
+    /// A park the worker made, taken up here where it is resumed: the
+    /// receipt this host wrote when it took the park's row named, and the
+    /// park's snapshot fetched from the remote into this host's store of
+    /// the task's checkpoints, so the resume restores it as a local one.
+    fn settle_park(
+        &self,
+        job: &Job<'_>,
+        order: &TaskOrder,
+        result: &mut crate::messages::TaskResult,
+    ) -> Result<()> {
+        let Some(parked) = result.parked.as_mut() else {
+            return Ok(());
+        };
+        let run = &job.run;
+        let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        let audit = reprise_store::audit::read_audit(run.state, &self.key)?;
+        let point = crate::resume::latest_park(run.state, &key, &audit)
+            .filter(|point| point.park == parked.park)
+            .ok_or_else(|| {
+                crate::error::EngineError::Park(format!(
+                    "the worker parked {key} at {}, a park its journal does not end with",
+                    parked.park
+                ))
+            })?;
+        parked.receipt = Some(point.receipt.ok_or_else(|| {
+            crate::error::EngineError::Park(format!("the park of {key} has no receipt"))
+        })?);
+        let (Some(remote), Some(id)) = (order.remote.as_deref(), point.snapshot()) else {
+            return Ok(());
+        };
+        // The store is only fetched into here: its tree (the worktree the
+        // resume makes) need not exist, so git runs beside the store.
+        let shadow = run.state.snapshot_dir(run.run_id, &run.task.id);
+        let beside = shadow.parent().unwrap_or(&shadow).to_path_buf();
+        std::fs::create_dir_all(&beside).map_err(|source| reprise_store::StoreError::Io {
+            path: beside.clone(),
+            source,
+        })?;
+        let store = reprise_store::snapshot::SnapshotStore::open(
+            &shadow,
+            &beside,
+            run.workspace.repo(),
+            run.task.checkpoint_max_file_bytes,
+        )?;
+        let refname = crate::task::TaskRun::park_snapshot_ref(run.run_id, &run.task.id, &id);
+        let checkpoint = store
+            .fetch_from(remote, &refname)?
+            .filter(|found| found.id == id);
+        let checkpoint = checkpoint.ok_or_else(|| {
+            crate::error::EngineError::Park(format!(
+                "the remote {remote} does not hold the park's snapshot {id} of {key}"
+            ))
+        })?;
+        store.keep(&checkpoint)?;
+        Ok(())
     }
 
     /// One host's reports, until it ends the task or is lost.
@@ -317,6 +388,10 @@ fn travelling_sessions(
 }
 
 /// How one host's part of a task ended.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per host's part of a task, moved once"
+)]
 enum Ended {
     Done(ShippedResult, Option<String>),
     Lost { host: String, reason: String },
