@@ -396,7 +396,7 @@ impl TaskRun<'_> {
             return;
         };
         let sent = store
-            .take(&format!("attempt {attempt} left"))
+            .take_unlisted(&format!("attempt {attempt} left"))
             .and_then(|checkpoint| {
                 store.push_to(&checkpoint, remote, &self.travelling_tree_ref(attempt))
             });
@@ -410,20 +410,20 @@ impl TaskRun<'_> {
         }
     }
 
-    /// The ref a fleet park's snapshot travels under on the remote.
-    pub(crate) fn park_snapshot_ref(run_id: &str, task: &reprise_core::TaskId, id: &str) -> String {
-        format!("refs/reprise/{run_id}/parks/{task}/{id}")
+    /// Where a fleet park's checkpoints travel on the remote.
+    pub(crate) fn park_checkpoints_prefix(run_id: &str, task: &reprise_core::TaskId) -> String {
+        format!("refs/reprise/{run_id}/checkpoints/{task}")
     }
 
-    /// On a fleet worker with a remote: the park's snapshot sent there,
-    /// before the worktree it holds is removed, so the host that resumes
-    /// the park (the coordinator) can restore it. Without a remote a
-    /// worker's park cannot leave its host: refused, and nothing is
-    /// released.
-    pub(crate) fn send_park_snapshot(
+    /// On a fleet worker with a remote: every checkpoint of the task (the
+    /// park's snapshot among them) sent there before the worktree is
+    /// removed, so the host that resumes the park (the coordinator) holds
+    /// the checkpoints its journal records and restores the park's. Without
+    /// a remote a worker's park cannot leave its host: refused, and nothing
+    /// is released.
+    pub(crate) fn send_park_checkpoints(
         &self,
         store: &reprise_store::snapshot::SnapshotStore,
-        checkpoint: &reprise_store::snapshot::Checkpoint,
     ) -> Result<()> {
         if self.signing.key().is_some() {
             return Ok(());
@@ -435,14 +435,10 @@ impl TaskRun<'_> {
             ))
         })?;
         store
-            .push_to(
-                checkpoint,
-                remote,
-                &Self::park_snapshot_ref(self.run_id, &self.task.id, &checkpoint.id),
-            )
+            .push_all(remote, &Self::park_checkpoints_prefix(self.run_id, &self.task.id))
             .map_err(|err| {
                 crate::error::EngineError::Park(format!(
-                    "the park's snapshot of {} did not reach the remote {remote}: {err}; its worktree is kept",
+                    "the park's checkpoints of {} did not reach the remote {remote}: {err}; its worktree is kept",
                     self.task.id
                 ))
             })

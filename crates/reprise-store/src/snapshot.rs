@@ -242,6 +242,21 @@ impl SnapshotStore {
 
     /// Takes a checkpoint of the tree as it is now.
     pub fn take(&self, label: &str) -> Result<Checkpoint> {
+        let checkpoint = self.take_unlisted(label)?;
+        // ULIDs sort by time: the refs list the checkpoints oldest first
+        // without counting (or reading) the ones before. Two taken in the
+        // same millisecond must still sort in the order taken, so they come
+        // from one monotonic generator (a plain `Ulid::new` is random within
+        // its millisecond, and a list then put them out of order).
+        let name = format!("refs/checkpoints/{}", next_checkpoint_name());
+        crate::loose::write_ref(&self.git_dir, &name, &checkpoint.id)
+            .map_err(io_at(&self.git_dir))?;
+        Ok(checkpoint)
+    }
+
+    /// As `take`, but not listed among the store's checkpoints (no journal
+    /// row records it): a tree only sent elsewhere (`push_to`).
+    pub fn take_unlisted(&self, label: &str) -> Result<Checkpoint> {
         let started = std::time::SystemTime::now();
         let survey = survey(&self.tree, self.max_file_bytes)?;
         let tree = self.write_tree(&survey, started);
@@ -267,13 +282,6 @@ impl SnapshotStore {
             format!("tree {tree}\nauthor {signature}\ncommitter {signature}\n\n{message}\n");
         let id = crate::loose::write_object(&self.git_dir, "commit", commit.as_bytes())
             .map_err(io_at(&self.git_dir))?;
-        // ULIDs sort by time: the refs list the checkpoints oldest first
-        // without counting (or reading) the ones before. Two taken in the
-        // same millisecond must still sort in the order taken, so they come
-        // from one monotonic generator (a plain `Ulid::new` is random within
-        // its millisecond, and a list then put them out of order).
-        let name = format!("refs/checkpoints/{}", next_checkpoint_name());
-        crate::loose::write_ref(&self.git_dir, &name, &id).map_err(io_at(&self.git_dir))?;
         Ok(Checkpoint { id, tree, manifest })
     }
 
@@ -313,15 +321,21 @@ impl SnapshotStore {
         Ok(Some(Checkpoint { id, tree, manifest }))
     }
 
-    /// Lists `checkpoint` (one `fetch_from` took) among this store's own, so
-    /// `find` names it: a fleet park's snapshot, taken by the coordinator
-    /// that resumes it.
-    pub fn keep(&self, checkpoint: &Checkpoint) -> Result<()> {
-        if self.list()?.iter().any(|held| held.id == checkpoint.id) {
-            return Ok(());
-        }
-        let name = format!("refs/checkpoints/{}", next_checkpoint_name());
-        crate::loose::write_ref(&self.git_dir, &name, &checkpoint.id).map_err(io_at(&self.git_dir))
+    /// Sends every checkpoint the store lists to the git remote `remote`,
+    /// under `prefix` with their own names: a fleet worker's checkpoints of
+    /// a task it parked, for the host that resumes it.
+    pub fn push_all(&self, remote: &str, prefix: &str) -> Result<()> {
+        let spec = format!("+refs/checkpoints/*:{prefix}/*");
+        self.run(&["push", "-q", remote, &spec])?;
+        Ok(())
+    }
+
+    /// Takes every checkpoint the git remote `remote` holds under `prefix`
+    /// (sent by `push_all`) into this store's list, under their own names.
+    pub fn fetch_all(&self, remote: &str, prefix: &str) -> Result<()> {
+        let spec = format!("+{prefix}/*:refs/checkpoints/*");
+        self.run(&["fetch", "-q", "--no-tags", remote, &spec])?;
+        Ok(())
     }
 
     /// Whether `checkpoint`'s commit, read from the store's own objects,

@@ -472,6 +472,71 @@ tasks:
     assert_success(&env.run(&["audit", "verify"]));
 }
 
+/// A task that runs into its usage limit on a worker parks there: the
+/// worker kills the agent, sends the park's snapshot through the remote and
+/// frees its seat; the coordinator writes the park's receipt and every
+/// release, wakes it at the reset and resumes it warm in the same session
+/// on the files the park kept; `audit verify-suspension` accepts the park.
+#[test]
+fn a_usage_limit_on_a_worker_parks_the_task_and_the_coordinator_resumes_it_warm() {
+    let env = Env::new();
+    let remote = project_with_remote(
+        &env,
+        r#"version: 1
+name: quota
+defaults: { agent: sim, max_retries: 1, timeout: 60s, retry_policy: warm }
+tasks:
+  - id: busy
+    prompt: "Create done.txt"
+    sim:
+      - { reply: "usage limit reached; resets in 2 seconds", exit_code: 1, write: { started.txt: "half\n" } }
+      - { reply: "DONE", write: { done.txt: "yes\n" } }
+    gates: [ { name: done, run: "test -e done.txt && test -e started.txt" } ]
+"#,
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = spawn_worker(&env, &database.url, "one");
+    let output = fleet_run(&env, &database.url, &remote).output().unwrap();
+    let drained = drain(worker);
+    assert_exit(&output, 0);
+    let ran = json_of(&output);
+    let task = &ran["tasks"][0];
+    assert_eq!(task["state"], "passed", "{ran}");
+    let attempts = task["attempts"].as_array().unwrap();
+    let modes: Vec<&str> = attempts
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["new", "warm"], "{ran}");
+    assert_eq!(
+        attempts[1]["session_id"], attempts[0]["session_id"],
+        "{ran}"
+    );
+    // The worker ran the attempt that parked (its lease ended with the
+    // park), and its worktree is gone.
+    assert_eq!(drained["completed"], 1, "{drained}");
+    let worktrees = env.temp.path().join("worker-one/.reprise/worktrees");
+    let left: Vec<_> = fs::read_dir(&worktrees)
+        .map(|dirs| {
+            dirs.flatten()
+                .flat_map(|run| fs::read_dir(run.path()).into_iter().flatten().flatten())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "the parked worktree is released on the worker: {left:?}"
+    );
+    let journal =
+        String::from_utf8_lossy(&journal_of(&env.project().join(".reprise"), "busy")).into_owned();
+    assert!(journal.contains("\"kind\":\"task.suspend\""), "{journal}");
+    assert!(journal.contains("\"kind\":\"task.resume\""), "{journal}");
+    assert_success(&env.run(&["audit", "verify-suspension", "busy"]));
+    assert_success(&env.run(&["journal", "verify", "busy"]));
+    assert_success(&env.run(&["audit", "verify"]));
+}
+
 /// `run --fleet` to a database that does not answer, or holds no fleet, is
 /// one line and exit 1 before anything is written; without --remote it is
 /// a usage error.

@@ -596,8 +596,8 @@ impl Executor<'_, '_> {
             }
             None => None,
         };
-        if let (Some(store), Some(checkpoint)) = (&self.snapshots, &checkpoint) {
-            run.send_park_snapshot(store, checkpoint)?;
+        if let Some(store) = &self.snapshots {
+            run.send_park_checkpoints(store)?;
         }
         let files = checkpoint
             .as_ref()

@@ -107,14 +107,9 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
             // The coordinator died or was stopped while the task was out:
             // a worker may hold it still, or have finished it meanwhile.
             Some(Continuation::Interrupted | Continuation::Cancelled) => self.attach(job),
-            // A resumed park goes on here, where the key that checks it is.
-            // Its checkpoints before the park stayed on the worker (only the
-            // park's snapshot was fetched here), so none is looked for, as
-            // after a takeover; its sessions are resumed where their
-            // transcripts came with its rows.
+            // A resumed park goes on here, where the key that checks it is
+            // (its checkpoints and its sessions' transcripts came with it).
             Some(Continuation::Resume { .. }) => {
-                let mut job = job;
-                job.run.lost_sessions = Some(std::collections::BTreeSet::new());
                 self.scope
                     .spawn(move || crate::run::seats::run_on_this_host(job));
             }
@@ -257,8 +252,10 @@ impl Follow<'_> {
 
     /// A park the worker made, taken up here where it is resumed: the
     /// receipt this host wrote when it took the park's row named, and the
-    /// park's snapshot fetched from the remote into this host's store of
-    /// the task's checkpoints, so the resume restores it as a local one.
+    /// worker's checkpoints of the task (the park's snapshot among them)
+    /// fetched from the remote into this host's store of them, so the
+    /// resume restores it as a local one and `journal verify` finds every
+    /// checkpoint the journal records.
     fn settle_park(
         &self,
         job: &Job<'_>,
@@ -299,16 +296,13 @@ impl Follow<'_> {
             run.workspace.repo(),
             run.task.checkpoint_max_file_bytes,
         )?;
-        let refname = crate::task::TaskRun::park_snapshot_ref(run.run_id, &run.task.id, &id);
-        let checkpoint = store
-            .fetch_from(remote, &refname)?
-            .filter(|found| found.id == id);
-        let checkpoint = checkpoint.ok_or_else(|| {
-            crate::error::EngineError::Park(format!(
+        let prefix = crate::task::TaskRun::park_checkpoints_prefix(run.run_id, &run.task.id);
+        store.fetch_all(remote, &prefix)?;
+        if !store.list()?.iter().any(|checkpoint| checkpoint.id == id) {
+            return Err(crate::error::EngineError::Park(format!(
                 "the remote {remote} does not hold the park's snapshot {id} of {key}"
-            ))
-        })?;
-        store.keep(&checkpoint)?;
+            )));
+        }
         Ok(())
     }
 
