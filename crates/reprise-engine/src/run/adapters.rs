@@ -95,7 +95,8 @@ fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
                         settings
                             .map(|s| s.allowed_tools.clone())
                             .unwrap_or_default(),
-                    ),
+                    )
+                    .with_state_dirs(settings.and_then(|s| s.state_dirs.clone())),
             )
         }
     }
