@@ -38,11 +38,6 @@ pub enum AcpStateSource {
     Unknown,
 }
 
-/// The program names whose state reprise infers, for the docs and messages.
-pub fn known_acp_agents() -> impl Iterator<Item = &'static str> {
-    KNOWN_AGENTS.iter().map(|(program, _)| *program)
-}
-
 /// The agent's state directories: `declared` (the plan's, `~/` taken as
 /// the child's `HOME`; one under an unknown home is left out) when given,
 /// else the table's for `program` (the agent's argv[0], matched by its

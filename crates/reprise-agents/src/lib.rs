@@ -33,7 +33,7 @@ mod sim;
 pub mod supervise;
 
 pub use acp::{AcpAdapter, Handshake};
-pub use acp_state::{AcpState, AcpStateSource, known_acp_agents};
+pub use acp_state::{AcpState, AcpStateSource};
 pub use check::{AgentBinary, bin_env_var, find_program, resolve_agent_binary};
 pub use claude::ClaudeAdapter;
 pub use codex::CodexAdapter;
