@@ -11,8 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use reprise_agents::{
-    AcpAdapter, AcpState, AcpStateSource, bin_env_var, clashing_arg, find_program,
-    resolve_agent_binary,
+    AcpState, AcpStateSource, bin_env_var, clashing_arg, find_program, resolve_agent_binary,
 };
 use reprise_core::plan::{AgentKind, GateCheck, Plan, ShellProgram, TaskAgent, shell_program};
 use reprise_engine::{load_plan, resolve_budget};
@@ -256,16 +255,7 @@ fn acp_state(plan: &Plan) -> Option<AcpState> {
     if !plan.tasks().iter().any(|task| task.agent == TaskAgent::Acp) {
         return None;
     }
-    let settings = plan
-        .agent_settings(AgentKind::Acp)
-        .cloned()
-        .unwrap_or_default();
-    let mut env = reprise_agents::passed_env(&settings.pass_env);
-    env.extend(settings.env.clone());
-    let adapter = AcpAdapter::new(settings.command)
-        .with_env(env)
-        .with_state_dirs(settings.state_dirs);
-    Some(adapter.own_state(None))
+    Some(reprise_engine::acp_adapter(plan).own_state(None))
 }
 
 /// The line `run --check` shows of the ACP agent's own state.
@@ -554,7 +544,7 @@ fn acp_handshake(
     project: &Path,
     path_var: Option<&OsStr>,
 ) -> Result<String, String> {
-    use reprise_agents::{AttemptRequest, CancelToken, SessionMode};
+    use reprise_agents::{AcpAdapter, AttemptRequest, CancelToken, SessionMode};
     let settings = settings.cloned().unwrap_or_default();
     let mut env: Vec<(String, String)> = path_var
         .map(|path| ("PATH".to_owned(), path.to_string_lossy().into_owned()))
