@@ -32,6 +32,11 @@
 //! in `agent.stderr` as a `reprise: permission ...` line. Cost is the
 //! change of the cumulative USD cost the agent's `usage_update`s report
 //! over the prompt, else unknown.
+//!
+//! The agent's own state (its saved sessions) is `agents.acp.state_dirs`,
+//! or inferred for an agent reprise knows ([`crate::acp_state`]): the
+//! adapter's `state_paths`, made before a contained attempt and writable in
+//! its sandbox, so a warm retry finds the session the attempt before saved.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -49,9 +54,12 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, Client, Lines};
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use reprise_core::grant::allowing_entry;
+use reprise_core::plan::AgentStateDir;
 use reprise_core::retry::ResumeStrategy;
 use reprise_core::retry_mode::DeclaredSessions;
 
+use crate::acp_state::{AcpState, acp_state};
+use crate::home::child_var;
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, Streams, enforce_budget, infra, kind_from_error_text,
     one_line, parse_usd_micro,
@@ -60,7 +68,7 @@ use crate::process::{
     End, Finished, Invocation, Stdin, Talk, child_path_var, describe_duration, find_executable,
     park_idle, preflight, run_talking, watch_outcome,
 };
-use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode};
+use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths};
 
 const NAME: &str = "acp";
 /// The bound on a handshake made outside an attempt.
@@ -74,6 +82,9 @@ pub struct AcpAdapter {
     /// The plan's `agents.acp.env` and `pass_env`, after the request's own.
     env: Vec<(String, String)>,
     allowed_tools: Vec<String>,
+    /// The plan's `agents.acp.state_dirs`; `None`: inferred (see
+    /// [`crate::acp_state`]).
+    state_dirs: Option<Vec<AgentStateDir>>,
     /// What the agent declared at its latest handshake.
     learned: Mutex<Option<Handshake>>,
 }
@@ -144,6 +155,26 @@ impl AcpAdapter {
     pub fn with_allowed_tools(mut self, tools: Vec<String>) -> Self {
         self.allowed_tools = tools;
         self
+    }
+
+    /// Where the agent keeps its own state, as the plan's
+    /// `agents.acp.state_dirs` says (`None`: not said, inferred for a known
+    /// agent).
+    #[must_use]
+    pub fn with_state_dirs(mut self, dirs: Option<Vec<AgentStateDir>>) -> Self {
+        self.state_dirs = dirs;
+        self
+    }
+
+    /// The directories the agent may write for its own state, `~/` taken
+    /// as its `HOME`: the plan's `agents.acp.env` one, else `home` (a home
+    /// the caller made for the task), else reprise's own.
+    pub fn own_state(&self, home: Option<&Path>) -> AcpState {
+        acp_state(
+            self.state_dirs.as_deref(),
+            self.argv.first().map(String::as_str),
+            &child_var(&self.env, home),
+        )
     }
 
     /// What the agent declared at its latest handshake, if one happened.
@@ -304,6 +335,15 @@ impl Adapter for AcpAdapter {
 
     fn run(&self, request: &AttemptRequest, cancel: &CancelToken) -> AttemptReport {
         self.converse(request, cancel, true).1
+    }
+
+    /// Its state directories ([`AcpAdapter::own_state`]); an ACP agent gets
+    /// no config home of reprise's.
+    fn state_paths(&self, _config_home: Option<&Path>, home: Option<&Path>) -> StatePaths {
+        StatePaths {
+            dirs: self.own_state(home).dirs,
+            files: Vec::new(),
+        }
     }
 
     /// The agent's transcript is its stream, kept in the attempt's logs;
@@ -1005,5 +1045,36 @@ mod tests {
 
     fn fs_read(path: &Path) -> String {
         std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    #[test]
+    fn its_state_paths_are_the_plan_s_dirs_under_the_child_s_home_else_gemini_s() {
+        let made = Path::new("/runs/r/homes/t");
+        let declared = AcpAdapter::new(vec!["node".into(), "peer.js".into()])
+            .with_state_dirs(Some(vec![AgentStateDir::InHome(PathBuf::from(".peer"))]));
+        assert_eq!(
+            declared.state_paths(Some(Path::new("/ignored")), Some(made)),
+            StatePaths {
+                dirs: vec![made.join(".peer")],
+                files: Vec::new(),
+            }
+        );
+        let plan_home =
+            AcpAdapter::new(vec!["/opt/bin/gemini".into(), "--acp".into()]).with_env(vec![
+                ("HOME".into(), "/plan-home".into()),
+                // Empty is unset, whatever the test runner's own says.
+                ("GEMINI_CLI_HOME".into(), String::new()),
+            ]);
+        assert_eq!(
+            plan_home.state_paths(None, Some(made)).dirs,
+            [PathBuf::from("/plan-home/.gemini")],
+            "the plan's HOME is the child's"
+        );
+        assert_eq!(
+            AcpAdapter::new(vec!["node".into()])
+                .state_paths(None, Some(made))
+                .dirs,
+            Vec::<PathBuf>::new()
+        );
     }
 }

@@ -54,7 +54,7 @@ const SPEC: CliSpec = CliSpec {
 
 /// Drives Gemini CLI headless; resumes its native sessions (no fork).
 /// Where gemini keeps its state.
-const GEMINI_STATE: StateHome = StateHome {
+pub(crate) const GEMINI_STATE: StateHome = StateHome {
     env_var: "GEMINI_CLI_HOME",
     home_dir: "",
     state_dir: ".gemini",

@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 
 mod acp;
+mod acp_state;
 mod check;
 mod claude;
 #[cfg(test)]
@@ -32,6 +33,7 @@ mod sim;
 pub mod supervise;
 
 pub use acp::{AcpAdapter, Handshake};
+pub use acp_state::{AcpState, AcpStateSource};
 pub use check::{AgentBinary, bin_env_var, find_program, resolve_agent_binary};
 pub use claude::ClaudeAdapter;
 pub use codex::CodexAdapter;

@@ -1291,6 +1291,10 @@ mod fleet;
 #[path = "cli/watch.rs"]
 mod watch;
 
+// ---- An ACP agent's own state (issue 31) ----
+#[path = "cli/acp.rs"]
+mod acp;
+
 // ---- Evidence nobody can quietly lose (issue 13) ----
 
 fn code(output: &Output) -> Option<i32> {

@@ -60,6 +60,7 @@ pub use park::{
 };
 pub use records::{DecisionRow, read_decisions};
 pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
+pub use run::adapters::acp_adapter;
 pub use run::fleet::{
     InProcessHost, InProcessTransport, Report, ShippedResult, TaskOrder, Transport, WorkerHost,
     run_order,

@@ -4,12 +4,25 @@
 // (tool kind $PEER_TOOL_KIND) during a prompt, reports a cumulative cost
 // before and after the prompt, and replies with the method that opened the
 // session. With PEER_HANG set it never ends a prompt, and writes the
-// session/cancel it hears to $PEER_LOG.
+// session/cancel it hears to $PEER_LOG. With PEER_STORE set it keeps a
+// session store there, as a real agent keeps its saved sessions: a new
+// session is saved in it (a failed save is said on stderr, and the prompt
+// goes on), and a session not found there cannot be loaded or resumed.
 const fs = require("fs");
 const readline = require("readline");
 const declare = JSON.parse(process.env.PEER_DECLARE || "{}");
 const log = (line) => process.env.PEER_LOG && fs.appendFileSync(process.env.PEER_LOG, line + "\n");
 const send = (message) => process.stdout.write(JSON.stringify({ jsonrpc: "2.0", ...message }) + "\n");
+const store = process.env.PEER_STORE;
+const saved = (sessionId) => `${store}/${sessionId}.json`;
+const save = (sessionId) => {
+  try {
+    fs.mkdirSync(store, { recursive: true });
+    fs.writeFileSync(saved(sessionId), JSON.stringify({ sessionId }) + "\n");
+  } catch (error) {
+    process.stderr.write(`peer: cannot save session ${sessionId}: ${error.message}\n`);
+  }
+};
 const update = (sessionId, update) => send({ method: "session/update", params: { sessionId, update } });
 let opened = "none";
 let pending = null;
@@ -22,7 +35,10 @@ readline.createInterface({ input: process.stdin }).on("line", (line) => {
     send({ id, result: { protocolVersion: 1, agentCapabilities: declare, agentInfo: { name: "peer", version: "1.0" } } });
   } else if (method === "session/new") {
     opened = "new";
+    if (store) save("s-new");
     send({ id, result: { sessionId: "s-new" } });
+  } else if ((method === "session/load" || method === "session/resume") && store && !fs.existsSync(saved(params.sessionId))) {
+    send({ id, error: { code: -32002, message: `Resource not found: session ${params.sessionId} is not in ${store}` } });
   } else if (method === "session/load" || method === "session/resume") {
     opened = method;
     update(params.sessionId, { sessionUpdate: "agent_message_chunk", content: { type: "text", text: "replayed history " } });

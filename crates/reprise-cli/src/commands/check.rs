@@ -10,7 +10,9 @@ use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use reprise_agents::{bin_env_var, clashing_arg, find_program, resolve_agent_binary};
+use reprise_agents::{
+    AcpState, AcpStateSource, bin_env_var, clashing_arg, find_program, resolve_agent_binary,
+};
 use reprise_core::plan::{AgentKind, GateCheck, Plan, ShellProgram, TaskAgent, shell_program};
 use reprise_engine::{load_plan, resolve_budget};
 use serde_json::{Value, json};
@@ -189,27 +191,27 @@ pub(crate) fn refuse_hidden_paths(
             if !path.is_absolute() {
                 continue; // a glob inside the worktree
             }
-            let real = real_path(path);
-            for (what, secret, given) in &hidden {
-                let relation = if real == *secret {
-                    "is"
-                } else if secret.starts_with(&real) {
-                    "holds"
-                } else if real.starts_with(secret) {
-                    "lies inside"
-                } else {
-                    continue;
-                };
-                let through = if real.as_path() == path {
-                    String::new()
-                } else {
-                    format!(" (it leads to {})", real.display())
-                };
+            if let Some(reach) = reaches_hidden(path, &hidden) {
                 problems.push(format!(
-                    "tasks[{task_index}].allowed_paths[{index}]: {entry}{through} {relation} {what} {}, which no agent or gate may reach; take it out, or name only the directory the task must write",
-                    given.display()
+                    "tasks[{task_index}].allowed_paths[{index}]: {entry}{reach}, which no agent or gate may reach; take it out, or name only the directory the task must write"
                 ));
-                break;
+            }
+        }
+    }
+    // The ACP agent's own state is made writable as its allowed paths are.
+    if let Some(state) = acp_state(plan) {
+        let key = match state.source {
+            AcpStateSource::Inferred { program } => {
+                format!("agents.acp.state_dirs (inferred for {program})")
+            }
+            AcpStateSource::Plan | AcpStateSource::Unknown => "agents.acp.state_dirs".to_owned(),
+        };
+        for dir in &state.dirs {
+            if let Some(reach) = reaches_hidden(dir, &hidden) {
+                problems.push(format!(
+                    "{key}: {}{reach}, which no agent or gate may reach; name only the directory the agent keeps its sessions in",
+                    dir.display()
+                ));
             }
         }
     }
@@ -221,6 +223,59 @@ pub(crate) fn refuse_hidden_paths(
         plan_path.display(),
         problems.join("; ")
     )))
+}
+
+/// How `path` reaches one of `hidden` (what, real path, path as given):
+/// ` (it leads to REAL) is|holds|lies inside WHAT GIVEN`, or `None`.
+fn reaches_hidden(path: &Path, hidden: &[(&str, PathBuf, PathBuf)]) -> Option<String> {
+    let real = real_path(path);
+    hidden.iter().find_map(|(what, secret, given)| {
+        let relation = if real == *secret {
+            "is"
+        } else if secret.starts_with(&real) {
+            "holds"
+        } else if real.starts_with(secret) {
+            "lies inside"
+        } else {
+            return None;
+        };
+        let through = if real.as_path() == path {
+            String::new()
+        } else {
+            format!(" (it leads to {})", real.display())
+        };
+        Some(format!("{through} {relation} {what} {}", given.display()))
+    })
+}
+
+/// Where the plan's ACP agent may write its own state, `~/` as reprise's
+/// `HOME` (or the plan's `agents.acp.env` one), as the run's adapter will
+/// say; `None` when no task's agent is `acp`.
+fn acp_state(plan: &Plan) -> Option<AcpState> {
+    if !plan.tasks().iter().any(|task| task.agent == TaskAgent::Acp) {
+        return None;
+    }
+    Some(reprise_engine::acp_adapter(plan).own_state(None))
+}
+
+/// The line `run --check` shows of the ACP agent's own state.
+fn acp_state_line(state: &AcpState) -> String {
+    let dirs = state
+        .dirs
+        .iter()
+        .map(|dir| dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match state.source {
+        AcpStateSource::Plan if state.dirs.is_empty() => {
+            "none (agents.acp.state_dirs is empty, or HOME is unset for its ~/ entries)".to_owned()
+        }
+        AcpStateSource::Plan => format!("{dirs} (agents.acp.state_dirs)"),
+        AcpStateSource::Inferred { program } => {
+            format!("{dirs} (inferred for {program}; agents.acp.state_dirs to change)")
+        }
+        AcpStateSource::Unknown => "none known (set agents.acp.state_dirs to where the agent saves its sessions, or a contained agent's warm retries go cold)".to_owned(),
+    }
 }
 
 /// The state directory a run would use: the one given, else the nearest
@@ -407,14 +462,28 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
             }
             TaskAgent::Acp => {
                 let found = acp_agent(plan, (&project, path_var), probe, &mut acp_probed);
+                let state = acp_state(plan);
                 match found {
                     Ok(found) => {
                         findings.lines.push(format!("[{id}] agent acp: {found}"));
-                        findings
-                            .json
-                            .push(json!({"task": id, "agent": "acp", "found": found}));
+                        let state_dirs: Vec<String> = state
+                            .iter()
+                            .flat_map(|state| &state.dirs)
+                            .map(|dir| dir.display().to_string())
+                            .collect();
+                        findings.json.push(json!({
+                            "task": id,
+                            "agent": "acp",
+                            "found": found,
+                            "state_dirs": state_dirs,
+                        }));
                     }
                     Err(problem) => findings.problems.push(format!("task {id}: {problem}")),
+                }
+                if let Some(state) = &state {
+                    findings
+                        .lines
+                        .push(format!("[{id}] agent acp state: {}", acp_state_line(state)));
                 }
             }
         }

@@ -164,6 +164,14 @@ pub enum PlanErrorKind {
     )]
     AcpCommandMissing,
     #[error(
+        "state dir {entry:?} is relative; write ~/DIR for a directory under the agent's home (like ~/.gemini), or an absolute path"
+    )]
+    RelativeStateDir { entry: String },
+    #[error(
+        "state dir {entry:?} is the agent's whole home; name the directory it keeps its sessions in, like ~/.gemini"
+    )]
+    StateDirIsHome { entry: String },
+    #[error(
         "{name:?} is not a variable name an agent can get; use letters, digits and _ (not starting with a digit, and not REPRISE_*)"
     )]
     InvalidEnvName { name: String },

@@ -23,10 +23,10 @@ mod yaml;
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use error::{PlanError, PlanErrorKind};
 pub use model::{
-    AgentKind, AgentSettings, Containment, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
-    DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck,
-    MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox,
-    SimStep, Task, TaskAgent,
+    AgentKind, AgentSettings, AgentStateDir, Containment, Criterion,
+    DEFAULT_CHECKPOINT_MAX_FILE_BYTES, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
+    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION,
+    Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
 };
 pub use money::{
     MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, Spend, format_micro_usd, parse_micro_usd,

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use regex::Regex;
@@ -311,6 +312,41 @@ pub struct AgentSettings {
     pub pass_env: Vec<String>,
     /// The agent's program and arguments (`agents.acp.command`); acp only.
     pub command: Vec<String>,
+    /// Where the agent keeps its own state (`agents.acp.state_dirs`); acp
+    /// only. `None` when the plan does not say: the adapter then infers it
+    /// for an agent it knows.
+    pub state_dirs: Option<Vec<AgentStateDir>>,
+}
+
+/// One directory where an ACP agent keeps its own state (its saved
+/// sessions), as `agents.acp.state_dirs` names it: under the agent's
+/// `HOME` (`~/...`), which is only known where the agent runs, or
+/// absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentStateDir {
+    /// `~/<path>`: beneath the child's `HOME` (never empty).
+    InHome(PathBuf),
+    /// An absolute path.
+    Absolute(PathBuf),
+}
+
+impl AgentStateDir {
+    /// The entry as a plan writes it (`~/.gemini`, `/srv/agent`).
+    pub fn as_written(&self) -> String {
+        match self {
+            AgentStateDir::InHome(path) => format!("~/{}", path.display()),
+            AgentStateDir::Absolute(path) => path.display().to_string(),
+        }
+    }
+
+    /// The directory, `~/` taken as `home`; `None` for one under a home
+    /// that is not known.
+    pub fn resolve(&self, home: Option<&Path>) -> Option<PathBuf> {
+        match self {
+            AgentStateDir::InHome(path) => home.map(|home| home.join(path)),
+            AgentStateDir::Absolute(path) => Some(path.clone()),
+        }
+    }
 }
 
 /// One attempt of the `sim` agent.

@@ -7,6 +7,7 @@
 //! located at the key or value that has it.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use regex::Regex;
@@ -16,10 +17,10 @@ use crate::{PlanId, TaskId};
 use super::error::{PlanError, PlanErrorKind};
 use super::graph::find_cycle;
 use super::model::{
-    AgentKind, AgentSettings, Containment, Criterion, DEFAULT_CHECKPOINT_MAX_FILE_BYTES,
-    DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck,
-    MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox,
-    SimStep, Task, TaskAgent,
+    AgentKind, AgentSettings, AgentStateDir, Containment, Criterion,
+    DEFAULT_CHECKPOINT_MAX_FILE_BYTES, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
+    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION,
+    Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
 };
 
 /// The largest integer a record can hold (2^53 - 1).
@@ -46,9 +47,16 @@ const COMMAND_SETTINGS_KEYS: &[&str] = &["bin", "env", "pass_env"];
 const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env"];
 /// Claude Code also takes the tools it may use without asking.
 const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env", "allowed_tools"];
-/// An ACP agent takes its argv, extra arguments, environment, and the
-/// tools whose permission requests are allowed.
-const ACP_SETTINGS_KEYS: &[&str] = &["command", "args", "env", "pass_env", "allowed_tools"];
+/// An ACP agent takes its argv, extra arguments, environment, the tools
+/// whose permission requests are allowed, and where it keeps its own state.
+const ACP_SETTINGS_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "pass_env",
+    "allowed_tools",
+    "state_dirs",
+];
 const DEFAULTS_KEYS: &[&str] = &[
     "agent",
     "retry_policy",
@@ -363,6 +371,10 @@ impl Reader<'_> {
                 Some(node) => self.acp_command(node, &settings.path_of("command"))?,
                 None => Vec::new(),
             };
+            let state_dirs = match settings.get("state_dirs") {
+                Some(node) => Some(self.state_dirs(node, &settings.path_of("state_dirs"))?),
+                None => None,
+            };
             agents.insert(
                 kind,
                 AgentSettings {
@@ -374,6 +386,7 @@ impl Reader<'_> {
                     env,
                     pass_env,
                     command,
+                    state_dirs,
                 },
             );
         }
@@ -397,6 +410,44 @@ impl Reader<'_> {
             .enumerate()
             .map(|(index, item)| self.string(item, &item_path(path, index)))
             .collect()
+    }
+
+    /// `agents.acp.state_dirs`: directories under the agent's home (`~/...`)
+    /// or absolute. A relative one is refused: it would be relative to
+    /// whichever worktree the agent runs in, which is writable already.
+    fn state_dirs(&self, node: &Node, path: &str) -> Result<Vec<AgentStateDir>> {
+        let items = self.seq(
+            node,
+            path,
+            "a list of directories (~/.agent under the agent's home, or absolute)",
+        )?;
+        let mut dirs = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let entry_path = item_path(path, index);
+            let entry = self.non_empty_string(item, &entry_path)?;
+            let dir = match entry.strip_prefix("~/") {
+                Some(rest) if !rest.trim_matches('/').is_empty() => {
+                    AgentStateDir::InHome(PathBuf::from(rest))
+                }
+                Some(_) => {
+                    return Err(self.error(
+                        &item.mark,
+                        &entry_path,
+                        PlanErrorKind::StateDirIsHome { entry },
+                    ));
+                }
+                None if entry.starts_with('/') => AgentStateDir::Absolute(PathBuf::from(entry)),
+                None => {
+                    return Err(self.error(
+                        &item.mark,
+                        &entry_path,
+                        PlanErrorKind::RelativeStateDir { entry },
+                    ));
+                }
+            };
+            dirs.push(dir);
+        }
+        Ok(dirs)
     }
 
     /// Every task whose agent is `acp` needs `agents.acp.command`: the

@@ -2,6 +2,7 @@
 //! bad plans, each pinned to the line, key path and message of its error.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -393,6 +394,34 @@ fn bad_plans() -> Vec<Bad> {
             4,
             "agents.acp.command",
             "e.g. [gemini, --acp]",
+        ),
+        bad(
+            "a relative agents.acp.state_dirs entry",
+            "version: 1\nname: t\nagents:\n  acp: { command: [x], state_dirs: [~/.x, sessions] }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+            4,
+            "agents.acp.state_dirs[1]",
+            "state dir \"sessions\" is relative; write ~/DIR for a directory under the agent's home (like ~/.gemini), or an absolute path",
+        ),
+        bad(
+            "an agents.acp.state_dirs entry under another user's home",
+            "version: 1\nname: t\nagents:\n  acp: { command: [x], state_dirs: [\"~bob/.x\"] }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+            4,
+            "agents.acp.state_dirs[0]",
+            "state dir \"~bob/.x\" is relative",
+        ),
+        bad(
+            "an agents.acp.state_dirs entry that is the whole home",
+            "version: 1\nname: t\nagents:\n  acp: { command: [x], state_dirs: [~/] }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+            4,
+            "agents.acp.state_dirs[0]",
+            "state dir \"~/\" is the agent's whole home; name the directory it keeps its sessions in, like ~/.gemini",
+        ),
+        bad(
+            "state_dirs for an agent other than acp",
+            "version: 1\nname: t\nagents:\n  gemini: { state_dirs: [~/.gemini] }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
+            4,
+            "agents.gemini",
+            "unknown key \"state_dirs\"",
         ),
         bad(
             "a model for agent acp",
@@ -1459,4 +1488,44 @@ fn an_acp_agent_takes_its_command_args_env_and_allowed_tools() {
     );
     assert_eq!(settings.pass_env, ["HTTPS_PROXY"]);
     assert_eq!(settings.allowed_tools, ["edit", "write_file"]);
+    assert_eq!(settings.state_dirs, None, "absent: inferred later");
+}
+
+#[test]
+fn an_acp_agent_s_state_dirs_are_under_its_home_or_absolute() {
+    let plan = parse_plan(
+        "version: 1\nname: t\nagents:\n  acp:\n    command: [peer]\n    state_dirs: [~/.peer/sessions, /srv/peer]\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+        "plan.yaml",
+    )
+    .expect("a valid plan");
+    let settings = plan.agent_settings(AgentKind::Acp).expect("acp settings");
+    let dirs = settings.state_dirs.clone().expect("given");
+    assert_eq!(
+        dirs,
+        [
+            AgentStateDir::InHome(PathBuf::from(".peer/sessions")),
+            AgentStateDir::Absolute(PathBuf::from("/srv/peer")),
+        ]
+    );
+    let home = Path::new("/home/child");
+    assert_eq!(
+        dirs[0].resolve(Some(home)),
+        Some(PathBuf::from("/home/child/.peer/sessions"))
+    );
+    assert_eq!(dirs[0].resolve(None), None, "no home, no ~");
+    assert_eq!(
+        dirs[1].resolve(Some(home)),
+        Some(PathBuf::from("/srv/peer"))
+    );
+    assert_eq!(dirs[0].as_written(), "~/.peer/sessions");
+    let none = parse_plan(
+        "version: 1\nname: t\nagents:\n  acp: { command: [peer], state_dirs: [] }\ntasks:\n  - { id: a, prompt: p, agent: acp }\n",
+        "plan.yaml",
+    )
+    .expect("a valid plan");
+    assert_eq!(
+        none.agent_settings(AgentKind::Acp).unwrap().state_dirs,
+        Some(Vec::new()),
+        "an empty list says: infer nothing"
+    );
 }

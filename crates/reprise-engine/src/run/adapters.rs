@@ -85,20 +85,24 @@ fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
         TaskAgent::Gemini => {
             Arc::new(GeminiAdapter::new().with_options(cli_options(plan, AgentKind::Gemini)))
         }
-        TaskAgent::Acp => {
-            let settings = plan.agent_settings(AgentKind::Acp);
-            Arc::new(
-                AcpAdapter::new(settings.map(|s| s.command.clone()).unwrap_or_default())
-                    .with_args(settings.map(|s| s.args.clone()).unwrap_or_default())
-                    .with_env(agent_env(plan, AgentKind::Acp))
-                    .with_allowed_tools(
-                        settings
-                            .map(|s| s.allowed_tools.clone())
-                            .unwrap_or_default(),
-                    ),
-            )
-        }
+        TaskAgent::Acp => Arc::new(acp_adapter(plan)),
     }
+}
+
+/// The plan's ACP agent as a run drives it: `agents.acp.command` then
+/// `.args`, its environment, allowed tools and state directories. `run
+/// --check` asks the same adapter what the run's would say.
+pub fn acp_adapter(plan: &Plan) -> AcpAdapter {
+    let settings = plan.agent_settings(AgentKind::Acp);
+    AcpAdapter::new(settings.map(|s| s.command.clone()).unwrap_or_default())
+        .with_args(settings.map(|s| s.args.clone()).unwrap_or_default())
+        .with_env(agent_env(plan, AgentKind::Acp))
+        .with_allowed_tools(
+            settings
+                .map(|s| s.allowed_tools.clone())
+                .unwrap_or_default(),
+        )
+        .with_state_dirs(settings.and_then(|s| s.state_dirs.clone()))
 }
 
 /// The plan's `agents.<cli>.model`, `.args` and `.env` for an adapter.
