@@ -431,19 +431,12 @@ tasks:
     let output = run.wait_with_output().unwrap();
     let _ = second.kill();
     let _ = second.wait();
-    assert_exit(&output, 0);
-    let ran = json_of(&output);
-    let task = &ran["tasks"][0];
-    assert_eq!(task["state"], "passed", "{ran}");
-    let attempts = task["attempts"].as_array().unwrap();
-    let modes: Vec<&str> = attempts
-        .iter()
-        .map(|attempt| attempt["mode"].as_str().unwrap())
-        .collect();
+    let (ran, modes) = only_task_passed(&output);
+    let attempts = ran["tasks"][0]["attempts"].as_array().unwrap();
     // The retry killed with its worker, then the same session resumed warm
     // on the other worker.
-    assert_eq!(modes.first(), Some(&"new"), "{ran}");
-    assert_eq!(modes.last(), Some(&"warm"), "{ran}");
+    assert_eq!(modes.first().map(String::as_str), Some("new"), "{ran}");
+    assert_eq!(modes.last().map(String::as_str), Some("warm"), "{ran}");
     let first_session = &attempts[0]["session_id"];
     assert_eq!(
         &attempts.last().unwrap()["session_id"],
@@ -499,15 +492,8 @@ tasks:
     let worker = spawn_worker(&env, &database.url, "one");
     let output = fleet_run(&env, &database.url, &remote).output().unwrap();
     let drained = drain(worker);
-    assert_exit(&output, 0);
-    let ran = json_of(&output);
-    let task = &ran["tasks"][0];
-    assert_eq!(task["state"], "passed", "{ran}");
-    let attempts = task["attempts"].as_array().unwrap();
-    let modes: Vec<&str> = attempts
-        .iter()
-        .map(|attempt| attempt["mode"].as_str().unwrap())
-        .collect();
+    let (ran, modes) = only_task_passed(&output);
+    let attempts = ran["tasks"][0]["attempts"].as_array().unwrap();
     assert_eq!(modes, ["new", "warm"], "{ran}");
     assert_eq!(
         attempts[1]["session_id"], attempts[0]["session_id"],
@@ -690,6 +676,21 @@ fn journal_of(state: &Path, task: &str) -> Vec<u8> {
     let path =
         journal_path(state, task).unwrap_or_else(|| panic!("no journal of {task} under {state:?}"));
     fs::read(path).unwrap()
+}
+
+/// A fleet run's `--json` output, after checking it exited 0 and its only
+/// task passed, with that task's attempts' modes.
+fn only_task_passed(output: &Output) -> (Value, Vec<String>) {
+    assert_exit(output, 0);
+    let ran = json_of(output);
+    assert_eq!(ran["tasks"][0]["state"], "passed", "{ran}");
+    let modes = ran["tasks"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap().to_owned())
+        .collect();
+    (ran, modes)
 }
 
 /// `journal_of`, or nothing while the journal is not there yet.
