@@ -15,7 +15,7 @@ use reprise_core::record::Head;
 use reprise_core::retry::DecisionRecord;
 use reprise_core::rows::{
     AgentCheckpointBound, CheckpointRestored, DecisionBinding, Resource, RestoredBinding,
-    RetryDecision, RowBody, SuspendBody, body_of,
+    ResumeBody, RetryDecision, RowBody, SuspendBody, body_of,
 };
 use reprise_store::audit::{AuditLog, seal_journal_after};
 use reprise_store::journal::{Journal, RowTap, Spine};
@@ -351,15 +351,6 @@ impl Signer {
         }
     }
 
-    /// The audit chain, for what only the key's holder writes (a park's
-    /// receipt and releases, a resume's binding): a worker has none.
-    pub(crate) fn audit(&mut self, what: &'static str) -> Result<&mut AuditLog> {
-        match self {
-            Self::Local { audit, .. } => Ok(audit),
-            Self::Worker(_) => Err(EngineError::NeedsKey { what }),
-        }
-    }
-
     /// The audit chain where this host holds it.
     pub(crate) fn local_audit(&mut self) -> Option<&mut AuditLog> {
         match self {
@@ -489,9 +480,18 @@ pub fn ingest(
                     ingested.already_held += 1;
                     continue;
                 }
+                let resume = body_of::<ResumeBody>(&row.kind, &row.body);
+                if let Some(resume) = &resume {
+                    check_shipped_resume(state, key, task, resume)?;
+                }
                 let appended = journal.append_shipped(line.as_bytes())?;
                 head = Some(appended);
                 signer.countersign(task, &row.kind, &row.body, appended)?;
+                if let (Some(resume), Some(audit)) = (&resume, signer.local_audit()) {
+                    let receipt =
+                        crate::task::bind_resume_in_audit(audit, task, resume, appended.digest)?;
+                    crate::task::mark_resumed(state, task, resume.park, receipt)?;
+                }
                 ingested.rows += 1;
             }
             Shipment::Intent {
@@ -524,6 +524,34 @@ pub fn ingest(
         }
     }
     Ok(ingested)
+}
+
+/// A worker's resume, checked where the key is before its row is taken:
+/// the park it names is the task's latest, unsettled, with the receipt it
+/// names, and its approval (if any) is the one the chain binds
+/// (`resume::recheck_before_resume`, as a local resume checks).
+fn check_shipped_resume(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    resume: &ResumeBody,
+) -> Result<()> {
+    let refused = |reason: String| EngineError::ShippedRow {
+        task: task.to_string(),
+        reason,
+    };
+    let audit = reprise_store::audit::read_audit(state, key)?;
+    let mut point = crate::resume::latest_park(state, task, &audit)
+        .filter(|point| point.park == resume.park && point.receipt == Some(resume.receipt))
+        .ok_or_else(|| {
+            refused(format!(
+                "a resume of park {}, which is not the task's latest park with that receipt",
+                resume.park
+            ))
+        })?;
+    point.approval = resume.approval_digest.map(|digest| (digest, None));
+    crate::resume::recheck_before_resume(state, key, task, &point)
+        .map_err(|refusal| refused(refusal.to_string()))
 }
 
 /// A worker's release of the park at `park`, recorded against the receipt

@@ -190,6 +190,7 @@ mod steering;
 
 pub(crate) use continuation::{Continuation, sessions_named, taken_up as journal_attempts};
 use executor::Executor;
+pub(crate) use resumption::{bind_resume_in_audit, mark_resumed};
 
 impl TaskRun<'_> {
     /// Runs the task to a terminal state. A store failure ends the task as
@@ -477,6 +478,44 @@ impl TaskRun<'_> {
                 ),
             });
         }
+    }
+
+    /// Checks again, where it writes, that the park `point` may still be
+    /// resumed (`resume::recheck_before_resume`). A fleet worker holds no
+    /// audit chain to check with: the coordinator checked before it sent the
+    /// park, and checks again when it takes the resume's row, before it
+    /// writes the resume's receipt.
+    pub(crate) fn recheck_resume(
+        &self,
+        key: &TaskKey,
+        point: &crate::resume::ParkPoint,
+    ) -> std::result::Result<(), crate::resume::Refusal> {
+        match self.signing.key() {
+            Some(key_file) => {
+                crate::resume::recheck_before_resume(self.state, key_file, key, point)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// On a fleet worker resuming a park: the task's checkpoints fetched
+    /// from the remote into `store` (the park's snapshot among them).
+    pub(crate) fn fetch_park_checkpoints(
+        &self,
+        store: &reprise_store::snapshot::SnapshotStore,
+    ) -> Result<()> {
+        let Some(remote) = self
+            .signing
+            .remote()
+            .filter(|_| self.signing.key().is_none())
+        else {
+            return Ok(());
+        };
+        store.fetch_all(
+            remote,
+            &Self::park_checkpoints_prefix(self.run_id, &self.task.id),
+        )?;
+        Ok(())
     }
 
     /// The audit key, for `what`, which only its holder may do.

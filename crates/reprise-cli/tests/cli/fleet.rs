@@ -466,12 +466,13 @@ tasks:
 }
 
 /// A task that runs into its usage limit on a worker parks there: the
-/// worker kills the agent, sends the park's snapshot through the remote and
-/// frees its seat; the coordinator writes the park's receipt and every
-/// release, wakes it at the reset and resumes it warm in the same session
-/// on the files the park kept; `audit verify-suspension` accepts the park.
+/// worker kills the agent, sends the task's checkpoints through the remote
+/// and frees its seat; the coordinator writes the park's receipt and every
+/// release, wakes it at the reset, checks it, and sends it to a worker,
+/// which resumes it warm in the same session on the files the park kept;
+/// `audit verify-suspension` accepts the park.
 #[test]
-fn a_usage_limit_on_a_worker_parks_the_task_and_the_coordinator_resumes_it_warm() {
+fn a_usage_limit_on_a_worker_parks_the_task_and_a_worker_resumes_it_warm() {
     let env = Env::new();
     let remote = project_with_remote(
         &env,
@@ -500,8 +501,17 @@ tasks:
         "{ran}"
     );
     // The worker ran the attempt that parked (its lease ended with the
-    // park), and its worktree is gone.
-    assert_eq!(drained["completed"], 1, "{drained}");
+    // park) and, in a second lease, the resumed one; nothing ran on the
+    // coordinator, and no worktree is left on the worker.
+    assert_eq!(drained["completed"], 2, "{drained}");
+    assert!(
+        !env.project()
+            .join(".reprise/worktrees")
+            .join(ran["run_id"].as_str().unwrap())
+            .join("busy")
+            .exists(),
+        "the resume ran on the coordinator"
+    );
     let worktrees = env.temp.path().join("worker-one/.reprise/worktrees");
     let left: Vec<_> = fs::read_dir(&worktrees)
         .map(|dirs| {

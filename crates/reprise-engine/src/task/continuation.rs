@@ -292,12 +292,7 @@ impl TaskRun<'_> {
         // before anything is made or written, and a refusal leaves the
         // task parked as it was.
         if let Continuation::Resume { point, .. } = continuation
-            && let Err(refusal) = crate::resume::recheck_before_resume(
-                self.state,
-                self.key_file("resuming a park")?,
-                &key,
-                point,
-            )
+            && let Err(refusal) = self.recheck_resume(&key, point)
         {
             result.status = crate::state::TaskStatus::Suspended;
             result.reason = Some(refusal.to_string());

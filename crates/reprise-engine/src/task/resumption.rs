@@ -112,6 +112,10 @@ impl TaskRun<'_> {
             return Ok(None);
         };
         let key = &found.key;
+        // On a fleet worker the park's checkpoints come from the remote.
+        if store.find(&id).is_err() {
+            self.fetch_park_checkpoints(store)?;
+        }
         let checkpoint = store.find(&id)?;
         // The store is bound to nothing: only a checkpoint the journal
         // recorded in this run comes back.
@@ -128,7 +132,8 @@ impl TaskRun<'_> {
             store,
             &checkpoint,
             &mut materialised.journal,
-            Some(materialised.signer.audit("a resume's rollback")?),
+            // A worker's rollback is bound by the coordinator, from its row.
+            materialised.signer.local_audit(),
             key,
             self.run_id,
             "resume",
@@ -235,13 +240,8 @@ impl TaskRun<'_> {
         };
         // The append checks again what it relies on: the park unsettled,
         // its approval there and bound by the chain.
-        crate::resume::recheck_before_resume(
-            self.state,
-            self.key_file("resuming a park")?,
-            &found.key,
-            point,
-        )
-        .map_err(|refusal| EngineError::Park(refusal.to_string()))?;
+        self.recheck_resume(&found.key, point)
+            .map_err(|refusal| EngineError::Park(refusal.to_string()))?;
         let Materialised {
             journal, signer, ..
         } = materialised;
@@ -280,8 +280,9 @@ impl TaskRun<'_> {
     }
 
     /// What binds the resume (its `task.resume` row at `resume`) to its
-    /// park: the audit chain's receipt, the grant going on with the task,
-    /// the journal's continuation row, and the `.resumed` marker.
+    /// park: the audit chain's receipt, the grant going on with the task and
+    /// the `.resumed` marker (written here, or by the coordinator when it
+    /// takes the row from a worker), and the journal's continuation row.
     fn bind_resume(
         &self,
         found: &Found,
@@ -290,35 +291,10 @@ impl TaskRun<'_> {
         body: ResumeBody,
         resume: Digest,
     ) -> Result<()> {
-        let key = &found.key;
-        let audit = materialised.signer.audit("a resume's receipt")?;
-        let receipt = audit.append_row(
-            &now_rfc3339(),
-            &ResumeReceipt {
-                plan: key.plan.clone(),
-                task_id: key.task.clone(),
-                run_id: self.run_id.to_owned(),
-                park: point.park,
-                suspend_receipt: body.receipt,
-                resume,
-                mode: body.mode,
-                workspace_hash: body.workspace_hash,
-                approval_digest: body.approval_digest,
-            },
-        )?;
-        // The grant the park bound goes on with the task.
-        if !point.body.grant_hash.is_empty() {
-            audit.append_row(
-                &now_rfc3339(),
-                &GrantContinuation {
-                    plan: key.plan.clone(),
-                    task_id: key.task.clone(),
-                    run_id: self.run_id.to_owned(),
-                    resume_receipt: receipt.digest,
-                    grant_hash: point.body.grant_hash.clone(),
-                },
-            )?;
-        }
+        let receipt = match materialised.signer.local_audit() {
+            Some(audit) => Some(bind_resume_in_audit(audit, &found.key, &body, resume)?),
+            None => None,
+        };
         // The journal ties the two halves together itself: the checkpoint
         // the resume checked, its grant, the park's row and the resume's.
         if let Some(checkpoint) = point.checkpoint {
@@ -333,11 +309,61 @@ impl TaskRun<'_> {
                 },
             )?;
         }
-        // The `.resumed` marker binds the resume receipt: the park (and its
-        // approval) cannot be used again. Another marker there was checked
-        // against the chain before the resume and settled nothing: it is
-        // replaced.
-        reprise_store::approvals::mark_resumed(self.state, key, point.park, receipt.digest, true)
-            .map_err(|err| EngineError::Park(err.to_string()))
+        match receipt {
+            Some(receipt) => mark_resumed(self.state, &found.key, point.park, receipt),
+            None => Ok(()),
+        }
     }
+}
+
+/// The `.resumed` marker binds the resume's receipt: the park (and its
+/// approval) cannot be used again. Another marker there was checked against
+/// the chain before the resume and settled nothing: it is replaced.
+pub(crate) fn mark_resumed(
+    state: &reprise_store::state::StateDir,
+    key: &reprise_core::TaskKey,
+    park: Digest,
+    receipt: Digest,
+) -> Result<()> {
+    reprise_store::approvals::mark_resumed(state, key, park, receipt, true)
+        .map_err(|err| EngineError::Park(err.to_string()))
+}
+
+/// The audit chain's half of a resume (its `task.resume` row `body` at
+/// `resume`): the resume's receipt (returned), then the grant going on with
+/// the task. Used by a local resume and by the coordinator's ingest of a
+/// worker's.
+pub(crate) fn bind_resume_in_audit(
+    audit: &mut reprise_store::audit::AuditLog,
+    key: &reprise_core::TaskKey,
+    body: &ResumeBody,
+    resume: Digest,
+) -> Result<Digest> {
+    let receipt = audit.append_row(
+        &now_rfc3339(),
+        &ResumeReceipt {
+            plan: key.plan.clone(),
+            task_id: key.task.clone(),
+            run_id: body.run_id.clone(),
+            park: body.park,
+            suspend_receipt: body.receipt,
+            resume,
+            mode: body.mode.clone(),
+            workspace_hash: body.workspace_hash,
+            approval_digest: body.approval_digest,
+        },
+    )?;
+    if !body.grant_hash.is_empty() {
+        audit.append_row(
+            &now_rfc3339(),
+            &GrantContinuation {
+                plan: key.plan.clone(),
+                task_id: key.task.clone(),
+                run_id: body.run_id.clone(),
+                resume_receipt: receipt.digest,
+                grant_hash: body.grant_hash.clone(),
+            },
+        )?;
+    }
+    Ok(receipt.digest)
 }

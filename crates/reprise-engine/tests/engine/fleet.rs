@@ -55,6 +55,7 @@ fn order(world: &World, plan_text: &str, task: &str) -> TaskOrder {
         keep_worktree: false,
         taken_over_from: None,
         sessions: Vec::new(),
+        resume: None,
     }
 }
 
@@ -729,7 +730,7 @@ tasks:
 "#;
 
 #[test]
-fn a_park_on_a_worker_is_received_and_released_on_the_coordinator_and_resumed_there_warm() {
+fn a_park_on_a_worker_is_received_and_released_on_the_coordinator_and_resumed_on_a_worker_warm() {
     let world = World::git();
     let remote = bare_remote(&world);
     let transport = InProcessTransport::start(
@@ -743,8 +744,9 @@ fn a_park_on_a_worker_is_received_and_released_on_the_coordinator_and_resumed_th
     };
     let ran = world.run_on_fleet(QUOTA_PLAN, &fleet);
 
-    // Parked on its worker until the reset, woken by the coordinator, and
-    // resumed there: the same session, warm, on the files the park kept.
+    // Parked on its worker until the reset, woken and checked by the
+    // coordinator, and resumed on a worker: the same session, warm, on the
+    // files the park kept.
     let busy = task(&ran, "busy");
     assert_eq!(
         busy.state,
@@ -754,6 +756,16 @@ fn a_park_on_a_worker_is_received_and_released_on_the_coordinator_and_resumed_th
     );
     assert_eq!(modes(busy), ["new", "warm"]);
     assert_eq!(session(&busy.attempts[1]), session(&busy.attempts[0]));
+    let cwd = busy
+        .cwd
+        .as_ref()
+        .expect("where it worked")
+        .display()
+        .to_string();
+    assert!(
+        cwd.contains("/host-"),
+        "resumed on a worker, not here: {cwd}"
+    );
     let key = world.key("busy");
     let audit = read_audit(&world.fixture.state, &world.fixture.key).expect("audit");
     let point = reprise_engine::latest_park(&world.fixture.state, &key, &audit).expect("a park");
@@ -769,5 +781,74 @@ fn a_park_on_a_worker_is_received_and_released_on_the_coordinator_and_resumed_th
     // The snapshot the worker sent came back: the resumed attempt found the
     // file the parked one wrote (its gate asks for both).
     assert!(point.snapshot().is_some(), "{point:?}");
+    // The coordinator wrote the resume's receipt and marker from the
+    // worker's row: the park cannot be resumed again.
+    let again = reprise_engine::check_resume(&world.fixture.state, &world.fixture.key, &key, None);
+    assert!(again.is_err(), "{again:?}");
     world.assert_verified("busy");
+}
+
+/// A hostile worker's second resume of a park already resumed: a row it
+/// could write (the journal's chain is unkeyed), linked to the
+/// coordinator's head, naming the park and its receipt. The coordinator
+/// refuses it before it takes the row, and writes no second receipt.
+#[test]
+fn a_shipped_resume_of_a_park_already_resumed_is_refused_before_its_row_is_taken() {
+    let world = World::git();
+    let remote = bare_remote(&world);
+    let transport = InProcessTransport::start(vec![host(&world, "one")], &CancelToken::new());
+    let fleet = Fleet {
+        transport: &transport,
+        remote: Some(remote),
+        plan_text: world.expand(QUOTA_PLAN),
+    };
+    let ran = world.run_on_fleet(QUOTA_PLAN, &fleet);
+    assert_eq!(task(&ran, "busy").state, TaskStatus::Passed);
+    let key = world.key("busy");
+    let state = &world.fixture.state;
+    let audit = read_audit(state, &world.fixture.key).expect("audit");
+    let point = reprise_engine::latest_park(state, &key, &audit).expect("a park");
+    let resumed: reprise_core::rows::ResumeBody = world
+        .journal("busy")
+        .iter()
+        .rev()
+        .find(|row| row.kind == "task.resume")
+        .map(|row| serde_json::from_value(row.body.clone()).expect("a resume body"))
+        .expect("a resume row");
+
+    // The forged row, made as the worker would make it: appended to a copy
+    // of the journal as it stands.
+    let scratch = world.aside.parent().expect("temp").join("forger");
+    let (forger, _) = StateDir::create(&scratch.join(".reprise")).expect("scratch state");
+    let journal_path = state.journal_path(&key);
+    let copy = forger.journal_path(&key);
+    fs::create_dir_all(copy.parent().expect("dir")).expect("dir");
+    fs::copy(&journal_path, &copy).expect("copy");
+    let mut journal = reprise_store::journal::Journal::open(&forger, &key).expect("journal");
+    journal
+        .append_row(
+            "2026-12-04T00:00:00Z",
+            &reprise_core::rows::ResumeBody {
+                attempt: resumed.attempt + 1,
+                ..resumed
+            },
+        )
+        .expect("append");
+    let forged = fs::read_to_string(&copy).expect("copy");
+    let line = forged.lines().last().expect("a line").to_owned() + "\n";
+    let before_journal = fs::read(&journal_path).expect("journal");
+    let before_audit = fs::read(state.audit_path()).expect("audit");
+
+    let refused = ingest(
+        state,
+        &world.fixture.key,
+        &key,
+        &[],
+        &[Shipment::Row { line }],
+    )
+    .expect_err("a second resume of the park");
+    assert!(refused.to_string().contains("settled"), "{refused}");
+    assert_eq!(fs::read(&journal_path).expect("journal"), before_journal);
+    assert_eq!(fs::read(state.audit_path()).expect("audit"), before_audit);
+    assert!(point.settled);
 }

@@ -56,6 +56,72 @@ pub struct TaskOrder {
     /// as its own preserved copies, and resumes those sessions warm.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sessions: Vec<crate::evidence::ShippedSession>,
+    /// A park the coordinator checked and the worker resumes: the task
+    /// goes on from it (its checkpoints come from the remote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ShippedResume>,
+}
+
+/// A checked park to resume, as it travels (a `ParkPoint` with the mode and
+/// approval the resume asked for).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShippedResume {
+    pub park: Digest,
+    pub seq: u64,
+    pub at: String,
+    pub body: reprise_core::rows::SuspendBody,
+    pub receipt: Option<Digest>,
+    pub released: Vec<reprise_core::rows::Release>,
+    pub approval: Option<(Digest, Option<String>)>,
+    pub checkpoint: Option<Digest>,
+    pub mode: Option<reprise_core::retry::RetryMode>,
+    pub asked_approval: Option<Digest>,
+}
+
+impl ShippedResume {
+    pub(crate) fn of(
+        point: &crate::resume::ParkPoint,
+        mode: Option<reprise_core::retry::RetryMode>,
+        asked_approval: Option<Digest>,
+    ) -> Self {
+        Self {
+            park: point.park,
+            seq: point.seq,
+            at: point.at.clone(),
+            body: point.body.clone(),
+            receipt: point.receipt,
+            released: point.released.clone(),
+            approval: point.approval.clone(),
+            checkpoint: point.checkpoint,
+            mode,
+            asked_approval,
+        }
+    }
+
+    /// The continuation that resumes it on this host.
+    pub(crate) fn continuation(
+        self,
+        key: reprise_core::TaskKey,
+        run_id: &str,
+    ) -> crate::task::Continuation {
+        crate::task::Continuation::Resume {
+            point: Box::new(crate::resume::ParkPoint {
+                key,
+                run_id: run_id.to_owned(),
+                park: self.park,
+                seq: self.seq,
+                at: self.at,
+                body: self.body,
+                receipt: self.receipt,
+                released: self.released,
+                settled: false,
+                approval: self.approval,
+                checkpoint: self.checkpoint,
+            }),
+            mode: self.mode,
+            approval: self.asked_approval,
+        }
+    }
 }
 
 impl TaskOrder {

@@ -91,6 +91,7 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
             keep_worktree: job.keep_worktree,
             taken_over_from: None,
             sessions: Vec::new(),
+            resume: None,
         })
     }
 }
@@ -107,12 +108,10 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
             // The coordinator died or was stopped while the task was out:
             // a worker may hold it still, or have finished it meanwhile.
             Some(Continuation::Interrupted | Continuation::Cancelled) => self.attach(job),
-            // A resumed park goes on here, where the key that checks it is
-            // (its checkpoints and its sessions' transcripts came with it).
-            Some(Continuation::Resume { .. }) => {
-                self.scope
-                    .spawn(move || crate::run::seats::run_on_this_host(job));
-            }
+            // A park is checked here, where the key is, and resumed on a
+            // worker (its checkpoints through the remote, its sessions'
+            // transcripts with the order).
+            Some(Continuation::Resume { .. }) => self.resume(job),
         }
     }
 }
@@ -122,6 +121,40 @@ impl<'scope, 'env> RemoteSeats<'scope, 'env> {
     fn submit(&self, job: Job<'env>) {
         let (sender, reports) = channel();
         let submitted = self.order_of(&job, true).and_then(|order| {
+            self.transport.submit(order.clone(), sender)?;
+            Ok(order)
+        });
+        match submitted {
+            Ok(order) => self.follow(job, order, reports),
+            Err(err) => not_sent(&job, &err),
+        }
+    }
+
+    /// Sends a parked task to a worker to resume, once its park is checked
+    /// again here (a refusal leaves it parked, as a local resume does).
+    fn resume(&self, job: Job<'env>) {
+        let run = &job.run;
+        let Some(crate::task::Continuation::Resume {
+            point,
+            mode,
+            approval,
+        }) = &run.continuation
+        else {
+            return self.submit(job);
+        };
+        let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
+        if let Err(refusal) =
+            crate::resume::recheck_before_resume(run.state, &self.key, &key, point)
+        {
+            let mut result = ShippedResult::failed(refusal.to_string()).into_result();
+            result.status = crate::state::TaskStatus::Suspended;
+            let _ = run.events.send(Message::Done(run.task.id.clone(), result));
+            return;
+        }
+        let (sender, reports) = channel();
+        let submitted = self.order_of(&job, false).and_then(|mut order| {
+            order.resume = Some(super::order::ShippedResume::of(point, *mode, *approval));
+            order.sessions = travelling_sessions(run, &key);
             self.transport.submit(order.clone(), sender)?;
             Ok(order)
         });

@@ -149,7 +149,16 @@ fn run_task(
     let pool = SharedPool::new(None);
     let control = TaskControl::default();
     let options_of_cli = crate::run::adapters::cli_options(plan, task.agent.kind());
-    let (continuation, lost_sessions) = taken_over(host, order, plan, task);
+    let (continuation, lost_sessions) = match &order.resume {
+        Some(resume) => (
+            Some(resume.clone().continuation(
+                TaskKey::new(plan.id().clone(), task.id.clone()),
+                &order.run_id,
+            )),
+            None,
+        ),
+        None => taken_over(host, order, plan, task),
+    };
     let (sender, receiver) = mpsc::channel::<Message>();
     std::thread::scope(|scope| {
         scope.spawn(move || {
