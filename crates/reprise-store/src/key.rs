@@ -54,11 +54,17 @@ pub fn check_key(path: &Path) -> Result<bool> {
     let real = match fs::canonicalize(path) {
         Ok(real) => real,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            if fs::symlink_metadata(path).is_ok() {
+            match fs::symlink_metadata(path) {
                 // A dangling link: its target is where a new key would land.
-                return Err(StoreError::KeyMissing {
-                    path: path.to_path_buf(),
-                });
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(StoreError::KeyMissing {
+                        path: path.to_path_buf(),
+                    });
+                }
+                // A key linked into place between the two looks (another
+                // command created it just now): look at it again.
+                Ok(_) => return check_key(path),
+                Err(_) => {}
             }
             // No key yet: one would be created here, so the directory it
             // would land in must already be private.
