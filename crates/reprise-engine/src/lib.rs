@@ -62,8 +62,8 @@ pub use records::{DecisionRow, read_decisions};
 pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
 pub use run::adapters::acp_adapter;
 pub use run::fleet::{
-    InProcessHost, InProcessTransport, Report, ShippedResult, TaskOrder, Transport, WorkerHost,
-    run_order,
+    ForwardedPark, InProcessHost, InProcessTransport, Report, ShippedResult, TaskOrder, Transport,
+    WorkerControl, WorkerHost, run_order,
 };
 pub use run::{
     AgentSetup, Continuing, Fleet, Resume, RunOptions, Supervisor, load_plan, lock_tasks,

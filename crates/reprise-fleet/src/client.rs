@@ -158,6 +158,14 @@ impl FleetClient {
         self.block(async |fleet| fleet.stopping(held).await)
     }
 
+    pub fn request_control(&self, run: &str, task: &str, request: &Value) -> Result<bool> {
+        self.block(async |fleet| fleet.request_control(run, task, request).await)
+    }
+
+    pub fn take_controls(&self, held: &[LeaseKey]) -> Result<Vec<(LeaseKey, Value)>> {
+        self.block(async |fleet| fleet.take_controls(held).await)
+    }
+
     pub fn task_status(&self, run: &str, task: &str) -> Result<Option<TaskStatus>> {
         self.block(async |fleet| fleet.task_status(run, task).await)
     }

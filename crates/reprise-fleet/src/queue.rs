@@ -696,6 +696,74 @@ impl Fleet {
             .collect())
     }
 
+    /// Leaves `request` for the worker holding task `task` of run `run`:
+    /// `false` when no worker holds it now, or a request waits for it
+    /// already.
+    pub async fn request_control(&self, run: &str, task: &str, request: &Value) -> Result<bool> {
+        self.retried(async || {
+            let done = sqlx::query(
+                "update reprise_fleet.tasks set control = $3
+                 where run_id = $1 and task_id = $2 and state = 'running' and control is null",
+            )
+            .bind(run)
+            .bind(task)
+            .bind(request)
+            .execute(&self.pool)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await
+    }
+
+    /// Takes the requests left for the leases in `held` (each once, and
+    /// only under the lease it was left for).
+    pub async fn take_controls(&self, held: &[LeaseKey]) -> Result<Vec<(LeaseKey, Value)>> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let runs: Vec<&str> = held.iter().map(|key| key.run_id.as_str()).collect();
+        let tasks: Vec<&str> = held.iter().map(|key| key.task_id.as_str()).collect();
+        let epochs: Vec<i64> = held.iter().map(|key| key.epoch).collect();
+        self.retried(async || {
+            let rows = sqlx::query(
+                "with held as (
+                     select * from unnest($1::text[], $2::text[], $3::bigint[])
+                         as h(run_id, task_id, epoch)
+                 ), taken as (
+                     select t.run_id, t.task_id, t.lease_epoch, t.control
+                     from reprise_fleet.tasks t
+                     join held h on h.run_id = t.run_id and h.task_id = t.task_id
+                         and h.epoch = t.lease_epoch
+                     where t.state = 'running' and t.control is not null
+                     for update of t
+                 )
+                 update reprise_fleet.tasks t set control = null
+                 from taken
+                 where t.run_id = taken.run_id and t.task_id = taken.task_id
+                 returning taken.run_id, taken.task_id, taken.lease_epoch, taken.control",
+            )
+            .bind(&runs)
+            .bind(&tasks)
+            .bind(&epochs)
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows
+                .iter()
+                .map(|row| {
+                    (
+                        LeaseKey {
+                            run_id: row.get("run_id"),
+                            task_id: row.get("task_id"),
+                            epoch: row.get("lease_epoch"),
+                        },
+                        row.get::<Value, _>("control"),
+                    )
+                })
+                .collect())
+        })
+        .await
+    }
+
     /// Task `task` of run `run` as the queue holds it, if it does.
     pub async fn task_status(&self, run: &str, task: &str) -> Result<Option<TaskStatus>> {
         self.retried(async || {

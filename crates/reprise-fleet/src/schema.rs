@@ -93,6 +93,11 @@ const MIGRATIONS: &[&str] = &[
     alter table reprise_fleet.runs add constraint runs_state_check
         check (state in ('running', 'stopping', 'finished'));
     ",
+    // 3: a request the coordinator passes to the worker holding a task (a
+    // park asked of it), taken by that worker's heartbeat.
+    r"
+    alter table reprise_fleet.tasks add column control jsonb;
+    ",
 ];
 
 /// The version this build migrates to.

@@ -64,9 +64,17 @@ pub struct Execution {
     ended: AtomicBool,
     draining: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    /// Requests the coordinator left for this lease, not yet taken.
+    controls: Mutex<Vec<Value>>,
 }
 
 impl Execution {
+    /// The requests the coordinator left for this lease since the last call
+    /// (a park asked of the task), oldest first.
+    pub fn take_controls(&self) -> Vec<Value> {
+        std::mem::take(&mut *lock(&self.controls))
+    }
+
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
@@ -255,6 +263,7 @@ impl Worker {
             ended: AtomicBool::new(false),
             draining: self.draining.clone(),
             counters: self.counters.clone(),
+            controls: Mutex::new(Vec::new()),
         });
         lock(&self.executions).insert(key.clone(), execution.clone());
         let executions = self.executions.clone();
@@ -286,6 +295,9 @@ impl Worker {
                         stop_lost(&executions, &lost);
                         if let Ok(stopped) = client.stopping(&held) {
                             stop_runs(&executions, &stopped);
+                        }
+                        if let Ok(controls) = client.take_controls(&held) {
+                            hand_controls(&executions, controls);
                         }
                         let _ = client.expire_leases();
                     }
@@ -326,6 +338,16 @@ fn stop_runs(executions: &Executions, stopped: &[LeaseKey]) {
     for key in stopped {
         if let Some(execution) = executions.get(key) {
             execution.run_stopped();
+        }
+    }
+}
+
+/// Hands each request taken from the queue to the execution of its lease.
+fn hand_controls(executions: &Executions, controls: Vec<(LeaseKey, Value)>) {
+    let executions = lock(executions);
+    for (key, control) in controls {
+        if let Some(execution) = executions.get(&key) {
+            lock(&execution.controls).push(control);
         }
     }
 }

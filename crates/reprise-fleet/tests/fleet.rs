@@ -940,3 +940,42 @@ fn a_task_s_history_is_its_own_items_up_to_a_position() -> Result<()> {
     assert_eq!(early, of_a[..2].to_vec());
     Ok(())
 }
+
+/// A request the coordinator leaves for a task reaches only the lease that
+/// holds it, once; a task no one holds takes none, and a second request
+/// waits for the first to be taken.
+#[test]
+fn a_request_left_for_a_task_is_taken_once_by_its_holder_only() -> Result<()> {
+    let (_database, client) = fleet(quick())?;
+    client.submit(RUN, "queued", &json!({}), &Affinity::Any)?;
+    let park = json!({"wake": {"on": "resume"}});
+    assert!(
+        !client.request_control(RUN, "queued", &park)?,
+        "no one holds it"
+    );
+    let lease = client.claim("a", 1)?.remove(0).key;
+    assert!(client.request_control(RUN, &lease.task_id, &park)?);
+    assert!(
+        !client.request_control(RUN, &lease.task_id, &json!({"second": true}))?,
+        "one request waits at a time"
+    );
+    let stale = LeaseKey {
+        epoch: lease.epoch - 1,
+        ..lease.clone()
+    };
+    assert!(
+        client
+            .take_controls(std::slice::from_ref(&stale))?
+            .is_empty()
+    );
+    assert_eq!(
+        client.take_controls(std::slice::from_ref(&lease))?,
+        vec![(lease.clone(), park)]
+    );
+    assert!(
+        client
+            .take_controls(std::slice::from_ref(&lease))?
+            .is_empty()
+    );
+    Ok(())
+}

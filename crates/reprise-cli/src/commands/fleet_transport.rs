@@ -140,6 +140,21 @@ impl Transport for PgTransport {
         let withdrawn = serde_json::to_value(ShippedResult::withdrawn()).unwrap_or_default();
         let _ = self.client.stop_run(run_id, &withdrawn);
     }
+
+    /// Left in the task's row for the worker holding it, whose heartbeat
+    /// takes it (under that lease only).
+    fn park(
+        &self,
+        run_id: &str,
+        task: &reprise_core::TaskId,
+        park: &reprise_engine::ForwardedPark,
+    ) -> reprise_engine::Result<bool> {
+        let request = serde_json::to_value(park)
+            .map_err(|err| reprise_engine::EngineError::Lifecycle(err.to_string()))?;
+        self.client
+            .request_control(run_id, task.as_str(), &request)
+            .map_err(database_refused)
+    }
 }
 
 /// The queue's refusal as the engine's error.
@@ -337,6 +352,7 @@ impl Executor for EngineExecutor {
         let (rows, shipped) = channel();
         let (events, happened) = channel();
         let done = AtomicBool::new(false);
+        let control = reprise_engine::WorkerControl::default();
         let outcome = std::thread::scope(|scope| {
             scope.spawn(|| {
                 for shipment in shipped {
@@ -353,10 +369,25 @@ impl Executor for EngineExecutor {
                     if matches!(execution.stop(), Some(Stop::LeaseLost | Stop::RunStopped)) {
                         cancel.cancel();
                     }
+                    // A park the coordinator passed on: filed as a local
+                    // one is; one that does not read is dropped.
+                    for request in execution.take_controls() {
+                        if let Ok(park) =
+                            serde_json::from_value::<reprise_engine::ForwardedPark>(request)
+                        {
+                            control.park(&park);
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
             });
-            let outcome = run_order(&self.host, &order, Outbox::new(rows), &events, &cancel);
+            let outcome = run_order(
+                &self.host,
+                &order,
+                Outbox::new(rows),
+                (&events, &control),
+                &cancel,
+            );
             drop(events);
             done.store(true, Ordering::SeqCst);
             outcome

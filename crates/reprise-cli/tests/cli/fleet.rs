@@ -12,7 +12,7 @@ fn fleet_init_twice_is_a_no_op_and_status_lists_workers_and_tasks() {
     let first = env.run(&["fleet", "init", "--db", &database.url, "--json"]);
     assert_eq!(code(&first), Some(0), "stderr: {}", stderr(&first));
     assert_eq!(json_of(&first)["from_version"], 0);
-    assert_eq!(json_of(&first)["version"], 2);
+    assert_eq!(json_of(&first)["version"], 3);
     // The second init through REPRISE_DATABASE_URL: nothing to do.
     let second = env
         .command(&["fleet", "init"])
@@ -21,7 +21,7 @@ fn fleet_init_twice_is_a_no_op_and_status_lists_workers_and_tasks() {
         .unwrap();
     assert_eq!(code(&second), Some(0), "stderr: {}", stderr(&second));
     assert!(
-        stdout(&second).contains("is at version 2: nothing to do"),
+        stdout(&second).contains("is at version 3: nothing to do"),
         "{}",
         stdout(&second)
     );
@@ -530,6 +530,71 @@ tasks:
     assert!(journal.contains("\"kind\":\"task.resume\""), "{journal}");
     assert_success(&env.run(&["audit", "verify-suspension", "busy"]));
     assert_success(&env.run(&["journal", "verify", "busy"]));
+    assert_success(&env.run(&["audit", "verify"]));
+}
+
+/// `task suspend` asked of the coordinator for a task a worker runs: passed
+/// on to that worker through the queue, which parks the task as a local
+/// run would (its agent stopped, its checkpoints sent, its seat freed); the
+/// asker is answered once the park is recorded, and the timed wake resumes
+/// it on a worker. A pause, which a worker cannot be reached with, is
+/// refused in one line.
+#[test]
+fn a_suspend_asked_of_the_coordinator_parks_the_task_on_its_worker() {
+    let env = Env::new();
+    let remote = project_with_remote(
+        &env,
+        r#"version: 1
+name: asked
+defaults: { agent: sim, timeout: 2m, retry_policy: warm }
+tasks:
+  - id: slow
+    prompt: "Create done.txt"
+    sim:
+      - { reply: "working", delay: 100s }
+      - { reply: "DONE", write: { done.txt: "yes\n" } }
+    gates: [ { name: done, run: "test -e done.txt" } ]
+"#,
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = spawn_worker(&env, &database.url, "one");
+    let run = fleet_run(&env, &database.url, &remote).spawn().unwrap();
+    let state = env.project().join(".reprise");
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            String::from_utf8_lossy(&journal_of_if_any(&state, "slow"))
+                .contains("\"kind\":\"attempt.started\"")
+        }),
+        "the worker never started the agent"
+    );
+    let paused = env.run(&["task", "pause", "slow"]);
+    assert_ne!(code(&paused), Some(0), "{}", stdout(&paused));
+    assert!(
+        stderr(&paused).contains("fleet worker"),
+        "{}",
+        stderr(&paused)
+    );
+    let parked = env.run(&[
+        "task", "suspend", "slow", "--until", "3s", "--reason", "lunch",
+    ]);
+    assert_success(&parked);
+    let (ran, modes) = only_task_passed(&run.wait_with_output().unwrap());
+    let drained = drain(worker);
+    // Parked in its first attempt (stopped long before its 100 s), then
+    // resumed warm in the same session by a second lease.
+    assert_eq!(modes, ["new", "warm"], "{ran}");
+    assert_eq!(drained["completed"], 2, "{drained}");
+    let journal = String::from_utf8_lossy(&journal_of(&state, "slow")).into_owned();
+    let suspend = journal
+        .lines()
+        .find(|line| line.contains("\"kind\":\"task.suspend\""))
+        .unwrap_or_else(|| panic!("no park: {journal}"));
+    assert!(suspend.contains("\"cause\":\"request\""), "{suspend}");
+    assert!(suspend.contains("lunch"), "{suspend}");
+    assert!(suspend.contains("\"requested_by\""), "{suspend}");
+    assert_success(&env.run(&["audit", "verify-suspension", "slow"]));
+    assert_success(&env.run(&["journal", "verify", "slow"]));
     assert_success(&env.run(&["audit", "verify"]));
 }
 

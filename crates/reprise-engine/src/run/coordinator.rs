@@ -222,7 +222,7 @@ impl<'a, 'k> Coordinator<'a, 'k> {
                 Idle::Finished => return Ok(()),
                 Idle::ForgetTimedParks => self.taken_up.timed.clear(),
                 Idle::AwaitWake(wait) => match messages.recv_timeout(wait) {
-                    Ok(message) => self.handle(message, seats.seats())?,
+                    Ok(message) => self.handle(message, seats)?,
                     Err(_) => self.wake_due(),
                 },
                 // A snapshot held back by the throttle is written once its
@@ -230,12 +230,12 @@ impl<'a, 'k> Coordinator<'a, 'k> {
                 Idle::AwaitMessage => match self.saver.due_in() {
                     Some(wait) => {
                         if let Ok(message) = messages.recv_timeout(wait) {
-                            self.handle(message, seats.seats())?;
+                            self.handle(message, seats)?;
                         }
                     }
                     None => {
                         let message = messages.recv().expect("the coordinator holds a sender");
-                        self.handle(message, seats.seats())?;
+                        self.handle(message, seats)?;
                     }
                 },
             }
@@ -255,17 +255,17 @@ impl<'a, 'k> Coordinator<'a, 'k> {
     }
 
     /// One message from a task, the control socket or a seat.
-    fn handle(&mut self, message: Message, seats: usize) -> Result<()> {
+    fn handle(&mut self, message: Message, seats: &dyn SeatSource<'a>) -> Result<()> {
         match message {
             Message::Event(event) => {
                 self.relay(event);
                 Ok(())
             }
             Message::Control(request) => {
-                self.answer(request);
+                self.answer(request, seats);
                 Ok(())
             }
-            Message::Done(id, result) => self.task_ended(&id, result, seats),
+            Message::Done(id, result) => self.task_ended(&id, result, seats.seats()),
         }
     }
 
@@ -610,9 +610,20 @@ impl<'a, 'k> Coordinator<'a, 'k> {
 
     /// A control request: a resume is the coordinator's own; the rest are
     /// answered now or filed with the task's thread, which answers later.
-    fn answer(&mut self, request: crate::control::ControlRequest) {
+    fn answer(&mut self, request: crate::control::ControlRequest, seats: &dyn SeatSource<'a>) {
         let shared = self.shared;
         let answer = match &request.op {
+            crate::control::ControlOp::Suspend { task, wake, reason } if !seats.runs_here() => {
+                self.forward_park(&request, (task, wake, reason), seats)
+            }
+            crate::control::ControlOp::Pause { task, .. }
+            | crate::control::ControlOp::Unpause { task }
+                if !seats.runs_here() =>
+            {
+                Some(super::answers::refused(format!(
+                    "task {task} runs on a fleet worker, which a pause does not reach; `reprise task suspend {task}` parks it there"
+                )))
+            }
             crate::control::ControlOp::Resume {
                 task,
                 mode,
@@ -629,6 +640,47 @@ impl<'a, 'k> Coordinator<'a, 'k> {
         };
         if let Some(answer) = answer {
             let _ = request.reply.send(answer);
+        }
+    }
+
+    /// A park asked for a task on a fleet worker: filed here as for a local
+    /// task (so the asker is answered when the park comes back, or refused
+    /// when the task ends first), then passed on to the worker that holds
+    /// it. A task no worker holds now is refused at once.
+    fn forward_park(
+        &mut self,
+        request: &crate::control::ControlRequest,
+        (task, wake, reason): (&TaskId, &reprise_store::suspension::Wake, &Option<String>),
+        seats: &dyn SeatSource<'a>,
+    ) -> Option<serde_json::Value> {
+        let shared = self.shared;
+        let filed = control_answer(
+            request,
+            &request.op,
+            &self.run,
+            &shared.position,
+            &shared.controls,
+        );
+        if filed.is_some() {
+            return filed;
+        }
+        let park = crate::run::fleet::ForwardedPark {
+            wake: wake.clone(),
+            reason: reason.clone(),
+            requested_by: request.requester.clone(),
+        };
+        match seats.forward_park(&self.run.run_id, task, &park) {
+            Ok(true) => None,
+            passed => {
+                let _ = shared.controls[task].take_any();
+                let why = match passed {
+                    Err(err) => format!("the fleet could not pass it on: {err}"),
+                    Ok(_) => "no worker holds it right now (it is queued, or between leases); ask again once it runs".to_owned(),
+                };
+                Some(super::answers::refused(format!(
+                    "task {task} was not parked: {why}"
+                )))
+            }
         }
     }
 
@@ -661,7 +713,16 @@ impl<'a, 'k> Coordinator<'a, 'k> {
             result.spent_micro_usd.saturating_sub(spent_before),
         );
         match result.parked.take() {
-            Some(parked) => self.task_parked(id, &result, parked, (seats, free_before)),
+            Some(mut parked) => {
+                // A park a worker made for a request filed here answers
+                // whoever asked.
+                if parked.reply.is_none() {
+                    parked.reply = self.shared.controls[id]
+                        .take_any()
+                        .and_then(|(_, reply)| reply);
+                }
+                self.task_parked(id, &result, parked, (seats, free_before))
+            }
             None => self.task_finished(id, &result),
         }
     }

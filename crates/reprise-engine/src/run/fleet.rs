@@ -13,11 +13,13 @@ mod remote_seats;
 mod worker;
 
 pub use in_process::{InProcessHost, InProcessTransport};
-pub use order::{ShippedResult, TaskOrder};
+pub use order::{ForwardedPark, ShippedResult, TaskOrder, WorkerControl};
 pub(crate) use remote_seats::{PlanText, RemoteSeats};
 pub use worker::{WorkerHost, run_order};
 
 use std::sync::mpsc::Sender;
+
+use reprise_core::TaskId;
 
 use crate::error::Result;
 use crate::events::Event;
@@ -67,6 +69,14 @@ pub trait Transport: Sync {
     /// `ShippedResult::withdrawn`. Said once or more; reports go on.
     fn stop(&self, run_id: &str) {
         let _ = run_id;
+    }
+
+    /// Passes a park asked of the coordinator to the worker holding task
+    /// `task` of run `run_id`; `false` when no worker can be reached with
+    /// it (the task is not held now, or the transport cannot pass it).
+    fn park(&self, run_id: &str, task: &TaskId, park: &order::ForwardedPark) -> Result<bool> {
+        let _ = (run_id, task, park);
+        Ok(false)
     }
 }
 

@@ -23,6 +23,22 @@ pub(crate) trait SeatSource<'a> {
     /// Runs `job` on a seat. Its result is sent to the coordinator as
     /// `Message::Done` on `job.run.events`, after which the seat is free.
     fn start(&self, job: Job<'a>);
+    /// Whether tasks run in this process (the coordinator's own control
+    /// reaches them), not on other hosts.
+    fn runs_here(&self) -> bool {
+        true
+    }
+    /// Passes a park asked of the coordinator on to the host running task
+    /// `task`: whether it reached the task's holder (never, here).
+    fn forward_park(
+        &self,
+        run_id: &str,
+        task: &reprise_core::TaskId,
+        park: &crate::run::fleet::ForwardedPark,
+    ) -> crate::error::Result<bool> {
+        let _ = (run_id, task, park);
+        Ok(false)
+    }
 }
 
 /// Seats on threads of this process, within the run's thread scope.

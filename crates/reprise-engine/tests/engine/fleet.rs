@@ -63,8 +63,15 @@ fn order(world: &World, plan_text: &str, task: &str) -> TaskOrder {
 fn run_on(host: &WorkerHost, order: &TaskOrder) -> (Vec<Shipment>, reprise_engine::ShippedResult) {
     let (ship, shipped) = channel();
     let (events, _heard) = channel();
-    let result = run_order(host, order, Outbox::new(ship), &events, &CancelToken::new())
-        .expect("the worker runs the order");
+    let control = reprise_engine::WorkerControl::default();
+    let result = run_order(
+        host,
+        order,
+        Outbox::new(ship),
+        (&events, &control),
+        &CancelToken::new(),
+    )
+    .expect("the worker runs the order");
     (shipped.try_iter().collect(), result)
 }
 
@@ -707,7 +714,7 @@ fn a_worker_refuses_an_order_whose_plan_does_not_match_its_hash() {
         &worker,
         &order,
         Outbox::new(ship),
-        &events,
+        (&events, &reprise_engine::WorkerControl::default()),
         &CancelToken::new(),
     )
     .expect_err("refused");

@@ -123,7 +123,14 @@ fn serve(host: InProcessHost, orders: &Receiver<Queued>, cancel: &CancelToken) {
                     partition.pass(&events_to, Report::Event(event));
                 }
             });
-            let outcome = run_order(&host, &order, Outbox::new(ship), &events, cancel);
+            let control = crate::run::fleet::WorkerControl::default();
+            let outcome = run_order(
+                &host,
+                &order,
+                Outbox::new(ship),
+                (&events, &control),
+                cancel,
+            );
             drop(events);
             outcome
         });

@@ -62,6 +62,35 @@ pub struct TaskOrder {
     pub resume: Option<ShippedResume>,
 }
 
+/// A park asked of the coordinator (`task suspend`) for a task a worker
+/// holds, as it travels to that worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardedPark {
+    pub wake: reprise_store::suspension::Wake,
+    pub reason: Option<String>,
+    /// Whoever asked the coordinator, as its control socket named them.
+    pub requested_by: reprise_core::rows::Requester,
+}
+
+impl ForwardedPark {
+    pub(crate) fn request(&self) -> crate::park::ParkRequest {
+        crate::control::ControlOp::park_request(&self.wake, &self.reason, &self.requested_by)
+    }
+}
+
+/// A task's park and pause handle on a worker: a park the coordinator
+/// passed on is filed here, and the task records and makes it as a park
+/// asked of a local run.
+#[derive(Debug, Default)]
+pub struct WorkerControl(pub(crate) crate::park::TaskControl);
+
+impl WorkerControl {
+    /// Files `park` for the task; `false` when another request waits.
+    pub fn park(&self, park: &ForwardedPark) -> bool {
+        self.0.request(park.request(), None).is_ok()
+    }
+}
+
 /// A checked park to resume, as it travels (a `ParkPoint` with the mode and
 /// approval the resume asked for).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -101,6 +101,19 @@ impl<'env> SeatSource<'env> for RemoteSeats<'_, 'env> {
         self.seats
     }
 
+    fn runs_here(&self) -> bool {
+        false
+    }
+
+    fn forward_park(
+        &self,
+        run_id: &str,
+        task: &reprise_core::TaskId,
+        park: &super::order::ForwardedPark,
+    ) -> Result<bool> {
+        self.transport.park(run_id, task, park)
+    }
+
     fn start(&self, job: Job<'env>) {
         use crate::task::Continuation;
         match &job.run.continuation {

@@ -34,13 +34,14 @@ pub struct WorkerHost {
 }
 
 /// Runs `order` on `host`: its rows go to `outbox` as they are written,
-/// its events to `events`. Returns how the task ended; an error is an
-/// order this host could not take up (bad plan, no workspace).
+/// its events to `events`; a park the coordinator passes on is filed with
+/// `control`. Returns how the task ended; an error is an order this host
+/// could not take up (bad plan, no workspace).
 pub fn run_order(
     host: &WorkerHost,
     order: &TaskOrder,
     outbox: Outbox,
-    events: &Sender<Event>,
+    (events, control): (&Sender<Event>, &super::order::WorkerControl),
     cancel: &CancelToken,
 ) -> Result<ShippedResult> {
     let plan = plan_of(order)?;
@@ -62,7 +63,7 @@ pub fn run_order(
         (&plan, task),
         &workspace,
         outbox,
-        events,
+        (events, &control.0),
         cancel,
     );
     if let (Some(remote), Some(output)) = (&order.remote, &result.output)
@@ -137,7 +138,7 @@ fn run_task(
     (plan, task): (&Plan, &Task),
     workspace: &Workspace,
     outbox: Outbox,
-    events: &Sender<Event>,
+    (events, control): (&Sender<Event>, &TaskControl),
     cancel: &CancelToken,
 ) -> crate::messages::TaskResult {
     let adapters = crate::run::adapters::adapters_of(&[task], plan, &host.state);
@@ -147,7 +148,6 @@ fn run_task(
         .as_deref()
         .and_then(|spec| spec.parse::<reprise_core::budget::BudgetSpec>().ok());
     let pool = SharedPool::new(None);
-    let control = TaskControl::default();
     let options_of_cli = crate::run::adapters::cli_options(plan, task.agent.kind());
     let (continuation, lost_sessions) = match &order.resume {
         Some(resume) => (
@@ -188,7 +188,7 @@ fn run_task(
             cancel,
             supervisor: host.supervisor.as_ref(),
             events: sender,
-            control: &control,
+            control,
             spent_before: 0,
             // Taken over from a lost host: it goes on from its journal, as
             // after a crash.
