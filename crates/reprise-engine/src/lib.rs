@@ -60,7 +60,7 @@ pub use park::{
 };
 pub use records::{DecisionRow, read_decisions};
 pub use resume::{ParkPoint, Refusal, check_resume, latest_park};
-pub use run::adapters::acp_adapter;
+pub use run::adapters::{acp_adapter, cli_state_dirs};
 pub use run::fleet::{
     ForwardedPark, InProcessHost, InProcessTransport, Report, ShippedResult, TaskOrder, Transport,
     WorkerControl, WorkerHost, run_order,

@@ -215,6 +215,19 @@ pub(crate) fn refuse_hidden_paths(
             }
         }
     }
+    // So is each agent CLI's own state (its config home), which the plan's
+    // env can move.
+    for (kind, dirs) in reprise_engine::cli_state_dirs(plan) {
+        for dir in dirs {
+            if let Some(reach) = reaches_hidden(&dir, &hidden) {
+                problems.push(format!(
+                    "agents.{kind}: its own state {}{reach}, which no agent or gate may reach; point its config home (agents.{kind}.env) elsewhere",
+                    dir.display(),
+                    kind = kind.as_str()
+                ));
+            }
+        }
+    }
     if problems.is_empty() {
         return Ok(());
     }

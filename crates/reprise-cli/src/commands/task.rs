@@ -302,8 +302,8 @@ fn released_text(release: &ReleasedResource) -> String {
         },
         Resource::Sandbox => match serde_json::from_value::<SandboxReleased>(detail.clone()) {
             Ok(sandbox) if sandbox.removed => format!(
-                "worktree snapshotted ({} files) and removed",
-                sandbox.files.unwrap_or(0)
+                "worktree snapshotted ({}) and removed",
+                crate::output::count(sandbox.files.unwrap_or(0), "file")
             ),
             _ => "the task works in place: its files stay".to_owned(),
         },

@@ -1,7 +1,8 @@
 //! A hostile agent against reprise's own git: what it writes into its
 //! worktree's git linkage, config or object store never runs outside the
 //! sandbox, never widens the next attempt's sandbox, and never changes what
-//! the user's repository serves.
+//! the user's repository serves. And what the sandbox lets an agent write
+//! besides its worktree (its CLI's own state) never reaches the key.
 
 use super::worktrees::{git, git_env, outside_dir, task_json};
 use super::*;
@@ -195,4 +196,48 @@ fn an_agent_cannot_replace_an_object_of_the_users_store_but_can_still_commit() {
         git(&env, &["show", &format!("{result}:shop.py")]),
         "price = 12"
     );
+}
+
+/// A plan that moves an agent CLI's config home (which the agent's sandbox
+/// lets it write) onto the audit key's directory: refused before anything
+/// runs, as an `allowed_paths` entry there is, so no agent can replace the
+/// key through its own state.
+#[test]
+fn an_agent_cli_s_config_home_that_reaches_the_audit_key_is_refused_before_anything_runs() {
+    let env = super::worktrees::git_env();
+    let key_dir = env.temp.path().join("home/.local/state/reprise");
+    let plan = super::worktrees::write_plan(
+        &env,
+        "homes",
+        &format!(
+            r#"
+version: 1
+name: homes
+agents:
+  claude: {{ env: {{ CLAUDE_CONFIG_DIR: "{}" }} }}
+defaults: {{ agent: claude, timeout: 30s }}
+tasks:
+  - {{ id: t, prompt: p }}
+"#,
+            key_dir.display()
+        ),
+    );
+    for args in [&["run", &plan, "--check"][..], &["run", &plan]] {
+        let output = env.run(args);
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!(
+                "agents.claude: its own state {} is the audit key's directory",
+                key_dir.display()
+            )),
+            "{}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("point its config home"),
+            "{}",
+            stderr(&output)
+        );
+        assert!(!env.project().join(".reprise").exists(), "nothing written");
+    }
 }

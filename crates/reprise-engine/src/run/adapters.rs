@@ -71,22 +71,46 @@ fn adapter_for(task: &Task, plan: &Plan, state: &StateDir) -> Arc<dyn Adapter> {
                 .collect();
             Arc::new(SimAdapter::new(steps, state.sim_store()))
         }
-        TaskAgent::Claude => Arc::new(
+        TaskAgent::Claude => cli_adapter(AgentKind::Claude, plan).expect("claude is a CLI"),
+        TaskAgent::Codex => cli_adapter(AgentKind::Codex, plan).expect("codex is a CLI"),
+        TaskAgent::Gemini => cli_adapter(AgentKind::Gemini, plan).expect("gemini is a CLI"),
+        TaskAgent::Acp => Arc::new(acp_adapter(plan)),
+    }
+}
+
+/// The plan's Claude Code, Codex or Gemini CLI adapter, as a run drives it.
+fn cli_adapter(kind: AgentKind, plan: &Plan) -> Option<Arc<dyn Adapter>> {
+    let options = cli_options(plan, kind);
+    Some(match kind {
+        AgentKind::Claude => Arc::new(
             ClaudeAdapter::with_allowed_tools(
                 plan.agent_settings(AgentKind::Claude)
                     .map(|settings| settings.allowed_tools.clone())
                     .unwrap_or_default(),
             )
-            .with_options(cli_options(plan, AgentKind::Claude)),
+            .with_options(options),
         ),
-        TaskAgent::Codex => {
-            Arc::new(CodexAdapter::new().with_options(cli_options(plan, AgentKind::Codex)))
-        }
-        TaskAgent::Gemini => {
-            Arc::new(GeminiAdapter::new().with_options(cli_options(plan, AgentKind::Gemini)))
-        }
-        TaskAgent::Acp => Arc::new(acp_adapter(plan)),
-    }
+        AgentKind::Codex => Arc::new(CodexAdapter::new().with_options(options)),
+        AgentKind::Gemini => Arc::new(GeminiAdapter::new().with_options(options)),
+        _ => return None,
+    })
+}
+
+/// Where each agent CLI the plan uses keeps its own state (its config home,
+/// its session store), as a run makes it writable in the agent's sandbox
+/// (the plan's `agents.<cli>.env` can move it): for `run --check` to hold
+/// against what containment hides.
+pub fn cli_state_dirs(plan: &Plan) -> Vec<(AgentKind, Vec<PathBuf>)> {
+    let mut kinds: Vec<AgentKind> = plan.tasks().iter().map(|task| task.agent.kind()).collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .filter_map(|kind| {
+            let adapter = cli_adapter(kind, plan)?;
+            Some((kind, adapter.state_paths(None, None).dirs))
+        })
+        .collect()
 }
 
 /// The plan's ACP agent as a run drives it: `agents.acp.command` then
