@@ -524,13 +524,25 @@ tasks:
         left.is_empty(),
         "the parked worktree is released on the worker: {left:?}"
     );
+    assert_parked_resumed_and_verified(&env, "busy");
+}
+
+/// Checks that `task`'s journal on the coordinator holds its park and its
+/// resume, and that the park, the journal (its checkpoints too) and the
+/// audit chain verify; returns the park's `task.suspend` row.
+fn assert_parked_resumed_and_verified(env: &Env, task: &str) -> String {
     let journal =
-        String::from_utf8_lossy(&journal_of(&env.project().join(".reprise"), "busy")).into_owned();
-    assert!(journal.contains("\"kind\":\"task.suspend\""), "{journal}");
+        String::from_utf8_lossy(&journal_of(&env.project().join(".reprise"), task)).into_owned();
+    let suspend = journal
+        .lines()
+        .find(|line| line.contains("\"kind\":\"task.suspend\""))
+        .unwrap_or_else(|| panic!("no park: {journal}"))
+        .to_owned();
     assert!(journal.contains("\"kind\":\"task.resume\""), "{journal}");
-    assert_success(&env.run(&["audit", "verify-suspension", "busy"]));
-    assert_success(&env.run(&["journal", "verify", "busy"]));
+    assert_success(&env.run(&["audit", "verify-suspension", task]));
+    assert_success(&env.run(&["journal", "verify", task]));
     assert_success(&env.run(&["audit", "verify"]));
+    suspend
 }
 
 /// `task suspend` asked of the coordinator for a task a worker runs: passed
@@ -585,17 +597,10 @@ tasks:
     // resumed warm in the same session by a second lease.
     assert_eq!(modes, ["new", "warm"], "{ran}");
     assert_eq!(drained["completed"], 2, "{drained}");
-    let journal = String::from_utf8_lossy(&journal_of(&state, "slow")).into_owned();
-    let suspend = journal
-        .lines()
-        .find(|line| line.contains("\"kind\":\"task.suspend\""))
-        .unwrap_or_else(|| panic!("no park: {journal}"));
+    let suspend = assert_parked_resumed_and_verified(&env, "slow");
     assert!(suspend.contains("\"cause\":\"request\""), "{suspend}");
     assert!(suspend.contains("lunch"), "{suspend}");
     assert!(suspend.contains("\"requested_by\""), "{suspend}");
-    assert_success(&env.run(&["audit", "verify-suspension", "slow"]));
-    assert_success(&env.run(&["journal", "verify", "slow"]));
-    assert_success(&env.run(&["audit", "verify"]));
 }
 
 /// `run --fleet` to a database that does not answer, or holds no fleet, is
