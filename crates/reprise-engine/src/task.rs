@@ -1353,7 +1353,7 @@ impl TaskRun<'_> {
                 self.emit(Event::Warning {
                     task: Some(self.task.id.clone()),
                     message: format!(
-                        "session {session_id} was gone from the agent's store; restored it"
+                        "session {session_id} was not in the agent's store here; restored it from the copy reprise kept"
                     ),
                 });
                 true
