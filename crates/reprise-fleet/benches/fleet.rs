@@ -298,7 +298,7 @@ fn no_op_tasks(count: usize, workers: usize) -> Result<()> {
         stop_worker(worker);
     }
     println!(
-        "{count} no-op tasks over {workers} workers (4 seats each), queue alone: {:.2} s ({:.2} s of it submitting)   [a local run of the same: not measured here, the engine is not wired to the fleet yet]",
+        "{count} no-op tasks over {workers} workers (4 seats each), queue alone: {:.2} s ({:.2} s of it submitting)   [the whole binary, beside a local run of the same plan: scripts/bench-fleet-run]",
         elapsed.as_secs_f64(),
         submitted.as_secs_f64(),
     );
