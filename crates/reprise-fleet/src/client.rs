@@ -158,6 +158,10 @@ impl FleetClient {
         self.block(async |fleet| fleet.stopping(held).await)
     }
 
+    pub fn prune_collected(&self, run: &str, through: i64) -> Result<u64> {
+        self.block(async |fleet| fleet.prune_collected(run, through).await)
+    }
+
     pub fn request_control(&self, run: &str, task: &str, request: &Value) -> Result<bool> {
         self.block(async |fleet| fleet.request_control(run, task, request).await)
     }

@@ -696,6 +696,28 @@ impl Fleet {
             .collect())
     }
 
+    /// Deletes the rows shipped for run `run` up to position `through` (what
+    /// its coordinator has taken into its journals) of tasks no worker holds
+    /// and none waits to claim: their coordinator holds them, and no
+    /// takeover or attach reads them again. Returns how many went.
+    pub async fn prune_collected(&self, run: &str, through: i64) -> Result<u64> {
+        self.retried(async || {
+            let done = sqlx::query(
+                "delete from reprise_fleet.shipped_rows s
+                 using reprise_fleet.tasks t
+                 where s.run_id = $1 and s.position <= $2
+                   and t.run_id = s.run_id and t.task_id = s.task_id
+                   and t.state not in ('queued', 'running')",
+            )
+            .bind(run)
+            .bind(through)
+            .execute(&self.pool)
+            .await?;
+            Ok(done.rows_affected())
+        })
+        .await
+    }
+
     /// Leaves `request` for the worker holding task `task` of run `run`:
     /// `false` when no worker holds it now, or a request waits for it
     /// already.

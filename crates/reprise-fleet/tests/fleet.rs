@@ -979,3 +979,55 @@ fn a_request_left_for_a_task_is_taken_once_by_its_holder_only() -> Result<()> {
     );
     Ok(())
 }
+
+/// The rows a coordinator has taken go once their task is no worker's: a
+/// finished task's are deleted, a running one's (a takeover would read
+/// them) and those past what was taken stay.
+#[test]
+fn taken_rows_of_finished_tasks_are_pruned_and_a_running_task_s_are_kept() -> Result<()> {
+    let (_database, client) = fleet(quick())?;
+    client.submit(RUN, "ended", &json!({}), &Affinity::Any)?;
+    client.submit(RUN, "running", &json!({}), &Affinity::Any)?;
+    let leases: Vec<LeaseKey> = client
+        .claim("a", 2)?
+        .into_iter()
+        .map(|lease| lease.key)
+        .collect();
+    for lease in &leases {
+        client.ship(lease, &[row(0), row(1)])?;
+    }
+    let ended = leases
+        .iter()
+        .find(|lease| lease.task_id == "ended")
+        .expect("claimed");
+    client.complete(ended, &json!({"status": "passed"}))?;
+    let taken = collected(&client)?
+        .last()
+        .map(Collected::position)
+        .expect("collected");
+    let running = leases
+        .iter()
+        .find(|lease| lease.task_id == "running")
+        .expect("claimed");
+    client.ship(running, &[row(2)])?;
+
+    assert_eq!(client.prune_collected(RUN, taken)?, 2);
+    let rows: Vec<(String, i64)> = collected(&client)?
+        .into_iter()
+        .filter_map(|item| match item {
+            Collected::Row { task_id, row, .. } => Some((task_id, row.seq)),
+            Collected::Outcome { .. } => None,
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("running".to_owned(), 0),
+            ("running".to_owned(), 1),
+            ("running".to_owned(), 2)
+        ]
+    );
+    // The ended task's outcome stays for the coordinator to collect.
+    assert_eq!(outcomes(&client)?.len(), 1);
+    Ok(())
+}

@@ -166,6 +166,18 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
+impl PgTransport {
+    /// Once the run has ended here (every task's rows in its journals):
+    /// the rows taken so far of tasks no worker holds are deleted from the
+    /// database, which otherwise keeps every row, transcripts included. A
+    /// failure leaves them (the next run's end deletes nothing of this one;
+    /// they cost space only).
+    pub(crate) fn prune_taken(&self) {
+        let through = lock(&self.routes).delivered;
+        let _ = self.client.prune_collected(&self.spec.run_id, through);
+    }
+}
+
 impl Drop for PgTransport {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);

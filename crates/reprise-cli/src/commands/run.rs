@@ -779,6 +779,9 @@ pub(crate) fn execute(
         )
     };
     reprise_agents::supervise::reap_adopted();
+    if let (Ok(_), Some((transport, ..))) = (&ran, &fleet) {
+        transport.prune_taken();
+    }
     ran.map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))
 }
 

@@ -525,6 +525,17 @@ tasks:
         "the parked worktree is released on the worker: {left:?}"
     );
     assert_parked_resumed_and_verified(&env, "busy");
+    // Its rows, taken into the journal here, are gone from the database.
+    let client =
+        reprise_fleet::FleetClient::connect(&database.url, reprise_fleet::Timings::default())
+            .unwrap();
+    let left = client
+        .collect(ran["run_id"].as_str().unwrap(), 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .filter(|item| matches!(item, reprise_fleet::Collected::Row { .. }))
+        .count();
+    assert_eq!(left, 0, "rows the coordinator took were kept");
 }
 
 /// Checks that `task`'s journal on the coordinator holds its park and its
