@@ -46,6 +46,8 @@ pub use outcome::{
     AttemptOutcome, AttemptReport, InfraKind, ParkSignal, QUESTION_MAX_BYTES, STREAM_KEEP_BYTES,
     Streams,
 };
-pub use request::{Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, Watch};
+pub use request::{
+    Adapter, AttemptRequest, CancelToken, SessionMode, StatePaths, Watch, is_file_safe_session_id,
+};
 pub use sim::{SimAdapter, SimStep, SimTurn, sim_transcript};
 pub use supervise::{SandboxRules, Supervision};

@@ -261,6 +261,19 @@ pub struct StatePaths {
     pub files: Vec<(PathBuf, &'static str)>,
 }
 
+/// Longest session id kept as a file name.
+const SESSION_ID_MAX_LEN: usize = 128;
+
+/// Whether `id` can name a session's file (the sim's store, a preserved or
+/// shipped transcript): `[A-Za-z0-9][A-Za-z0-9._-]*`, bounded.
+pub fn is_file_safe_session_id(id: &str) -> bool {
+    id.len() <= SESSION_ID_MAX_LEN
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// The request with every session id the CLI lets us choose filled in with a
 /// fresh UUID v4, so the id is known (and reported) even if the attempt dies
 /// before the CLI prints anything.

@@ -41,8 +41,6 @@ use crate::request::{Adapter, AttemptRequest, CancelToken, SessionMode};
 
 /// How often a waiting step looks at the cancel token.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// Longest session id the store accepts (ids are file names).
-const SESSION_ID_MAX_LEN: usize = 128;
 
 /// One scripted answer of the sim agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -240,7 +238,7 @@ impl SimAdapter {
             let id = given
                 .clone()
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            if !is_valid_session_id(&id) {
+            if !crate::request::is_file_safe_session_id(&id) {
                 return Err(infra(
                     InfraKind::ApiError,
                     format!(
@@ -257,7 +255,7 @@ impl SimAdapter {
             Ok(id)
         };
         let existing = |id: &str| -> Result<String, AttemptOutcome> {
-            if is_valid_session_id(id) && self.session_file(id).is_file() {
+            if crate::request::is_file_safe_session_id(id) && self.session_file(id).is_file() {
                 Ok(id.to_string())
             } else {
                 Err(infra(
@@ -408,13 +406,13 @@ impl Adapter for SimAdapter {
         _cwd: &Path,
         _config_home: Option<&Path>,
     ) -> Option<PathBuf> {
-        is_valid_session_id(session_id).then(|| self.session_file(session_id))
+        crate::request::is_file_safe_session_id(session_id).then(|| self.session_file(session_id))
     }
 }
 
 /// Reads every turn of a sim session, in order.
 pub fn sim_transcript(store: &Path, session_id: &str) -> io::Result<Vec<SimTurn>> {
-    if !is_valid_session_id(session_id) {
+    if !crate::request::is_file_safe_session_id(session_id) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("'{session_id}' is not a valid sim session id"),
@@ -437,15 +435,6 @@ pub fn sim_transcript(store: &Path, session_id: &str) -> io::Result<Vec<SimTurn>
 
 fn session_file(store: &Path, session_id: &str) -> PathBuf {
     store.join(format!("{session_id}.jsonl"))
-}
-
-/// Session ids are file names: `[A-Za-z0-9][A-Za-z0-9._-]*`, bounded.
-fn is_valid_session_id(id: &str) -> bool {
-    id.len() <= SESSION_ID_MAX_LEN
-        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// How long `step` stays silent before the attempt is taken to wait on

@@ -66,18 +66,13 @@ pub(crate) const SHIPPED_TRANSCRIPT_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 impl ShippedSession {
     /// Whether its names can be used as file names (they arrive from
-    /// another host): an adapter reprise has, and a session id of letters,
-    /// digits, `-`, `_` and `.` that does not start with a dot.
+    /// another host): an adapter reprise has, and a session id fit to name
+    /// a file.
     pub fn well_named(&self) -> bool {
-        const ADAPTERS: [&str; 6] = ["claude", "codex", "gemini", "command", "sim", "acp"];
-        let id = &self.session_id;
-        ADAPTERS.contains(&self.adapter.as_str())
-            && !id.is_empty()
-            && id.len() <= 128
-            && !id.starts_with('.')
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        reprise_core::plan::AgentKind::ALL
+            .iter()
+            .any(|kind| kind.as_str() == self.adapter)
+            && reprise_agents::is_file_safe_session_id(&self.session_id)
     }
 
     /// Keeps the transcript where this host preserves its own
@@ -514,7 +509,12 @@ pub fn ingest(
                         resource,
                         detail,
                     },
-            } => release_shipped(state, key, task, (*park, *resource), detail)?,
+            } => {
+                let audit = signer
+                    .local_audit()
+                    .expect("ingest signs with the key it was given");
+                release_shipped((state, key, audit), task, (*park, *resource), detail)?;
+            }
             Shipment::AgentCheckpoint { checkpoint } => {
                 keep_agent_checkpoint(state, &journal, task, checkpoint)?;
             }
@@ -540,9 +540,8 @@ fn check_shipped_resume(
         task: task.to_string(),
         reason,
     };
-    let audit = reprise_store::audit::read_audit(state, key)?;
-    let mut point = crate::resume::latest_park(state, task, &audit)
-        .filter(|point| point.park == resume.park && point.receipt == Some(resume.receipt))
+    let mut point = crate::resume::latest_park_at(state, key, task, resume.park)?
+        .filter(|point| point.receipt == Some(resume.receipt))
         .ok_or_else(|| {
             refused(format!(
                 "a resume of park {}, which is not the task's latest park with that receipt",
@@ -554,23 +553,21 @@ fn check_shipped_resume(
         .map_err(|refusal| refused(refusal.to_string()))
 }
 
-/// A worker's release of the park at `park`, recorded against the receipt
-/// the coordinator wrote when it took the park's row; a park it holds no
-/// receipt of is refused.
+/// A worker's release of the park at `park`, recorded in `audit` against
+/// the receipt the coordinator wrote when it took the park's row; a park it
+/// holds no receipt of is refused.
 fn release_shipped(
-    state: &StateDir,
-    key: &KeyFile,
+    (state, key, audit): (&StateDir, &KeyFile, &mut AuditLog),
     task: &TaskKey,
     (park, resource): (Digest, Resource),
     detail: &Value,
 ) -> Result<()> {
-    let audit = reprise_store::audit::read_audit(state, key)?;
-    let point = crate::resume::latest_park(state, task, &audit)
-        .filter(|point| point.park == park)
-        .ok_or_else(|| EngineError::ShippedRow {
+    let point = crate::resume::latest_park_at(state, key, task, park)?.ok_or_else(|| {
+        EngineError::ShippedRow {
             task: task.to_string(),
             reason: format!("a release of park {park} that is not the task's latest park"),
-        })?;
+        }
+    })?;
     let receipt = point.receipt.ok_or_else(|| EngineError::ShippedRow {
         task: task.to_string(),
         reason: format!("a release of park {park}, whose receipt is not written"),
@@ -583,9 +580,8 @@ fn release_shipped(
         // Taken again after a continued coordinator read it anew.
         return Ok(());
     }
-    let mut log = AuditLog::open(state, key.clone())?;
     crate::park::write_release(
-        &mut log,
+        audit,
         task,
         &point.run_id,
         park,

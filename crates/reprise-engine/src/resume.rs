@@ -104,6 +104,19 @@ pub(crate) fn rows_of_run(state: &StateDir, task: &TaskKey, run_id: &str) -> Vec
         .collect()
 }
 
+/// The latest park of `task` as the journal and the audit chain under `key`
+/// record it, when it is the park at `park` (a fleet worker's park, named
+/// by what it shipped); `None` when the task's latest park is another.
+pub(crate) fn latest_park_at(
+    state: &StateDir,
+    key: &KeyFile,
+    task: &TaskKey,
+    park: Digest,
+) -> crate::error::Result<Option<ParkPoint>> {
+    let audit = read_audit(state, key)?;
+    Ok(latest_park(state, task, &audit).filter(|point| point.park == park))
+}
+
 /// The latest park of `task`, with its receipt and releases from `audit`;
 /// `None` when it was never parked.
 pub fn latest_park(state: &StateDir, task: &TaskKey, audit: &AuditSummary) -> Option<ParkPoint> {

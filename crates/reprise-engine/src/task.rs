@@ -504,11 +504,7 @@ impl TaskRun<'_> {
         &self,
         store: &reprise_store::snapshot::SnapshotStore,
     ) -> Result<()> {
-        let Some(remote) = self
-            .signing
-            .remote()
-            .filter(|_| self.signing.key().is_none())
-        else {
+        let Some(remote) = self.signing.remote() else {
             return Ok(());
         };
         store.fetch_all(

@@ -296,12 +296,11 @@ impl Follow<'_> {
         let _ = run.events.send(Message::Done(run.task.id.clone(), result));
     }
 
-    /// A park the worker made, taken up here where it is resumed: the
-    /// receipt this host wrote when it took the park's row named, and the
-    /// worker's checkpoints of the task (the park's snapshot among them)
-    /// fetched from the remote into this host's store of them, so the
-    /// resume restores it as a local one and `journal verify` finds every
-    /// checkpoint the journal records.
+    /// A park the worker made, taken up here where its resume is checked:
+    /// the receipt this host wrote when it took the park's row named, and
+    /// the worker's checkpoints of the task (the park's snapshot among
+    /// them) fetched from the remote into this host's store of them, which
+    /// the wake's check (`check_resume`) and `journal verify` look in.
     fn settle_park(
         &self,
         job: &Job<'_>,
@@ -313,9 +312,7 @@ impl Follow<'_> {
         };
         let run = &job.run;
         let key = TaskKey::new(run.plan.clone(), run.task.id.clone());
-        let audit = reprise_store::audit::read_audit(run.state, &self.key)?;
-        let point = crate::resume::latest_park(run.state, &key, &audit)
-            .filter(|point| point.park == parked.park)
+        let point = crate::resume::latest_park_at(run.state, &self.key, &key, parked.park)?
             .ok_or_else(|| {
                 crate::error::EngineError::Park(format!(
                     "the worker parked {key} at {}, a park its journal does not end with",
@@ -328,8 +325,8 @@ impl Follow<'_> {
         let (Some(remote), Some(id)) = (order.remote.as_deref(), point.snapshot()) else {
             return Ok(());
         };
-        // The store is only fetched into here: its tree (the worktree the
-        // resume makes) need not exist, so git runs beside the store.
+        // The store is only fetched into here: its tree (a worktree this
+        // host never makes) need not exist, so git runs beside the store.
         let shadow = run.state.snapshot_dir(run.run_id, &run.task.id);
         let beside = shadow.parent().unwrap_or(&shadow).to_path_buf();
         std::fs::create_dir_all(&beside).map_err(|source| reprise_store::StoreError::Io {
