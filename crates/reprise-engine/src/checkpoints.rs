@@ -58,6 +58,29 @@ pub(crate) fn tree_of(state: &StateDir, cwd: &Path) -> PathBuf {
         .to_path_buf()
 }
 
+/// The shadow store of `task` in `run_id`, opened only to send or take its
+/// checkpoints through a fleet's remote: its tree (a worktree that may not
+/// exist on this host) is not touched, so git runs beside the store.
+pub(crate) fn store_for_transfer(
+    state: &StateDir,
+    run_id: &str,
+    task: &Task,
+    repo: Option<&Path>,
+) -> Result<SnapshotStore> {
+    let shadow = state.snapshot_dir(run_id, &task.id);
+    let beside = shadow.parent().unwrap_or(&shadow).to_path_buf();
+    std::fs::create_dir_all(&beside).map_err(|source| reprise_store::StoreError::Io {
+        path: beside.clone(),
+        source,
+    })?;
+    Ok(SnapshotStore::open(
+        &shadow,
+        &beside,
+        repo,
+        task.checkpoint_max_file_bytes,
+    )?)
+}
+
 /// Opens the shadow store of `task`'s tree in `run_id`, or `None` for a
 /// read-only task.
 pub(crate) fn open_store(

@@ -538,6 +538,37 @@ tasks:
     assert_eq!(left, 0, "rows the coordinator took were kept");
 }
 
+/// A park resumed on a worker that fails its gate once more before it
+/// passes: the checkpoints that worker took after the resume come to the
+/// coordinator too, so `journal verify` finds every one its journal records.
+#[test]
+fn a_resumed_park_s_later_checkpoints_reach_the_coordinator() {
+    let env = Env::new();
+    let remote = project_with_remote(
+        &env,
+        r#"version: 1
+name: quota
+defaults: { agent: sim, max_retries: 2, timeout: 60s, retry_policy: warm }
+tasks:
+  - id: busy
+    prompt: "Create done.txt"
+    sim:
+      - { reply: "usage limit reached; resets in 2 seconds", exit_code: 1 }
+      - { reply: "not yet", write: { half.txt: "x\n" } }
+      - { reply: "DONE", write: { done.txt: "yes\n" } }
+    gates: [ { name: done, run: "test -e done.txt" } ]
+"#,
+    );
+    let database = TestDatabase::create().unwrap();
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = spawn_worker(&env, &database.url, "one");
+    let output = fleet_run(&env, &database.url, &remote).output().unwrap();
+    drain(worker);
+    let (ran, modes) = only_task_passed(&output);
+    assert_eq!(modes, ["new", "warm", "warm"], "{ran}");
+    assert_parked_resumed_and_verified(&env, "busy");
+}
+
 /// Checks that `task`'s journal on the coordinator holds its park and its
 /// resume, and that the park, the journal (its checkpoints too) and the
 /// audit chain verify; returns the park's `task.suspend` row.

@@ -276,6 +276,20 @@ impl Follow<'_> {
             ));
             result.parked = None;
         }
+        // A resumed park ended: the checkpoints its worker took since come
+        // beside the ones its park brought, so this host's store stays whole.
+        if order.resume.is_some()
+            && result.parked.is_none()
+            && let Some(remote) = order.remote.as_deref()
+            && let Err(err) = take_checkpoints(run, remote)
+        {
+            let _ = run.events.send(Message::Event(crate::events::Event::Warning {
+                task: Some(run.task.id.clone()),
+                message: format!(
+                    "the checkpoints its worker took after the resume could not be fetched: {err}; `journal verify` will miss them"
+                ),
+            }));
+        }
         let branch = result
             .output
             .as_ref()
@@ -325,22 +339,7 @@ impl Follow<'_> {
         let (Some(remote), Some(id)) = (order.remote.as_deref(), point.snapshot()) else {
             return Ok(());
         };
-        // The store is only fetched into here: its tree (a worktree this
-        // host never makes) need not exist, so git runs beside the store.
-        let shadow = run.state.snapshot_dir(run.run_id, &run.task.id);
-        let beside = shadow.parent().unwrap_or(&shadow).to_path_buf();
-        std::fs::create_dir_all(&beside).map_err(|source| reprise_store::StoreError::Io {
-            path: beside.clone(),
-            source,
-        })?;
-        let store = reprise_store::snapshot::SnapshotStore::open(
-            &shadow,
-            &beside,
-            run.workspace.repo(),
-            run.task.checkpoint_max_file_bytes,
-        )?;
-        let prefix = crate::task::TaskRun::park_checkpoints_prefix(run.run_id, &run.task.id);
-        store.fetch_all(remote, &prefix)?;
+        let store = take_checkpoints(run, remote)?;
         if !store.list()?.iter().any(|checkpoint| checkpoint.id == id) {
             return Err(crate::error::EngineError::Park(format!(
                 "the remote {remote} does not hold the park's snapshot {id} of {key}"
@@ -407,6 +406,24 @@ impl Follow<'_> {
         self.transport.submit(order.clone(), sender)?;
         Ok(reports)
     }
+}
+
+/// The worker's checkpoints of `run`'s task, fetched from `remote` into this
+/// host's store of them (which the wake's check and `journal verify` look
+/// in).
+fn take_checkpoints(
+    run: &crate::task::TaskRun<'_>,
+    remote: &str,
+) -> Result<reprise_store::snapshot::SnapshotStore> {
+    let store = crate::checkpoints::store_for_transfer(
+        run.state,
+        run.run_id,
+        run.task,
+        run.workspace.repo(),
+    )?;
+    let prefix = crate::task::TaskRun::park_checkpoints_prefix(run.run_id, &run.task.id);
+    store.fetch_all(remote, &prefix)?;
+    Ok(store)
 }
 
 /// The transcripts this host keeps of the sessions `key`'s journal names in

@@ -71,6 +71,20 @@ pub fn run_order(
     {
         super::remote_git::push_result(&workspace, remote, (&order.run_id, &task.id), commit)?;
     }
+    // A resumed park's coordinator holds the task's checkpoints up to the
+    // park: the ones taken since follow (a park again sent them all).
+    if let (Some(_), None, Some(remote)) = (&order.resume, &result.parked, &order.remote) {
+        let store = crate::checkpoints::store_for_transfer(
+            &host.state,
+            &order.run_id,
+            task,
+            workspace.repo(),
+        )?;
+        store.push_all(
+            remote,
+            &crate::task::TaskRun::park_checkpoints_prefix(&order.run_id, &task.id),
+        )?;
+    }
     let delivered = result.parked.is_none() && result.status.delivered();
     if delivered && !order.keep_worktree {
         let _ = crate::sandbox::reclaim(&host.state, &workspace, &order.run_id, &task.id);
