@@ -389,26 +389,45 @@ impl TaskRun<'_> {
     }
 
     /// On a fleet worker with a remote: the tree attempt `attempt` left,
-    /// sent to the remote, so a host that takes the task over finds the
-    /// files its journal's last checkpoint row hashed. A failure is said as
-    /// a warning: a retry elsewhere then finds the base and goes cold.
-    pub(crate) fn send_tree(&self, store: &reprise_store::snapshot::SnapshotStore, attempt: u32) {
+    /// snapshotted as its agent ended (before its gates run), for
+    /// `send_tree`; `None` elsewhere, or when the snapshot fails (said as a
+    /// warning: a retry elsewhere then finds the base and goes cold).
+    pub(crate) fn snapshot_left_tree(
+        &self,
+        store: &reprise_store::snapshot::SnapshotStore,
+        attempt: u32,
+    ) -> Option<reprise_store::snapshot::Checkpoint> {
+        self.signing.remote()?;
+        store
+            .take_unlisted(&format!("attempt {attempt} left"))
+            .map_err(|err| self.warn_tree_not_sent(attempt, &err))
+            .ok()
+    }
+
+    /// Sends `tree` (attempt `attempt`'s, from `snapshot_left_tree`) to the
+    /// remote, so a host that takes the task over finds the files its
+    /// journal's last checkpoint row hashed.
+    pub(crate) fn send_tree(
+        &self,
+        store: &reprise_store::snapshot::SnapshotStore,
+        tree: &reprise_store::snapshot::Checkpoint,
+        attempt: u32,
+    ) {
         let Some(remote) = self.signing.remote() else {
             return;
         };
-        let sent = store
-            .take_unlisted(&format!("attempt {attempt} left"))
-            .and_then(|checkpoint| {
-                store.push_to(&checkpoint, remote, &self.travelling_tree_ref(attempt))
-            });
-        if let Err(err) = sent {
-            self.emit(Event::Warning {
-                task: Some(self.task.id.clone()),
-                message: format!(
-                    "the tree attempt {attempt} left did not reach the remote {remote}: {err}; a retry on another host starts from the base"
-                ),
-            });
+        if let Err(err) = store.push_to(tree, remote, &self.travelling_tree_ref(attempt)) {
+            self.warn_tree_not_sent(attempt, &err);
         }
+    }
+
+    fn warn_tree_not_sent(&self, attempt: u32, err: &dyn std::fmt::Display) {
+        self.emit(Event::Warning {
+            task: Some(self.task.id.clone()),
+            message: format!(
+                "the tree attempt {attempt} left did not reach the fleet's remote: {err}; a retry on another host starts from the base"
+            ),
+        });
     }
 
     /// Where a fleet park's checkpoints travel on the remote.

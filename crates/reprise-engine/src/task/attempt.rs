@@ -47,6 +47,10 @@ pub(super) struct Attempt {
     /// names it.
     pub(super) finished_head: Option<Head>,
     pub(super) diagnosis: Option<Diagnosis>,
+    /// On a fleet worker: the tree its agent left, snapshotted, sent to the
+    /// remote only if the attempt does not pass (a retry may then go on
+    /// elsewhere).
+    pub(super) left_tree: Option<reprise_store::snapshot::Checkpoint>,
 }
 
 impl Attempt {

@@ -810,7 +810,7 @@ impl<'r, 'a> Executor<'r, 'a> {
         self.mend_journal()?;
         let head = self.journal.append_row(&now_rfc3339(), &body)?;
         if let Some(store) = &self.snapshots {
-            run.send_tree(store, attempt);
+            self.attempt.left_tree = run.snapshot_left_tree(store, attempt);
         }
         self.attempt.agent_ended = Some(head.digest);
         self.attempt.agent_ended_at = Some(Instant::now());

@@ -57,6 +57,13 @@ impl Executor<'_, '_> {
         // The journal may have been torn while the gates ran.
         self.mend_journal()?;
         self.attempt.finished_head = Some(self.journal.append_row(&now_rfc3339(), &body)?);
+        // Only an attempt that did not pass can be followed by a retry on
+        // another host: its tree goes to the remote now.
+        if let (Some(store), Some(tree)) = (&self.snapshots, self.attempt.left_tree.take())
+            && summary.outcome != Outcome::Passed
+        {
+            run.send_tree(store, &tree, attempt);
+        }
         run.emit(Event::AttemptFinished {
             task: task.id.clone(),
             summary: summary.clone(),
