@@ -265,6 +265,7 @@ impl AcpAdapter {
         }
         let invocation = Invocation {
             cli_prefixes: &[],
+            provider: crate::network::Provider::Any,
             program,
             args: self.argv[1..].to_vec(),
             env: self.child_env(request),

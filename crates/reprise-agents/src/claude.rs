@@ -303,6 +303,7 @@ pub(crate) fn invocation(
     }
     Invocation {
         cli_prefixes: &[],
+        provider: crate::network::Provider::Any,
         program,
         prompt_arg: Some(args.len() - 1),
         args,

@@ -81,6 +81,7 @@ fn output_of(program: &Path, args: &[&str]) -> String {
     }
     let invocation = Invocation {
         cli_prefixes: &[],
+        provider: crate::network::Provider::Any,
         program: program.to_path_buf(),
         args: args.iter().map(|arg| arg.to_string()).collect(),
         env,

@@ -220,6 +220,7 @@ pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocati
     };
     Invocation {
         cli_prefixes: &[],
+        provider: crate::network::Provider::Any,
         program,
         prompt_arg: Some(args.len() - 1),
         args,
@@ -352,9 +353,12 @@ mod tests {
                 granted: Vec::new(),
                 hidden: Vec::new(),
                 writable_shm: false,
+                connect_ports: None,
+                hidden_by_mounts: false,
             }),
             records: None,
             parent_death: true,
+            walls: crate::Walls::default(),
         });
         let args = invocation(&contained, PathBuf::from("codex")).args;
         assert_eq!(

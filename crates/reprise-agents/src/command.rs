@@ -172,6 +172,7 @@ pub(crate) fn invocation(
     ]);
     Invocation {
         cli_prefixes: &[],
+        provider: crate::network::Provider::Any,
         program,
         args: args.to_vec(),
         env,

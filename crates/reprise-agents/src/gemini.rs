@@ -254,6 +254,7 @@ pub(crate) fn invocation(request: &AttemptRequest, program: PathBuf) -> Invocati
     }
     Invocation {
         cli_prefixes: &[],
+        provider: crate::network::Provider::Any,
         program,
         args,
         env,

@@ -23,10 +23,13 @@ mod env;
 mod gemini;
 mod home;
 pub mod lineage;
+mod namespaces;
+mod network;
 mod options;
 mod outcome;
 mod park;
 mod process;
+mod proxy;
 mod request;
 mod rulesets;
 mod sim;
@@ -41,6 +44,7 @@ pub use command::CommandAdapter;
 pub use env::passed_env;
 pub use gemini::GeminiAdapter;
 pub use lineage::Lineage;
+pub use network::{Reach, Walls};
 pub use options::{CliOptions, clashing_arg, controlled_flags};
 pub use outcome::{
     AttemptOutcome, AttemptReport, InfraKind, ParkSignal, QUESTION_MAX_BYTES, STREAM_KEEP_BYTES,

@@ -158,6 +158,7 @@ mod tests {
     fn extra_arguments_go_after_reprises_own_and_before_the_prompt() {
         let invocation = Invocation {
             cli_prefixes: &[],
+            provider: crate::network::Provider::Any,
             program: PathBuf::from("claude"),
             args: strings(&["-p", "--output-format", "json", "--", "the prompt"]),
             env: vec![("A".into(), "1".into())],

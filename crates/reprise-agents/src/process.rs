@@ -27,12 +27,15 @@ use rustix::process::{
     Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, kill_process_group, pidfd_open, waitid,
 };
 
+use crate::namespaces::NamespaceSpec;
+use crate::network::{Provider, Routes};
 use crate::outcome::{
     AttemptOutcome, AttemptReport, InfraKind, ParkSignal, Parsed, Streams, enforce_budget, infra,
 };
 use crate::park::{Clock, last_words, settle_usage_limit};
+use crate::proxy::Proxy;
 use crate::request::{AttemptRequest, CancelToken, Watch};
-use crate::supervise::{Handover, Supervision, record_finished, supervised_command};
+use crate::supervise::{Handover, Supervision, record_finished, supervised_in};
 
 /// How much of each output stream is kept; the rest is counted, not stored.
 pub(crate) const OUTPUT_CAP_BYTES: usize = 16 << 20;
@@ -100,6 +103,8 @@ pub(crate) struct Invocation {
     /// The prefixes of the agent CLI's own variables it inherits besides
     /// the allow-list (`env::cli_prefixes`); none for a command or a gate.
     pub(crate) cli_prefixes: &'static [&'static str],
+    /// Whose endpoints the network policy's `model` means for it.
+    pub(crate) provider: Provider,
     pub(crate) stdin: Stdin,
     /// The argument that ends with the prompt, elided in logged argv.
     pub(crate) prompt_arg: Option<usize>,
@@ -206,13 +211,19 @@ fn run_child(
     talk: Option<Talk>,
 ) -> io::Result<Finished> {
     let started = Instant::now();
-    let (mut command, handover) = command_for(invocation, cwd, supervision)?;
+    let (mut command, handover, routes) = command_for(invocation, cwd, supervision)?;
     let mut child = command.spawn()?;
     let pid = Pid::from_child(&child);
     let mut prompt_pipe = None;
+    // Lives as long as the attempt: the way out of its network namespace.
+    let mut _proxy = None;
     if let Some(handover) = handover {
-        match hand_over(handover, &invocation.stdin) {
-            Ok(pipe) => prompt_pipe = pipe,
+        let handed = hand_over(&handover, &invocation.stdin).and_then(|pipe| {
+            prompt_pipe = pipe;
+            serve_routes(&handover, routes)
+        });
+        match handed {
+            Ok(proxy) => _proxy = proxy,
             Err(err) => {
                 let _ = kill_process_group(pid, Signal::KILL);
                 let _ = child.wait();
@@ -327,7 +338,7 @@ fn run_child(
 /// Sends a spawned supervisor its ruleset and the program's stdin: the
 /// read end of a pipe for a prompt (its write end returned, to write the
 /// prompt into), else `/dev/null`.
-fn hand_over(handover: Handover, stdin: &Stdin) -> io::Result<Option<std::fs::File>> {
+fn hand_over(handover: &Handover, stdin: &Stdin) -> io::Result<Option<std::fs::File>> {
     match stdin {
         Stdin::Null => {
             handover.send(std::fs::File::open("/dev/null")?.into())?;
@@ -341,14 +352,96 @@ fn hand_over(handover: Handover, stdin: &Stdin) -> io::Result<Option<std::fs::Fi
     }
 }
 
+/// Takes the listeners the supervisor bound in the attempt's network
+/// namespace for `routes` and serves them, when there are any: the proxy
+/// to keep while the attempt runs. None when the supervisor ended before
+/// it sent them (it says why on its stderr).
+fn serve_routes(handover: &Handover, routes: Option<Routes>) -> io::Result<Option<Proxy>> {
+    let Some(routes) = routes.filter(|routes| !routes.routes.is_empty()) else {
+        return Ok(None);
+    };
+    let listeners = handover.receive_listeners(routes.routes.len())?;
+    if listeners.is_empty() {
+        return Ok(None);
+    }
+    let served = listeners
+        .into_iter()
+        .zip(routes.routes)
+        .filter_map(|(listener, (_, route))| listener.map(|fd| (fd, route)))
+        .collect();
+    Proxy::start(served).map(Some)
+}
+
+/// The environment `invocation`'s child gets: the allow-list of reprise's
+/// own, then the invocation's variables (later entries win).
+fn child_env(invocation: &Invocation) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> =
+        crate::env::inherited(std::env::vars_os(), invocation.cli_prefixes);
+    env.extend(
+        invocation
+            .env
+            .iter()
+            .map(|(key, value)| (OsString::from(key), OsString::from(value))),
+    );
+    env
+}
+
+/// What `supervision`'s walls come to for `invocation`, whose child's
+/// environment is `env`: the supervision to start it under (with
+/// Landlock's TCP rules where it has no namespaces), its namespaces, and
+/// the routes out of its network namespace.
+pub(crate) fn walls_for(
+    supervision: &Supervision,
+    provider: Provider,
+    args: &[String],
+    env: &[(OsString, OsString)],
+) -> (Supervision, Option<NamespaceSpec>, Option<Routes>) {
+    let mut supervision = supervision.clone();
+    if supervision.sandbox.is_none() {
+        return (supervision, None, None);
+    }
+    let allowed = supervision.walls.network.as_ref().map(|reach| {
+        let readable: Vec<(String, String)> = env
+            .iter()
+            .filter_map(|(key, value)| Some((key.to_str()?.to_owned(), value.to_str()?.to_owned())))
+            .collect();
+        crate::network::allowed(reach, provider, &readable, args)
+    });
+    if !supervision.walls.namespaces {
+        if let (Some(rules), Some(allowed)) = (supervision.sandbox.as_mut(), &allowed) {
+            rules.connect_ports = Some(crate::network::tcp_ports(allowed));
+        }
+        return (supervision, None, None);
+    }
+    let routes = allowed.map(|allowed| Routes::for_endpoints(&allowed));
+    let mut namespaces = NamespaceSpec {
+        network: routes.as_ref().map(Routes::listeners),
+        ..NamespaceSpec::default()
+    };
+    if let Some(rules) = supervision.sandbox.as_mut() {
+        rules.hidden_by_mounts = true;
+        namespaces.hidden = rules.hidden.clone();
+        namespaces.shown = rules
+            .writable
+            .iter()
+            .chain(&rules.granted)
+            .cloned()
+            .collect();
+    }
+    (supervision, Some(namespaces), routes)
+}
+
 /// The command that runs `invocation` in `cwd`, in its own process group,
-/// under the supervisor when there is one, and the handover the spawned
-/// supervisor is to be sent when its sandbox's ruleset was prepared.
+/// under the supervisor when there is one, the handover the spawned
+/// supervisor is to be sent (its stdin), and the routes out of its network
+/// namespace when it has one.
 fn command_for(
     invocation: &Invocation,
     cwd: &Path,
     supervision: Option<&Supervision>,
-) -> io::Result<(Command, Option<Handover>)> {
+) -> io::Result<(Command, Option<Handover>, Option<Routes>)> {
+    let env = child_env(invocation);
+    let mut routes = None;
     let (mut command, handover) = match supervision {
         Some(supervision) => {
             // The supervisor would only fail later, inside the attempt: a
@@ -363,7 +456,15 @@ fn command_for(
                     ),
                 ));
             }
-            supervised_command(supervision, &invocation.program, &invocation.args)
+            let (supervision, namespaces, routed) =
+                walls_for(supervision, invocation.provider, &invocation.args, &env);
+            routes = routed;
+            supervised_in(
+                &supervision,
+                namespaces,
+                &invocation.program,
+                &invocation.args,
+            )
         }
         None => {
             let mut command = Command::new(&invocation.program);
@@ -375,13 +476,13 @@ fn command_for(
     // the whole of it: nothing of reprise's own configuration (the audit
     // key's path least of all) nor a secret the user exported reaches it.
     // What is meant for it is in `invocation.env`.
+    let proxy_env = routes.as_ref().map(Routes::proxy_env).unwrap_or_default();
     command
         .env_clear()
-        .envs(crate::env::inherited(
-            std::env::vars_os(),
-            invocation.cli_prefixes,
-        ))
-        .envs(invocation.env.iter().map(|(key, value)| (key, value)))
+        .envs(env)
+        // Where a proxy is the way out, the child is pointed at it whatever
+        // the plan or the user's environment said.
+        .envs(proxy_env)
         .current_dir(cwd)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -394,7 +495,7 @@ fn command_for(
             Stdin::Text(_) | Stdin::Open => Stdio::piped(),
         });
     }
-    Ok((command, handover))
+    Ok((command, handover, routes))
 }
 
 /// Watches the child led by `pid` until it exits, `cancel` fires, the
@@ -734,6 +835,7 @@ fn probe_version(
 ) -> Option<String> {
     let invocation = Invocation {
         cli_prefixes: &[],
+        provider: crate::network::Provider::Any,
         program: program.to_path_buf(),
         args: vec!["--version".into()],
         env: env.to_vec(),
@@ -819,6 +921,7 @@ pub(crate) fn run_cli(
     };
     let mut invocation = build(request, program);
     invocation.cli_prefixes = crate::env::cli_prefixes(spec.name);
+    invocation.provider = Provider::of_cli(spec.name);
     let mut report = AttemptReport {
         outcome: infra(InfraKind::SpawnFailed, "not started"),
         session_id: invocation.session_id.clone(),
@@ -1004,6 +1107,7 @@ pub(crate) mod tests {
     fn shell(script: &str, stdin: Stdin) -> Invocation {
         Invocation {
             cli_prefixes: &[],
+            provider: crate::network::Provider::Any,
             program: PathBuf::from("/bin/sh"),
             args: vec!["-c".into(), script.into()],
             env: vec![("REPRISE_TEST_VAR".into(), "from-env".into())],
@@ -1325,6 +1429,7 @@ pub(crate) mod tests {
     fn spawning_a_missing_program_is_an_error() {
         let invocation = Invocation {
             cli_prefixes: &[],
+            provider: crate::network::Provider::Any,
             program: PathBuf::from("/nonexistent/agent"),
             ..shell("", Stdin::Null)
         };
@@ -1407,6 +1512,7 @@ pub(crate) mod tests {
     fn logged_argv_elides_only_the_prompt_argument() {
         let invocation = Invocation {
             cli_prefixes: &[],
+            provider: crate::network::Provider::Any,
             program: PathBuf::from("gemini"),
             args: vec!["json".into(), "--prompt=json".into()],
             env: Vec::new(),

@@ -41,25 +41,38 @@ const KEPT: usize = 64;
 #[derive(Debug)]
 pub struct Handover {
     socket: UnixStream,
-    ruleset: Arc<OwnedFd>,
+    /// `None` when the ruleset could not be prepared: the supervisor then
+    /// builds it itself, and says what fails.
+    ruleset: Option<Arc<OwnedFd>>,
 }
+
+/// What the first byte of a handover says follows it.
+const WITH_RULESET: u8 = 1;
+const WITHOUT_RULESET: u8 = 0;
+
+/// How long the driver waits for the listeners a supervisor binds in its
+/// attempt's network namespace (a few milliseconds are usual).
+const LISTENERS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Handover {
     /// Prepares the ruleset for `rules` and makes `command` (a supervisor's)
-    /// take its stdin from the socket the handover is sent on. `None` when
-    /// there is no ruleset to hand over (the supervisor builds it, and says
-    /// what fails).
+    /// take its stdin from the socket the handover is sent on. `None` only
+    /// when no socket could be made.
     pub(crate) fn attach(rules: &SandboxRules, command: &mut Command) -> Option<Self> {
-        let ruleset = prepare(rules).ok()?;
+        let ruleset = prepare(rules).ok();
         let (socket, theirs) = UnixStream::pair().ok()?;
         command.stdin(Stdio::from(OwnedFd::from(theirs)));
         Some(Self { socket, ruleset })
     }
 
-    /// Sends the ruleset and `stdin`, the program's stdin, to the spawned
-    /// supervisor. The socket's buffer holds them: this never waits.
-    pub fn send(self, stdin: OwnedFd) -> io::Result<()> {
-        let fds = [self.ruleset.as_fd(), stdin.as_fd()];
+    /// Sends the ruleset (when one was prepared) and `stdin`, the program's
+    /// stdin, to the spawned supervisor. The socket's buffer holds them:
+    /// this never waits.
+    pub fn send(&self, stdin: OwnedFd) -> io::Result<()> {
+        let (tag, fds) = match &self.ruleset {
+            Some(ruleset) => (WITH_RULESET, vec![ruleset.as_fd(), stdin.as_fd()]),
+            None => (WITHOUT_RULESET, vec![stdin.as_fd()]),
+        };
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
@@ -67,28 +80,65 @@ impl Handover {
         }
         sendmsg(
             &self.socket,
-            &[IoSlice::new(&[1])],
+            &[IoSlice::new(&[tag])],
             &mut control,
             SendFlags::empty(),
         )?;
         Ok(())
     }
+
+    /// The `count` listeners the supervisor bound in the attempt's network
+    /// namespace, in the order asked (`None` for one it could not bind).
+    /// Empty when the supervisor ended before it sent them (it says why).
+    pub(crate) fn receive_listeners(&self, count: usize) -> io::Result<Vec<Option<OwnedFd>>> {
+        self.socket.set_read_timeout(Some(LISTENERS_TIMEOUT))?;
+        let mut tags = vec![0u8; count];
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(count))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let received = recvmsg(
+            &self.socket,
+            &mut [IoSliceMut::new(&mut tags)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        let mut fds = control
+            .drain()
+            .filter_map(|message| match message {
+                RecvAncillaryMessage::ScmRights(fds) => Some(fds),
+                _ => None,
+            })
+            .flatten();
+        if received.bytes == 0 {
+            return Ok(Vec::new());
+        }
+        if received.bytes != count {
+            return Err(io::Error::other(
+                "the supervisor sent a short list of listeners",
+            ));
+        }
+        let listeners: Vec<Option<OwnedFd>> = tags
+            .iter()
+            .map(|tag| if *tag == 1 { fds.next() } else { None })
+            .collect();
+        Ok(listeners)
+    }
 }
 
-/// In the supervisor: the ruleset and the program's stdin, from the socket
-/// that is this process's stdin. Both close-on-exec.
-pub(crate) fn receive() -> io::Result<(OwnedFd, OwnedFd)> {
+/// In the supervisor: the ruleset (when the driver prepared one) and the
+/// program's stdin, from the socket that is this process's stdin. Both
+/// close-on-exec.
+pub(crate) fn receive() -> io::Result<(Option<OwnedFd>, OwnedFd)> {
     let stdin = io::stdin();
-    let mut byte = [0u8; 1];
+    let mut tag = [0u8; 1];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let received = recvmsg(
         stdin.as_fd(),
-        &mut [IoSliceMut::new(&mut byte)],
+        &mut [IoSliceMut::new(&mut tag)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    let fds: Vec<OwnedFd> = control
+    let mut fds: Vec<OwnedFd> = control
         .drain()
         .filter_map(|message| match message {
             RecvAncillaryMessage::ScmRights(fds) => Some(fds),
@@ -96,12 +146,39 @@ pub(crate) fn receive() -> io::Result<(OwnedFd, OwnedFd)> {
         })
         .flatten()
         .collect();
-    let handed = || io::Error::other("the driver handed over no ruleset on stdin");
+    let handed = || io::Error::other("the driver handed over nothing on stdin");
     if received.bytes != 1 {
         return Err(handed());
     }
-    let [ruleset, program_stdin]: [OwnedFd; 2] = fds.try_into().map_err(|_| handed())?;
-    Ok((ruleset, program_stdin))
+    match (tag[0], fds.len()) {
+        (WITH_RULESET, 2) => {
+            let program_stdin = fds.pop().ok_or_else(handed)?;
+            Ok((fds.pop(), program_stdin))
+        }
+        (WITHOUT_RULESET, 1) => Ok((None, fds.pop().ok_or_else(handed)?)),
+        _ => Err(handed()),
+    }
+}
+
+/// In the supervisor: sends the driver the listeners bound in the
+/// attempt's network namespace, on the socket that is this process's stdin
+/// (one byte each: whether its descriptor follows).
+pub(crate) fn send_listeners(listeners: &[Option<OwnedFd>]) -> io::Result<()> {
+    let stdin = io::stdin();
+    let tags: Vec<u8> = listeners.iter().map(|fd| u8::from(fd.is_some())).collect();
+    let fds: Vec<_> = listeners.iter().flatten().map(AsFd::as_fd).collect();
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("the listeners do not fit their buffer"));
+    }
+    sendmsg(
+        stdin.as_fd(),
+        &[IoSlice::new(&tags)],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    Ok(())
 }
 
 /// The ruleset for `rules`, kept from before while what it was built from
@@ -238,6 +315,8 @@ mod tests {
             granted: Vec::new(),
             hidden: vec![base.join("project/.reprise"), base.join("key")],
             writable_shm: false,
+            connect_ports: None,
+            hidden_by_mounts: false,
         }
     }
 
@@ -253,6 +332,7 @@ mod tests {
             return;
         };
         let (ruleset, stdin) = receive().expect("handed over");
+        let ruleset = ruleset.expect("a ruleset");
         for (name, fd) in [("ruleset", &ruleset), ("stdin", &stdin)] {
             let link = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("link");
             let flags = rustix::io::fcntl_getfd(fd).expect("flags");

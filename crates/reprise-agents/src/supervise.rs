@@ -46,8 +46,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 use rustix::io::Errno;
 use rustix::process::{
@@ -55,6 +55,9 @@ use rustix::process::{
     set_child_subreaper, set_parent_process_death_signal, waitpid,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::namespaces::NamespaceSpec;
+pub use crate::network::{Reach, Walls};
 
 pub use crate::rulesets::Handover;
 
@@ -89,6 +92,10 @@ pub struct Supervision {
     /// Whether children get a parent-death signal (tests turn it off to show
     /// that the records alone still clean up).
     pub parent_death: bool,
+    /// The walls beyond the file system: namespaces of the attempt's own
+    /// and what it may connect to (`crate::network`). Only with a sandbox.
+    #[serde(default)]
+    pub walls: Walls,
 }
 
 /// What a contained process may touch. Everything not hidden stays
@@ -114,6 +121,18 @@ pub struct SandboxRules {
     /// runs, so it is not unless the plan says so.
     #[serde(default)]
     pub writable_shm: bool,
+    /// The only TCP ports the process may connect to (Landlock's network
+    /// rules, where the attempt has no network namespace of its own);
+    /// `None` leaves connections alone.
+    #[serde(default)]
+    pub connect_ports: Option<Vec<u16>>,
+    /// Whether `hidden` is covered by the program's own mount namespace
+    /// (`crate::namespaces`) rather than left out of the rules: then `/`
+    /// itself is readable to the rules, which also grants the program's
+    /// private `/proc` (a rule on any tree below `/` does not reach a mount
+    /// stacked on `/proc`). `hidden` still bars allowed paths and devices.
+    #[serde(default)]
+    pub hidden_by_mounts: bool,
 }
 
 /// Device files every program expects to open for writing.
@@ -144,6 +163,8 @@ pub enum SuperviseError {
     Record(io::Error),
     #[error("cannot apply the Landlock sandbox: {0}")]
     Landlock(String),
+    #[error("cannot give the program namespaces of its own: {0}")]
+    Namespaces(io::Error),
     #[error("cannot run '{program}': {source}")]
     Exec { program: String, source: io::Error },
 }
@@ -155,6 +176,64 @@ pub fn landlock_available() -> bool {
         .handle_access(AccessFs::from_all(ABI::V1))
         .and_then(Ruleset::create)
         .is_ok()
+}
+
+/// Whether this kernel holds Landlock's TCP rules (ABI 4): the network's
+/// wall where an attempt cannot have a network namespace of its own.
+pub fn landlock_network_available() -> bool {
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessNet::ConnectTcp)
+        .and_then(Ruleset::create)
+        .is_ok()
+}
+
+/// The subcommand of the supervisor binary that a namespace probe runs as
+/// its program ([`namespaces_available`]).
+pub const PROBE_COMMAND: &str = "__probe";
+
+/// Whether `supervisor` can give a program namespaces of its own here: a
+/// user, PID and network namespace with its loopback up, and a private
+/// `/proc` (some kernels and containers refuse unprivileged user
+/// namespaces, or a fresh `/proc`). Tried once, by running the supervisor
+/// on itself as [`probe_main`] the way an attempt's program is run.
+pub fn namespaces_available(supervisor: &Path) -> bool {
+    let spec = Spec {
+        v: 1,
+        parent: getpid().as_raw_nonzero().get(),
+        parent_death: true,
+        sandbox: None,
+        records: None,
+        handoff: false,
+        namespaces: Some(NamespaceSpec {
+            network: Some(Vec::new()),
+            ..NamespaceSpec::default()
+        }),
+    };
+    let Ok(spec) = serde_json::to_string(&spec) else {
+        return false;
+    };
+    Command::new(supervisor)
+        .args([SUPERVISE_COMMAND, spec.as_str(), "--"])
+        .arg(supervisor)
+        .arg(PROBE_COMMAND)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The namespace probe's program: exits 0 when it is the first process of
+/// its own PID namespace and its `/proc` says so.
+pub fn probe_main() -> i32 {
+    let own_proc = fs::read_link("/proc/self").is_ok_and(|link| link == Path::new("1"));
+    if std::process::id() == 1 && own_proc {
+        0
+    } else {
+        1
+    }
 }
 
 /// Makes the calling process a child subreaper: orphans among its
@@ -182,6 +261,9 @@ struct Spec {
     /// otherwise the supervisor builds the ruleset itself.
     #[serde(default)]
     handoff: bool,
+    /// Namespaces of the program's own (`crate::namespaces`).
+    #[serde(default)]
+    namespaces: Option<NamespaceSpec>,
 }
 
 /// The command that runs `program args` through `supervision`'s
@@ -195,6 +277,30 @@ pub fn supervised_command(
     program: &Path,
     args: &[String],
 ) -> (Command, Option<Handover>) {
+    supervised_in(supervision, None, program, args)
+}
+
+/// [`supervised_command`] with `supervision`'s walls as an attempt gets
+/// them, for a program whose environment names no model endpoint and whose
+/// network needs no listener (what `scripts/bench-containment` measures).
+pub fn supervised_walled(
+    supervision: &Supervision,
+    program: &Path,
+    args: &[String],
+) -> (Command, Option<Handover>) {
+    let (supervision, namespaces, _) =
+        crate::process::walls_for(supervision, crate::network::Provider::Any, args, &[]);
+    supervised_in(&supervision, namespaces, program, args)
+}
+
+/// [`supervised_command`] with the program in namespaces of its own, as
+/// `namespaces` says (the driver resolved what its network listens on).
+pub(crate) fn supervised_in(
+    supervision: &Supervision,
+    namespaces: Option<NamespaceSpec>,
+    program: &Path,
+    args: &[String],
+) -> (Command, Option<Handover>) {
     let mut command = Command::new(&supervision.supervisor);
     let handover = supervision
         .sandbox
@@ -203,6 +309,7 @@ pub fn supervised_command(
     command.args(supervisor_args(
         supervision,
         handover.is_some(),
+        namespaces,
         program,
         args,
     ));
@@ -213,6 +320,7 @@ pub fn supervised_command(
 pub(crate) fn supervisor_args(
     supervision: &Supervision,
     handoff: bool,
+    namespaces: Option<NamespaceSpec>,
     program: &Path,
     args: &[String],
 ) -> Vec<OsString> {
@@ -223,6 +331,7 @@ pub(crate) fn supervisor_args(
         sandbox: supervision.sandbox.clone(),
         records: supervision.records.clone(),
         handoff,
+        namespaces,
     };
     let mut argv: Vec<OsString> = vec![
         SUPERVISE_COMMAND.into(),
@@ -302,19 +411,47 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
     // enforces it on itself before its exec.
     let mut command = Command::new(&program);
     command.args(&rest);
-    let (ruleset, opened) = match &spec.sandbox {
+    let handed = match &spec.sandbox {
         Some(_) if spec.handoff => {
             let (ruleset, stdin) = crate::rulesets::receive().map_err(SuperviseError::Spawn)?;
             command.stdin(stdin);
-            (Some(Enforce::Handed(ruleset)), Vec::new())
+            ruleset
         }
-        Some(rules) => {
+        _ => None,
+    };
+    // The namespaces before the ruleset is built: the listeners go to the
+    // driver while the program starts.
+    let namespaced = match &spec.namespaces {
+        Some(namespaces) => {
+            let listeners =
+                crate::namespaces::enter(namespaces).map_err(SuperviseError::Namespaces)?;
+            if !listeners.is_empty() {
+                if !spec.handoff {
+                    return Err(SuperviseError::Namespaces(io::Error::other(
+                        "no socket to hand the network's listeners over on",
+                    )));
+                }
+                crate::rulesets::send_listeners(&listeners).map_err(SuperviseError::Namespaces)?;
+            }
+            // The program cannot tell its parent by getppid() once it is the
+            // first process of its PID namespace: a pidfd of this supervisor
+            // tells whether it is still there.
+            Some(
+                rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty())
+                    .map_err(|err| SuperviseError::Namespaces(err.into()))?,
+            )
+        }
+        None => None,
+    };
+    let (ruleset, opened) = match (&spec.sandbox, handed) {
+        (Some(_), Some(ruleset)) => (Some(Enforce::Handed(ruleset)), Vec::new()),
+        (Some(rules), None) => {
             let sandbox = build_sandbox(rules).map_err(SuperviseError::Landlock)?;
             (Some(Enforce::Built(sandbox.ruleset)), sandbox.opened)
         }
-        None => (None, Vec::new()),
+        (None, _) => (None, Vec::new()),
     };
-    contain_child(&mut command, me, spec.parent_death, ruleset);
+    contain_child(&mut command, me, spec.parent_death, ruleset, namespaced);
     let child = command
         .spawn()
         .map_err(|source| match Errno::from_io_error(&source) {
@@ -322,6 +459,9 @@ pub fn supervise_main(args: &[OsString]) -> Result<i32, SuperviseError> {
                 "the kernel refused to enforce the ruleset on the program".to_owned(),
             ),
             Some(Errno::SRCH) => SuperviseError::ParentGone,
+            Some(Errno::NOLINK) => SuperviseError::Namespaces(io::Error::other(
+                "the kernel refused a private /proc for the program",
+            )),
             _ => SuperviseError::Exec {
                 program: program.to_string_lossy().into_owned(),
                 source,
@@ -552,24 +692,49 @@ enum Enforce {
 }
 
 /// Has the child `command` starts take a parent-death signal (SIGKILL)
-/// from the supervisor, check the supervisor is still its parent, and
-/// enforce `sandbox` on itself, all between its fork and its exec. A spawn
-/// that fails in this step reports `NOTRECOVERABLE` (the ruleset was
-/// refused) or `SRCH` (the supervisor is gone): errors `execve` never gives.
+/// from the supervisor, check the supervisor is still its parent, mount its
+/// private `/proc` when it is in namespaces of its own (`namespaced` holds
+/// the supervisor's pidfd then), and enforce `sandbox` on itself, all
+/// between its fork and its exec. A spawn that fails in this step reports
+/// `NOTRECOVERABLE` (the ruleset was refused), `SRCH` (the supervisor is
+/// gone) or `NOLINK` (no private `/proc`): errors `execve` never gives.
 #[expect(unsafe_code)]
 fn contain_child(
     command: &mut Command,
     supervisor: Pid,
     parent_death: bool,
     sandbox: Option<Enforce>,
+    namespaced: Option<std::os::fd::OwnedFd>,
 ) {
     let mut sandbox = sandbox;
     let step = move || -> io::Result<()> {
         if parent_death {
             set_parent_process_death_signal(Some(Signal::KILL))?;
         }
-        if getppid() != Some(supervisor) {
-            return Err(Errno::SRCH.into());
+        match &namespaced {
+            // The first process of a PID namespace has no parent it can
+            // name: the supervisor's pidfd turns readable once it is gone.
+            Some(pidfd) => {
+                let mut fds = [rustix::event::PollFd::new(
+                    pidfd,
+                    rustix::event::PollFlags::IN,
+                )];
+                let now = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                if rustix::event::poll(&mut fds, Some(&now)) != Ok(0) {
+                    return Err(Errno::SRCH.into());
+                }
+                if crate::namespaces::private_proc().is_err() {
+                    return Err(Errno::NOLINK.into());
+                }
+            }
+            None => {
+                if getppid() != Some(supervisor) {
+                    return Err(Errno::SRCH.into());
+                }
+            }
         }
         let enforced = match sandbox.take() {
             None => true,
@@ -593,7 +758,9 @@ fn contain_child(
     // async-signal-safe work is sound if the parent had other threads. The
     // supervisor has none (it waits through a socket pair and signal
     // handlers, see `supervise_main`), and `step` makes system calls only:
-    // prctl(PR_SET_PDEATHSIG), getppid, prctl(PR_SET_NO_NEW_PRIVS) and
+    // prctl(PR_SET_PDEATHSIG), getppid or a poll of the supervisor's pidfd,
+    // unshare(CLONE_NEWNS) and two mounts on C string literals (the
+    // private /proc), prctl(PR_SET_NO_NEW_PRIVS) and
     // landlock_restrict_self on the ruleset built before the fork or handed
     // over by the driver; on success it neither allocates nor takes a lock
     // (dropping the taken ruleset closes a descriptor). Its errors are plain
@@ -631,17 +798,31 @@ pub fn build_ruleset(rules: &SandboxRules) -> Result<(), String> {
 pub(crate) fn build_sandbox(rules: &SandboxRules) -> Result<Sandbox, String> {
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let all = AccessFs::from_all(LANDLOCK_ABI);
-    let ruleset = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .handle_access(all)
-        .and_then(|ruleset| ruleset.scope(Scope::Signal))
-        .and_then(Ruleset::create)
+        .and_then(|ruleset| ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket))
         .map_err(|err| err.to_string())?;
+    if rules.connect_ports.is_some() {
+        ruleset = ruleset
+            .handle_access(AccessNet::ConnectTcp)
+            .map_err(|err| err.to_string())?;
+    }
+    let mut ruleset = ruleset.create().map_err(|err| err.to_string())?;
+    for &port in rules.connect_ports.iter().flatten() {
+        ruleset = ruleset
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(|err| err.to_string())?;
+    }
     let hidden: Vec<PathBuf> = rules
         .hidden
         .iter()
         .filter_map(|path| path.canonicalize().ok())
         .collect();
-    let (roots, walked) = granted_roots(Path::new("/"), &hidden);
+    let (roots, walked) = if rules.hidden_by_mounts {
+        (vec![PathBuf::from("/")], BTreeSet::new())
+    } else {
+        granted_roots(Path::new("/"), &hidden)
+    };
     let mut sandbox = Sandbox {
         ruleset,
         opened: Vec::with_capacity(roots.len() + 16),
@@ -1009,13 +1190,22 @@ mod tests {
                 granted: vec![PathBuf::from("/g")],
                 hidden: vec![PathBuf::from("/s")],
                 writable_shm: true,
+                connect_ports: Some(vec![443]),
+                hidden_by_mounts: false,
             }),
             records: None,
             parent_death: true,
+            walls: Walls::default(),
+        };
+        let namespaces = NamespaceSpec {
+            network: Some(vec!["127.0.0.1:3128".parse().expect("an address")]),
+            hidden: vec![PathBuf::from("/s")],
+            shown: vec![PathBuf::from("/s/w")],
         };
         let argv = supervisor_args(
             &supervision,
             false,
+            Some(namespaces.clone()),
             Path::new("sh"),
             &["-c".into(), "x".into()],
         );
@@ -1023,6 +1213,7 @@ mod tests {
         let (spec, program, rest) = split_args(&argv[1..], SUPERVISE_COMMAND).expect("split");
         let spec: Spec = serde_json::from_str(&spec).expect("spec");
         assert_eq!(spec.sandbox, supervision.sandbox);
+        assert_eq!(spec.namespaces, Some(namespaces));
         assert!(spec.parent_death);
         assert_eq!(program, "sh");
         assert_eq!(rest, [OsString::from("-c"), OsString::from("x")]);

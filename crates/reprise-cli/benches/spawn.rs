@@ -82,9 +82,21 @@ fn main() {
             granted: Vec::new(),
             hidden: vec![temp.path().join("project/.reprise"), key_dir],
             writable_shm: false,
+            connect_ports: None,
+            hidden_by_mounts: false,
         }),
         records: None,
         parent_death: true,
+        walls: reprise_agents::Walls::default(),
+    };
+    // The same, in namespaces of its own: a private view of processes and
+    // a network with nothing but its loopback (`network: none`).
+    let walled = reprise_agents::Supervision {
+        walls: reprise_agents::Walls {
+            namespaces: true,
+            network: Some(reprise_agents::Reach::nothing()),
+        },
+        ..prepared.clone()
     };
     let supervisors: Vec<&str> = std::iter::once(BIN)
         .chain(others.iter().map(String::as_str))
@@ -95,6 +107,17 @@ fn main() {
         Box::new(|| {
             let (mut command, handover) =
                 reprise_agents::supervise::supervised_command(&prepared, Path::new("true"), &[]);
+            let mut child = command.spawn().expect("spawn");
+            let null = std::fs::File::open("/dev/null").expect("/dev/null");
+            handover
+                .expect("a ruleset")
+                .send(null.into())
+                .expect("handover");
+            child.wait().expect("wait")
+        }),
+        Box::new(|| {
+            let (mut command, handover) =
+                reprise_agents::supervise::supervised_walled(&walled, Path::new("true"), &[]);
             let mut child = command.spawn().expect("spawn");
             let null = std::fs::File::open("/dev/null").expect("/dev/null");
             handover
@@ -121,7 +144,7 @@ fn main() {
         ms(times[0])
     );
     for (index, supervisor) in supervisors.iter().enumerate() {
-        let (off, strict) = (times[2 + 2 * index], times[3 + 2 * index]);
+        let (off, strict) = (times[3 + 2 * index], times[4 + 2 * index]);
         println!("through {}", Path::new(supervisor).display());
         println!("  supervised, containment off:        {:.3} ms", ms(off));
         println!("  supervised, containment strict:     {:.3} ms", ms(strict));
@@ -137,6 +160,10 @@ fn main() {
             println!(
                 "  supervised, strict, ruleset handed over by the driver: {:.3} ms",
                 ms(times[1])
+            );
+            println!(
+                "  the same in namespaces of its own (processes, network: none): {:.3} ms",
+                ms(times[2])
             );
         }
     }

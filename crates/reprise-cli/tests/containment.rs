@@ -209,7 +209,7 @@ fn wait_for_file(path: &Path) -> String {
 /// The agent's attacks, each reported on a line of its stdout.
 const ATTACKS: &str = r#"
 exec 2>&1
-try() { if sh -c "$2" >/dev/null 2>err.txt; then echo "$1: DONE"; else echo "$1: $(cat err.txt)"; fi; }
+try() { if sh -c "$2" >/dev/null 2>err.txt; then echo "$1: DONE"; else echo "$1: $(cat err.txt)"; fi | tee -a attacks.txt; }
 try key-default "cat $HOME/.local/state/reprise/audit.key"
 try key-env "cat $KEY_AT"
 try ledger "echo x >> ../../ledger.jsonl"
@@ -301,7 +301,17 @@ fn hostile_run(key_in_env: bool, root: &Path) {
     } else {
         &["key-default"]
     };
-    for attack in keys.iter().copied().chain([
+    // The key is not there at all: its directory is covered in the agent's
+    // own mount namespace.
+    let attacked = fs::read_to_string(worktree_of(&env, "evil").join("attacks.txt")).unwrap();
+    for attack in keys {
+        let line = attacked
+            .lines()
+            .find(|line| line.starts_with(&format!("{attack}: ")))
+            .unwrap_or_else(|| panic!("{attack} not tried: {attacked}"));
+        assert!(line.contains("No such file or directory"), "{line}");
+    }
+    for attack in [
         "ledger",
         "ledger-up",
         "main-checkout",
@@ -310,7 +320,7 @@ fn hostile_run(key_in_env: bool, root: &Path) {
         "hook",
         "git-config-file",
         "git-config",
-    ]) {
+    ] {
         let line = denied
             .iter()
             .find(|line| line.starts_with(&format!("{attack}: ")))
@@ -430,9 +440,15 @@ tasks:
 fn setsid_daemons_of_an_agent_and_of_a_gate_are_gone_when_the_attempt_ends() {
     let env = Env::new();
     assert_success(&env.run(&["init"]));
+    // Each daemon sleeps for a time no other process here does, so the
+    // test finds it from outside: the pid it could write is its own PID
+    // namespace's.
+    let seconds =
+        |name: &str| 300_000 + u32::from(name == "gate-daemon") * 1000 + std::process::id() % 1000;
     let daemon = |name: &str| {
         format!(
-            "setsid sh -c 'echo $$ > {name}.pid; exec sleep 300' </dev/null >/dev/null 2>&1 & while [ ! -s {name}.pid ]; do sleep 0.01; done"
+            "setsid sh -c 'echo started > {name}.pid; exec sleep {}' </dev/null >/dev/null 2>&1 & while [ ! -s {name}.pid ]; do sleep 0.01; done",
+            seconds(name)
         )
     };
     env.plan(&format!(
@@ -453,13 +469,37 @@ tasks:
     let output = env.run(&["run", "plan.yaml", "--json"]);
     assert_success(&output);
     for name in ["agent-daemon", "gate-daemon"] {
-        let pid = fs::read_to_string(env.project().join(format!("{name}.pid"))).unwrap();
-        let pid = pid.trim();
         assert!(
-            wait_until(Duration::from_secs(5), || !is_live(pid)),
-            "the {name} ({pid}) outlived its attempt"
+            env.project().join(format!("{name}.pid")).exists(),
+            "{name} never started"
+        );
+        let argv = format!("sleep\0{}\0", seconds(name));
+        assert!(
+            wait_until(Duration::from_secs(5), || processes_with_argv(&argv)
+                .is_empty()),
+            "the {name} outlived its attempt: {:?}",
+            processes_with_argv(&argv)
         );
     }
+}
+
+/// The live processes whose command line is `argv` (its arguments each
+/// ended by a NUL), as `/proc` lists them here.
+fn processes_with_argv(argv: &str) -> Vec<String> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.parse::<u32>().is_ok())
+        })
+        .filter(|entry| {
+            fs::read(entry.path().join("cmdline")).is_ok_and(|line| line == argv.as_bytes())
+        })
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// A plan whose agent runs until killed, with a background child and a
@@ -1444,13 +1484,15 @@ fn a_store_copied_from_another_project_or_an_older_run_is_refused_and_reported()
     assert_eq!(env.run(&["audit", "verify"]).status.code(), Some(1));
 }
 
-/// The attack on the control sockets: wait until two live runs under
-/// `$ROOT` listen (found, as an agent would, in `/proc/net/unix`), then ask
+/// The attack on the control sockets: wait until `$WANT` live runs under
+/// `$ROOT` listen (found, as an agent would, in `/proc/net/unix` or by
+/// their paths), then ask
 /// each of them, over the wire format `reprise task suspend` uses, to park
 /// and pause every task but this one, then this task itself; then write
 /// `$ROLE.done`. Every answer is a line of `$ROLE.results`.
 const CONTROL_ATTACK: &str = r#"
-sockets() { awk -v root="$ROOT" '$8 ~ /control\.sock$/ && index($8, root) == 1 { print $8 }' /proc/net/unix | sort -u; }
+listed() { awk -v root="$ROOT" '$8 ~ /control\.sock$/ && index($8, root) == 1 { print $8 }' /proc/net/unix | sort -u; }
+sockets() { { listed; find "$ROOT" -name control.sock -type s 2>/dev/null; } | sort -u; }
 ask() {
   answer=$(perl -MIO::Socket::UNIX -e '
     my $socket = IO::Socket::UNIX->new(Peer => $ARGV[0]) or do { print "no connection: $!\n"; exit };
@@ -1460,8 +1502,9 @@ ask() {
   echo "$1 $2 => $answer" >> "$SHARED/$ROLE.results"
 }
 n=0
-while [ "$(sockets | wc -l)" -lt 2 ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
+while [ "$(sockets | wc -l)" -lt "$WANT" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done
 sockets > "$SHARED/$ROLE.sockets"
+listed > "$SHARED/$ROLE.listed"
 for socket in $(sockets); do
   for task in evil sibling held rogue other; do
     [ "$task" = "$ROLE" ] && continue
@@ -1520,7 +1563,10 @@ fn shared_script(shared: &Path, role: &str, script: &str, body: &str) -> String 
     let file = shared.join(format!("{script}.sh"));
     fs::write(&file, body).unwrap();
     format!(
-        r#"["sh", "-c", "SHARED='{shared}' ROOT='{root}' ROLE={role} exec sh {file}"]"#,
+        r#"["sh", "-c", "SHARED='{shared}' ROOT='{root}' ROLE={role} WANT={want} exec sh {file}"]"#,
+        // A contained agent cannot see its own run's state directory at
+        // all: only the other project's socket is within its reach.
+        want = if role == "evil" { 1 } else { 2 },
         shared = shared.display(),
         root = shared.parent().unwrap().display(),
         file = file.display(),
@@ -1615,11 +1661,35 @@ tasks:
             results(role)
         );
     }
-    // Each attacker found both runs' sockets.
-    for role in ["evil", "rogue"] {
-        let found = fs::read_to_string(shared.join(format!("{role}.sockets"))).unwrap();
-        assert_eq!(found.lines().count(), 2, "{role}: {found}");
-    }
+    // The uncontained attacker found both runs' sockets, listed in
+    // /proc/net/unix. The contained one finds none there (its network is
+    // its own), nor its own run's (its state directory is covered): only
+    // the other project's, by its path.
+    let found =
+        |role: &str, what: &str| fs::read_to_string(shared.join(format!("{role}.{what}"))).unwrap();
+    assert_eq!(
+        found("rogue", "sockets").lines().count(),
+        2,
+        "{}",
+        found("rogue", "sockets")
+    );
+    assert_eq!(
+        found("rogue", "listed").lines().count(),
+        2,
+        "{}",
+        found("rogue", "listed")
+    );
+    assert_eq!(
+        found("evil", "listed"),
+        "",
+        "a contained agent listed sockets"
+    );
+    let evil_found = found("evil", "sockets");
+    assert_eq!(evil_found.lines().count(), 1, "{evil_found}");
+    assert!(
+        evil_found.starts_with(&other.project().display().to_string()),
+        "{evil_found}"
+    );
 
     // The user's own commands, from outside, still steer the run.
     let started = shared.join("held.started");
@@ -1649,8 +1719,10 @@ tasks:
     // Every request of an agent was refused, its own park included.
     for role in ["evil", "rogue"] {
         let said = results(role);
-        // 2 runs x (4 other tasks x 2 requests + 2 requests on itself).
-        assert_eq!(said.lines().count(), 20, "{role}: {said}");
+        // Each run in reach x (4 other tasks x 2 requests + 2 requests on
+        // itself).
+        let runs = found(role, "sockets").lines().count();
+        assert_eq!(said.lines().count(), 10 * runs, "{role}: {said}");
         for line in said.lines() {
             assert!(
                 line.contains(r#""ok":false"#)
@@ -1826,7 +1898,20 @@ fn fd_survey(name: &str) -> String {
 /// descriptors or its supervisor's, and none gets the handover's socket.
 #[test]
 fn no_contained_process_can_reach_the_ruleset_its_supervisor_was_handed() {
-    let env = Env::git();
+    // In namespaces of its own (the default here) a contained process
+    // cannot see its supervisor at all; without them (a kernel that allows
+    // none), it sees the supervisor but none of the ruleset.
+    for namespaces in [true, false] {
+        survey_the_handover(namespaces);
+    }
+}
+
+fn survey_the_handover(namespaces: bool) {
+    let mut env = Env::git();
+    if !namespaces {
+        env.vars
+            .push(("REPRISE_TEST_NO_NAMESPACES".into(), "1".into()));
+    }
     assert_success(&env.run(&["init"]));
     env.plan(&format!(
         r#"
@@ -1850,10 +1935,18 @@ tasks:
     let worktree = worktree_of(&env, "survey");
     for name in ["seen-agent.txt", "seen-first.txt", "seen-second.txt"] {
         let seen = fs::read_to_string(worktree.join(name)).unwrap();
-        assert!(
-            seen.contains("\"handoff\":true"),
-            "{name}: the supervisor was not handed its ruleset:\n{seen}"
-        );
+        if namespaces {
+            // The first process of its PID namespace: no parent in sight.
+            assert!(
+                seen.contains("\nspec \n"),
+                "{name}: the supervisor is visible:\n{seen}"
+            );
+        } else {
+            assert!(
+                seen.contains("\"handoff\":true"),
+                "{name}: the supervisor was not handed its ruleset:\n{seen}"
+            );
+        }
         assert!(
             !seen.contains("landlock-ruleset"),
             "{name}: a ruleset is within reach:\n{seen}"

@@ -545,6 +545,7 @@ mod tests {
             criterion: None,
             weight: 1,
             protect: protect.iter().map(|glob| (*glob).to_owned()).collect(),
+            network: reprise_core::plan::Network::None,
         }
     }
 

@@ -86,7 +86,11 @@ impl GateRun<'_> {
                     bin: None,
                     config_home: None,
                     budget_micro_usd: None,
-                    supervision: self.supervision.cloned(),
+                    supervision: self.supervision.map(|supervision| {
+                        let mut supervision = supervision.clone();
+                        supervision.walls.network = crate::walls::reach_of(&gate.network, &[]);
+                        supervision
+                    }),
                     watch: Default::default(),
                     model: None,
                 };

@@ -33,6 +33,7 @@ mod state;
 mod stop;
 mod task;
 mod text;
+mod walls;
 
 pub use budget::{plan_criteria, resolve_budget};
 pub use checkpoint_binding::{

@@ -17,6 +17,12 @@ pub struct Supervisor {
     pub key_path: Option<PathBuf>,
     /// Whether the kernel enforces Landlock (probed once by the caller).
     pub landlock: bool,
+    /// Whether Landlock also holds TCP connections (ABI 4): the network's
+    /// wall where there are no namespaces.
+    pub landlock_network: bool,
+    /// Whether attempts can have namespaces of their own: a private view of
+    /// processes and a network of their own (probed once by the caller).
+    pub namespaces: bool,
     /// Whether children get a parent-death signal.
     pub parent_death: bool,
 }
@@ -30,6 +36,11 @@ pub struct Supervisor {
 pub struct AgentSetup {
     pub env: Vec<(String, String)>,
     pub config_home: Option<PathBuf>,
+    /// Where the agent's model is served (a rehearsal's model server):
+    /// what its network policy's `model` grants besides its CLI's own
+    /// base URL.
+    #[serde(default)]
+    pub endpoints: Vec<reprise_core::plan::Endpoint>,
 }
 
 /// Reads and validates a plan file. Nothing is written.

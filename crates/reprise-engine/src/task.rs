@@ -269,13 +269,28 @@ impl TaskRun<'_> {
                 granted,
                 hidden,
                 writable_shm: self.task.writable_shm,
+                connect_ports: None,
+                hidden_by_mounts: false,
             }
         });
+        // The network: the agent's policy, a gate's own (set per gate;
+        // none until then). Namespaces only around a Landlock sandbox, which
+        // keeps the program from undoing them.
+        let network = if agent {
+            crate::walls::reach_of(&self.task.network, &self.setup.endpoints)
+        } else {
+            crate::walls::reach_of(&reprise_core::plan::Network::None, &[])
+        };
+        let walls = reprise_agents::Walls {
+            namespaces: supervisor.namespaces && sandbox.is_some(),
+            network,
+        };
         Some(Supervision {
             supervisor: supervisor.program.clone(),
             sandbox,
             records: Some(self.state.supervision_dir()),
             parent_death: supervisor.parent_death,
+            walls,
         })
     }
 

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(err) => hop_failed(&err),
         },
+        Some(supervise::PROBE_COMMAND) => ExitCode::from(u8::from(supervise::probe_main() != 0)),
         _ => hop_failed(&SuperviseError::Usage(supervise::SUPERVISE_COMMAND)),
     }
 }

@@ -561,6 +561,9 @@ fn agent_homes(
             AgentSetup {
                 env: setup.env,
                 config_home: setup.config_home,
+                endpoints: reprise_core::plan::Endpoint::of_url(base_url)
+                    .into_iter()
+                    .collect(),
             },
         );
     }

@@ -865,16 +865,39 @@ pub(crate) fn landlock_available() -> bool {
     reprise_agents::supervise::landlock_available()
 }
 
+/// Whether Landlock holds TCP connections here. Debug builds let tests
+/// pretend it does not (`REPRISE_TEST_NO_LANDLOCK_NETWORK=1`).
+pub(crate) fn landlock_network_available() -> bool {
+    if cfg!(debug_assertions) && std::env::var_os("REPRISE_TEST_NO_LANDLOCK_NETWORK").is_some() {
+        return false;
+    }
+    reprise_agents::supervise::landlock_network_available()
+}
+
+/// Whether attempts can have namespaces of their own here, asked of the
+/// supervisor once per process. Debug builds let tests pretend they cannot
+/// (`REPRISE_TEST_NO_NAMESPACES=1`).
+pub(crate) fn namespaces_available(supervisor: &Path) -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if cfg!(debug_assertions) && std::env::var_os("REPRISE_TEST_NO_NAMESPACES").is_some() {
+        return false;
+    }
+    *AVAILABLE.get_or_init(|| reprise_agents::supervise::namespaces_available(supervisor))
+}
+
 /// How this run supervises its agents: through the small
 /// `reprise-supervisor` binary installed beside this one. Debug builds let
 /// tests turn the parent-death signal off (`REPRISE_TEST_NO_PARENT_DEATH=1`)
 /// to show the records alone clean up.
 pub(crate) fn supervisor(settings: &Settings) -> Result<Supervisor, CliError> {
     let program = supervisor_program().map_err(CliError::failed)?;
+    let namespaces = namespaces_available(&program);
     Ok(Supervisor {
         program,
         key_path: settings.key_path().ok().map(Path::to_path_buf),
         landlock: landlock_available(),
+        landlock_network: landlock_network_available(),
+        namespaces,
         parent_death: !(cfg!(debug_assertions)
             && std::env::var_os("REPRISE_TEST_NO_PARENT_DEATH").is_some()),
     })

@@ -177,6 +177,16 @@ pub enum PlanErrorKind {
     InvalidEnvName { name: String },
     #[error("{name:?} is already listed at [{first}]; list each variable once")]
     DuplicatePassEnv { name: String, first: usize },
+    #[error(
+        "network entry {entry:?} is not an endpoint: {reason}; write host:port (like api.example.com:443, 127.0.0.1:5432 or [::1]:8080), or model"
+    )]
+    InvalidEndpoint { entry: String, reason: &'static str },
+    #[error(
+        "network {word} is a whole policy, not an entry of a list; write network: {word} alone"
+    )]
+    NetworkWordInList { word: String },
+    #[error("network entry {entry:?} is already listed at [{first}]; list each endpoint once")]
+    DuplicateEndpoint { entry: String, first: usize },
     #[error("command is only for agent command, and this task's agent is {agent}; remove it")]
     CommandNotAllowed { agent: AgentKind },
     #[error(

@@ -13,6 +13,7 @@ mod error;
 mod graph;
 mod model;
 mod money;
+mod network;
 mod parse;
 mod program;
 mod reader;
@@ -25,8 +26,8 @@ pub use error::{PlanError, PlanErrorKind};
 pub use model::{
     AgentKind, AgentSettings, AgentStateDir, Containment, Criterion,
     DEFAULT_CHECKPOINT_MAX_FILE_BYTES, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
-    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION,
-    Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
+    DEFAULT_TASK_TIMEOUT, Disclose, Endpoint, Gate, GateCheck, MAX_MAX_RETRIES, NeedsContext,
+    Network, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
 };
 pub use money::{
     MAX_MICRO_USD, MICRO_USD_PER_USD, MoneyError, Spend, format_micro_usd, parse_micro_usd,

@@ -10,6 +10,8 @@ use regex::Regex;
 
 use crate::{PlanId, TaskId};
 
+pub use super::network::{Endpoint, Network};
+
 /// The plan format version this reprise reads.
 pub const PLAN_VERSION: u64 = 1;
 
@@ -181,6 +183,11 @@ pub struct Task {
     /// Whether its agent and gates may write `/dev/shm` (a contained
     /// process may not otherwise: it would outlive the attempt).
     pub writable_shm: bool,
+    /// What its agent may connect to: the task's `network`, else its
+    /// agent's (`agents.<cli>.network`), else `defaults.network`, else
+    /// what its kind of agent needs ([`Network::default_for`]). Gates have
+    /// their own ([`Gate::network`]).
+    pub network: Network,
     /// What changes for the retry after a `NEEDS_CONTEXT:` reply.
     pub on_needs_context: NeedsContext,
     /// Whether its agent and gates run in the filesystem sandbox.
@@ -316,6 +323,8 @@ pub struct AgentSettings {
     /// only. `None` when the plan does not say: the adapter then infers it
     /// for an agent it knows.
     pub state_dirs: Option<Vec<AgentStateDir>>,
+    /// What this agent's tasks may connect to unless a task says.
+    pub network: Option<Network>,
 }
 
 /// One directory where an ACP agent keeps its own state (its saved
@@ -535,6 +544,8 @@ pub struct Gate {
     /// that the agent may not change; its program, when it is a file of the
     /// repository, is protected without being named here.
     pub protect: Vec<String>,
+    /// What the gate's command may connect to (`none` unless it says).
+    pub network: Network,
 }
 
 /// The two kinds of gate.
@@ -558,4 +569,18 @@ pub struct Criterion {
     pub name: String,
     /// The levels as written in the plan; never empty.
     pub levels: Vec<i64>,
+}
+
+impl Network {
+    /// What an agent of `kind` may reach when the plan does not say: an
+    /// agent CLI or an ACP agent its model provider, a `command` agent (and
+    /// the built-in `sim`, which runs inside reprise) nothing.
+    pub fn default_for(kind: AgentKind) -> Network {
+        match kind {
+            AgentKind::Claude | AgentKind::Codex | AgentKind::Gemini | AgentKind::Acp => {
+                Network::model()
+            }
+            AgentKind::Command | AgentKind::Sim => Network::None,
+        }
+    }
 }

@@ -19,8 +19,8 @@ use super::graph::find_cycle;
 use super::model::{
     AgentKind, AgentSettings, AgentStateDir, Containment, Criterion,
     DEFAULT_CHECKPOINT_MAX_FILE_BYTES, DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_RETRIES,
-    DEFAULT_TASK_TIMEOUT, Disclose, Gate, GateCheck, MAX_MAX_RETRIES, NeedsContext, PLAN_VERSION,
-    Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
+    DEFAULT_TASK_TIMEOUT, Disclose, Endpoint, Gate, GateCheck, MAX_MAX_RETRIES, NeedsContext,
+    Network, PLAN_VERSION, Plan, RetryPolicy, RollbackOnRetry, Sandbox, SimStep, Task, TaskAgent,
 };
 
 /// The largest integer a record can hold (2^53 - 1).
@@ -42,11 +42,19 @@ const ROOT_KEYS: &[&str] = &[
 const AGENT_SETTINGS_KEYS: &[&str] = &["bin"];
 /// `command` takes a binary (ignored: its argv names the program) and
 /// environment.
-const COMMAND_SETTINGS_KEYS: &[&str] = &["bin", "env", "pass_env"];
+const COMMAND_SETTINGS_KEYS: &[&str] = &["bin", "env", "pass_env", "network"];
 /// The agent CLIs take a model, extra arguments and environment.
-const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env"];
+const CLI_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env", "network"];
 /// Claude Code also takes the tools it may use without asking.
-const CLAUDE_SETTINGS_KEYS: &[&str] = &["bin", "model", "args", "env", "pass_env", "allowed_tools"];
+const CLAUDE_SETTINGS_KEYS: &[&str] = &[
+    "bin",
+    "model",
+    "args",
+    "env",
+    "pass_env",
+    "allowed_tools",
+    "network",
+];
 /// An ACP agent takes its argv, extra arguments, environment, the tools
 /// whose permission requests are allowed, and where it keeps its own state.
 const ACP_SETTINGS_KEYS: &[&str] = &[
@@ -56,6 +64,7 @@ const ACP_SETTINGS_KEYS: &[&str] = &[
     "pass_env",
     "allowed_tools",
     "state_dirs",
+    "network",
 ];
 const DEFAULTS_KEYS: &[&str] = &[
     "agent",
@@ -75,6 +84,7 @@ const DEFAULTS_KEYS: &[&str] = &[
     "pause_upgrade_after",
     "pass_env",
     "writable_shm",
+    "network",
 ];
 const TASK_KEYS: &[&str] = &[
     "id",
@@ -97,6 +107,7 @@ const TASK_KEYS: &[&str] = &[
     "pause_upgrade_after",
     "pass_env",
     "writable_shm",
+    "network",
     "on_needs_context",
     "allowed_paths",
     "depends_on",
@@ -116,6 +127,7 @@ const GATE_KEYS: &[&str] = &[
     "levels",
     "weight",
     "protect",
+    "network",
 ];
 
 // Names and values in the same order; a test checks them against `as_str`.
@@ -182,6 +194,7 @@ struct Settings {
     pause_upgrade_after: Option<Duration>,
     pass_env: Option<Vec<String>>,
     writable_shm: Option<bool>,
+    network: Option<Network>,
 }
 
 impl Settings {
@@ -209,6 +222,7 @@ impl Settings {
             pause_upgrade_after: self.pause_upgrade_after.or(defaults.pause_upgrade_after),
             pass_env: self.pass_env.or_else(|| defaults.pass_env.clone()),
             writable_shm: self.writable_shm.or(defaults.writable_shm),
+            network: self.network.or_else(|| defaults.network.clone()),
         }
     }
 }
@@ -266,7 +280,7 @@ impl Reader<'_> {
             None => Settings::default(),
         };
         let tasks_node = self.required(&fields, "tasks", "add tasks: with at least one task")?;
-        let tasks = self.tasks(tasks_node, &defaults, budget_micro_usd)?;
+        let tasks = self.tasks(tasks_node, &defaults, budget_micro_usd, &agents)?;
         self.acp_tasks_have_a_command(tasks_node, &tasks, &agents)?;
         Ok(Plan {
             name,
@@ -375,6 +389,10 @@ impl Reader<'_> {
                 Some(node) => Some(self.state_dirs(node, &settings.path_of("state_dirs"))?),
                 None => None,
             };
+            let network = match settings.get("network") {
+                Some(node) => Some(self.network(node, &settings.path_of("network"))?),
+                None => None,
+            };
             agents.insert(
                 kind,
                 AgentSettings {
@@ -387,6 +405,7 @@ impl Reader<'_> {
                     pass_env,
                     command,
                     state_dirs,
+                    network,
                 },
             );
         }
@@ -550,6 +569,77 @@ impl Reader<'_> {
         Ok(names)
     }
 
+    /// `network:`, a policy: `none`, `model` or `all`, or a list of
+    /// `host:port` endpoints, `model` among them for the model provider's
+    /// own. An empty list is `none`.
+    fn network(&self, node: &Node, path: &str) -> Result<Network> {
+        const WORDS: &[&str] = &["none", "model", "all"];
+        if let Kind::Str(word) = &node.kind {
+            return match word.as_str() {
+                "none" => Ok(Network::None),
+                "model" => Ok(Network::model()),
+                "all" => Ok(Network::All),
+                _ => Err(self.error(
+                    &node.mark,
+                    path,
+                    PlanErrorKind::UnknownValue {
+                        noun: "network",
+                        found: word.clone(),
+                        expected: WORDS,
+                        suggestion: super::error::closest(word, WORDS),
+                    },
+                )),
+            };
+        }
+        let items = self.seq(
+            node,
+            path,
+            "none, model, all, or a list of host:port endpoints (model among them)",
+        )?;
+        let mut model = false;
+        let mut endpoints: Vec<Endpoint> = Vec::with_capacity(items.len());
+        let mut written: Vec<String> = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let entry_path = item_path(path, index);
+            let entry = self.non_empty_string(item, &entry_path)?;
+            if let Some(first) = written.iter().position(|earlier| *earlier == entry) {
+                return Err(self.error(
+                    &item.mark,
+                    &entry_path,
+                    PlanErrorKind::DuplicateEndpoint { entry, first },
+                ));
+            }
+            written.push(entry.clone());
+            match entry.as_str() {
+                "model" => model = true,
+                "none" | "all" => {
+                    return Err(self.error(
+                        &item.mark,
+                        &entry_path,
+                        PlanErrorKind::NetworkWordInList { word: entry },
+                    ));
+                }
+                _ => {
+                    let endpoint = Endpoint::parse(&entry).map_err(|reason| {
+                        self.error(
+                            &item.mark,
+                            &entry_path,
+                            PlanErrorKind::InvalidEndpoint {
+                                entry: entry.clone(),
+                                reason,
+                            },
+                        )
+                    })?;
+                    endpoints.push(endpoint);
+                }
+            }
+        }
+        if !model && endpoints.is_empty() {
+            return Ok(Network::None);
+        }
+        Ok(Network::Allow { model, endpoints })
+    }
+
     /// The keys `defaults` and tasks share; a budget is checked against the pool.
     fn settings(&self, fields: &Fields<'_>, pool_micro_usd: Option<u64>) -> Result<Settings> {
         let mut settings = Settings::default();
@@ -644,6 +734,9 @@ impl Reader<'_> {
             let path = fields.path_of("writable_shm");
             settings.writable_shm = Some(self.boolean(node, &path)?);
         }
+        if let Some(node) = fields.get("network") {
+            settings.network = Some(self.network(node, &fields.path_of("network"))?);
+        }
         Ok(settings)
     }
 
@@ -652,6 +745,7 @@ impl Reader<'_> {
         node: &Node,
         defaults: &Settings,
         pool_micro_usd: Option<u64>,
+        agents: &BTreeMap<AgentKind, AgentSettings>,
     ) -> Result<Vec<Task>> {
         let path = "tasks";
         let items = self.seq(node, path, "a list of tasks")?;
@@ -663,8 +757,14 @@ impl Reader<'_> {
         let mut index_of: BTreeMap<TaskId, usize> = BTreeMap::new();
         for (index, item) in items.iter().enumerate() {
             let task_path = item_path(path, index);
-            let (task, task_dependencies) =
-                self.task(item, &task_path, defaults, pool_micro_usd, &index_of)?;
+            let (task, task_dependencies) = self.task(
+                item,
+                &task_path,
+                defaults,
+                pool_micro_usd,
+                &index_of,
+                agents,
+            )?;
             index_of.insert(task.id.clone(), index);
             tasks.push(task);
             dependencies.push(task_dependencies);
@@ -713,6 +813,7 @@ impl Reader<'_> {
         defaults: &Settings,
         pool_micro_usd: Option<u64>,
         earlier_ids: &BTreeMap<TaskId, usize>,
+        agents: &BTreeMap<AgentKind, AgentSettings>,
     ) -> Result<(Task, Vec<Dependency>)> {
         let fields = self.fields(node, path, TASK_KEYS)?;
         let id_node = self.required(&fields, "id", "add id: with the task's id")?;
@@ -732,8 +833,20 @@ impl Reader<'_> {
             )?,
             &fields.path_of("prompt"),
         )?;
-        let settings = self.settings(&fields, pool_micro_usd)?.or(defaults);
+        let own = self.settings(&fields, pool_micro_usd)?;
+        let own_network = own.network.clone();
+        let settings = own.or(defaults);
         let agent = self.task_agent(&fields, settings.agent)?;
+        // The task's own policy, else its agent's, else the defaults', else
+        // what its kind of agent needs.
+        let network = own_network
+            .or_else(|| {
+                agents
+                    .get(&agent.kind())
+                    .and_then(|settings| settings.network.clone())
+            })
+            .or_else(|| defaults.network.clone())
+            .unwrap_or_else(|| Network::default_for(agent.kind()));
         let dependencies = self.dependencies(&fields, &id)?;
         let gates = match fields.get("gates") {
             Some(node) => self.gates(node, &fields.path_of("gates"))?,
@@ -774,6 +887,7 @@ impl Reader<'_> {
             pause_upgrade_after: settings.pause_upgrade_after,
             pass_env: settings.pass_env.unwrap_or_default(),
             writable_shm: settings.writable_shm.unwrap_or(false),
+            network,
             on_needs_context,
             depends_on: dependencies
                 .iter()
@@ -1113,6 +1227,10 @@ impl Reader<'_> {
             Some(node) => self.protect(node, &fields.path_of("protect"), &check)?,
             None => Vec::new(),
         };
+        let network = match fields.get("network") {
+            Some(node) => self.network(node, &fields.path_of("network"))?,
+            None => Network::None,
+        };
         Ok(Gate {
             name,
             check,
@@ -1120,6 +1238,7 @@ impl Reader<'_> {
             criterion,
             weight,
             protect,
+            network,
         })
     }
 
