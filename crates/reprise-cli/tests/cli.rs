@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use reprise_store::journal::Journal;
 use reprise_store::state::StateDir;
-use reprise_testkit::wait_until;
+use reprise_testkit::{wait_for, wait_until};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reprise");
@@ -803,7 +803,7 @@ defaults: { agent: command, sandbox: none, timeout: 5m }
 tasks:
   - id: slow
     prompt: "take your time"
-    command: ["sh", "-c", "echo $$ > agent.pid; exec sleep 120"]
+    command: ["sh", "-c", "export CTRL_C_MARK=slow; echo $$ > agent.pid; exec sleep 120"]
 "#,
     )
     .unwrap();
@@ -824,7 +824,16 @@ tasks:
         }),
         "the agent never started"
     );
-    let agent_pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    // The pid it wrote is its PID namespace's: found here by its variable.
+    let agents = wait_for(std::time::Duration::from_secs(30), || {
+        Some(reprise_testkit::processes::pids_with_env(
+            "CTRL_C_MARK=slow",
+        ))
+        .filter(|pids| !pids.is_empty())
+    })
+    .expect("the agent's process is not to be found");
+    assert_eq!(agents.len(), 1, "{agents:?}");
+    let agent_pid = agents[0].to_string();
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

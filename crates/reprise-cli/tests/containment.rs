@@ -10,6 +10,9 @@ use std::time::Duration;
 use reprise_testkit::{holds_for, wait_until};
 use serde_json::Value;
 
+#[path = "containment/walls.rs"]
+mod walls;
+
 const BIN: &str = env!("CARGO_BIN_EXE_reprise");
 
 struct Env {

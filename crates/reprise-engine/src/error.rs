@@ -126,4 +126,8 @@ pub enum EngineError {
         "task {task} has containment: required but this kernel has no Landlock; run it on a kernel with Landlock, or set containment: strict to run uncontained with a warning"
     )]
     ContainmentUnavailable { task: String },
+    #[error(
+        "task {task} has containment: required but this machine gives attempts no namespaces of their own (unprivileged user namespaces are off, or a fresh /proc is refused), so its agent could see other processes and reach the network by port; allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or the AppArmor profile that restricts them), or set containment: strict to run with a warning"
+    )]
+    NamespacesUnavailable { task: String },
 }

@@ -56,9 +56,21 @@ pub fn check_chains(state: &StateDir, key: &KeyFile) -> Result<()> {
     Ok(())
 }
 
+/// The walls this machine can put around an attempt, probed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walls {
+    /// The kernel enforces Landlock.
+    pub landlock: bool,
+    /// Attempts can have namespaces of their own (a private view of
+    /// processes, a network of their own).
+    pub namespaces: bool,
+}
+
 /// Refuses a plan with a `containment: required` task when this machine
-/// cannot contain it (`landlock`: whether the kernel enforces Landlock).
-pub fn check_containment(plan: &Plan, landlock: bool) -> Result<()> {
+/// cannot wall it in whole: Landlock for the file system, and namespaces of
+/// its own for processes and the network (Landlock's TCP rules hold ports,
+/// not hosts, and hide no process).
+pub fn check_containment(plan: &Plan, walls: Walls) -> Result<()> {
     let Some(task) = plan
         .tasks()
         .iter()
@@ -66,17 +78,21 @@ pub fn check_containment(plan: &Plan, landlock: bool) -> Result<()> {
     else {
         return Ok(());
     };
-    if landlock {
-        return Ok(());
+    let task = task.id.to_string();
+    match walls {
+        Walls {
+            landlock: false, ..
+        } => Err(EngineError::ContainmentUnavailable { task }),
+        Walls {
+            namespaces: false, ..
+        } => Err(EngineError::NamespacesUnavailable { task }),
+        _ => Ok(()),
     }
-    Err(EngineError::ContainmentUnavailable {
-        task: task.id.to_string(),
-    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::check_containment;
+    use super::{Walls, check_containment};
     use crate::error::EngineError;
 
     fn plan(containment: &str) -> reprise_core::plan::Plan {
@@ -87,12 +103,29 @@ mod tests {
     }
 
     #[test]
-    fn a_required_task_is_refused_only_without_landlock() {
-        assert!(check_containment(&plan("required"), true).is_ok());
-        match check_containment(&plan("required"), false) {
+    fn a_required_task_is_refused_without_landlock_or_namespaces() {
+        let all = Walls {
+            landlock: true,
+            namespaces: true,
+        };
+        let no_landlock = Walls {
+            landlock: false,
+            ..all
+        };
+        let no_namespaces = Walls {
+            namespaces: false,
+            ..all
+        };
+        assert!(check_containment(&plan("required"), all).is_ok());
+        match check_containment(&plan("required"), no_landlock) {
             Err(EngineError::ContainmentUnavailable { task }) => assert_eq!(task, "b"),
             other => panic!("expected the containment refusal, got {other:?}"),
         }
-        assert!(check_containment(&plan("strict"), false).is_ok());
+        match check_containment(&plan("required"), no_namespaces) {
+            Err(EngineError::NamespacesUnavailable { task }) => assert_eq!(task, "b"),
+            other => panic!("expected the namespaces refusal, got {other:?}"),
+        }
+        assert!(check_containment(&plan("strict"), no_landlock).is_ok());
+        assert!(check_containment(&plan("strict"), no_namespaces).is_ok());
     }
 }

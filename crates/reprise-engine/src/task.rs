@@ -281,8 +281,12 @@ impl TaskRun<'_> {
         } else {
             crate::walls::reach_of(&reprise_core::plan::Network::None, &[])
         };
+        let namespaces = supervisor.namespaces && sandbox.is_some();
+        // Without namespaces, only Landlock's TCP rules can hold it (the
+        // run warned when neither can).
+        let network = network.filter(|_| namespaces || supervisor.landlock_network);
         let walls = reprise_agents::Walls {
-            namespaces: supervisor.namespaces && sandbox.is_some(),
+            namespaces,
             network,
         };
         Some(Supervision {

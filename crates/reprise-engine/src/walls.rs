@@ -4,23 +4,18 @@
 use reprise_agents::Reach;
 use reprise_core::plan::{Endpoint, Network};
 
-/// What `network` lets a process connect to (`None`: anything), with
-/// `model_server` (a rehearsal's) among the model endpoints.
+/// What `network` lets a process connect to (`None`: anything), and
+/// `model_server` besides: a rehearsal's model server stands in for every
+/// provider, so the agents it is pointed at reach it whatever their policy
+/// (a `command` agent's `none` included; it serves nothing else).
 pub(crate) fn reach_of(network: &Network, model_server: &[Endpoint]) -> Option<Reach> {
-    match network {
-        Network::All => None,
-        Network::None => Some(Reach::nothing()),
-        Network::Allow { model, endpoints } => {
-            let mut endpoints = endpoints.clone();
-            if *model {
-                endpoints.extend(model_server.iter().cloned());
-            }
-            Some(Reach {
-                model: *model,
-                endpoints,
-            })
-        }
-    }
+    let (model, mut endpoints) = match network {
+        Network::All => return None,
+        Network::None => (false, Vec::new()),
+        Network::Allow { model, endpoints } => (*model, endpoints.clone()),
+    };
+    endpoints.extend(model_server.iter().cloned());
+    Some(Reach { model, endpoints })
 }
 
 #[cfg(test)]
@@ -29,11 +24,14 @@ mod tests {
     use reprise_core::plan::{Endpoint, Network};
 
     #[test]
-    fn a_rehearsal_s_server_is_granted_only_with_model() {
+    fn a_rehearsal_s_server_is_granted_whatever_the_policy() {
         let server = [Endpoint::parse("127.0.0.1:4000").expect("endpoint")];
         assert_eq!(reach_of(&Network::All, &server), None);
-        let none = reach_of(&Network::None, &server).expect("a wall");
+        let none = reach_of(&Network::None, &[]).expect("a wall");
         assert!(!none.model && none.endpoints.is_empty());
+        let rehearsed = reach_of(&Network::None, &server).expect("a wall");
+        assert!(!rehearsed.model);
+        assert_eq!(rehearsed.endpoints, server);
         let model = reach_of(&Network::model(), &server).expect("a wall");
         assert!(model.model);
         assert_eq!(model.endpoints, server);
@@ -41,7 +39,7 @@ mod tests {
             model: false,
             endpoints: vec![Endpoint::parse("db:5432").expect("endpoint")],
         };
-        let listed = reach_of(&listed, &server).expect("a wall");
+        let listed = reach_of(&listed, &[]).expect("a wall");
         assert_eq!(listed.endpoints.len(), 1);
         assert_eq!(listed.endpoints[0].host, "db");
     }

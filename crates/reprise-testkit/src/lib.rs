@@ -9,6 +9,7 @@ pub use reprise_rehearse::model_server;
 
 pub mod parks;
 pub mod pg;
+pub mod processes;
 pub mod wait;
 
 pub use wait::{holds_for, wait_for, wait_for_the_file_clock_to_tick, wait_until};

@@ -500,6 +500,7 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
                 }
             }
         }
+        network_lines(&mut findings, task);
         for gate in &task.gates {
             if let GateCheck::Run { command, .. } = &gate.check {
                 look_for(
@@ -515,6 +516,45 @@ pub(crate) fn inspect(settings: &Settings, plan_path: &Path, plan: &Plan, probe:
         }
     }
     findings
+}
+
+/// What the task's agent, and each gate that may reach more than nothing,
+/// may connect to (the plan's `network:`).
+fn network_lines(findings: &mut Findings, task: &reprise_core::plan::Task) {
+    let id = task.id.as_str();
+    let said = |network: &reprise_core::plan::Network| match network {
+        reprise_core::plan::Network::Allow { model: true, .. } => {
+            format!("{network} (model: its provider's API, or the base URL its CLI is given)")
+        }
+        _ => network.to_string(),
+    };
+    if task.containment.confines() {
+        findings
+            .lines
+            .push(format!("[{id}] network: {}", said(&task.network)));
+    } else {
+        findings
+            .lines
+            .push(format!("[{id}] network: all (containment: off)"));
+    }
+    let gates: Vec<Value> = task
+        .gates
+        .iter()
+        .filter(|gate| matches!(gate.check, GateCheck::Run { .. }) && !gate.network.is_none())
+        .map(|gate| {
+            findings.lines.push(format!(
+                "[{id}] gate {} network: {}",
+                gate.name,
+                said(&gate.network)
+            ));
+            json!({"gate": gate.name, "network": gate.network.to_string()})
+        })
+        .collect();
+    findings.json.push(json!({
+        "task": id,
+        "network": task.network.to_string(),
+        "gates_network": gates,
+    }));
 }
 
 /// Where the ACP agent's program is and, when `probe`, what it declares

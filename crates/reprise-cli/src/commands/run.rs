@@ -922,8 +922,13 @@ fn supervisor_program() -> Result<PathBuf, String> {
 /// Refuses, before anything is written, a plan with a task that requires
 /// containment on a kernel without Landlock.
 fn check_containment(plan: &Plan) -> Result<(), CliError> {
-    reprise_engine::preflight::check_containment(plan, landlock_available())
-        .map_err(preflight_error)
+    let walls = reprise_engine::preflight::Walls {
+        landlock: landlock_available(),
+        // Without the supervisor there are no namespaces; the run stops on
+        // the missing supervisor itself, with its own message.
+        namespaces: supervisor_program().is_ok_and(|program| namespaces_available(&program)),
+    };
+    reprise_engine::preflight::check_containment(plan, walls).map_err(preflight_error)
 }
 
 /// `{"run_id","ok","tasks":[{"task_id","state","attempts":[{"n","mode","session_id","outcome","judged"}]}]}`

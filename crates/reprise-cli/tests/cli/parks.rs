@@ -264,6 +264,7 @@ fn a_parked_command_agent_s_processes_are_gone_and_its_resume_goes_cold() {
             r#"
 version: 1
 name: inplace
+agents: {{ command: {{ env: {{ PARK_MARK: "{mark}" }} }} }}
 tasks:
   - id: edit
     prompt: edit shop.py
@@ -273,21 +274,27 @@ tasks:
     allowed_paths: ["{dir}"]
     command: [sh, -c, "if [ -e {dir}/agent ]; then echo resumed; exit 0; fi; sleep 300 & echo $! > {dir}/child; echo $$ > {dir}/agent; wait"]
 "#,
-            dir = pids.display()
+            dir = pids.display(),
+            mark = std::process::id(),
         ),
     );
     let child = env.spawn(&["run", &plan], std::process::Stdio::null());
-    let grandchild: u32 = wait_for_file(&pids.join("child")).trim().parse().unwrap();
-    let agent: u32 = wait_for_file(&pids.join("agent")).trim().parse().unwrap();
-    assert!(pid_alive(agent) && pid_alive(grandchild));
+    wait_for_file(&pids.join("child"));
+    wait_for_file(&pids.join("agent"));
+    // The pids they wrote are their PID namespace's: found here by the
+    // variable both have.
+    let mark = format!("PARK_MARK={}", std::process::id());
+    let started = reprise_testkit::processes::pids_with_env(&mark);
+    // Its supervisor, the agent and the agent's child.
+    assert_eq!(started.len(), 3, "{started:?}");
     let parked = env.run(&["task", "suspend", "edit"]);
     assert_success(&parked);
     assert!(stdout(&parked).contains("released process: the agent was stopped and reaped"));
     // The agent and what it started were killed and reaped.
-    assert!(!pid_alive(agent), "the agent outlived its park");
+    let left: Vec<u32> = started.into_iter().filter(|pid| pid_alive(*pid)).collect();
     assert!(
-        !pid_alive(grandchild),
-        "the agent's child outlived its park"
+        left.is_empty(),
+        "the agent or its child outlived its park: {left:?}"
     );
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3));
@@ -1270,6 +1277,8 @@ name: halted
 tasks:
   - id: edit
     prompt: edit shop.py
+    # It reads the state directory, which a contained agent cannot see.
+    containment: off
     agent: command
     sandbox: none
     timeout: 5m

@@ -309,14 +309,14 @@ fn bad_plans() -> Vec<Bad> {
             ),
             10,
             "tasks[0].gates[0]",
-            "unknown key \"discloze\"; did you mean \"disclose\"? (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
+            "unknown key \"discloze\"; did you mean \"disclose\"? (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect, network)",
         ),
         bad(
             "unknown key in defaults",
             "version: 1\nname: t\ndefaults:\n  agent: sim\n  gates: []\ntasks:\n  - { id: a, prompt: p }\n",
             5,
             "defaults",
-            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle, pause_upgrade_after, pass_env, writable_shm)",
+            "unknown key \"gates\" (expected one of agent, retry_policy, max_retries, timeout, agent_restart_between_retries, budget_usd, sandbox, read_only, checkpoint_max_file_bytes, rollback_on_retry, containment, max_output_bytes, idle_timeout, park_when_idle, pause_upgrade_after, pass_env, writable_shm, network)",
         ),
         bad(
             "id in defaults",
@@ -337,7 +337,7 @@ fn bad_plans() -> Vec<Bad> {
             "version: 1\nname: t\nagents:\n  codex: { allowed_tools: [Bash] }\ntasks:\n  - { id: a, prompt: p, agent: sim }\n",
             4,
             "agents.codex",
-            "unknown key \"allowed_tools\" (expected one of bin, model, args, env, pass_env)",
+            "unknown key \"allowed_tools\" (expected one of bin, model, args, env, pass_env, network)",
         ),
         bad(
             "allowed_tools that is not a list",
@@ -1002,6 +1002,48 @@ fn bad_plans() -> Vec<Bad> {
             "",
             "invalid yaml: ",
         ),
+        bad(
+            "unknown network policy",
+            &with_head("    network: some\n"),
+            7,
+            "tasks[0].network",
+            "unknown network \"some\" (expected one of none, model, all)",
+        ),
+        bad(
+            "network entry without a port",
+            &with_head("    network: [api.example.com]\n"),
+            7,
+            "tasks[0].network[0]",
+            "network entry \"api.example.com\" is not an endpoint: an endpoint is host:port",
+        ),
+        bad(
+            "network entry with a bad port",
+            &with_head("    network: [\"db:0\"]\n"),
+            7,
+            "tasks[0].network[0]",
+            "the port is not a number from 1 to 65535",
+        ),
+        bad(
+            "a whole policy inside a network list",
+            &with_head("    network: [model, all]\n"),
+            7,
+            "tasks[0].network[1]",
+            "network all is a whole policy, not an entry of a list; write network: all alone",
+        ),
+        bad(
+            "an endpoint listed twice",
+            &with_head("    network: [\"db:5432\", \"db:5432\"]\n"),
+            7,
+            "tasks[0].network[1]",
+            "network entry \"db:5432\" is already listed at [0]; list each endpoint once",
+        ),
+        bad(
+            "a gate's network is a policy too",
+            &with_head("    gates:\n      - { name: g, run: \"true\", network: [\"[::1]80\"] }\n"),
+            8,
+            "tasks[0].gates[0].network[0]",
+            "an IPv6 address is written [address]:port",
+        ),
         bad("empty document", "", 1, "", "the plan is empty"),
         bad(
             "document that is a list",
@@ -1064,7 +1106,7 @@ fn plan_error_lines_read_as_documented() {
             &with_head(
                 "    gates:\n      - name: g\n        run: \"true\"\n        discloze: output\n",
             ),
-            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\"; did you mean \"disclose\"? (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect)",
+            "plan.yaml:10:9: tasks[0].gates[0]: unknown key \"discloze\"; did you mean \"disclose\"? (expected one of name, run, result_matches, disclose, timeout, criterion, levels, weight, protect, network)",
         ),
         (
             "version: 1\nname: t\ndefaults: { agent: sim }\ntasks:\n  - id: a\n    prompt: p\n    depends_on: [b]\n  - id: b\n    prompt: p\n    depends_on: [a]\n",
@@ -1528,4 +1570,51 @@ fn an_acp_agent_s_state_dirs_are_under_its_home_or_absolute() {
         Some(Vec::new()),
         "an empty list says: infer nothing"
     );
+}
+
+#[test]
+fn network_comes_from_the_task_then_its_agent_then_defaults_then_its_kind() {
+    let text = r#"version: 1
+name: n
+agents: { codex: { network: ["db.local:5432", model] } }
+defaults: { network: all }
+tasks:
+  - { id: own, prompt: p, agent: claude, network: none }
+  - { id: by-agent, prompt: p, agent: codex }
+  - { id: by-defaults, prompt: p, agent: gemini }
+  - id: gated
+    prompt: p
+    agent: command
+    command: "true"
+    network: []
+    gates:
+      - { name: closed, run: "true" }
+      - { name: open, run: "true", network: ["127.0.0.1:80"] }
+"#;
+    let plan = parse_plan(text, "plan.yaml").unwrap();
+    let network = |index: usize| plan.tasks()[index].network.clone();
+    assert_eq!(network(0), Network::None);
+    assert_eq!(
+        network(1),
+        Network::Allow {
+            model: true,
+            endpoints: vec![Endpoint::parse("db.local:5432").unwrap()],
+        }
+    );
+    assert_eq!(network(1).to_string(), "model, db.local:5432");
+    assert_eq!(network(2), Network::All);
+    // An empty list is none.
+    assert_eq!(network(3), Network::None);
+    let gates = &plan.tasks()[3].gates;
+    assert_eq!(gates[0].network, Network::None);
+    assert_eq!(gates[1].network.to_string(), "127.0.0.1:80");
+    // Without a word anywhere: a CLI or ACP agent its model, a command agent
+    // nothing.
+    let bare = parse_plan(
+        "version: 1\nname: b\ntasks:\n  - { id: a, prompt: p, agent: claude }\n  - { id: b, prompt: p, agent: command, command: \"true\" }\n",
+        "plan.yaml",
+    )
+    .unwrap();
+    assert_eq!(bare.tasks()[0].network, Network::model());
+    assert_eq!(bare.tasks()[1].network, Network::None);
 }

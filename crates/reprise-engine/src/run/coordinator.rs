@@ -849,6 +849,21 @@ fn announce(shared: &Shared<'_>, run: &RunState, sink: &mut dyn EventSink, warni
             message: "this kernel has no Landlock: agents and gates run NOT contained (they can read the audit key and write anywhere you can); set containment: required to refuse such runs".to_owned(),
         });
     }
+    if let Some(supervisor) = &shared.options.supervisor
+        && supervisor.landlock
+        && !supervisor.namespaces
+        && shared.order.iter().any(|task| task.containment.confines())
+    {
+        let network = if supervisor.landlock_network {
+            "their connections are held by port only (Landlock), not by host"
+        } else {
+            "they can connect anywhere you can"
+        };
+        sink.event(&Event::Warning {
+            task: None,
+            message: format!("this machine gives attempts no namespaces of their own: agents and gates can see every process (their environments and command lines too) and {network}; allow unprivileged user namespaces, or set containment: required to refuse such runs"),
+        });
+    }
     for (task, message) in warnings {
         sink.event(&Event::Warning {
             task: Some(task),
