@@ -952,11 +952,15 @@ fn budget_check_explains_each_retry() {
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[0]["criteria"][0]["level"], 70);
     assert_eq!(steps[1]["degradation_kind"], "past_policy");
-    let text = stdout(&env.run(&["budget", "check", "3 attempts; degrade: a>b"]));
+    let text = stdout(&env.run(&["budget", "check", "3 RETRY; degrade: a>b"]));
     assert!(
         text.starts_with("3 retries, degrade: a>b: 3 retries authorised\n"),
         "{text}"
     );
+    // Attempts are not retries: refused, with what to write instead, and
+    // refused as a plan's retry_budget before anything runs.
+    let attempts = env.run(&["budget", "check", "3 attempts, degrade: a>b"]);
+    assert_one_line_error(&attempts, 2, "3 attempts are \"2 retries\"");
     assert_one_line_error(
         &env.run(&["budget", "check", "3 retries, degrade: a>"]),
         2,

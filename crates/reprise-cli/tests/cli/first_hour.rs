@@ -117,6 +117,31 @@ fn a_gate_whose_tool_is_missing_stops_check_and_run_before_anything_is_written()
     );
 }
 
+/// A gate whose first word assigns a substitution's output names no
+/// program: check and run take it as it is, and it runs and passes.
+#[test]
+fn a_gate_that_assigns_a_substitution_first_is_checked_and_runs() {
+    let env = git_env();
+    write(
+        &env,
+        "plan.yaml",
+        r#"
+version: 1
+name: assigned
+defaults: { agent: sim }
+tasks:
+  - id: head
+    prompt: "p"
+    gates:
+      - { name: head, run: 'J=$(git rev-parse HEAD) && test -n "$J"' }
+"#,
+    );
+    let check = env.run(&["run", "plan.yaml", "--check"]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let run = env.run(&["run", "plan.yaml", "--json"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+}
+
 #[test]
 fn check_reports_what_it_found_and_writes_nothing() {
     let env = Env::new();

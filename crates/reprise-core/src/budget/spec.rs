@@ -5,14 +5,15 @@
 //! ```text
 //! spec     = count [unit] [separator criteria]
 //! count    = digit+                      (0 to 4294967295)
-//! unit     = retries | retry | attempts | attempt   (any case)
+//! unit     = retries | retry              (any case)
 //! separator= "," | ";"
 //! criteria = ["degrade" ":"] name (">" name)*       ("degrade" in any case)
 //! name     = [A-Za-z_][A-Za-z0-9_-]*
 //! ```
 //!
-//! The unit is a word, not a second count: `3 attempts` authorises three
-//! retries, as `3 retries` does, and the canonical form says so. A list of
+//! The count is of retries after the first attempt, so the unit is
+//! `retries`: `3 attempts` is refused with a hint rather than read as three
+//! retries (one more attempt than it says) or guessed as two. A list of
 //! criteria needs the separator even when `degrade:` introduces it (`3
 //! retries degrade: a` is refused, with a hint), so that an unknown word after
 //! the count is always an error and never a criterion. For the same reason a
@@ -140,11 +141,13 @@ fn check_criteria<'a>(
     Ok(())
 }
 
-const UNITS: [&str; 4] = ["retries", "retry", "attempts", "attempt"];
+const UNITS: [&str; 2] = ["retries", "retry"];
 
 const HINT_EMPTY: &str = "write a retry count, e.g. \"3 retries, degrade: coverage>tests\"";
 const HINT_COUNT: &str = "the count is a whole number of retries from 0 to 4294967295";
-const HINT_UNIT: &str = "after the count write \"retries\" (or \"retry\", \"attempts\", \"attempt\"), then \",\" or \";\" before the criteria";
+const HINT_UNIT: &str =
+    "after the count write \"retries\" (or \"retry\"), then \",\" or \";\" before the criteria";
+const HINT_ATTEMPTS: &str = "a retry budget counts retries after the first attempt: write \"retries\" (3 attempts are \"2 retries\")";
 const HINT_SEPARATOR: &str = "put \",\" or \";\" between the count and the criteria";
 const HINT_LIST: &str = "a separator is followed by criteria, e.g. \"degrade: coverage>tests\"";
 const HINT_DEGRADE: &str = "write \"degrade:\" followed by criteria separated by \">\"";
@@ -166,6 +169,12 @@ fn parse_located(text: &str) -> Result<Located, BudgetError> {
     parser.skip_whitespace();
     if parser.peek().is_some_and(|c| !is_punctuation(c)) {
         let (word, at) = parser.word();
+        if ["attempts", "attempt"]
+            .iter()
+            .any(|unit| word.eq_ignore_ascii_case(unit))
+        {
+            return Err(parser.malformed(word, at, HINT_ATTEMPTS));
+        }
         if !is_unit(word) {
             return Err(parser.malformed(word, at, HINT_UNIT));
         }

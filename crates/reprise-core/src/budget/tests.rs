@@ -25,8 +25,9 @@ const TABLE: &[(&str, Expect)] = &[
     ("1 retry", Accepted(1, &[])),
     ("0 retries, degrade: coverage", Accepted(0, &["coverage"])),
     // Accepted: other units, no unit, any agreement.
-    ("3 attempts", Accepted(3, &[])),
-    ("1 attempt", Accepted(1, &[])),
+    // Refused: attempts are not retries.
+    ("3 attempts", Malformed("attempts", 2)),
+    ("1 attempt", Malformed("attempt", 2)),
     ("1 retries", Accepted(1, &[])),
     ("3", Accepted(3, &[])),
     ("3, coverage", Accepted(3, &["coverage"])),
@@ -37,7 +38,8 @@ const TABLE: &[(&str, Expect)] = &[
     ),
     ("2,\tdegrade:\na", Accepted(2, &["a"])),
     ("3retries,degrade:a>b", Accepted(3, &["a", "b"])),
-    ("3 AtTeMpTs; Degrade: a", Accepted(3, &["a"])),
+    ("3 RETRIES; Degrade: a", Accepted(3, &["a"])),
+    ("3 AtTeMpTs; Degrade: a", Malformed("AtTeMpTs", 2)),
     ("3;a>b", Accepted(3, &["a", "b"])),
     ("3 retries,coverage", Accepted(3, &["coverage"])),
     // Accepted: counts.
@@ -212,10 +214,10 @@ fn display_is_canonical() {
             "3 retries, degrade: coverage>tests>style",
             "3 retries, degrade: coverage>tests>style",
         ),
-        ("  1   ATTEMPT ;coverage", "1 retry, degrade: coverage"),
+        ("  1   RETRY ;coverage", "1 retry, degrade: coverage"),
         ("1 retries", "1 retry"),
         ("0", "0 retries"),
-        ("3 attempts", "3 retries"),
+        ("3 retry", "3 retries"),
         ("007;a > b", "7 retries, degrade: a>b"),
     ];
     for (text, want) in cases {
@@ -227,7 +229,7 @@ fn display_is_canonical() {
 
 #[test]
 fn a_spec_travels_through_serde_and_from_str_as_its_canonical_text() {
-    let spec: BudgetSpec = "2 ATTEMPTS; coverage".parse().unwrap();
+    let spec: BudgetSpec = "2 RETRIES; coverage".parse().unwrap();
     let json = serde_json::to_string(&spec).unwrap();
     assert_eq!(json, r#""2 retries, degrade: coverage""#);
     assert_eq!(serde_json::from_str::<BudgetSpec>(&json).unwrap(), spec);
@@ -592,7 +594,7 @@ fn noisy_rendering() -> impl Strategy<Value = (BudgetSpec, String)> {
     (
         spec(),
         prop::collection::vec(blank(), 8),
-        prop::sample::select(vec!["", "retries", "retry", "attempts", "attempt"]),
+        prop::sample::select(vec!["", "retries", "retry"]),
         prop::sample::select(vec![",", ";"]),
         any::<bool>(),
         any::<u64>(),

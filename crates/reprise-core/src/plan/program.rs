@@ -36,6 +36,12 @@ pub fn shell_program(command: &str) -> ShellProgram<'_> {
     };
     for word in line.split_whitespace() {
         if is_assignment(word) {
+            // A value with a substitution or a quote may run on past this
+            // word (`J=$(git rev-parse HEAD)`): what follows is not known
+            // to be the program.
+            if word.contains(|c: char| "$`'\"\\(".contains(c)) {
+                return ShellProgram::Undecided;
+            }
             continue;
         }
         if word.starts_with('#') {
@@ -160,6 +166,16 @@ mod tests {
             shell_program("\n\ngrep -qx hello greeting.txt"),
             ShellProgram::Name("grep")
         );
+        // An assignment whose value substitutes or quotes may span words:
+        // the word after it is not the program.
+        for line in [
+            "J=$(git rev-parse HEAD) && test -n \"$J\"",
+            "J=`git rev-parse HEAD` && test -n \"$J\"",
+            "MSG=\"two words\" ./check.sh",
+            "A='x y' run",
+        ] {
+            assert_eq!(shell_program(line), ShellProgram::Undecided, "{line}");
+        }
     }
 
     #[test]
