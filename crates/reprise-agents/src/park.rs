@@ -27,9 +27,14 @@ impl Clock {
     /// The system's clock and zone: `TZ` when it names a zone, else the
     /// zone `/etc/localtime` links to, else `/etc/timezone`, else UTC.
     pub(crate) fn system() -> Self {
+        // Rounded up: a reset stated as a wait ("in 2 seconds") counts
+        // from now, and a wake from the whole second before now would be up
+        // to a second early.
         let now_unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
+            .map_or(0, |since| {
+                since.as_secs() + u64::from(since.subsec_nanos() > 0)
+            });
         Self {
             now_unix,
             zone: system_zone(),

@@ -542,6 +542,55 @@ tasks:
     assert_success(&env.run(&["audit", "verify-suspension", "busy"]));
 }
 
+/// A reset given as a wait ("resets in 2 seconds") counts from when the
+/// agent said it: the park's wake is never before that, to the millisecond
+/// (a wake read from the clock's whole second was up to a second early).
+#[test]
+fn a_relative_reset_never_wakes_before_the_time_the_agent_stated() {
+    let env = git_env();
+    let said = outside_dir(&env, "said");
+    let plan = write_plan(
+        &env,
+        "wait",
+        &format!(
+            r#"
+version: 1
+name: wait
+defaults: {{ agent: command, max_retries: 1, timeout: 60s, retry_policy: warm }}
+tasks:
+  - id: busy
+    prompt: b
+    allowed_paths: ['{said}']
+    command: [sh, -c, "if [ -e '{said}/first' ]; then echo DONE; exit 0; fi; date +%s.%N > '{said}/first'; echo 'usage limit reached; resets in 2 seconds'; exit 1"]
+"#,
+            said = said.display()
+        ),
+    );
+    let output = env.run(&["run", &plan, "--json"]);
+    assert_success(&output);
+    let stated: f64 = fs::read_to_string(said.join("first"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stated = stated + 2.0;
+    let rows = journal_kinds(&env, "wait", "busy");
+    let suspend = rows_of(&rows, "task.suspend")[0].clone();
+    let wake: jiff::Timestamp = suspend["body"]["wake"]["at"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let resume = rows_of(&rows, "task.resume")[0].clone();
+    let resumed: jiff::Timestamp = resume["at"].as_str().unwrap().parse().unwrap();
+    let seconds = |stamp: jiff::Timestamp| stamp.as_millisecond() as f64 / 1000.0;
+    assert!(seconds(wake) >= stated, "wake {wake} before {stated}");
+    assert!(
+        seconds(resumed) >= stated,
+        "resumed {resumed} before {stated}"
+    );
+}
+
 #[test]
 fn a_needs_context_reply_is_retried_with_the_plan_s_answer_and_a_longer_timeout() {
     let env = git_env();
