@@ -107,8 +107,15 @@ impl Git {
 
     /// A `git` command in this directory with reprise's settings.
     pub fn command(&self) -> Command {
+        self.command_from(&self.dir)
+    }
+
+    /// [`Git::command`] started from `cwd` instead of the work tree, for
+    /// plumbing that reads only the repository once the tree is gone
+    /// (anything that needs the tree then fails on it, naming it).
+    pub fn command_from(&self, cwd: &Path) -> Command {
         let mut command = Command::new("git");
-        command.arg("-C").arg(&self.dir);
+        command.arg("-C").arg(cwd);
         for setting in CONFIG {
             command.arg("-c").arg(setting);
         }

@@ -153,7 +153,15 @@ impl SnapshotStore {
     /// A git command against the shadow directory and the tree.
     fn git(&self) -> (Git, std::process::Command) {
         let git = Git::at(&self.git_dir, &self.tree);
-        let command = git.command();
+        // A tree that is gone (a reclaimed worktree) leaves its checkpoints
+        // readable: git starts from the store instead.
+        let command = if self.tree.is_dir() {
+            git.command()
+        } else {
+            let mut command = git.command_from(&self.git_dir);
+            command.env_remove("GIT_WORK_TREE");
+            command
+        };
         (git, command)
     }
 
@@ -617,41 +625,78 @@ impl SnapshotStore {
             .collect();
         clean.extend(Self::exclusions(&checkpoint.manifest.skipped));
         self.run(&clean.iter().map(String::as_str).collect::<Vec<_>>())?;
-        // Directories first (empty ones come back), then permission bits.
-        for dir in checkpoint.manifest.dirs.keys() {
-            let path = self.tree.join(dir);
-            if !path.is_dir() {
-                fs::create_dir_all(&path).map_err(io_at(&path))?;
-            }
-        }
-        let now = survey(&self.tree, u64::MAX)?;
-        for path in now.modes.keys() {
-            if !checkpoint.manifest.modes.contains_key(path) {
-                // git gave it 0644 or 0755 by its x bit; the agent's chmod
-                // to something else without a content change is undone here.
-                let full = self.tree.join(path);
-                let mode = fs::symlink_metadata(&full)
-                    .map_err(io_at(&full))?
-                    .permissions()
-                    .mode();
-                let normal = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-                fs::set_permissions(&full, fs::Permissions::from_mode(normal))
-                    .map_err(io_at(&full))?;
-            }
-        }
-        for (path, mode) in &checkpoint.manifest.modes {
-            let full = self.tree.join(path);
-            if full.symlink_metadata().is_ok_and(|meta| meta.is_file()) {
-                fs::set_permissions(&full, fs::Permissions::from_mode(*mode))
-                    .map_err(io_at(&full))?;
-            }
-        }
-        for (dir, mode) in checkpoint.manifest.dirs.iter().rev() {
-            let path = self.tree.join(dir);
-            fs::set_permissions(&path, fs::Permissions::from_mode(*mode)).map_err(io_at(&path))?;
-        }
-        Ok(())
+        settle(&self.tree, checkpoint)
     }
+
+    /// The paths of the files and links `checkpoint` holds, in order.
+    pub fn files(&self, checkpoint: &Checkpoint) -> Result<Vec<String>> {
+        let listing = self.run(&["ls-tree", "-r", "--name-only", "-z", &checkpoint.tree])?;
+        Ok(listing
+            .split('\0')
+            .filter(|path| !path.is_empty())
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Writes `checkpoint` into `dir`, an empty directory elsewhere (the
+    /// tree it covered may be gone): bytes, modes, symlinks and directories,
+    /// as [`SnapshotStore::restore`] leaves a tree. It reads the checkpoint
+    /// through an index of its own under `scratch`, so neither the store's
+    /// index nor its tree is touched.
+    pub fn restore_into(&self, checkpoint: &Checkpoint, dir: &Path, scratch: &Path) -> Result<()> {
+        fs::create_dir_all(scratch).map_err(io_at(scratch))?;
+        let index = scratch.join(format!("snapshot-index-{}", ulid::Ulid::new()));
+        let elsewhere = Self {
+            git_dir: self.git_dir.clone(),
+            tree: dir.to_path_buf(),
+            max_file_bytes: self.max_file_bytes,
+        };
+        let (git, mut command) = elsewhere.git();
+        command
+            .env("GIT_INDEX_FILE", &index)
+            .args(["read-tree", "--reset", "-u", &checkpoint.id]);
+        let read = git.output(command);
+        let _ = fs::remove_file(&index);
+        read?;
+        settle(dir, checkpoint)
+    }
+}
+
+/// After git wrote `checkpoint`'s files into `tree`: its directories (empty
+/// ones come back), then every permission bit as the checkpoint has it.
+fn settle(tree: &Path, checkpoint: &Checkpoint) -> Result<()> {
+    // Directories first (empty ones come back), then permission bits.
+    for dir in checkpoint.manifest.dirs.keys() {
+        let path = tree.join(dir);
+        if !path.is_dir() {
+            fs::create_dir_all(&path).map_err(io_at(&path))?;
+        }
+    }
+    let now = survey(tree, u64::MAX)?;
+    for path in now.modes.keys() {
+        if !checkpoint.manifest.modes.contains_key(path) {
+            // git gave it 0644 or 0755 by its x bit; the agent's chmod
+            // to something else without a content change is undone here.
+            let full = tree.join(path);
+            let mode = fs::symlink_metadata(&full)
+                .map_err(io_at(&full))?
+                .permissions()
+                .mode();
+            let normal = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
+            fs::set_permissions(&full, fs::Permissions::from_mode(normal)).map_err(io_at(&full))?;
+        }
+    }
+    for (path, mode) in &checkpoint.manifest.modes {
+        let full = tree.join(path);
+        if full.symlink_metadata().is_ok_and(|meta| meta.is_file()) {
+            fs::set_permissions(&full, fs::Permissions::from_mode(*mode)).map_err(io_at(&full))?;
+        }
+    }
+    for (dir, mode) in checkpoint.manifest.dirs.iter().rev() {
+        let path = tree.join(dir);
+        fs::set_permissions(&path, fs::Permissions::from_mode(*mode)).map_err(io_at(&path))?;
+    }
+    Ok(())
 }
 
 /// A checkpoint's manifest, from its commit message.

@@ -29,10 +29,12 @@ pub(crate) enum CheckpointCommand {
   reprise checkpoint list add-greeting
   reprise checkpoint list quickstart/add-greeting --run R-01J..."))]
     List(CheckpointListArgs),
-    /// Restore a task's tree to one of its checkpoints exactly.
+    /// Restore a task's tree to one of its checkpoints exactly (into a new
+    /// directory when its worktree is gone, or with --to).
     #[command(after_help = help!("\
   reprise checkpoint restore add-greeting 1a2b3c4 --dry-run
-  reprise checkpoint restore add-greeting 1a2b3c4"))]
+  reprise checkpoint restore add-greeting 1a2b3c4
+  reprise checkpoint restore add-greeting 1a2b3c4 --to ../greeting-at-1a2b3c4"))]
     Restore(RestoreArgs),
 }
 
@@ -59,6 +61,11 @@ pub(crate) struct RestoreArgs {
     /// List what would change, file by file, and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Write the checkpoint into this new (or empty) directory instead of
+    /// the task's tree, which stays as it is; the default once the task's
+    /// worktree is gone is `.reprise/restored/<run>/<task>-<checkpoint>`.
+    #[arg(long, value_name = "DIR")]
+    to: Option<std::path::PathBuf>,
     #[command(flatten)]
     plan: PlanArg,
 }
@@ -76,7 +83,7 @@ impl CheckpointCommand {
                 &args.task,
                 &args.checkpoint,
                 args.run.as_deref(),
-                args.dry_run,
+                (args.dry_run, args.to),
             ),
         }
     }
@@ -221,13 +228,29 @@ fn restore(
     task: &str,
     id: &str,
     run: Option<&str>,
-    dry_run: bool,
+    (dry_run, to): (bool, Option<std::path::PathBuf>),
 ) -> Result<Outcome, CliError> {
     let (state, run, key, store) = open(settings, task, run)?;
     let checkpoint = store
         .find(id)
         .map_err(|err| CliError::usage(err.to_string()))?;
     refuse_unrestorable(&state, &run, &key, &store, &checkpoint)?;
+    // The task's tree, or a new directory: where it was asked for, or
+    // where reprise puts it once the worktree was reclaimed.
+    let elsewhere = match to {
+        Some(dir) => Some(dir),
+        None if !store.tree().is_dir() => Some(
+            state
+                .root()
+                .join("restored")
+                .join(run.run_id.as_str())
+                .join(format!("{}-{}", key.task, &checkpoint.id[..12])),
+        ),
+        None => None,
+    };
+    if let Some(dir) = elsewhere {
+        return restore_elsewhere(&state, (&run, &key), &store, &checkpoint, &dir, dry_run);
+    }
     let changes = store
         .changes(&checkpoint, &state.scratch_dir()?)
         .map_err(|err| CliError::usage(err.to_string()))?;
@@ -274,6 +297,102 @@ fn restore(
         }),
         text,
         ok: restored.matches,
+    })
+}
+
+/// Writes `checkpoint` into `dir`, a new or empty directory: the task's
+/// tree and its records stay as they are (nothing of the task changed, so
+/// nothing is recorded). The result is hashed as the workspace was when the
+/// checkpoint was taken, and said to match or not.
+fn restore_elsewhere(
+    state: &StateDir,
+    (run, key): (&RunState, &reprise_core::TaskKey),
+    store: &SnapshotStore,
+    checkpoint: &reprise_store::snapshot::Checkpoint,
+    dir: &std::path::Path,
+    dry_run: bool,
+) -> Result<Outcome, CliError> {
+    let short = &checkpoint.id[..12];
+    let occupied = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+    if occupied || (dir.exists() && !dir.is_dir()) {
+        return Err(CliError::usage(format!(
+            "{} is not an empty directory; nothing was restored: name a new one with --to",
+            dir.display()
+        )));
+    }
+    let files = store
+        .files(checkpoint)
+        .map_err(|err| CliError::usage(err.to_string()))?;
+    let mut text = String::new();
+    for path in &files {
+        let _ = writeln!(text, "  {:<7} {path}", "restore");
+    }
+    for (path, _) in &checkpoint.manifest.skipped {
+        let _ = writeln!(
+            text,
+            "  left out {path} (skipped by size: not in the checkpoint)"
+        );
+    }
+    let count = |n: usize| format!("{n} file{}", if n == 1 { "" } else { "s" });
+    let gone = if store.tree().is_dir() {
+        ""
+    } else {
+        " (its worktree is gone)"
+    };
+    if dry_run {
+        let _ = writeln!(
+            text,
+            "would write checkpoint {short} of {key}{gone} into {}: {}",
+            dir.display(),
+            count(files.len())
+        );
+        return Ok(Outcome {
+            exit: None,
+            json: json!({"dry_run": true, "checkpoint": checkpoint.id, "into": dir, "files": files}),
+            text,
+            ok: true,
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|err| {
+        CliError::usage(format!(
+            "cannot create {} ({err}); nothing was restored: name another directory with --to",
+            dir.display()
+        ))
+    })?;
+    store
+        .restore_into(checkpoint, dir, &state.scratch_dir()?)
+        .map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))?;
+    let cache = state.workspace_cache_path(dir);
+    let hash = hash_workspace_cached(dir, 0, &cache)
+        .map_err(|err| CliError::from_source(crate::error::ErrorKind::Failed, err))?
+        .hash;
+    let expected = recorded_hash(state, key, &checkpoint.id);
+    let matches = expected == Some(hash);
+    let _ = writeln!(
+        text,
+        "wrote checkpoint {short} of {key} in run {}{gone} into {}: {}; workspace hash {}{}",
+        run.run_id,
+        dir.display(),
+        count(files.len()),
+        &hash.to_hex()[..12],
+        if matches {
+            " (the checkpoint's)"
+        } else {
+            " (NOT the checkpoint's)"
+        }
+    );
+    Ok(Outcome {
+        exit: None,
+        json: json!({
+            "dry_run": false,
+            "checkpoint": checkpoint.id,
+            "into": dir,
+            "files": files,
+            "workspace_hash": hash,
+            "matches_checkpoint": matches,
+        }),
+        text,
+        ok: matches,
     })
 }
 

@@ -121,6 +121,108 @@ tasks:
     );
 }
 
+/// Issue 44: a passed task's worktree is reclaimed, and its checkpoint
+/// still restores: into a new directory reprise names (or `--to DIR`),
+/// exactly (its workspace hash is the checkpoint's), recording nothing of
+/// the task, whose tree it does not touch; `--dry-run` says so and writes
+/// nothing; an occupied target is refused.
+#[test]
+fn a_checkpoint_of_a_task_whose_worktree_is_gone_restores_into_a_new_directory() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "gone",
+        r#"
+version: 1
+name: gone
+defaults: { agent: command, max_retries: 0, timeout: 30s }
+tasks:
+  - id: edit
+    prompt: change it
+    command: [sh, -c, "echo 'price = 12' > shop.py; mkdir -p new; echo x > new/file; chmod 700 new; echo DONE"]
+"#,
+    );
+    let run = json_of(&env.run(&["run", &plan, "--json"]))["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let worktree = env
+        .project()
+        .join(".reprise/worktrees")
+        .join(&run)
+        .join("edit");
+    assert!(!worktree.exists(), "the passed task's worktree was kept");
+    let listed = env.run(&["checkpoint", "list", "edit", "--json"]);
+    assert_success(&listed);
+    let id = json_of(&listed)["checkpoints"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let journal = fs::read(
+        env.project()
+            .join(".reprise/plans/gone/tasks/edit/journal.jsonl"),
+    )
+    .unwrap();
+
+    let dry = env.run(&["checkpoint", "restore", "edit", &id, "--dry-run"]);
+    assert_success(&dry);
+    assert!(
+        stdout(&dry).contains("(its worktree is gone)"),
+        "{}",
+        stdout(&dry)
+    );
+    assert!(stdout(&dry).contains("restore shop.py"), "{}", stdout(&dry));
+    let into = env
+        .project()
+        .join(".reprise/restored")
+        .join(&run)
+        .join(format!("edit-{}", &id[..12]));
+    assert!(!into.exists(), "a dry run wrote {}", into.display());
+
+    let restored = env.run(&["checkpoint", "restore", "edit", &id, "--json"]);
+    assert_success(&restored);
+    let report = json_of(&restored);
+    assert_eq!(report["matches_checkpoint"], true, "{report}");
+    assert_eq!(report["into"], into.display().to_string());
+    assert_eq!(
+        fs::read_to_string(into.join("shop.py")).unwrap(),
+        "price = 10\n"
+    );
+    assert!(!into.join("new").exists(), "the attempt's files came along");
+    // Nothing of the task changed, so nothing is recorded.
+    assert_eq!(
+        fs::read(
+            env.project()
+                .join(".reprise/plans/gone/tasks/edit/journal.jsonl")
+        )
+        .unwrap(),
+        journal
+    );
+    // Again into the same place: refused, nothing changed.
+    let again = env.run(&["checkpoint", "restore", "edit", &id]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("is not an empty directory"),
+        "{}",
+        stderr(&again)
+    );
+    // Elsewhere, as asked.
+    let elsewhere = env.temp.path().join("at-checkpoint");
+    let to = env.run(&[
+        "checkpoint",
+        "restore",
+        "edit",
+        &id,
+        "--to",
+        elsewhere.to_str().unwrap(),
+    ]);
+    assert_success(&to);
+    assert_eq!(
+        fs::read_to_string(elsewhere.join("shop.py")).unwrap(),
+        "price = 10\n"
+    );
+}
+
 /// Seed 002: the suspend row records the journal's head at the park, the
 /// row it follows, so the park is anchored where the journal stood.
 #[test]
