@@ -1610,6 +1610,34 @@ fn a_ledger_deleted_cut_rolled_back_or_rewritten_fails_status_and_stops_runs() {
     }
 }
 
+/// A task journal the audit chain sealed, deleted or emptied: a later run
+/// of its plan refuses (a fresh chain over it would leave the seal vouching
+/// for rows no one can read), writes nothing, and says how to go on.
+#[test]
+fn a_sealed_journal_deleted_or_emptied_stops_the_next_run_of_its_plan() {
+    for emptied in [false, true] {
+        let env = Env::new();
+        env.init();
+        env.run_plan(FAILING_PLAN);
+        let journal = env
+            .reprise_dir()
+            .join("plans/cli-fails/tasks/stubborn/journal.jsonl");
+        assert!(journal.is_file());
+        if emptied {
+            fs::write(&journal, b"").unwrap();
+        } else {
+            fs::remove_file(&journal).unwrap();
+        }
+        fs::write(env.project().join("plan.yaml"), FAILING_PLAN).unwrap();
+        let before = env.snapshot();
+        let output = env.run(&["run", "plan.yaml"]);
+        assert_one_line_error(&output, 2, "the journal of task cli-fails/stubborn is gone");
+        assert!(stderr(&output).contains("put the journal back from a backup"));
+        assert_eq!(env.snapshot(), before, "a refused run wrote something");
+        assert_eq!(journal.exists(), emptied, "the refusal made a journal");
+    }
+}
+
 #[test]
 fn an_edited_state_json_is_shown_as_the_ledger_says() {
     let env = Env::new();

@@ -56,6 +56,29 @@ pub fn check_chains(state: &StateDir, key: &KeyFile) -> Result<()> {
     Ok(())
 }
 
+/// Refuses to run a plan one of whose task journals the audit chain sealed
+/// but which is gone or empty: a run would start a fresh chain over it, and
+/// the seal would then vouch for rows no one can read.
+pub fn check_sealed_journals(state: &StateDir, key: &KeyFile, plan: &Plan) -> Result<()> {
+    let audit = read_audit(state, key)?;
+    for task in plan.tasks() {
+        let task_key = reprise_core::TaskKey::new(plan.id().clone(), task.id.clone());
+        let Some(sealed) = audit.seals_of(&task_key).iter().map(|head| head.seq).max() else {
+            continue;
+        };
+        let path = state.journal_path(&task_key);
+        let empty = std::fs::metadata(&path).map_or(true, |meta| meta.len() == 0);
+        if empty {
+            return Err(EngineError::SealedJournalMissing {
+                task: task_key.to_string(),
+                path,
+                rows: sealed + 1,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The walls this machine can put around an attempt, probed once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Walls {

@@ -414,6 +414,8 @@ pub(crate) fn prepare_continue(
     let retry_budget =
         resolve_budget(&plan, None).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
+    reprise_engine::preflight::check_sealed_journals(&state, &key, &plan)
+        .map_err(preflight_error)?;
     // A park a crash cut short is completed before the run goes on.
     complete_cut_parks(&state, &key, &plan)?;
     let prior =
@@ -597,6 +599,8 @@ pub(crate) fn prepare_checked(
     let retry_budget =
         resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
+    reprise_engine::preflight::check_sealed_journals(&state, &key, &plan)
+        .map_err(preflight_error)?;
     Ok(Prepared {
         plan,
         plan_path,
