@@ -79,7 +79,8 @@ pub(crate) fn check(
     for line in &findings.lines {
         let _ = writeln!(text, "  {line}");
     }
-    let warnings = retry_cost_warnings(&plan);
+    let mut warnings = retry_cost_warnings(&plan);
+    warnings.extend(acp_permission_warning(&plan));
     for warning in &warnings {
         let _ = writeln!(text, "  warning: {warning}");
     }
@@ -134,6 +135,28 @@ fn retry_cost_warnings(plan: &Plan) -> Vec<String> {
         }
     }
     warnings
+}
+
+/// A warning when the plan has ACP tasks but names no tool their
+/// permission requests may use: every request is then rejected, and an ACP
+/// agent asks before each edit, so it can change no file.
+fn acp_permission_warning(plan: &Plan) -> Option<String> {
+    let tasks: Vec<&str> = plan
+        .tasks()
+        .iter()
+        .filter(|task| matches!(task.agent, TaskAgent::Acp))
+        .map(|task| task.id.as_str())
+        .collect();
+    let allowed = plan
+        .agent_settings(AgentKind::Acp)
+        .is_some_and(|settings| !settings.allowed_tools.is_empty());
+    if tasks.is_empty() || allowed {
+        return None;
+    }
+    Some(format!(
+        "[{}] agents.acp.allowed_tools is empty: every permission request of the ACP agent is rejected, so it cannot edit a file or run a command; allow what the task needs, e.g. agents: {{acp: {{allowed_tools: [edit]}}}}",
+        tasks.join(", ")
+    ))
 }
 
 /// The one-line refusal for what `inspect` found.

@@ -166,7 +166,9 @@ fn run_check_shows_the_state_dirs_an_acp_agent_may_write() {
         "{}",
         stdout(&output)
     );
+    assert!(!stdout(&output).contains("allowed_tools is empty"));
     // Without the key, gemini's store is inferred from the program's name.
+    // And with no allowed_tools it can edit nothing: check says so.
     let bin = env.temp.path().join("bin");
     fs::create_dir(&bin).unwrap();
     let gemini = bin.join("gemini");
@@ -195,6 +197,30 @@ fn run_check_shows_the_state_dirs_an_acp_agent_may_write() {
         "stdout: {}\nstderr: {}",
         stdout(&output),
         stderr(&output)
+    );
+    assert!(
+        stdout(&output).contains("warning: [g] agents.acp.allowed_tools is empty: every permission request of the ACP agent is rejected"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(
+        json_of(
+            &env.command(&["run", &plan, "--check", "--json"])
+                .env(
+                    "PATH",
+                    format!(
+                        "{}:{}",
+                        bin.display(),
+                        std::env::var("PATH").unwrap_or_default()
+                    )
+                )
+                .output()
+                .unwrap()
+        )["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|warning| warning.as_str().unwrap().contains("allowed_tools is empty"))
     );
 }
 
