@@ -1638,6 +1638,109 @@ fn a_sealed_journal_deleted_or_emptied_stops_the_next_run_of_its_plan() {
     }
 }
 
+/// A run killed mid-task whose journal's last write was cut: continuing it
+/// is refused before anything is written (it used to fail the task for the
+/// torn line and finish the run, its journal never sealed), and once the
+/// user repaired the journal the continued run finishes the task and seals
+/// it.
+#[test]
+fn a_run_cut_with_a_torn_journal_is_refused_until_repaired_then_finishes_sealed() {
+    let env = Env::new();
+    env.init();
+    let project = env.project();
+    let flag = env.temp.path().join("flag");
+    fs::create_dir(&flag).unwrap();
+    fs::write(
+        project.join("plan.yaml"),
+        format!(
+            r#"
+version: 1
+name: torn
+agents: {{ command: {{ env: {{ TORN_MARK: "{mark}" }} }} }}
+defaults: {{ agent: command, timeout: 5m, max_retries: 0 }}
+tasks:
+  - id: t
+    prompt: "wait, then write"
+    allowed_paths: ["{flag}"]
+    command: ["sh", "-c", "touch {flag}/started; while [ ! -e {flag}/go ]; do sleep 0.05; done; echo ok > done.txt"]
+"#,
+            flag = flag.display(),
+            mark = std::process::id(),
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "plan.yaml", "--json"])
+        .current_dir(&project)
+        .env_clear()
+        .env("HOME", env.temp.path().join("home"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || flag
+            .join("started")
+            .exists()),
+        "the agent never started"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its supervisor ends the agent once reprise is gone.
+    let mark = format!("TORN_MARK={}", std::process::id());
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            reprise_testkit::processes::pids_with_env(&mark).is_empty()
+        }),
+        "the killed run's agent lives on"
+    );
+    let run_id = env.runs()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let journal = env.reprise_dir().join("plans/torn/tasks/t/journal.jsonl");
+    let mut torn = fs::read(&journal).unwrap();
+    torn.extend_from_slice(br#"{"at":"2026-12-07T17:00:00.000Z","body":{"cut"#);
+    fs::write(&journal, &torn).unwrap();
+    fs::write(flag.join("go"), "").unwrap();
+
+    // The dead run's supervisor record is the next command's to reap: that
+    // is all a refused continue may change.
+    let without_records = |snapshot: Vec<(PathBuf, Vec<u8>)>| -> Vec<(PathBuf, Vec<u8>)> {
+        snapshot
+            .into_iter()
+            .filter(|(path, _)| !path.starts_with(env.reprise_dir().join("supervised")))
+            .collect()
+    };
+    let before = without_records(env.snapshot());
+    let refused = env.run(&["run", "--continue", &run_id]);
+    assert_one_line_error(
+        &refused,
+        2,
+        "the journal of task torn/t ends in a torn line",
+    );
+    assert!(stderr(&refused).contains("run `reprise replay repair torn/t`"));
+    assert_eq!(
+        without_records(env.snapshot()),
+        before,
+        "the refused continue wrote something"
+    );
+    assert_success(&env.run(&["replay", "repair", "torn/t"]));
+    let continued = env.run(&["run", "--continue", &run_id, "--json"]);
+    assert_success(&continued);
+    assert_eq!(json_of(&continued)["tasks"][0]["state"], "passed");
+    let verified = env.run(&["journal", "verify", "t", "--json"]);
+    assert_success(&verified);
+    assert_eq!(
+        json_of(&verified)["identity"],
+        "verified",
+        "{}",
+        stdout(&verified)
+    );
+}
+
 #[test]
 fn an_edited_state_json_is_shown_as_the_ledger_says() {
     let env = Env::new();

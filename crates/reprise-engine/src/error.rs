@@ -121,14 +121,22 @@ pub enum EngineError {
         .path.display()
     )]
     LedgerUnsealed { path: PathBuf },
+    /// Before a run: a task journal the audit chain sealed is gone.
     #[error(
-        "the journal of task {task} is gone ({}) but the audit chain sealed {rows} of its rows; nothing was run: put the journal back from a backup (`reprise journal verify {task}` checks it), or run the plan under another name"
-    , .path.display())]
+        "the journal of task {task} is gone ({}) but the audit chain sealed {rows} of its rows; nothing was run: put the journal back from a backup (`reprise journal verify {task}` checks it), or run the plan under another name",
+        .path.display()
+    )]
     SealedJournalMissing {
         task: String,
         path: PathBuf,
         rows: u64,
     },
+    /// Before a run: a task journal ends in a torn line.
+    #[error(
+        "the journal of task {task} ends in a torn line (a crash cut its last write): {}; nothing was run: run `reprise replay repair {task}`, then this command again",
+        .path.display()
+    )]
+    JournalTorn { task: String, path: PathBuf },
     /// Before a run: a task must be contained and this kernel cannot.
     #[error(
         "task {task} has containment: required but this kernel has no Landlock; run it on a kernel with Landlock, or set containment: strict to run uncontained with a warning"

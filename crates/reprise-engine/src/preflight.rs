@@ -56,6 +56,32 @@ pub fn check_chains(state: &StateDir, key: &KeyFile) -> Result<()> {
     Ok(())
 }
 
+/// Refuses to run a plan one of whose task journals ends in a torn line: a
+/// task taken up over it would fail on its first append (and a run once
+/// finished so, its task failed for a crash and its journal never sealed).
+/// Repairing is the user's call (`reprise replay repair`), never a run's.
+pub fn check_journal_tails(state: &StateDir, plan: &Plan) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    for task in plan.tasks() {
+        let task_key = reprise_core::TaskKey::new(plan.id().clone(), task.id.clone());
+        let path = state.journal_path(&task_key);
+        let Ok(mut file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        let mut last = [0u8; 1];
+        let torn = file.seek(SeekFrom::End(-1)).is_ok()
+            && file.read_exact(&mut last).is_ok()
+            && last[0] != b'\n';
+        if torn {
+            return Err(EngineError::JournalTorn {
+                task: task_key.to_string(),
+                path,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Refuses to run a plan one of whose task journals the audit chain sealed
 /// but which is gone or empty: a run would start a fresh chain over it, and
 /// the seal would then vouch for rows no one can read.

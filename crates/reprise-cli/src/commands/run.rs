@@ -415,6 +415,7 @@ pub(crate) fn prepare_continue(
         resolve_budget(&plan, None).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
     reprise_engine::preflight::check_sealed_journals(&state, &key, &plan)
+        .and_then(|()| reprise_engine::preflight::check_journal_tails(&state, &plan))
         .map_err(preflight_error)?;
     // A park a crash cut short is completed before the run goes on.
     complete_cut_parks(&state, &key, &plan)?;
@@ -600,6 +601,7 @@ pub(crate) fn prepare_checked(
         resolve_budget(&plan, retry_budget).map_err(|err| CliError::usage(err.to_string()))?;
     let (state, key) = open_or_create_state(settings)?;
     reprise_engine::preflight::check_sealed_journals(&state, &key, &plan)
+        .and_then(|()| reprise_engine::preflight::check_journal_tails(&state, &plan))
         .map_err(preflight_error)?;
     Ok(Prepared {
         plan,
