@@ -1638,13 +1638,10 @@ fn a_sealed_journal_deleted_or_emptied_stops_the_next_run_of_its_plan() {
     }
 }
 
-/// A run killed mid-task whose journal's last write was cut: continuing it
-/// is refused before anything is written (it used to fail the task for the
-/// torn line and finish the run, its journal never sealed), and once the
-/// user repaired the journal the continued run finishes the task and seals
-/// it.
-#[test]
-fn a_run_cut_with_a_torn_journal_is_refused_until_repaired_then_finishes_sealed() {
+/// A run of plan `torn` (one `command` task `t` that waits for
+/// `FLAG/go`, then writes `done.txt`) killed with SIGKILL while its agent
+/// waits, the agent gone too: the env, the flag directory and the run id.
+fn killed_mid_task() -> (Env, PathBuf, String) {
     let env = Env::new();
     env.init();
     let project = env.project();
@@ -1700,6 +1697,36 @@ tasks:
         .unwrap()
         .to_string_lossy()
         .into_owned();
+    (env, flag, run_id)
+}
+
+/// A run killed by SIGKILL mid-checkpoint leaves git's `index.lock` in
+/// the task's store: the continued run, which holds the task, clears it
+/// and the task passes (it failed on the lock).
+#[test]
+fn a_stale_index_lock_in_a_killed_run_s_store_does_not_fail_the_continued_task() {
+    let (env, flag, run_id) = killed_mid_task();
+    let lock = env
+        .reprise_dir()
+        .join("snapshots")
+        .join(&run_id)
+        .join("t/index.lock");
+    fs::write(&lock, "").unwrap();
+    fs::write(flag.join("go"), "").unwrap();
+    let continued = env.run(&["run", "--continue", &run_id, "--json"]);
+    assert_success(&continued);
+    assert_eq!(json_of(&continued)["tasks"][0]["state"], "passed");
+    assert!(!lock.exists());
+}
+
+/// A run killed mid-task whose journal's last write was cut: continuing it
+/// is refused before anything is written (it used to fail the task for the
+/// torn line and finish the run, its journal never sealed), and once the
+/// user repaired the journal the continued run finishes the task and seals
+/// it.
+#[test]
+fn a_run_cut_with_a_torn_journal_is_refused_until_repaired_then_finishes_sealed() {
+    let (env, flag, run_id) = killed_mid_task();
     let journal = env.reprise_dir().join("plans/torn/tasks/t/journal.jsonl");
     let mut torn = fs::read(&journal).unwrap();
     torn.extend_from_slice(br#"{"at":"2026-12-07T17:00:00.000Z","body":{"cut"#);

@@ -94,12 +94,16 @@ pub(crate) fn open_store(
         return Ok(None);
     }
     let tree = tree_of(state, cwd);
-    Ok(Some(SnapshotStore::open(
+    let store = SnapshotStore::open(
         &state.snapshot_dir(run_id, &task.id),
         &tree,
         repo,
         task.checkpoint_max_file_bytes,
-    )?))
+    )?;
+    // The task's lock is this run's: a git lock in its store is a killed
+    // process's (a run cut by kill -9 mid-checkpoint).
+    store.clear_stale_lock()?;
+    Ok(Some(store))
 }
 
 /// The shadow store of a task of a recorded run, for `reprise checkpoint`:

@@ -141,6 +141,19 @@ impl SnapshotStore {
         Ok(store)
     }
 
+    /// Removes the index lock a killed process left in the store. Only
+    /// for the holder of the task's lock (the one process that writes the
+    /// store): any lock it finds is a dead process's, and git would refuse
+    /// every checkpoint and rollback of the task until it went.
+    pub fn clear_stale_lock(&self) -> Result<bool> {
+        let lock = self.git_dir.join("index.lock");
+        match fs::remove_file(&lock) {
+            Ok(()) => Ok(true),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(err) => Err(io_at(&lock)(err)),
+        }
+    }
+
     pub fn git_dir(&self) -> &Path {
         &self.git_dir
     }
