@@ -17,6 +17,7 @@ mod events;
 mod evidence;
 mod gate_files;
 mod gates;
+mod leftovers;
 mod linkage;
 mod liveness;
 mod messages;

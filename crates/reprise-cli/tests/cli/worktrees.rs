@@ -1080,3 +1080,67 @@ tasks:
     assert_one_line_error(&unknown, 2, "no checkpoint 0000000");
     assert_eq!(env.snapshot(), before);
 }
+
+/// Issue 44: a real Python project whose gate imports its modules, so
+/// Python writes `__pycache__` into the worktree. What the gates wrote is
+/// taken out after them: the results hold only the agents' files, two
+/// tasks that ran the same suite apply together (their byte-compiled
+/// `shop.py` differed, each worktree's own mtime in it, and conflicted),
+/// and a warm retry stays warm (the tree it resumes in is the one the
+/// failed attempt left, not that plus the gates' caches).
+#[test]
+fn what_the_gates_write_is_not_the_agents_work() {
+    let env = git_env();
+    let plan = write_plan(
+        &env,
+        "pyc",
+        r#"
+version: 1
+name: pyc
+seats: 2
+defaults: { agent: sim, max_retries: 1, retry_policy: warm }
+tasks:
+  - id: one
+    prompt: p
+    sim:
+      - { reply: "DONE", write: { one.py: "ok = False\n" } }
+      - { reply: "DONE", write: { one.py: "ok = True\n" } }
+    gates: [ { name: imports, run: "python3 -c 'import shop, one; assert one.ok'" } ]
+  - id: two
+    prompt: p
+    sim: [ { reply: "DONE", write: { two.py: "ok = True\n" } } ]
+    gates: [ { name: imports, run: "python3 -c 'import shop, two; assert two.ok'" } ]
+"#,
+    );
+    let run = run_json(&env, &plan, &[]);
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    for (task, file) in [("one", "one.py"), ("two", "two.py")] {
+        assert_eq!(task_json(&run, task)["state"], "passed", "{run}");
+        let changed = git(
+            &env,
+            &[
+                "diff",
+                "--name-only",
+                "HEAD",
+                &format!("reprise/{run_id}/{task}"),
+            ],
+        );
+        assert_eq!(
+            changed.trim(),
+            file,
+            "{task}'s result holds more than its work"
+        );
+    }
+    let one = task_json(&run, "one");
+    let modes: Vec<&str> = one["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|attempt| attempt["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["new", "warm"], "{one}");
+    let applied = env.run(&["apply", &run_id]);
+    assert_success(&applied);
+    assert!(env.project().join("one.py").exists() && env.project().join("two.py").exists());
+    assert!(!env.project().join("__pycache__").exists());
+}

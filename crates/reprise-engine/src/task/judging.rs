@@ -108,7 +108,32 @@ impl Executor<'_, '_> {
             Some((files, tree)) => files.restore(tree)?,
             None => Vec::new(),
         };
+        // What the gates leave in a worktree is theirs, not the agent's: it
+        // goes after them (`crate::leftovers`). Never in place, where the
+        // user may be working beside the task.
+        let worktree = self
+            .snapshots
+            .as_ref()
+            .filter(|_| run.workspace.isolates(task))
+            .map(|store| store.tree().to_path_buf());
+        let before_gates = match &worktree {
+            Some(tree) => Some(crate::leftovers::Listing::of(tree).map_err(|source| {
+                reprise_store::StoreError::Io {
+                    path: tree.clone(),
+                    source,
+                }
+            })?),
+            None => None,
+        };
         let (mut summary, mut classified) = self.gates_verdict(attempt, report);
+        if let (Some(tree), Some(listing)) = (&worktree, &before_gates) {
+            listing
+                .remove_new(tree)
+                .map_err(|source| reprise_store::StoreError::Io {
+                    path: tree.clone(),
+                    source,
+                })?;
+        }
         self.void_protected(&changed, &mut summary, &mut classified)?;
         if wrote_outside && summary.outcome == Outcome::Passed {
             // Its gates passed, but the work went where it may not: a
