@@ -117,22 +117,12 @@ impl Executor<'_, '_> {
             .filter(|_| run.workspace.isolates(task))
             .map(|store| store.tree().to_path_buf());
         let before_gates = match &worktree {
-            Some(tree) => Some(crate::leftovers::Listing::of(tree).map_err(|source| {
-                reprise_store::StoreError::Io {
-                    path: tree.clone(),
-                    source,
-                }
-            })?),
+            Some(tree) => Some(crate::leftovers::Listing::of(tree)?),
             None => None,
         };
         let (mut summary, mut classified) = self.gates_verdict(attempt, report);
         if let (Some(tree), Some(listing)) = (&worktree, &before_gates) {
-            listing
-                .remove_new(tree)
-                .map_err(|source| reprise_store::StoreError::Io {
-                    path: tree.clone(),
-                    source,
-                })?;
+            listing.remove_new(tree)?;
         }
         self.void_protected(&changed, &mut summary, &mut classified)?;
         if wrote_outside && summary.outcome == Outcome::Passed {

@@ -93,3 +93,4 @@ pub use cached::hash_workspace_cached;
 pub use error::{Result, WorkspaceError};
 pub use hash::{WorkspaceHash, hash_workspace};
 pub use seed::{Checkout, SeedReport, seed_stat_cache};
+pub use walk::covered_paths;

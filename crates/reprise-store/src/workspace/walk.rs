@@ -59,6 +59,17 @@ impl Entry {
     }
 }
 
+/// The relative paths of every entry the hash covers (files, links and
+/// special files the tree's own ignore rules keep), sorted: what a result
+/// commit takes too.
+pub fn covered_paths(root: &Path) -> Result<Vec<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt as _;
+    Ok(list_entries(root, 1)?
+        .iter()
+        .map(|entry| PathBuf::from(std::ffi::OsStr::from_bytes(entry.relative_bytes())))
+        .collect())
+}
+
 /// Lists every entry the hash covers, sorted by relative path bytes.
 pub(super) fn list_entries(root: &Path, threads: usize) -> Result<Vec<Entry>> {
     check_root(root)?;
