@@ -373,7 +373,7 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        assert!((now + 5390..=now + 5400).contains(&unix), "{unix} vs {now}");
+        assert!((now + 5390..=now + 5401).contains(&unix), "{unix} vs {now}");
         // The same words from a command that succeeded are its reply.
         let report = run_script(
             "echo 'usage limit reached; resets in 90 minutes'",

@@ -71,6 +71,18 @@ impl Env {
         }
     }
 
+    /// Commits a `.gitignore` of `patterns`: what a gate writes there as
+    /// its observations stays in the worktree (what it writes elsewhere is
+    /// removed after it, as a gate's leftovers).
+    fn ignore(&self, patterns: &[&str]) {
+        fs::write(
+            self.project().join(".gitignore"),
+            patterns.join("\n") + "\n",
+        )
+        .unwrap();
+        self.git_each(&[&["add", ".gitignore"][..], &["commit", "-qm", "ignore"]]);
+    }
+
     fn project(&self) -> PathBuf {
         self.temp.path().join("project")
     }
@@ -1915,6 +1927,7 @@ fn survey_the_handover(namespaces: bool) {
         env.vars
             .push(("REPRISE_TEST_NO_NAMESPACES".into(), "1".into()));
     }
+    env.ignore(&["seen-first.txt", "seen-second.txt"]);
     assert_success(&env.run(&["init"]));
     env.plan(&format!(
         r#"

@@ -981,7 +981,7 @@ fn a_workspace_changed_between_attempts_goes_cold(cli: Cli) {
         "{{ name: edit, run: {:?}, timeout: 30s }}",
         project.once(
             "edit",
-            "echo 'edited by someone else' > stray.txt",
+            "echo 'edited by someone else' >> README.md",
             "grep -qx hello greeting.txt"
         )
     );

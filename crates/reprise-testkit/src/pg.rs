@@ -84,6 +84,23 @@ pub fn execute(url: &str, statement: &str) -> Result<()> {
     })
 }
 
+/// The first column of every row `query` returns, as text (`query` must
+/// select text), on its own connection.
+pub fn query_column(url: &str, query: &str) -> Result<Vec<String>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let query = query.to_owned();
+    runtime.block_on(async move {
+        let mut connection = PgConnection::connect(url).await?;
+        let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(query))
+            .fetch_all(&mut connection)
+            .await?;
+        connection.close().await?;
+        anyhow::Ok(rows.into_iter().map(|(value,)| value).collect())
+    })
+}
+
 /// `url` naming database `name` instead of its own.
 pub fn with_database(url: &str, name: &str) -> String {
     let (base, query) = match url.split_once('?') {

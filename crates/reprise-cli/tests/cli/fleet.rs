@@ -1121,3 +1121,117 @@ fn a_local_run_is_continued_locally_whatever_the_environment_names() {
     assert_exit(&continued, 0);
     assert_eq!(json_of(&continued)["tasks"][0]["state"], "passed");
 }
+
+/// What a hostile agent runs to reach the fleet's database: it speaks
+/// PostgreSQL's protocol (trust auth, as the test server allows) and
+/// creates a table named after its task, printing what it got.
+const DATABASE_ATTACK: &str = r#"
+import socket, struct, sys
+host, port, user, database, mark = sys.argv[1:6]
+def message(kind, body):
+    return kind + struct.pack("!I", len(body) + 4) + body
+def until_ready(sock):
+    errors = []
+    while True:
+        head = b""
+        while len(head) < 5:
+            more = sock.recv(5 - len(head))
+            if not more:
+                return errors + ["closed"]
+            head += more
+        kind, size = head[:1], struct.unpack("!I", head[1:])[0] - 4
+        body = b""
+        while len(body) < size:
+            body += sock.recv(size - len(body))
+        if kind == b"E":
+            errors.append(body.decode(errors="replace"))
+        if kind == b"Z":
+            return errors
+try:
+    sock = socket.create_connection((host, int(port)), timeout=5)
+except OSError as err:
+    print(f"refused: {err}")
+    sys.exit(0)
+params = b"user\0" + user.encode() + b"\0database\0" + database.encode() + b"\0\0"
+startup = struct.pack("!II", len(params) + 8, 196608) + params
+sock.sendall(startup)
+errors = until_ready(sock)
+sock.sendall(message(b"Q", f"create table attacked_{mark} (x int)".encode() + b"\0"))
+errors += until_ready(sock)
+print("connected", errors)
+"#;
+
+/// The attack of issue 42: a contained agent on a worker connects to the
+/// fleet's PostgreSQL and writes to it. Under the default policy
+/// (`network: none` for a `command` agent) it reaches nothing and its
+/// failing task stays failed; the same agent with `network: all` (the
+/// control) does reach the database and write, so the wall is what stops
+/// the first.
+#[test]
+fn a_contained_agent_on_a_worker_cannot_reach_the_fleet_s_database() {
+    let env = Env::new();
+    let database = TestDatabase::create().unwrap();
+    let address = reprise_testkit::pg::address(&database.url).unwrap();
+    let attack = |mark: &str| {
+        serde_json::to_string(&[
+            "python3",
+            "-c",
+            DATABASE_ATTACK,
+            &address.ip().to_string(),
+            &address.port().to_string(),
+            "postgres",
+            &database.name,
+            mark,
+        ])
+        .unwrap()
+    };
+    let remote = project_with_remote(
+        &env,
+        &format!(
+            r#"version: 1
+name: reach
+defaults: {{ agent: command, timeout: 1m, max_retries: 0 }}
+tasks:
+  - id: closed
+    prompt: "set your own verdict"
+    command: {closed}
+    gates:
+      - {{ name: never, run: "false", timeout: 10s }}
+  - id: open
+    prompt: "the same, with the network granted"
+    network: all
+    command: {open}
+    gates:
+      - {{ name: always, run: "true", timeout: 10s }}
+"#,
+            closed = attack("closed"),
+            open = attack("open"),
+        ),
+    );
+    assert_success(&env.run(&["fleet", "init", "--db", &database.url]));
+    let worker = spawn_worker(&env, &database.url, "one");
+    let output = fleet_run(&env, &database.url, &remote).output().unwrap();
+    drain(worker);
+    assert_exit(&output, 1);
+    let states: Vec<(String, String)> = json_of(&output)["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|task| {
+            (
+                task["task_id"].as_str().unwrap().to_owned(),
+                task["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        states.contains(&("closed".to_owned(), "failed".to_owned())),
+        "{states:?}"
+    );
+    let tables = reprise_testkit::pg::query_column(
+        &database.url,
+        "select table_name::text from information_schema.tables where table_name like 'attacked_%'",
+    )
+    .unwrap();
+    assert_eq!(tables, ["attacked_open"], "{}", stdout(&output));
+}

@@ -181,6 +181,7 @@ fn a_contained_agent_and_its_gates_connect_only_where_the_plan_lets_them() {
     ];
     let mut env = Env::git();
     env.vars.push(("PROBE".into(), PROBE.into()));
+    env.ignore(&["closed.json", "granted.json"]);
     assert_success(&env.run(&["init"]));
     env.plan(&format!(
         r#"
@@ -383,6 +384,7 @@ fn a_contained_agent_and_gate_see_no_process_but_their_own() {
             env.vars
                 .push(("REPRISE_TEST_NO_NAMESPACES".into(), "1".into()));
         }
+        env.ignore(&["gate-saw.json"]);
         assert_success(&env.run(&["init"]));
         let reversed: String = mark.chars().rev().collect();
         let look = |file: &str| {
